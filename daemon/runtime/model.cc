@@ -1,0 +1,325 @@
+#include "daemon/runtime/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "kernels/error.h"
+
+namespace jitllm::runtime {
+
+// The weights of one unit as its device sees them. Buffers keep device copies (or, on the CPU,
+// views of the mapping) alive for as long as the unit stays bound there.
+struct Model::BoundUnit {
+  Device* device = nullptr;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  // Embedding and head.
+  WeightRef table;
+  const float* norm = nullptr;
+  // Blocks.
+  const float* attnNorm = nullptr;
+  const float* ffnNorm = nullptr;
+  WeightRef wq, wk, wv, wo, gate, up, down;
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+
+  WeightRef bindMatrix(const gguf::TensorInfo* t) {
+    buffers.push_back(device->adoptHostBytes(t->data, t->nbytes));
+    const size_t rowStride = t->nbytes / size_t(t->rows());
+    return WeightRef{t->type, buffers.back()->data(), t->rows(), t->dims[0], rowStride};
+  }
+  const float* bindVector(const gguf::TensorInfo* t) {
+    if (t == nullptr) return nullptr;
+    buffers.push_back(device->adoptHostBytes(t->data, t->nbytes));
+    return reinterpret_cast<const float*>(buffers.back()->data());
+  }
+};
+
+// Activation buffers on one device, sized for the largest microbatch seen so far.
+struct Model::Workspace {
+  Device* device = nullptr;
+  int64_t capacity = 0;
+  int64_t logitsCapacity = 0;  // rows; decode needs one per session, scoring one per token
+  std::unique_ptr<DeviceBuffer> x, normed, q, k, v, attn, gate, up, logits;
+
+  float* f(const std::unique_ptr<DeviceBuffer>& b) { return reinterpret_cast<float*>(b->data()); }
+};
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& options) {
+  return fromFile(gguf::GgufFile::open(path), options);
+}
+
+std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, const ModelLoadOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  m->config_ = ModelConfig::fromGguf(*m->file_);
+  m->tensors_ = ModelTensors::find(*m->file_, m->config_);
+  if (m->tensors_.ropeFreqs) {
+    const auto* f = reinterpret_cast<const float*>(m->tensors_.ropeFreqs->data);
+    m->ropeFactors_.assign(f, f + m->config_.rotaryDims / 2);
+    for (float v : m->ropeFactors_) {
+      JITLLM_REQUIRE(std::isfinite(v) && v > 0, m->file_->name(), ": tensor 'rope_freqs.weight' holds ", v,
+                     ", not a positive factor");
+    }
+  }
+  JITLLM_REQUIRE(options.kvPageTokens > 0 && options.kvPageTokens <= 4096, "KV page size ", options.kvPageTokens,
+                 " tokens is out of range");
+  m->kvLayout_ = KvLayout{options.kvPageTokens, int(m->config_.kvHeads), int(m->config_.headDim)};
+  m->bind(options);
+  return m;
+}
+
+Model::~Model() = default;
+
+std::string Model::unitName(int unit) const {
+  if (unit == 0) return "token_embd";
+  if (unit == unitCount() - 1) return "output";
+  return "blk." + std::to_string(unit - 1);
+}
+
+void Model::bind(const ModelLoadOptions& options) {
+  JITLLM_REQUIRE(!options.devices.empty(), "a model needs at least one device");
+  const int layers = int(config_.layers);
+  const int units = layers + 2;
+  std::vector<int> placement = options.placement;
+  if (placement.empty()) {
+    const int nd = int(options.devices.size());
+    placement.resize(size_t(units));
+    for (int l = 0; l < layers; l++) placement[size_t(l + 1)] = int(int64_t(l) * nd / layers);
+    placement.front() = placement[1];
+    placement.back() = placement[size_t(layers)];
+  }
+  JITLLM_REQUIRE(int(placement.size()) == units, "placement names ", placement.size(), " units, the model has ",
+                 units);
+  units_.resize(size_t(units));
+  for (int u = 0; u < units; u++) {
+    const int d = placement[size_t(u)];
+    JITLLM_REQUIRE(d >= 0 && d < int(options.devices.size()), "placement of ", unitName(u), " names device #", d,
+                   ", not one of the ", options.devices.size(), " given");
+    BoundUnit& b = units_[size_t(u)];
+    b.device = options.devices[size_t(d)];
+    if (u == 0) {
+      b.table = b.bindMatrix(tensors_.tokenEmbedding);
+    } else if (u == units - 1) {
+      b.norm = b.bindVector(tensors_.outputNorm);
+      b.table = b.bindMatrix(tensors_.output);
+    } else {
+      const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
+      b.attnNorm = b.bindVector(t.attnNorm);
+      b.ffnNorm = b.bindVector(t.ffnNorm);
+      b.wq = b.bindMatrix(t.wq);
+      b.wk = b.bindMatrix(t.wk);
+      b.wv = b.bindMatrix(t.wv);
+      b.wo = b.bindMatrix(t.wo);
+      b.gate = b.bindMatrix(t.gate);
+      b.up = b.bindMatrix(t.up);
+      b.down = b.bindMatrix(t.down);
+      b.bq = b.bindVector(t.bq);
+      b.bk = b.bindVector(t.bk);
+      b.bv = b.bindVector(t.bv);
+      kvPool(*b.device);
+    }
+  }
+}
+
+KvPagePool& Model::kvPool(Device& device) {
+  auto& pool = pools_[&device];
+  if (!pool) pool = std::make_unique<KvPagePool>(device, kvLayout_);
+  return *pool;
+}
+
+std::unique_ptr<Session> Model::createSession(int64_t contextLimit) {
+  if (contextLimit == 0) contextLimit = config_.contextLength;
+  JITLLM_REQUIRE(contextLimit > 0, "context limit must be positive, not ", contextLimit);
+  std::vector<KvPagePool*> layerPools;
+  for (int l = 0; l < config_.layers; l++) layerPools.push_back(&kvPool(*units_[size_t(l + 1)].device));
+  return std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools));
+}
+
+Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
+  auto& ws = workspaces_[&device];
+  if (!ws) {
+    ws = std::make_unique<Workspace>();
+    ws->device = &device;
+  }
+  if (ws->capacity < tokens) {
+    const ModelConfig& c = config_;
+    const size_t t = size_t(tokens);
+    auto alloc = [&](int64_t width) { return device.allocate(t * size_t(width) * sizeof(float)); };
+    Workspace fresh;
+    fresh.device = &device;
+    fresh.x = alloc(c.embedding);
+    fresh.normed = alloc(std::max(c.embedding, c.heads * c.headDim));
+    fresh.q = alloc(c.heads * c.headDim);
+    fresh.k = alloc(c.kvHeads * c.headDim);
+    fresh.v = alloc(c.kvHeads * c.headDim);
+    fresh.attn = alloc(c.heads * c.headDim);
+    fresh.gate = alloc(c.feedForward);
+    fresh.up = alloc(c.feedForward);
+    fresh.capacity = tokens;
+    fresh.logits = std::move(ws->logits);
+    fresh.logitsCapacity = ws->logitsCapacity;
+    *ws = std::move(fresh);
+  }
+  return *ws;
+}
+
+void Model::runBlock(int layer, Workspace& ws, int64_t T, const int32_t* positions, Session* const* sessions) {
+  const ModelConfig& c = config_;
+  const BoundUnit& u = units_[size_t(layer + 1)];
+  Device& d = *u.device;
+  float* x = ws.f(ws.x);
+  float* normed = ws.f(ws.normed);
+  float* q = ws.f(ws.q);
+  float* k = ws.f(ws.k);
+  float* v = ws.f(ws.v);
+  float* attn = ws.f(ws.attn);
+  float* gate = ws.f(ws.gate);
+  float* up = ws.f(ws.up);
+
+  d.rmsNorm(x, u.attnNorm, normed, T, c.embedding, c.rmsEps);
+  d.matmul(u.wq, normed, T, q, u.bq);
+  d.matmul(u.wk, normed, T, k, u.bk);
+  d.matmul(u.wv, normed, T, v, u.bv);
+  RopeParams rope;
+  rope.rotaryDims = int(c.rotaryDims);
+  rope.freqBase = c.ropeFreqBase;
+  rope.freqScale = c.ropeFreqScale;
+  rope.freqFactors = ropeFactors_.empty() ? nullptr : ropeFactors_.data();
+  rope.neox = c.ropeNeox;
+  d.rope(q, T, int(c.heads), int(c.headDim), positions, rope);
+  d.rope(k, T, int(c.kvHeads), int(c.headDim), positions, rope);
+
+  std::vector<KvSlot> slots(size_t(T));
+  std::vector<const uint8_t* const*> pageTables(size_t(T));
+  for (int64_t t = 0; t < T; t++) {
+    slots[size_t(t)] = sessions[t]->slotFor(layer, positions[t]);
+    pageTables[size_t(t)] = sessions[t]->pageAddresses(layer).data();
+  }
+  d.kvStore(k, v, T, slots.data(), kvLayout_);
+  AttentionBatch batch;
+  batch.tokens = T;
+  batch.heads = int(c.heads);
+  batch.kv = kvLayout_;
+  batch.scale = float(1.0 / std::sqrt(double(c.headDim)));
+  batch.positions = positions;
+  batch.pageTables = pageTables.data();
+  d.attention(q, attn, batch);
+  d.matmul(u.wo, attn, T, normed, nullptr);
+  d.add(x, normed, T * c.embedding);
+
+  d.rmsNorm(x, u.ffnNorm, normed, T, c.embedding, c.rmsEps);
+  d.matmul(u.gate, normed, T, gate, nullptr);
+  d.matmul(u.up, normed, T, up, nullptr);
+  d.swiglu(gate, up, gate, T * c.feedForward);
+  d.matmul(u.down, gate, T, normed, nullptr);
+  d.add(x, normed, T * c.embedding);
+}
+
+void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  // Validate the whole batch before touching any session.
+  std::set<Session*> seen;
+  int64_t total = 0;
+  for (const SequenceInput& in : inputs) {
+    JITLLM_REQUIRE(in.session != nullptr, "forward: input without a session");
+    JITLLM_REQUIRE(seen.insert(in.session).second, "forward: session ", in.session->id(),
+                   " appears twice in one batch");
+    JITLLM_REQUIRE(!in.tokens.empty(), "forward: session ", in.session->id(), " was given no tokens");
+    for (int32_t id : in.tokens) {
+      JITLLM_REQUIRE(id >= 0 && id < c.vocabSize, "token id ", id, " is outside the vocabulary (", c.vocabSize,
+                     " tokens)");
+    }
+    const int64_t after = in.session->length() + int64_t(in.tokens.size());
+    JITLLM_REQUIRE(after <= in.session->contextLimit(), "context limit exceeded: session ", in.session->id(),
+                   " holds ", in.session->length(), " tokens, ", in.tokens.size(), " more would pass its limit of ",
+                   in.session->contextLimit());
+    total += int64_t(in.tokens.size());
+  }
+  for (const SequenceInput& in : inputs) in.session->reserve(int64_t(in.tokens.size()));
+
+  // Flatten (input, token) pairs; microbatches take consecutive runs of them.
+  struct TokenRef {
+    Session* session;
+    int32_t id;
+    int32_t position;
+    bool wantLogits;
+  };
+  std::vector<TokenRef> flat;
+  flat.reserve(size_t(total));
+  for (const SequenceInput& in : inputs) {
+    const int64_t base = in.session->length();
+    for (size_t j = 0; j < in.tokens.size(); j++) {
+      flat.push_back({in.session, in.tokens[j], int32_t(base + int64_t(j)),
+                      in.allLogits || j + 1 == in.tokens.size()});
+    }
+  }
+
+  const int64_t E = c.embedding;
+  std::vector<float> hostRows;
+  for (int64_t t0 = 0; t0 < total; t0 += kMaxStepTokens) {
+    const int64_t T = std::min(kMaxStepTokens, total - t0);
+    std::vector<int32_t> ids(size_t(T)), positions(size_t(T));
+    std::vector<Session*> sessions(size_t(T));
+    for (int64_t t = 0; t < T; t++) {
+      const TokenRef& r = flat[size_t(t0 + t)];
+      ids[size_t(t)] = r.id;
+      positions[size_t(t)] = r.position;
+      sessions[size_t(t)] = r.session;
+    }
+
+    Workspace* ws = &workspace(*units_[0].device, T);
+    ws->device->getRows(units_[0].table, ids.data(), T, ws->f(ws->x));
+    for (int unit = 1; unit < unitCount(); unit++) {
+      Device& d = *units_[size_t(unit)].device;
+      if (&d != ws->device) {
+        // A device boundary: the hidden state crosses once, through host memory.
+        Workspace& next = workspace(d, T);
+        hostRows.resize(size_t(T * E));
+        ws->device->copyToHost(hostRows.data(), ws->x->data(), hostRows.size() * sizeof(float));
+        d.copyFromHost(next.x->data(), hostRows.data(), hostRows.size() * sizeof(float));
+        ws = &next;
+      }
+      if (unit < unitCount() - 1) runBlock(unit - 1, *ws, T, positions.data(), sessions.data());
+    }
+
+    // The head: only rows whose logits were asked for.
+    const BoundUnit& head = units_.back();
+    Device& d = *head.device;
+    std::vector<int64_t> rows;
+    for (int64_t t = 0; t < T; t++) {
+      if (flat[size_t(t0 + t)].wantLogits) rows.push_back(t);
+    }
+    if (rows.empty()) continue;
+    float* x = ws->f(ws->x);
+    float* normed = ws->f(ws->normed);
+    const int64_t n = int64_t(rows.size());
+    const bool contiguous = rows.back() - rows.front() + 1 == n;
+    const float* src = x + rows.front() * E;
+    if (!contiguous) {
+      hostRows.resize(size_t(n * E));
+      for (int64_t i = 0; i < n; i++) {
+        d.copyToHost(hostRows.data() + i * E, reinterpret_cast<const uint8_t*>(x + rows[size_t(i)] * E),
+                     size_t(E) * sizeof(float));
+      }
+      d.copyFromHost(ws->normed->data(), hostRows.data(), hostRows.size() * sizeof(float));
+      src = normed;
+    }
+    d.rmsNorm(src, head.norm, normed, n, E, c.rmsEps);
+    if (ws->logitsCapacity < n) {
+      ws->logits.reset();
+      ws->logits = d.allocate(size_t(n * c.vocabSize) * sizeof(float));
+      ws->logitsCapacity = n;
+    }
+    float* out = ws->f(ws->logits);
+    d.matmul(head.table, normed, n, out, nullptr);
+    const size_t before = logits.size();
+    logits.resize(before + size_t(n * c.vocabSize));
+    d.copyToHost(logits.data() + before, reinterpret_cast<const uint8_t*>(out),
+                 size_t(n * c.vocabSize) * sizeof(float));
+  }
+  for (const SequenceInput& in : inputs) in.session->advance(int64_t(in.tokens.size()));
+}
+
+}  // namespace jitllm::runtime

@@ -1,0 +1,46 @@
+// The hyperparameters of a transformer, read from a GGUF file's metadata.
+//
+// One struct for every architecture the runtime knows; `arch` selects the few graph differences
+// (qwen2: QKV biases and NEOX rope). Reading validates everything the forward pass relies on, so
+// later code can trust it: a missing or inconsistent key is an Error(FAILED) naming the key and
+// the file, an unknown architecture one naming the architecture.
+//
+// Thread-safety: a value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace jitllm::gguf {
+class GgufFile;
+}
+
+namespace jitllm::runtime {
+
+enum class Architecture { kLlama, kQwen2 };
+const char* architectureName(Architecture arch);
+
+struct ModelConfig {
+  Architecture arch = Architecture::kLlama;
+  std::string archKey;  // the GGUF prefix: "llama", "qwen2"
+  std::string name;     // general.name, or the file name
+  int64_t vocabSize = 0;
+  int64_t contextLength = 0;  // trained context
+  int64_t embedding = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kvHeads = 0;
+  int64_t headDim = 0;
+  int64_t feedForward = 0;
+  int64_t rotaryDims = 0;
+  float ropeFreqBase = 10000.0f;
+  float ropeFreqScale = 1.0f;  // 1 / linear scaling factor
+  bool ropeNeox = false;
+  float rmsEps = 1e-5f;
+  bool qkvBias = false;
+
+  static ModelConfig fromGguf(const gguf::GgufFile& file);
+};
+
+}  // namespace jitllm::runtime

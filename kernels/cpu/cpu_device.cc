@@ -1,0 +1,206 @@
+#include "kernels/cpu/cpu_device.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm/matmul.h"
+#include "kernels/error.h"
+#include "kernels/quant/dequantize.h"
+#include "kernels/quant/half.h"
+
+namespace jitllm::cpu {
+
+// Buffers are aligned for the widest vector loads (AVX-512) and for whole cache lines.
+static constexpr size_t kBufferAlignment = 64;
+
+class CpuBuffer final : public DeviceBuffer {
+ public:
+  CpuBuffer(CpuDevice& device, uint8_t* data, size_t size, bool owned)
+      : device_(device), data_(data), size_(size), owned_(owned) {}
+  ~CpuBuffer() override {
+    if (owned_) {
+      std::free(data_);
+      device_.release(size_);
+    }
+  }
+  size_t size() const override { return size_; }
+  uint8_t* data() override { return data_; }
+  Device& device() override { return device_; }
+
+ private:
+  CpuDevice& device_;
+  uint8_t* data_;
+  size_t size_;
+  bool owned_;
+};
+
+namespace {
+
+size_t physicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long pageSize = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && pageSize > 0 ? size_t(pages) * size_t(pageSize) : size_t(1) << 32;
+}
+
+int onlineCores() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? int(n) : 1;
+}
+
+// Rows of work per thread below which splitting a loop costs more than it saves.
+constexpr int64_t kMinRowsPerThread = 16;
+
+}  // namespace
+
+CpuDevice::CpuDevice(const CpuDeviceOptions& options)
+    : isa_(options.isa.value_or(bestIsa())),
+      pool_(options.threads > 0 ? options.threads : onlineCores()) {
+  info_.id = "cpu:" + std::to_string(options.index);
+  info_.backend = Backend::kCpu;
+  info_.name = std::string("CPU (") + isaName(isa_) + ")";
+  info_.memoryBudget = options.memoryBudget ? options.memoryBudget : physicalMemory();
+  info_.threads = pool_.threads();
+}
+
+CpuDevice::~CpuDevice() = default;
+
+std::unique_ptr<DeviceBuffer> CpuDevice::allocate(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
+      JITLLM_FAIL(kOverloaded, info_.id, ": out of memory: ", rounded, " bytes requested, ",
+                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget,
+                  " free");
+    }
+  } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
+  void* p = std::aligned_alloc(kBufferAlignment, rounded);
+  if (p == nullptr) {
+    used_.fetch_sub(rounded, std::memory_order_relaxed);
+    JITLLM_FAIL(kOverloaded, info_.id, ": the host could not allocate ", rounded, " bytes");
+  }
+  return std::make_unique<CpuBuffer>(*this, static_cast<uint8_t*>(p), rounded, true);
+}
+
+std::unique_ptr<DeviceBuffer> CpuDevice::adoptHostBytes(const uint8_t* bytes, size_t size) {
+  // The CPU reads the mapping in place: no copy, no budget (the page cache holds the bytes).
+  return std::make_unique<CpuBuffer>(*this, const_cast<uint8_t*>(bytes), size, false);
+}
+
+void CpuDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
+void CpuDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i++) {
+    JITLLM_REQUIRE(ids[i] >= 0 && ids[i] < table.rows, "token id ", ids[i], " is outside the vocabulary of ",
+                   table.rows);
+    quant::dequantizeRow(table.type, table.data + size_t(ids[i]) * table.rowStride, out + i * table.cols,
+                         table.cols);
+  }
+}
+
+void CpuDevice::rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) {
+  pool_.parallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; r++) {
+      const float* xr = x + r * dim;
+      float* o = out + r * dim;
+      // The mean of squares in double: cheap at this size and it removes the one reduction whose
+      // rounding would otherwise depend on the vector width.
+      double sum = 0;
+      for (int64_t i = 0; i < dim; i++) sum += double(xr[i]) * double(xr[i]);
+      const float scale = float(1.0 / std::sqrt(sum / double(dim) + double(eps)));
+      for (int64_t i = 0; i < dim; i++) o[i] = xr[i] * scale * weight[i];
+    }
+  });
+}
+
+void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
+  const WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride};
+  // Rows are split among threads in contiguous ranges; each row's result depends only on the
+  // kernel variant, so the thread count never changes the output.
+  pool_.parallelFor(w.rows, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
+    matmulRows(view, x, w.cols, tokens, y, w.rows, begin, end, isa_);
+    if (bias) {
+      for (int64_t t = 0; t < tokens; t++) {
+        for (int64_t r = begin; r < end; r++) y[t * w.rows + r] += bias[r];
+      }
+    }
+  });
+}
+
+void CpuDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+                     const RopeParams& params) {
+  const int half = params.rotaryDims / 2;
+  JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
+                 "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
+  pool_.parallelFor(tokens, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> cosv(size_t(half)), sinv(size_t(half));
+    for (int64_t t = begin; t < end; t++) {
+      // Angles in double: the float64 reference computes them so, and float32 powers drift by
+      // several ulps at large positions.
+      const double pos = double(positions[t]) * double(params.freqScale);
+      for (int i = 0; i < half; i++) {
+        double inv = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
+        if (params.freqFactors) inv /= double(params.freqFactors[i]);
+        cosv[size_t(i)] = float(std::cos(pos * inv));
+        sinv[size_t(i)] = float(std::sin(pos * inv));
+      }
+      for (int h = 0; h < heads; h++) {
+        float* v = x + (t * heads + h) * headDim;
+        for (int i = 0; i < half; i++) {
+          const int a = params.neox ? i : 2 * i;
+          const int b = params.neox ? i + half : 2 * i + 1;
+          const float x0 = v[a], x1 = v[b];
+          v[a] = x0 * cosv[size_t(i)] - x1 * sinv[size_t(i)];
+          v[b] = x0 * sinv[size_t(i)] + x1 * cosv[size_t(i)];
+        }
+      }
+    }
+  });
+}
+
+void CpuDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
+                        const KvLayout& layout) {
+  const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
+  for (int64_t t = 0; t < tokens; t++) {
+    auto* kDst = reinterpret_cast<uint16_t*>(slots[t].page + size_t(slots[t].slot) * layout.tokenBytes());
+    auto* vDst = reinterpret_cast<uint16_t*>(slots[t].page + size_t(layout.pageTokens + slots[t].slot) *
+                                                                 layout.tokenBytes());
+    quant::fp32ToFp16Row(k + t * width, kDst, width);
+    quant::fp32ToFp16Row(v + t * width, vDst, width);
+  }
+}
+
+void CpuDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
+  const int64_t pairs = batch.tokens * batch.heads;
+  pool_.parallelFor(pairs, 1, [&](int64_t begin, int64_t end) {
+    AttentionScratch scratch;
+    for (int64_t i = begin; i < end; i++) {
+      attendOneHead(q, out, batch, i / batch.heads, int(i % batch.heads), isa_, scratch);
+    }
+  });
+}
+
+void CpuDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
+}
+
+void CpuDevice::add(float* x, const float* y, int64_t n) {
+  pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) x[i] += y[i];
+  });
+}
+
+}  // namespace jitllm::cpu

@@ -1,0 +1,67 @@
+// The CPU as a Device: host memory under a byte budget, a thread pool, and SIMD kernels chosen
+// for the CPU found (kernels/cpu/gemm picks AVX-512, AVX2 or portable code at run time).
+//
+// Several CpuDevices can exist in one process (cpu:0, cpu:1, ...), each with its own budget and
+// threads, so that placing layers on different devices and moving them is testable on a machine
+// with no GPU.
+//
+// Ownership: owns its thread pool; buffers it hands out must be destroyed before it.
+// Thread-safety: ops and allocation from one thread at a time (the device's executor);
+// info() and memoryUsed() from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "kernels/cpu/gemm/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/device.h"
+
+namespace jitllm::cpu {
+
+struct CpuDeviceOptions {
+  int index = 0;
+  int threads = 0;          // 0: one per online core
+  size_t memoryBudget = 0;  // 0: the machine's physical memory
+  std::optional<Isa> isa;   // force a kernel variant (tests); default: the best the CPU has
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options = {});
+  ~CpuDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
+  Isa isa() const { return isa_; }
+  ThreadPool& pool() { return pool_; }
+
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
+  std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
+  void copyFromHost(uint8_t* dst, const void* src, size_t bytes) override;
+  void copyToHost(void* dst, const uint8_t* src, size_t bytes) override;
+
+  void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
+  void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim,
+               float eps) override;
+  void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y,
+              const float* bias) override;
+  void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+            const RopeParams& params) override;
+  void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
+               const KvLayout& layout) override;
+  void attention(const float* q, float* out, const AttentionBatch& batch) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void add(float* x, const float* y, int64_t n) override;
+
+ private:
+  friend class CpuBuffer;
+  void release(size_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+  DeviceInfo info_;
+  Isa isa_;
+  ThreadPool pool_;
+  std::atomic<size_t> used_{0};
+};
+
+}  // namespace jitllm::cpu

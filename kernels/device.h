@@ -1,0 +1,127 @@
+// Device: one execution target (cpu:0, cuda:1, vulkan:0) as the runtime and the scheduler see it.
+//
+// A Device owns its memory (buffers it allocates), its execution resources (threads, streams,
+// queues) and the kernels compiled for it. The model graph is written once against this
+// interface: every op takes pointers in the device's own address space (host pointers on the CPU,
+// device addresses on a GPU) and small host-side descriptions (token ids, positions, KV page
+// tables) that the device brings over itself. Ops run in call order; results are visible to the
+// next op and to copyToHost once the op returns (a GPU backend may queue, but must keep that
+// ordering and synchronise in copyToHost).
+//
+// Memory accounting is explicit: allocate() throws Error(OVERLOADED) when the device's budget is
+// spent, so callers can page out or refuse instead of crashing.
+//
+// Thread-safety: a Device is driven by one thread at a time (its executor); info() and
+// memoryUsed() may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/quant/tensor_type.h"
+
+namespace jitllm {
+
+enum class Backend { kCpu, kCuda, kVulkan };
+const char* backendName(Backend backend);
+
+struct DeviceInfo {
+  std::string id;          // "cpu:0": backend name and index, unique on this machine
+  Backend backend = Backend::kCpu;
+  std::string name;        // human-readable: model name and the kernel variant chosen
+  size_t memoryBudget = 0; // bytes this device will hand out, in total
+  int threads = 1;         // CPU: worker threads; GPU: 0
+  bool software = false;   // an emulated device (lavapipe): usable, but placed last
+};
+
+class Device;
+
+// Memory owned by one device. Destroying it returns the memory to the device's pool.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual size_t size() const = 0;
+  virtual uint8_t* data() = 0;  // an address in the device's space
+  virtual Device& device() = 0;
+};
+
+// A matrix in its file layout (rows of `cols` elements, quantized in blocks along a row), in the
+// device's address space.
+struct WeightRef {
+  quant::TensorType type = quant::TensorType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t rowStride = 0;  // bytes from one row to the next
+};
+
+struct RopeParams {
+  int rotaryDims = 0;               // leading dims of each head that rotate
+  float freqBase = 10000.0f;
+  float freqScale = 1.0f;           // linear context scaling: positions are multiplied by this
+  const float* freqFactors = nullptr;  // host; rotaryDims/2 divisors (llama3 rope_freqs) or null
+  bool neox = false;                // rotate halves (qwen2) instead of adjacent pairs (llama)
+};
+
+// How KV lives in a page: kPageTokens tokens of K then the same of V, each token's heads
+// contiguous, fp16.
+struct KvLayout {
+  int pageTokens = 16;
+  int kvHeads = 0;
+  int headDim = 0;
+  size_t tokenBytes() const { return size_t(kvHeads) * size_t(headDim) * 2; }  // one of K or V
+  size_t pageBytes() const { return 2 * size_t(pageTokens) * tokenBytes(); }
+};
+
+// Where one token's K and V go: a page (device address) and the token's slot in it.
+struct KvSlot {
+  uint8_t* page = nullptr;
+  int slot = 0;
+};
+
+// Attention for a batch of query tokens over paged KV. Token t attends to positions
+// [0, positions[t]] of its session, whose pages are pageTables[t][0..].
+struct AttentionBatch {
+  int64_t tokens = 0;
+  int heads = 0;
+  KvLayout kv;
+  float scale = 1.0f;
+  const int32_t* positions = nullptr;              // host, per token
+  const uint8_t* const* const* pageTables = nullptr;  // host, per token: page addresses
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+  virtual size_t memoryUsed() const = 0;
+
+  // Memory. allocate throws Error(OVERLOADED) when the budget would be exceeded.
+  virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
+  // Makes host bytes (e.g. an mmapped weight) usable by this device's ops. A device that can
+  // read host memory directly (the CPU) returns a view and copies nothing; the bytes must then
+  // outlive the buffer.
+  virtual std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) = 0;
+  virtual void copyFromHost(uint8_t* dst, const void* src, size_t bytes) = 0;
+  virtual void copyToHost(void* dst, const uint8_t* src, size_t bytes) = 0;
+
+  // Ops. Float activations are row-major [rows x dim] f32.
+  virtual void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) = 0;
+  virtual void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim,
+                       float eps) = 0;
+  // y[t][r] = sum_k w[r][k] * x[t][k] (+ bias[r] when bias is not null).
+  virtual void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y,
+                      const float* bias) = 0;
+  virtual void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+                    const RopeParams& params) = 0;
+  virtual void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
+                       const KvLayout& layout) = 0;
+  virtual void attention(const float* q, float* out, const AttentionBatch& batch) = 0;
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+};
+
+}  // namespace jitllm

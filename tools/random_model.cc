@@ -1,0 +1,225 @@
+#include "tools/random_model.h"
+
+#include <cmath>
+#include <memory>
+
+#include "daemon/gguf/gguf_file.h"
+#include "daemon/gguf/gguf_writer.h"
+#include "kernels/error.h"
+#include "kernels/quant/quantize.h"
+
+namespace jitllm::tools {
+namespace {
+
+using quant::TensorType;
+
+// splitmix64: tiny, fast, and well mixed; seeded per tensor so tensors are independent of the
+// order they are written in.
+class Random final {
+ public:
+  explicit Random(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // An approximately standard normal value: the sum of four 16-bit uniforms (Irwin-Hall),
+  // centred and scaled to unit variance. One 64-bit draw per value keeps multi-GB models quick to
+  // make, and weights need the right scale, not exact Gaussian tails.
+  float normal() {
+    const uint64_t r = next();
+    const double sum = double(r & 0xffff) + double((r >> 16) & 0xffff) + double((r >> 32) & 0xffff) +
+                       double(r >> 48);
+    return float((sum / 65536.0 - 2.0) * 1.7320508075688772);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t hashName(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// K-quants need rows that are whole 256-element super-blocks; llama-quantize falls back to a
+// 32-block type of similar size for other rows, and so do we.
+TensorType fitType(TensorType type, int64_t cols) {
+  if (cols % 256 == 0) return type;
+  switch (type) {
+    case TensorType::kQ4_K: return TensorType::kQ5_0;
+    case TensorType::kQ5_K: return TensorType::kQ5_1;
+    case TensorType::kQ6_K: return TensorType::kQ8_0;
+    default: return type;
+  }
+}
+
+std::vector<float> llama3RopeFactors(int64_t headDim, double theta) {
+  // Llama 3.1's published scaling: factor 32, low/high frequency factors 1 and 4, 8192 original.
+  constexpr double kFactor = 32.0, kLow = 1.0, kHigh = 4.0, kOldContext = 8192.0;
+  std::vector<float> out;
+  for (int64_t i = 0; i < headDim; i += 2) {
+    const double freq = 1.0 / std::pow(theta, double(i) / double(headDim));
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < kOldContext / kHigh) {
+      out.push_back(1.0f);
+    } else if (wavelen > kOldContext / kLow) {
+      out.push_back(float(kFactor));
+    } else {
+      const double smooth = (kOldContext / wavelen - kLow) / (kHigh - kLow);
+      out.push_back(float(1.0 / ((1 - smooth) / kFactor + smooth)));
+    }
+  }
+  return out;
+}
+
+class ModelBuilder final {
+ public:
+  explicit ModelBuilder(const RandomModelSpec& spec) : spec_(spec) {}
+
+  void matrix(const std::string& name, TensorType type, int64_t rows, int64_t cols, double scale) {
+    type = fitType(type, cols);
+    Random rng(hashName(spec_.seed, name));
+    std::vector<float> row(size_t(cols));
+    const size_t rowBytes = *quant::rowBytes(type, cols);
+    std::vector<uint8_t> data(rowBytes * size_t(rows));
+    for (int64_t r = 0; r < rows; r++) {
+      for (auto& v : row) v = float(rng.normal() * scale);
+      quant::quantizeRow(type, row.data(), data.data() + size_t(r) * rowBytes, cols);
+    }
+    writer_.addTensor(name, type, {cols, rows}, std::move(data));
+  }
+
+  void vector(const std::string& name, int64_t n, float mean, float stddev) {
+    Random rng(hashName(spec_.seed, name));
+    std::vector<float> v(size_t(n));
+    for (auto& x : v) x = mean + stddev * rng.normal();
+    values(name, v);
+  }
+
+  void values(const std::string& name, const std::vector<float>& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    writer_.addTensor(name, TensorType::kF32, {int64_t(v.size())}, std::span<const uint8_t>(p, v.size() * 4));
+  }
+
+  gguf::GgufWriter& writer() { return writer_; }
+
+ private:
+  const RandomModelSpec& spec_;
+  gguf::GgufWriter writer_;
+};
+
+// llama-quantize's rule for which layers' attn_v / ffn_down get more bits in the _M mixes: the
+// first and last eighth of the layers, and every third layer in between.
+bool moreBits(int64_t layer, int64_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+}  // namespace
+
+const std::vector<ModelShape>& knownShapes() {
+  static const std::vector<ModelShape> shapes = {
+      // name, arch, embd, layers, heads, kv, ff, vocab, theta, llama3, tied, ctx, eps
+      {"micro", "llama", 256, 2, 4, 2, 512, "models/stories260K.gguf", 10000.0f, false, false, 2048, 1e-5f},
+      {"tiny", "llama", 256, 4, 8, 4, 688, "vocab/ggml-vocab-llama-spm.gguf", 10000.0f, false, false, 2048, 1e-5f},
+      {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true,
+       131072, 1e-5f},
+      {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true,
+       131072, 1e-5f},
+      {"llama-3.1-8b", "llama", 4096, 32, 32, 8, 14336, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, false,
+       131072, 1e-5f},
+      {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, "vocab/ggml-vocab-qwen2.gguf", 1000000.0f, false, true, 32768,
+       1e-6f},
+  };
+  return shapes;
+}
+
+std::optional<ModelShape> findShape(const std::string& name) {
+  for (const auto& s : knownShapes()) {
+    if (s.name == name) return s;
+  }
+  return std::nullopt;
+}
+
+std::optional<WeightMix> findMix(const std::string& name) {
+  // general.file_type values are llama_ftype's.
+  static const std::vector<WeightMix> mixes = {
+      {"f32", TensorType::kF32, TensorType::kF32, TensorType::kF32, 0},
+      {"f16", TensorType::kF16, TensorType::kF16, TensorType::kF16, 1},
+      {"bf16", TensorType::kBF16, TensorType::kBF16, TensorType::kBF16, 32},
+      {"q4_0", TensorType::kQ4_0, TensorType::kQ4_0, TensorType::kQ6_K, 2},
+      {"q4_1", TensorType::kQ4_1, TensorType::kQ4_1, TensorType::kQ6_K, 3},
+      {"q8_0", TensorType::kQ8_0, TensorType::kQ8_0, TensorType::kQ8_0, 7},
+      {"q5_0", TensorType::kQ5_0, TensorType::kQ5_0, TensorType::kQ6_K, 8},
+      {"q5_1", TensorType::kQ5_1, TensorType::kQ5_1, TensorType::kQ6_K, 9},
+      {"q4_k_s", TensorType::kQ4_K, TensorType::kQ4_K, TensorType::kQ6_K, 14},
+      {"q4_k_m", TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ6_K, 15},
+      {"q5_k_s", TensorType::kQ5_K, TensorType::kQ5_K, TensorType::kQ6_K, 16},
+      {"q5_k_m", TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ6_K, 17},
+      {"q6_k", TensorType::kQ6_K, TensorType::kQ6_K, TensorType::kQ6_K, 18},
+  };
+  for (const auto& m : mixes) {
+    if (m.name == name) return m;
+  }
+  return std::nullopt;
+}
+
+void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
+  const ModelShape& s = spec.shape;
+  const WeightMix& mix = spec.mix;
+  auto vocab = gguf::GgufFile::open(spec.sharedDir + "/" + s.vocabFile);
+  const gguf::Value* tokens = vocab->find("tokenizer.ggml.tokens");
+  JITLLM_REQUIRE(tokens && tokens->asArray(), vocab->name(), ": no tokenizer.ggml.tokens");
+  const int64_t nVocab = int64_t(tokens->asArray()->size());
+  const int64_t headDim = s.embedding / s.heads;
+
+  ModelBuilder b(spec);
+  gguf::GgufWriter& w = b.writer();
+  const std::string a = s.arch + ".";
+  w.set("general.architecture", gguf::Value::string(s.arch));
+  w.set("general.name", gguf::Value::string("random-" + s.name));
+  w.set(a + "context_length", gguf::Value::u32(uint32_t(s.contextLength)));
+  w.set(a + "embedding_length", gguf::Value::u32(uint32_t(s.embedding)));
+  w.set(a + "block_count", gguf::Value::u32(uint32_t(s.layers)));
+  w.set(a + "feed_forward_length", gguf::Value::u32(uint32_t(s.feedForward)));
+  w.set(a + "attention.head_count", gguf::Value::u32(uint32_t(s.heads)));
+  w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(s.kvHeads)));
+  w.set(a + "rope.dimension_count", gguf::Value::u32(uint32_t(headDim)));
+  w.set(a + "rope.freq_base", gguf::Value::f32(s.ropeFreqBase));
+  w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(s.rmsEps));
+  w.set("general.file_type", gguf::Value::u32(mix.fileType));
+  for (const auto& [key, value] : vocab->metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  }
+
+  b.matrix("token_embd.weight", s.tiedEmbeddings ? mix.output : mix.base, nVocab, s.embedding, 1.0);
+  b.vector("output_norm.weight", s.embedding, 1.0f, 0.1f);
+  if (!s.tiedEmbeddings) b.matrix("output.weight", mix.output, nVocab, s.embedding, 1.0 / std::sqrt(s.embedding));
+  if (s.llama3Rope) b.values("rope_freqs.weight", llama3RopeFactors(headDim, s.ropeFreqBase));
+  const int64_t qDim = s.heads * headDim, kvDim = s.kvHeads * headDim;
+  const bool qwen = s.arch == "qwen2";
+  for (int64_t i = 0; i < s.layers; i++) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const TensorType more = moreBits(i, s.layers) ? mix.more : mix.base;
+    const double inEmb = 1.0 / std::sqrt(double(s.embedding));
+    b.vector(p + "attn_norm.weight", s.embedding, 1.0f, 0.1f);
+    b.matrix(p + "attn_q.weight", mix.base, qDim, s.embedding, inEmb);
+    b.matrix(p + "attn_k.weight", mix.base, kvDim, s.embedding, inEmb);
+    b.matrix(p + "attn_v.weight", more, kvDim, s.embedding, inEmb);
+    if (qwen) {
+      b.vector(p + "attn_q.bias", qDim, 0.0f, 0.1f);
+      b.vector(p + "attn_k.bias", kvDim, 0.0f, 0.1f);
+      b.vector(p + "attn_v.bias", kvDim, 0.0f, 0.1f);
+    }
+    b.matrix(p + "attn_output.weight", mix.base, s.embedding, qDim, 1.0 / std::sqrt(double(qDim)));
+    b.vector(p + "ffn_norm.weight", s.embedding, 1.0f, 0.1f);
+    b.matrix(p + "ffn_gate.weight", mix.base, s.feedForward, s.embedding, inEmb);
+    b.matrix(p + "ffn_up.weight", mix.base, s.feedForward, s.embedding, inEmb);
+    b.matrix(p + "ffn_down.weight", more, s.embedding, s.feedForward, 1.0 / std::sqrt(double(s.feedForward)));
+  }
+  w.writeFile(path);
+}
+
+}  // namespace jitllm::tools

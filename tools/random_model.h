@@ -1,0 +1,59 @@
+// Random-weight GGUF models in the shapes of real ones, written directly in any weight type.
+//
+// Speed and memory depend on shapes, not on weight values, so these stand in for real models in
+// benchmarks, and tests use them to check the runtime against llama.cpp without shipping
+// gigabytes. The weights come from our own deterministic generator (splitmix64 + Box-Muller), so
+// the same spec always gives the same bytes on every machine; the tokenizer is copied from a
+// vocab-only GGUF. Shapes and weight statistics follow ../shared/peer/mkmodel.py.
+//
+// Thread-safety: pure functions (writeRandomModel uses the calling thread only).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/quant/tensor_type.h"
+
+namespace jitllm::tools {
+
+struct ModelShape {
+  std::string name;  // "micro", "tiny", "llama-3.2-1b", ...
+  std::string arch;  // "llama" or "qwen2"
+  int64_t embedding, layers, heads, kvHeads, feedForward;
+  std::string vocabFile;  // under the shared dir: "vocab/ggml-vocab-llama-bpe.gguf"
+  float ropeFreqBase;
+  bool llama3Rope;
+  bool tiedEmbeddings;
+  int64_t contextLength;
+  float rmsEps;
+};
+
+// micro, tiny, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b.
+const std::vector<ModelShape>& knownShapes();
+std::optional<ModelShape> findShape(const std::string& name);
+
+// A file type as llama-quantize names it: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s
+// (all q4_K), q4_k_m, q5_k_s, q5_k_m, q6_k. The _m mixes give attn_v and ffn_down of some layers
+// and the output matrix q6_K, as llama-quantize does.
+struct WeightMix {
+  std::string name;
+  quant::TensorType base;
+  quant::TensorType more;    // attn_v / ffn_down of the layers that get more bits
+  quant::TensorType output;  // output.weight (or the tied embedding)
+  uint32_t fileType;         // general.file_type (llama_ftype)
+};
+std::optional<WeightMix> findMix(const std::string& name);
+
+struct RandomModelSpec {
+  ModelShape shape;
+  WeightMix mix;
+  uint64_t seed = 0;
+  std::string sharedDir;  // where vocabFile is found
+};
+
+// Writes the model to `path`; Error(FAILED) naming the file on I/O problems.
+void writeRandomModel(const RandomModelSpec& spec, const std::string& path);
+
+}  // namespace jitllm::tools
