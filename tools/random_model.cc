@@ -82,7 +82,7 @@ class ModelBuilder final {
   void matrix(const std::string& name, TensorType type, int64_t rows, int64_t cols, double scale) {
     type = fitType(type, cols);
     Random rng(hashName(spec_.seed, name));
-    std::vector<float> row(size_t(cols));
+    std::vector<float> row(static_cast<size_t>(cols));
     const size_t rowBytes = *quant::rowBytes(type, cols);
     std::vector<uint8_t> data(rowBytes * size_t(rows));
     for (int64_t r = 0; r < rows; r++) {
@@ -94,7 +94,7 @@ class ModelBuilder final {
 
   void vector(const std::string& name, int64_t n, float mean, float stddev) {
     Random rng(hashName(spec_.seed, name));
-    std::vector<float> v(size_t(n));
+    std::vector<float> v(static_cast<size_t>(n));
     for (auto& x : v) x = mean + stddev * rng.normal();
     values(name, v);
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "daemon/tokenizer/vocab_from_gguf.h"
 #include "kernels/error.h"
 
 namespace jitllm::runtime {
@@ -55,6 +56,11 @@ std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, con
   m->file_ = std::move(file);
   m->config_ = ModelConfig::fromGguf(*m->file_);
   m->tensors_ = ModelTensors::find(*m->file_, m->config_);
+  if (m->file_->find("tokenizer.ggml.model")) {
+    m->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::vocabFromGguf(*m->file_));
+    JITLLM_REQUIRE(m->tokenizer_->vocabSize() == m->config_.vocabSize, m->file_->name(), ": the tokenizer has ",
+                   m->tokenizer_->vocabSize(), " tokens but the embedding has ", m->config_.vocabSize, " rows");
+  }
   if (m->tensors_.ropeFreqs) {
     const auto* f = reinterpret_cast<const float*>(m->tensors_.ropeFreqs->data);
     m->ropeFactors_.assign(f, f + m->config_.rotaryDims / 2);
@@ -71,6 +77,14 @@ std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, con
 }
 
 Model::~Model() = default;
+
+const tokenizer::Tokenizer& Model::tokenizer() const {
+  JITLLM_REQUIRE(tokenizer_ != nullptr, file_->name(), ": the file has no tokenizer (tokenizer.ggml.* keys)");
+  return *tokenizer_;
+}
+
+int Model::unitCount() const { return int(units_.size()); }
+Device& Model::unitDevice(int unit) const { return *units_.at(size_t(unit)).device; }
 
 std::string Model::unitName(int unit) const {
   if (unit == 0) return "token_embd";
@@ -191,8 +205,8 @@ void Model::runBlock(int layer, Workspace& ws, int64_t T, const int32_t* positio
   d.rope(q, T, int(c.heads), int(c.headDim), positions, rope);
   d.rope(k, T, int(c.kvHeads), int(c.headDim), positions, rope);
 
-  std::vector<KvSlot> slots(size_t(T));
-  std::vector<const uint8_t* const*> pageTables(size_t(T));
+  std::vector<KvSlot> slots(static_cast<size_t>(T));
+  std::vector<const uint8_t* const*> pageTables(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; t++) {
     slots[size_t(t)] = sessions[t]->slotFor(layer, positions[t]);
     pageTables[size_t(t)] = sessions[t]->pageAddresses(layer).data();
@@ -260,8 +274,8 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
   std::vector<float> hostRows;
   for (int64_t t0 = 0; t0 < total; t0 += kMaxStepTokens) {
     const int64_t T = std::min(kMaxStepTokens, total - t0);
-    std::vector<int32_t> ids(size_t(T)), positions(size_t(T));
-    std::vector<Session*> sessions(size_t(T));
+    std::vector<int32_t> ids(static_cast<size_t>(T)), positions(static_cast<size_t>(T));
+    std::vector<Session*> sessions(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; t++) {
       const TokenRef& r = flat[size_t(t0 + t)];
       ids[size_t(t)] = r.id;

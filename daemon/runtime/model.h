@@ -28,6 +28,7 @@
 #include "daemon/runtime/model_config.h"
 #include "daemon/runtime/model_tensors.h"
 #include "daemon/runtime/session.h"
+#include "daemon/tokenizer/tokenizer.h"
 #include "kernels/device.h"
 
 namespace jitllm::runtime {
@@ -60,9 +61,13 @@ class Model final {
   const ModelConfig& config() const { return config_; }
   const gguf::GgufFile& file() const { return *file_; }
   const ModelTensors& tensors() const { return tensors_; }
+  // The tokenizer from the file's tokenizer.ggml.* keys; Error(FAILED) naming the file when it
+  // has none (a weights-only file can still run on token ids).
+  const tokenizer::Tokenizer& tokenizer() const;
+  bool hasTokenizer() const { return tokenizer_ != nullptr; }
 
-  int unitCount() const { return int(units_.size()); }
-  Device& unitDevice(int unit) const { return *units_[size_t(unit)].device; }
+  int unitCount() const;
+  Device& unitDevice(int unit) const;
   std::string unitName(int unit) const;  // "token_embd", "blk.3", "output"
   const KvLayout& kvLayout() const { return kvLayout_; }
   KvPagePool& kvPool(Device& device);
@@ -88,6 +93,7 @@ class Model final {
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;
   ModelTensors tensors_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   KvLayout kvLayout_;
   std::vector<BoundUnit> units_;
   std::map<Device*, std::unique_ptr<KvPagePool>> pools_;

@@ -54,8 +54,11 @@ int onlineCores() {
   return n > 0 ? int(n) : 1;
 }
 
-// Rows of work per thread below which splitting a loop costs more than it saves.
-constexpr int64_t kMinRowsPerThread = 16;
+// Weight bytes per thread below which splitting a matrix product costs more than it saves (a
+// hand-off costs about a microsecond; 64 KiB of weights take a few).
+constexpr size_t kMinWeightBytesPerThread = 64 * 1024;
+// The same for attention, in (position x head dim) products per thread.
+constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 
 }  // namespace
 
@@ -125,7 +128,8 @@ void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float
   const WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride};
   // Rows are split among threads in contiguous ranges; each row's result depends only on the
   // kernel variant, so the thread count never changes the output.
-  pool_.parallelFor(w.rows, kMinRowsPerThread, [&](int64_t begin, int64_t end) {
+  const int64_t minRows = int64_t(kMinWeightBytesPerThread / std::max<size_t>(1, w.rowStride * size_t(tokens)));
+  pool_.parallelFor(w.rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
     matmulRows(view, x, w.cols, tokens, y, w.rows, begin, end, isa_);
     if (bias) {
       for (int64_t t = 0; t < tokens; t++) {
@@ -141,7 +145,7 @@ void CpuDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int
   JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
                  "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
   pool_.parallelFor(tokens, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> cosv(size_t(half)), sinv(size_t(half));
+    std::vector<float> cosv(static_cast<size_t>(half)), sinv(static_cast<size_t>(half));
     for (int64_t t = begin; t < end; t++) {
       // Angles in double: the float64 reference computes them so, and float32 powers drift by
       // several ulps at large positions.
@@ -180,7 +184,12 @@ void CpuDevice::kvStore(const float* k, const float* v, int64_t tokens, const Kv
 
 void CpuDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
   const int64_t pairs = batch.tokens * batch.heads;
-  pool_.parallelFor(pairs, 1, [&](int64_t begin, int64_t end) {
+  // Split only when each thread gets enough positions x dims to outweigh the hand-off.
+  int64_t work = 0;
+  for (int64_t t = 0; t < batch.tokens; t++) work += int64_t(batch.positions[t]) + 1;
+  work *= int64_t(batch.heads) * batch.kv.headDim;
+  const int64_t minPairs = std::max<int64_t>(1, pairs * kMinAttentionWorkPerThread / std::max<int64_t>(1, work));
+  pool_.parallelFor(pairs, minPairs, [&](int64_t begin, int64_t end) {
     AttentionScratch scratch;
     for (int64_t i = begin; i < end; i++) {
       attendOneHead(q, out, batch, i / batch.heads, int(i % batch.heads), isa_, scratch);

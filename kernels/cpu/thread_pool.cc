@@ -68,7 +68,15 @@ void ThreadPool::parallelFor(int64_t n, int64_t minChunk,
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   runShare(0);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin while the workers are likely running; if one is not (the machine is busier than our
+  // thread count), give it the core instead of burning our time slice.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; spin++) {
+    if (spin < kSpinIterations) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   fn_ = nullptr;
   if (hasError_.load(std::memory_order_acquire)) std::rethrow_exception(error_);
 }

@@ -1,0 +1,44 @@
+#include "daemon/runtime/device_spec.h"
+
+#include <charconv>
+#include <set>
+
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/error.h"
+
+namespace jitllm::runtime {
+
+std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, const DeviceSpecOptions& options) {
+  std::vector<std::unique_ptr<Device>> devices;
+  std::set<std::string> seen;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t comma = spec.find(',', start);
+    const std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    const size_t colon = item.find(':');
+    const std::string backend = item.substr(0, colon);
+    int index = 0;
+    if (colon != std::string::npos) {
+      const char* b = item.data() + colon + 1;
+      const char* e = item.data() + item.size();
+      auto [p, ec] = std::from_chars(b, e, index);
+      JITLLM_REQUIRE(ec == std::errc() && p == e && index >= 0 && index < 1024, "device '", item,
+                     "': the index must be a small non-negative number");
+    }
+    JITLLM_REQUIRE(seen.insert(backend + ":" + std::to_string(index)).second, "device '", item, "' is named twice");
+    if (backend == "cpu") {
+      cpu::CpuDeviceOptions o;
+      o.index = index;
+      o.threads = options.cpuThreads;
+      devices.push_back(std::make_unique<cpu::CpuDevice>(o));
+    } else if (backend == "cuda" || backend == "vulkan") {
+      JITLLM_FAIL(kUnimplemented, "device '", item, "': this build has no ", backend, " backend");
+    } else {
+      JITLLM_FAIL(kFailed, "device '", item, "': unknown backend '", backend, "' (expected cpu, cuda or vulkan)");
+    }
+  }
+  return devices;
+}
+
+}  // namespace jitllm::runtime

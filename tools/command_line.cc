@@ -1,0 +1,24 @@
+#include "tools/command_line.h"
+
+#include <sstream>
+
+namespace jitllm::tools {
+
+std::vector<int32_t> parseTokenIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == ',' || text[i] == '\t' || text[i] == '\n')) i++;
+    if (i == text.size()) break;
+    int32_t id = 0;
+    auto [p, ec] = std::from_chars(text.data() + i, text.data() + text.size(), id);
+    if (ec != std::errc() || (p != text.data() + text.size() && *p != ' ' && *p != ',' && *p != '\t' && *p != '\n')) {
+      throw UsageError("token ids must be integers separated by spaces: '" + text + "'");
+    }
+    ids.push_back(id);
+    i = size_t(p - text.data());
+  }
+  return ids;
+}
+
+}  // namespace jitllm::tools

@@ -1,0 +1,53 @@
+// A small reader for the tools' command lines: positional arguments and "--flag VALUE" options,
+// each value parsed strictly (a number with trailing junk is an error, not a silent zero).
+//
+// Thread-safety: one per main().
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace jitllm::tools {
+
+class UsageError final : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class CommandLine final {
+ public:
+  CommandLine(int argc, char** argv) : args_(argv + 1, argv + argc) {}
+
+  bool done() const { return next_ >= args_.size(); }
+  std::string_view peek() const { return args_[next_]; }
+  std::string take() { return args_[next_++]; }
+
+  // The value after the flag just taken.
+  std::string value(std::string_view flag) {
+    if (done()) throw UsageError(std::string(flag) + " needs a value");
+    return take();
+  }
+  template <typename T>
+  T number(std::string_view flag) {
+    const std::string v = value(flag);
+    T out{};
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (ec != std::errc() || p != v.data() + v.size()) {
+      throw UsageError(std::string(flag) + ": '" + v + "' is not a valid number");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::string> args_;
+  size_t next_ = 0;
+};
+
+// "1 2 3" -> {1, 2, 3}; a UsageError for anything that is not a list of integers.
+std::vector<int32_t> parseTokenIds(const std::string& text);
+
+}  // namespace jitllm::tools
