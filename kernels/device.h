@@ -65,13 +65,20 @@ struct RopeParams {
   bool neox = false;                // rotate halves (qwen2) instead of adjacent pairs (llama)
 };
 
-// How KV lives in a page: kPageTokens tokens of K then the same of V, each token's heads
-// contiguous, fp16.
+// What the KV cache stores. fp16 halves the memory and the bytes a migration moves; fp32 keeps
+// attention as exact as the rest of the float32 pass (fp16 K/V costs about 1e-4 relative error in
+// the logits, enough to flip a near-tie in greedy decoding).
+enum class KvPrecision { kF16, kF32 };
+
+// How KV lives in a page: pageTokens tokens of K then the same of V, each token's heads
+// contiguous.
 struct KvLayout {
   int pageTokens = 16;
   int kvHeads = 0;
   int headDim = 0;
-  size_t tokenBytes() const { return size_t(kvHeads) * size_t(headDim) * 2; }  // one of K or V
+  KvPrecision precision = KvPrecision::kF32;
+  size_t elementBytes() const { return precision == KvPrecision::kF16 ? 2 : 4; }
+  size_t tokenBytes() const { return size_t(kvHeads) * size_t(headDim) * elementBytes(); }  // one of K or V
   size_t pageBytes() const { return 2 * size_t(pageTokens) * tokenBytes(); }
 };
 

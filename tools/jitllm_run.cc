@@ -30,6 +30,7 @@ constexpr const char* kUsage = R"(usage: jitllm-run MODEL.gguf (-p TEXT | -t "ID
   --threads N           CPU threads per CPU device (default: all cores)
   --device SPEC         devices to spread the layers over, e.g. cpu:0 or cpu:0,cpu:1 (default cpu:0)
   --ctx N               session context limit (default: prompt + n)
+  --kv f32|f16          KV cache precision (default f32: exact attention; f16 halves its memory)
   --temp T              sampling temperature (default 0: greedy)
   --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, --seed S
   --logits FILE         write each generated step's logits (float32, n_vocab per step)
@@ -45,6 +46,7 @@ int run(int argc, char** argv) {
   tools::CommandLine cl(argc, argv);
   std::string modelPath, text, ids, logitsPath, deviceSpec = "cpu:0";
   bool haveText = false, haveIds = false, score = false;
+  KvPrecision kvPrecision = KvPrecision::kF32;
   int32_t nPredict = 32;
   int64_t ctx = 0;
   runtime::DeviceSpecOptions deviceOptions;
@@ -57,6 +59,11 @@ int run(int argc, char** argv) {
     else if (a == "--threads") deviceOptions.cpuThreads = cl.number<int>(a);
     else if (a == "--device") deviceSpec = cl.value(a);
     else if (a == "--ctx") ctx = cl.number<int64_t>(a);
+    else if (a == "--kv") {
+      const std::string v = cl.value(a);
+      if (v != "f32" && v != "f16") throw tools::UsageError("--kv takes f32 or f16, not '" + v + "'");
+      kvPrecision = v == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
+    }
     else if (a == "--temp") sampling.temperature = cl.number<float>(a);
     else if (a == "--top-k") sampling.topK = cl.number<int32_t>(a);
     else if (a == "--top-p") sampling.topP = cl.number<float>(a);
@@ -80,6 +87,7 @@ int run(int argc, char** argv) {
   auto devices = runtime::createDevices(deviceSpec, deviceOptions);
   runtime::ModelLoadOptions options;
   for (auto& d : devices) options.devices.push_back(d.get());
+  options.kvPrecision = kvPrecision;
   auto model = runtime::Model::load(modelPath, options);
   const auto& config = model->config();
 

@@ -71,7 +71,8 @@ std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, con
   }
   JITLLM_REQUIRE(options.kvPageTokens > 0 && options.kvPageTokens <= 4096, "KV page size ", options.kvPageTokens,
                  " tokens is out of range");
-  m->kvLayout_ = KvLayout{options.kvPageTokens, int(m->config_.kvHeads), int(m->config_.headDim)};
+  m->kvLayout_ = KvLayout{options.kvPageTokens, int(m->config_.kvHeads), int(m->config_.headDim),
+                          options.kvPrecision};
   m->bind(options);
   return m;
 }

@@ -39,6 +39,8 @@ struct ModelLoadOptions {
   // split evenly in order, the embedding with the first block, the head with the last.
   std::vector<int> placement;
   int kvPageTokens = 16;
+  // fp32 by default: attention then stays as exact as the rest of the pass (see KvPrecision).
+  KvPrecision kvPrecision = KvPrecision::kF32;
 };
 
 // One session's share of a step: tokens to feed and which logits to return.

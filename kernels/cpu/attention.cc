@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/error.h"
@@ -10,67 +11,80 @@
 namespace jitllm::cpu {
 namespace {
 
-// dot(q, k) and acc += w * v over `n` values, k and v fp16. Three variants of each, chosen by
-// the device's Isa; the vector ones need n to be a multiple of their width.
-float dotScalar(const float* q, const uint16_t* k, int n) {
+// dot(q, k) and acc += w * v over `n` values of one cached K or V row, stored as fp16 (uint16_t)
+// or fp32 (float). Three variants of each, chosen by the device's Isa; the vector ones need n to
+// be a multiple of their width.
+inline float widen(uint16_t h) { return quant::fp16ToFp32(h); }
+inline float widen(float f) { return f; }
+
+template <typename T>
+float dotScalar(const float* q, const T* k, int n) {
   float s = 0;
-  for (int i = 0; i < n; i++) s += q[i] * quant::fp16ToFp32(k[i]);
+  for (int i = 0; i < n; i++) s += q[i] * widen(k[i]);
   return s;
 }
-void axpyScalar(float* acc, float w, const uint16_t* v, int n) {
-  for (int i = 0; i < n; i++) acc[i] += w * quant::fp16ToFp32(v[i]);
+template <typename T>
+void axpyScalar(float* acc, float w, const T* v, int n) {
+  for (int i = 0; i < n; i++) acc[i] += w * widen(v[i]);
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dotAvx2(const float* q, const uint16_t* k, int n) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) float dotAvx2(const float* q, const T* k, int n) {
   __m256 s = _mm256_setzero_ps();
-  for (int i = 0; i < n; i += 8) {
-    const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i)));
-    s = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, s);
-  }
+  for (int i = 0; i < n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), s);
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   return _mm_cvtss_f32(lo);
 }
-__attribute__((target("avx2,fma,f16c"))) void axpyAvx2(float* acc, float w, const uint16_t* v, int n) {
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) void axpyAvx2(float* acc, float w, const T* v, int n) {
   const __m256 wv = _mm256_set1_ps(w);
   for (int i = 0; i < n; i += 8) {
-    const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, vv, _mm256_loadu_ps(acc + i)));
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, load8(v + i), _mm256_loadu_ps(acc + i)));
   }
 }
 
-__attribute__((target("avx512f"))) float dotAvx512(const float* q, const uint16_t* k, int n) {
+__attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+__attribute__((target("avx512f"))) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+
+template <typename T>
+__attribute__((target("avx512f"))) float dotAvx512(const float* q, const T* k, int n) {
   __m512 s = _mm512_setzero_ps();
-  for (int i = 0; i < n; i += 16) {
-    const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + i)));
-    s = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), kv, s);
-  }
+  for (int i = 0; i < n; i += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k + i), s);
   return _mm512_reduce_add_ps(s);
 }
-__attribute__((target("avx512f"))) void axpyAvx512(float* acc, float w, const uint16_t* v, int n) {
+template <typename T>
+__attribute__((target("avx512f"))) void axpyAvx512(float* acc, float w, const T* v, int n) {
   const __m512 wv = _mm512_set1_ps(w);
   for (int i = 0; i < n; i += 16) {
-    const __m512 vv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)));
-    _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(wv, vv, _mm512_loadu_ps(acc + i)));
+    _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(wv, load16(v + i), _mm512_loadu_ps(acc + i)));
   }
 }
 
+template <typename T>
 struct HeadKernels {
-  float (*dot)(const float*, const uint16_t*, int);
-  void (*axpy)(float*, float, const uint16_t*, int);
+  float (*dot)(const float*, const T*, int);
+  void (*axpy)(float*, float, const T*, int);
 };
 
-HeadKernels kernelsFor(Isa isa, int headDim) {
-  if (isa == Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512, axpyAvx512};
-  if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2, axpyAvx2};
-  return {dotScalar, axpyScalar};
+template <typename T>
+HeadKernels<T> kernelsFor(Isa isa, int headDim) {
+  if (isa == Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>};
+  if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2<T>, axpyAvx2<T>};
+  return {dotScalar<T>, axpyScalar<T>};
 }
 
-}  // namespace
-
-void attendOneHead(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, Isa isa,
-                   AttentionScratch& scratch) {
+template <typename T>
+void attend(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, Isa isa,
+            AttentionScratch& scratch) {
   const KvLayout& kv = batch.kv;
   const int hd = kv.headDim;
   const int group = batch.heads / kv.kvHeads;
@@ -78,16 +92,18 @@ void attendOneHead(const float* q, float* out, const AttentionBatch& batch, int6
   const int64_t n = int64_t(batch.positions[token]) + 1;
   const uint8_t* const* pages = batch.pageTables[token];
   const size_t tokenBytes = kv.tokenBytes();
-  const HeadKernels k = kernelsFor(isa, hd);
+  const HeadKernels<T> k = kernelsFor<T>(isa, hd);
+  auto row = [&](int64_t j, int which) {  // which: 0 = K, 1 = V
+    const uint8_t* page = pages[j / kv.pageTokens];
+    return reinterpret_cast<const T*>(page + size_t(which * kv.pageTokens + j % kv.pageTokens) * tokenBytes) +
+           size_t(kvHead) * size_t(hd);
+  };
 
   const float* qh = q + (token * batch.heads + head) * hd;
   scratch.scores.resize(size_t(n));
   float maxScore = -INFINITY;
   for (int64_t j = 0; j < n; j++) {
-    const uint8_t* page = pages[j / kv.pageTokens];
-    const auto* kRow = reinterpret_cast<const uint16_t*>(page + size_t(j % kv.pageTokens) * tokenBytes) +
-                       size_t(kvHead) * size_t(hd);
-    const float s = k.dot(qh, kRow, hd) * batch.scale;
+    const float s = k.dot(qh, row(j, 0), hd) * batch.scale;
     scratch.scores[size_t(j)] = s;
     maxScore = std::max(maxScore, s);
   }
@@ -98,16 +114,21 @@ void attendOneHead(const float* q, float* out, const AttentionBatch& batch, int6
     sum += e;
   }
   scratch.accum.assign(size_t(hd), 0.0f);
-  for (int64_t j = 0; j < n; j++) {
-    const uint8_t* page = pages[j / kv.pageTokens];
-    const auto* vRow =
-        reinterpret_cast<const uint16_t*>(page + size_t(kv.pageTokens + j % kv.pageTokens) * tokenBytes) +
-        size_t(kvHead) * size_t(hd);
-    k.axpy(scratch.accum.data(), scratch.scores[size_t(j)], vRow, hd);
-  }
+  for (int64_t j = 0; j < n; j++) k.axpy(scratch.accum.data(), scratch.scores[size_t(j)], row(j, 1), hd);
   float* o = out + (token * batch.heads + head) * hd;
   const float inv = float(1.0 / sum);
   for (int i = 0; i < hd; i++) o[i] = scratch.accum[size_t(i)] * inv;
+}
+
+}  // namespace
+
+void attendOneHead(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, Isa isa,
+                   AttentionScratch& scratch) {
+  if (batch.kv.precision == KvPrecision::kF16) {
+    attend<uint16_t>(q, out, batch, token, head, isa, scratch);
+  } else {
+    attend<float>(q, out, batch, token, head, isa, scratch);
+  }
 }
 
 }  // namespace jitllm::cpu

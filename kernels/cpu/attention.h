@@ -1,7 +1,7 @@
-// Attention of one query head over a session's paged fp16 KV cache, on the CPU.
+// Attention of one query head over a session's paged KV cache (fp16 or fp32), on the CPU.
 //
-// Scores, softmax and the weighted sum of V are computed in float32 from the fp16 cache (the sum
-// of exponentials in double), in position order, so a head's output depends only on its inputs
+// Scores, softmax and the weighted sum of V are computed in float32 (the sum of exponentials in
+// double), in position order, so a head's output depends only on its inputs
 // and the kernel variant, never on how heads are spread over threads.
 //
 // Thread-safety: reentrant; each thread passes its own scratch.

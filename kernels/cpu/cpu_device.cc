@@ -174,11 +174,15 @@ void CpuDevice::kvStore(const float* k, const float* v, int64_t tokens, const Kv
                         const KvLayout& layout) {
   const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
   for (int64_t t = 0; t < tokens; t++) {
-    auto* kDst = reinterpret_cast<uint16_t*>(slots[t].page + size_t(slots[t].slot) * layout.tokenBytes());
-    auto* vDst = reinterpret_cast<uint16_t*>(slots[t].page + size_t(layout.pageTokens + slots[t].slot) *
-                                                                 layout.tokenBytes());
-    quant::fp32ToFp16Row(k + t * width, kDst, width);
-    quant::fp32ToFp16Row(v + t * width, vDst, width);
+    uint8_t* kDst = slots[t].page + size_t(slots[t].slot) * layout.tokenBytes();
+    uint8_t* vDst = slots[t].page + size_t(layout.pageTokens + slots[t].slot) * layout.tokenBytes();
+    if (layout.precision == KvPrecision::kF16) {
+      quant::fp32ToFp16Row(k + t * width, reinterpret_cast<uint16_t*>(kDst), width);
+      quant::fp32ToFp16Row(v + t * width, reinterpret_cast<uint16_t*>(vDst), width);
+    } else {
+      std::memcpy(kDst, k + t * width, size_t(width) * sizeof(float));
+      std::memcpy(vDst, v + t * width, size_t(width) * sizeof(float));
+    }
   }
 }
 

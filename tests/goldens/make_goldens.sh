@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# make_goldens.sh — regenerates, from scratch, every llama.cpp golden under tests/goldens/.
+#
+# What it makes (committed, in tests/goldens/):
+#   stories260K_greedy.txt        llama.cpp greedy decode (-n 200) of ../shared/models/stories260K.gguf
+#                                 for 5 prompts; format documented in the file's # header.
+#   micro/micro-{f32,f16,q8_0,q4_0,q4_k_m,q5_k_m,q6_k}.gguf
+#                                 random-weight `micro` shape (512-token vocab, seed 0) from
+#                                 ../shared/peer/mkmodel.py; f32/f16 written by mkmodel.py, the rest
+#                                 by llama-quantize from the F32 file.
+#   micro/tokens.txt              the 64-id teacher-forcing sequence (one line of ids).
+#   micro/<type>.truth.bin        float64 ground truth (reference.py), float32 [64][512], row-major.
+#   micro/<type>.llamacpp.bin     llama.cpp `llama-greedy --score` logits, float32 [64][512].
+#   micro/llamacpp_vs_truth.txt   NMSE and top-1 of llama.cpp vs the truth, per type.
+#   qwen2/*                       llama.cpp logits on our generator's qwen2.5-0.5b f16 model (see 3.)
+# What it makes (NOT committed, too big: ~8 MB of logits per file) in $GOLDENS_TINY
+# (default /work/goldens-tiny):
+#   the same for the `tiny` shape (32000-token vocab): tiny-<type>.gguf, tokens.txt,
+#   <type>.truth.bin, <type>.llamacpp.bin, llamacpp_vs_truth.txt.  Skip it with TINY=0.
+#
+# Needs: ../shared/peer/setup already run (llama-greedy, llama-quantize and gguf-py in
+#   $JITLLM_PEER_DIR, default ~/.cache/jitllm-peer), and /usr/bin/python3 with numpy
+#   (Debian: apt-get install -y python3-numpy). On a CPU with AMX it builds a no-AMX copy of the
+#   peer tools once (see below), since llama.cpp's AMX kernels crash on this machine.
+# Deterministic: fixed seeds, fixed prompts, fixed token sequences, 2 threads. llama.cpp's logits
+#   depend on the CPU's SIMD paths, so *.llamacpp.bin may differ in the last bits on another CPU.
+# usage: tests/goldens/make_goldens.sh   (from anywhere; ~30 s on 2 cores, + ~4 min once for the no-AMX build)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)                 # tests/goldens
+REPO=$(cd "$HERE/../.." && pwd)
+SHARED=$(cd "$REPO/../shared" && pwd)
+export JITLLM_PEER_DIR=${JITLLM_PEER_DIR:-$HOME/.cache/jitllm-peer}
+# llama.cpp v0.4.0's AMX kernels (compiled in by -march=native on a CPU with amx_int8) crash with
+# SIGILL/SIGSEGV in ggml_backend_amx_mul_mat on every quantized model here (cf. llama.cpp PR #26954).
+# So when the peer build has them, use (building it once, ~4 min on 2 cores, from the same source)
+# a copy compiled with -mno-amx-int8 in ${JITLLM_PEER_DIR}-noamx: identical but for the AMX path.
+if grep -qa ggml_backend_amx_mul_mat "$JITLLM_PEER_DIR/bin/libggml-cpu.so" 2>/dev/null; then
+  echo "peer build has AMX kernels: using ${JITLLM_PEER_DIR}-noamx" >&2
+  JITLLM_PEER_BUNDLE=$JITLLM_PEER_DIR/src JITLLM_PEER_DIR=${JITLLM_PEER_DIR}-noamx \
+    PEER_CMAKE_ARGS="-DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8" "$SHARED/peer/setup" >&2
+  export JITLLM_PEER_DIR=${JITLLM_PEER_DIR}-noamx
+  if grep -qa ggml_backend_amx_mul_mat "$JITLLM_PEER_DIR/bin/libggml-cpu.so"; then echo "AMX still in $JITLLM_PEER_DIR" >&2; exit 1; fi
+fi
+BIN=$JITLLM_PEER_DIR/bin
+PY=/usr/bin/python3
+TINY_DIR=${GOLDENS_TINY:-/work/goldens-tiny}
+TYPES="f32 f16 q8_0 q4_0 q4_k_m q5_k_m q6_k"
+for t in llama-greedy llama-quantize; do
+  [[ -x $BIN/$t ]] || { echo "missing $BIN/$t: run ../shared/peer/setup first" >&2; exit 1; }
+done
+$PY -c 'import numpy' || { echo "/usr/bin/python3 lacks numpy: apt-get install -y python3-numpy" >&2; exit 1; }
+
+# ---------------------------------------------------------------- 1. stories260K greedy goldens
+$PY - "$BIN/llama-greedy" "$SHARED/models/stories260K.gguf" "$HERE/stories260K_greedy.txt" <<'EOF'
+import subprocess, sys
+greedy, model, out = sys.argv[1:4]
+# "Sara had a red ball. She" is kept on purpose: at generated token 66 llama.cpp's decode path
+# picks 448 where the float64 truth (reference.py) and llama.cpp's own --score pass pick 442, by
+# a margin of 8e-4 in the logits; the test checks jitllm follows the truth there.
+PROMPTS = ["Once upon a time", "Lily and Tom went to the park", "The little dog",
+           "One day, a big bear", "Sara had a red ball. She", "Tim and his mom",
+           "The sun was shining", "Once there was a cat", "Ben liked to run", "A little bird",
+           "The girl found a box"]
+N = 200
+def cesc(b):
+    s = []
+    for c in b:
+        if c == 0x5C: s.append("\\\\")
+        elif c == 0x0A: s.append("\\n")
+        elif 0x20 <= c < 0x7F: s.append(chr(c))
+        else: s.append("\\x%02x" % c)
+    return "".join(s)
+lines = [
+    "# llama.cpp greedy goldens for ../shared/models/stories260K.gguf (made by tests/goldens/make_goldens.sh)",
+    "# llama.cpp v0.4.0 (node-llama-cpp 3.21.1), tool: llama-greedy MODEL -p PROMPT -n %d (2 threads)" % N,
+    "# Prompt tokenization: llama_tokenize(add_special=true, parse_special=true): BOS (1) is prepended",
+    "#   (the model's add_bos), and SentencePiece adds a leading space to the text.",
+    "# Format: lines starting with '#' and blank lines are comments. One block per prompt, 4 lines:",
+    "#   prompt: <prompt text, C-escaped>",
+    "#   prompt_tokens: <ids, space separated, BOS included>          (verbatim from llama-greedy)",
+    "#   greedy_tokens: <ids generated greedily, space separated>     (verbatim from llama-greedy)",
+    "#   text: <detokenized generated tokens only (not the prompt), C-escaped>",
+    "# Generation stops after N=%d tokens or at the first end-of-generation token (EOS 2), which is" % N,
+    "#   then the LAST id of greedy_tokens and is rendered in text as its piece (special tokens rendered).",
+    "# Each piece is llama_token_to_piece(vocab, id, lstrip=0, special=true); text is their concatenation.",
+    "# C-escaping (one line, ASCII only): '\\\\' = backslash, '\\n' = newline (0x0a), '\\xHH' (exactly two",
+    "#   lowercase hex digits) = any other byte outside 0x20..0x7e; every other character is itself.",
+    "# Argmax ties go to the lowest id. Each key is followed by exactly one space before its value.",
+    "",
+]
+for p in PROMPTS:
+    r = subprocess.run([greedy, model, "-p", p, "-n", str(N)], capture_output=True, check=True).stdout
+    head, rest = r.split(b"\ntext: ", 1)
+    text, timing = rest.rsplit(b"\ntiming: ", 1)
+    pt, gt = head.decode().split("\n")
+    assert pt.startswith("prompt_tokens:") and gt.startswith("greedy_tokens:"), r
+    lines += ["prompt: " + cesc(p.encode()), pt, gt, "text: " + cesc(text), ""]
+open(out, "w").write("\n".join(lines))
+print("wrote", out)
+EOF
+
+# ---------------------------------------------------------------- 2./3. fidelity goldens per shape
+# fidelity SHAPE DIR PREFIX VOCAB
+fidelity() {
+  local shape=$1 dir=$2 pre=$3 nv=$4 t
+  mkdir -p "$dir"
+  $PY "$SHARED/peer/mkmodel.py" "$shape" "$dir/$pre-f32.gguf" --f32 --seed 0
+  $PY "$SHARED/peer/mkmodel.py" "$shape" "$dir/$pre-f16.gguf" --seed 0
+  for t in q8_0 q4_0 q4_k_m q5_k_m q6_k; do
+    "$BIN/llama-quantize" "$dir/$pre-f32.gguf" "$dir/$pre-$t.gguf" "${t^^}" 2 >"$dir/quantize-$t.log" 2>&1 \
+      || { tail -20 "$dir/quantize-$t.log"; exit 1; }
+    grep -iE "quant size|fallback|cannot be quantized|not divisible" "$dir/quantize-$t.log" | sed "s/^/  [$t] /" || true
+    rm -f "$dir/quantize-$t.log"
+  done
+  # teacher-forcing sequence: 64 ids = llama-greedy's prompt tokens (BOS + "Once upon a time") followed
+  # by its greedy continuation on the F32 model; if that ends early (EOS) or is degenerate (< 16 distinct
+  # ids), a fixed pseudo-random sequence: BOS then 63 ids in 3..nv-1 (numpy default_rng(1234)).
+  local out ids
+  out=$("$BIN/llama-greedy" "$dir/$pre-f32.gguf" -p "Once upon a time" -n 64)
+  ids=$(GREEDY_OUT=$out $PY - "$nv" <<'EOF'
+import os, sys, numpy as np
+nv = int(sys.argv[1])
+out = os.environ["GREEDY_OUT"].split("\n")
+pt = [int(x) for x in out[0].split(":")[1].split()]
+gt = [int(x) for x in out[1].split(":")[1].split()]
+seq = (pt + gt)[:64]
+if len(seq) < 64 or 2 in gt[:64 - len(pt)] or len(set(seq)) < 16:
+    seq = [1] + np.random.default_rng(1234).integers(3, nv, 63).tolist()
+    print("degenerate greedy sequence; using pseudo-random ids", file=sys.stderr)
+print(" ".join(map(str, seq)))
+EOF
+)
+  echo "$ids" >"$dir/tokens.txt"
+  for t in $TYPES; do
+    $PY "$SHARED/peer/reference.py" "$dir/$pre-$t.gguf" -t "$ids" --logits "$dir/$t.truth.bin"
+    rm -f "$dir/$t.llamacpp.bin"                      # --logits appends
+    "$BIN/llama-greedy" "$dir/$pre-$t.gguf" --score -t "$ids" --logits "$dir/$t.llamacpp.bin" >/dev/null
+  done
+  {
+    echo "# llama.cpp v0.4.0 (llama-greedy --score, 2 threads) vs float64 truth (reference.py), shape $shape,"
+    echo "# 64 teacher-forced positions (tokens.txt), vocab $nv. nmse = sum((l-t)^2)/sum(t^2); top1 = argmax agreement."
+    echo "type nmse top1"
+    for t in $TYPES; do
+      $PY "$SHARED/peer/reference.py" --compare "$dir/$t.truth.bin" "$dir/$t.llamacpp.bin" --vocab "$nv" \
+        | sed -E "s/^[^:]*: nmse ([^ ]+) top1 ([^ ]+)$/$t \1 \2/"
+    done
+  } >"$dir/llamacpp_vs_truth.txt"
+  cat "$dir/llamacpp_vs_truth.txt"
+}
+
+fidelity micro "$HERE/micro" micro 512
+if [[ ${TINY:-1} != 0 ]]; then fidelity tiny "$TINY_DIR" tiny 32000; fi
+
+# ---------------------------------------------------------------- 3. qwen2 teacher-forced logits
+# The model comes from OUR generator (jitllm-mkmodel qwen2.5-0.5b f16, seed 0: the test re-makes
+# it byte for byte), scored by llama.cpp. Its full logits (64 x 151936 floats, 39 MB) are too big
+# to commit, so we keep every 37th vocabulary column plus each position's argmax:
+#   qwen2/tokens.txt          the 64 ids: a tokenized sentence, then fixed pseudo-random ids
+#   qwen2/llamacpp_cols.bin   float32 [64][4107]: llama.cpp's logits at columns 0, 37, 74, ...
+#   qwen2/llamacpp_argmax.txt one line per position: llama.cpp's argmax id
+# (A random tied-embedding model repeats its input greedily, so its own greedy text is useless.)
+JITLLM_MKMODEL=${JITLLM_MKMODEL:-$REPO/build/bin/jitllm-mkmodel}
+if [[ ${QWEN2:-1} != 0 ]]; then
+  [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
+  mkdir -p "$HERE/qwen2"
+  QWEN=$(mktemp -d)/qwen-f16.gguf
+  "$JITLLM_MKMODEL" qwen2.5-0.5b f16 "$QWEN" --seed 0 --shared "$SHARED" >&2
+  prompt=$("$BIN/llama-greedy" "$QWEN" -p "The quick brown fox jumps over the lazy dog. In the beginning" -n 1 2>/dev/null |
+    sed -n 's/^prompt_tokens: //p')
+  ids=$($PY -c "
+import sys
+ids = sys.argv[1].split()
+x = 12345
+while len(ids) < 64:
+    x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
+    ids.append(str((x >> 33) % 151643))
+print(' '.join(ids))" "$prompt")
+  echo "$ids" >"$HERE/qwen2/tokens.txt"
+  rm -f "$QWEN.logits"
+  "$BIN/llama-greedy" "$QWEN" --score -t "$ids" --logits "$QWEN.logits" --threads 2 >/dev/null 2>&1
+  $PY - "$QWEN.logits" "$HERE/qwen2" <<'PYEOF'
+import sys, numpy as np
+l = np.fromfile(sys.argv[1], np.float32).reshape(64, 151936)
+np.ascontiguousarray(l[:, ::37]).tofile(sys.argv[2] + "/llamacpp_cols.bin")
+open(sys.argv[2] + "/llamacpp_argmax.txt", "w").write("\n".join(str(int(i)) for i in l.argmax(1)) + "\n")
+PYEOF
+  rm -rf "$(dirname "$QWEN")"
+fi
+echo "done"

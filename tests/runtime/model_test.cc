@@ -1,0 +1,273 @@
+// The model runtime's guarantees: batching, placement, prefill/decode equivalence, KV paging,
+// limits and errors.
+#include "daemon/runtime/model.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/gguf/gguf_writer.h"
+#include "kernels/error.h"
+#include "tests/runtime/test_support.h"
+
+namespace jitllm::testing {
+namespace {
+
+const std::string kMicro = goldenPath("micro/micro-q4_k_m.gguf");
+
+std::vector<int32_t> microTokens() { return readIds(readFirstLine(goldenPath("micro/tokens.txt"))); }
+
+// Logits of the last token after feeding `ids` one token at a time.
+std::vector<std::vector<float>> decodeOneByOne(runtime::Model& model, const std::vector<int32_t>& ids) {
+  auto session = model.createSession(int64_t(ids.size()));
+  std::vector<std::vector<float>> rows;
+  for (int32_t id : ids) {
+    std::vector<float> logits;
+    runtime::SequenceInput in{session.get(), {&id, 1}, false};
+    model.forward({&in, 1}, logits);
+    rows.push_back(logits);
+  }
+  return rows;
+}
+
+TEST(Model, PrefillAndTokenByTokenDecodeGiveBitwiseIdenticalLogits) {
+  auto m = loadOnCpu(kMicro);
+  const auto ids = microTokens();
+  const auto all = scoreAll(*m.model, ids);
+  const auto rows = decodeOneByOne(*m.model, ids);
+  const size_t V = size_t(m.model->config().vocabSize);
+  for (size_t p = 0; p < ids.size(); p++) {
+    ASSERT_EQ(0, std::memcmp(rows[p].data(), all.data() + p * V, V * sizeof(float))) << "position " << p;
+  }
+}
+
+TEST(Model, BatchedSessionsGetExactlyTheLogitsTheyGetAlone) {
+  auto m = loadOnCpu(kMicro);
+  const auto ids = microTokens();
+  const std::vector<int32_t> a(ids.begin(), ids.begin() + 20), b(ids.begin() + 5, ids.begin() + 40),
+      c(ids.begin() + 30, ids.begin() + 33);
+  const auto aloneA = scoreAll(*m.model, a), aloneB = scoreAll(*m.model, b), aloneC = scoreAll(*m.model, c);
+
+  auto sa = m.model->createSession(100), sb = m.model->createSession(100), sc = m.model->createSession(100);
+  std::vector<float> logits;
+  // Step 1: a and c prefill together; b gets its first 10 tokens.
+  std::vector<runtime::SequenceInput> step1 = {{sa.get(), a, true}, {sb.get(), {b.data(), 10}, true},
+                                               {sc.get(), c, true}};
+  m.model->forward(step1, logits);
+  // Step 2: b continues alone with the rest.
+  m.model->forward(std::vector<runtime::SequenceInput>{{sb.get(), {b.data() + 10, b.size() - 10}, true}}, logits);
+  std::vector<float> expected;
+  const size_t V = size_t(m.model->config().vocabSize);
+  expected.insert(expected.end(), aloneA.begin(), aloneA.end());
+  expected.insert(expected.end(), aloneB.begin(), aloneB.begin() + long(10 * V));
+  expected.insert(expected.end(), aloneC.begin(), aloneC.end());
+  expected.insert(expected.end(), aloneB.begin() + long(10 * V), aloneB.end());
+  ASSERT_EQ(logits.size(), expected.size());
+  EXPECT_EQ(0, std::memcmp(logits.data(), expected.data(), logits.size() * sizeof(float)));
+}
+
+TEST(Model, LongPrefillsSpanningSeveralMicrobatchesMatchShortOnes) {
+  // 1200 tokens run as three microbatches; decoding the same tokens one by one must agree.
+  auto m = loadOnCpu(kMicro);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 1200; i++) ids.push_back(int32_t((i * 7919) % 509 + 3));
+  ASSERT_GT(int64_t(ids.size()), runtime::Model::kMaxStepTokens * 2);
+  const auto all = scoreAll(*m.model, ids);
+  auto session = m.model->createSession(int64_t(ids.size()));
+  std::vector<float> logits;
+  runtime::SequenceInput head{session.get(), {ids.data(), ids.size() - 1}, false};
+  m.model->forward({&head, 1}, logits);
+  logits.clear();
+  runtime::SequenceInput last{session.get(), {&ids.back(), 1}, false};
+  m.model->forward({&last, 1}, logits);
+  const size_t V = size_t(m.model->config().vocabSize);
+  EXPECT_EQ(0, std::memcmp(logits.data(), all.data() + (ids.size() - 1) * V, V * sizeof(float)));
+}
+
+TEST(Model, SpreadingLayersOverTwoCpuDevicesChangesNoLogit) {
+  const auto ids = microTokens();
+  auto one = loadOnCpu(kMicro, 1);
+  // Embedding and block 0 on cpu:0, block 1 and the head on cpu:1: two boundaries per step.
+  auto two = loadOnCpu(kMicro, 2, 1, {0, 0, 1, 1});
+  EXPECT_EQ(&two.model->unitDevice(0), two.devices[0].get());
+  EXPECT_EQ(&two.model->unitDevice(3), two.devices[1].get());
+  const auto a = scoreAll(*one.model, ids), b = scoreAll(*two.model, ids);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  // KV pages of block 1 came from cpu:1's pool.
+  auto s = two.model->createSession(64);
+  s->reserve(20);
+  EXPECT_EQ(two.model->kvPool(*two.devices[1]).pagesInUse(), 2u);
+}
+
+TEST(Model, TheThreadCountDoesNotChangeAnyLogit) {
+  const auto ids = microTokens();
+  auto one = loadOnCpu(kMicro, 1, 1), two = loadOnCpu(kMicro, 1, 2);
+  const auto a = scoreAll(*one.model, ids), b = scoreAll(*two.model, ids);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+TEST(Model, EveryKernelVariantAgreesWithThePortableOneToRounding) {
+  const auto ids = microTokens();
+  std::vector<std::vector<float>> results;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::isaSupported(isa)) continue;
+    cpu::CpuDeviceOptions o;
+    o.isa = isa;
+    o.threads = 2;
+    cpu::CpuDevice device(o);
+    runtime::ModelLoadOptions options;
+    options.devices = {&device};
+    auto model = runtime::Model::load(kMicro, options);
+    results.push_back(scoreAll(*model, ids));
+  }
+  for (size_t i = 1; i < results.size(); i++) {
+    const auto r = compareLogits(results[i], results[0], 512);
+    EXPECT_LT(r.nmse, 1e-10);
+    EXPECT_EQ(r.top1, 1.0);
+  }
+}
+
+TEST(Model, AnFp16KvCacheStaysCloseToFp32AndKeepsPrefillEqualToDecode) {
+  const auto ids = microTokens();
+  auto f32 = loadOnCpu(kMicro);
+  cpu::CpuDevice device;
+  runtime::ModelLoadOptions options;
+  options.devices = {&device};
+  options.kvPrecision = KvPrecision::kF16;
+  auto f16 = runtime::Model::load(kMicro, options);
+  EXPECT_EQ(f16->kvLayout().pageBytes() * 2, f32.model->kvLayout().pageBytes());
+  const auto a = scoreAll(*f16, ids), b = scoreAll(*f32.model, ids);
+  const auto r = compareLogits(a, b, 512);
+  EXPECT_GT(r.nmse, 0.0) << "fp16 storage must round something";
+  EXPECT_LT(r.nmse, 1e-6);
+  const auto rows = decodeOneByOne(*f16, ids);
+  EXPECT_EQ(0, std::memcmp(rows.back().data(), a.data() + (ids.size() - 1) * 512, 512 * sizeof(float)));
+}
+
+TEST(Model, SessionsReturnTheirKvPagesWhenTheyEnd) {
+  auto m = loadOnCpu(kMicro);
+  auto& pool = m.model->kvPool(*m.devices[0]);
+  EXPECT_EQ(pool.pagesInUse(), 0u);
+  {
+    auto s1 = m.model->createSession(200), s2 = m.model->createSession(200);
+    std::vector<float> logits;
+    const auto ids = microTokens();
+    runtime::SequenceInput in{s1.get(), ids, false};
+    m.model->forward({&in, 1}, logits);
+    // 64 tokens in 16-token pages, for each of the 2 layers.
+    EXPECT_EQ(s1->pageCount(), 8u);
+    EXPECT_EQ(pool.pagesInUse(), 8u);
+    s2->reserve(17);
+    EXPECT_EQ(pool.pagesInUse(), 12u);
+  }
+  EXPECT_EQ(pool.pagesInUse(), 0u);
+  const size_t reserved = pool.pagesReserved();
+  auto s3 = m.model->createSession(200);
+  s3->reserve(64);
+  EXPECT_EQ(pool.pagesReserved(), reserved) << "freed pages are reused, not reallocated";
+}
+
+TEST(Model, PassingTheContextLimitIsAClearErrorThatChangesNothing) {
+  auto m = loadOnCpu(kMicro);
+  auto s = m.model->createSession(10);
+  const auto ids = microTokens();
+  std::vector<float> logits;
+  runtime::SequenceInput in{s.get(), {ids.data(), 8}, false};
+  m.model->forward({&in, 1}, logits);
+  EXPECT_EQ(s->length(), 8);
+  runtime::SequenceInput tooMany{s.get(), {ids.data(), 3}, false};
+  try {
+    m.model->forward({&tooMany, 1}, logits);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFailed);
+    EXPECT_NE(std::string(e.what()).find("context limit"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s->length(), 8);
+  runtime::SequenceInput fits{s.get(), {ids.data(), 2}, false};
+  EXPECT_NO_THROW(m.model->forward({&fits, 1}, logits));
+}
+
+TEST(Model, BadBatchesAreRefusedBeforeAnySessionAdvances) {
+  auto m = loadOnCpu(kMicro);
+  auto s = m.model->createSession(100);
+  std::vector<float> logits;
+  const std::vector<int32_t> good = {1, 2, 3}, bad = {1, 512};
+  auto s2 = m.model->createSession(100);
+  std::vector<runtime::SequenceInput> batch = {{s.get(), good, false}, {s2.get(), bad, false}};
+  EXPECT_THROW(m.model->forward(batch, logits), Error);
+  std::vector<runtime::SequenceInput> twice = {{s.get(), good, false}, {s.get(), good, false}};
+  EXPECT_THROW(m.model->forward(twice, logits), Error);
+  std::vector<runtime::SequenceInput> empty = {{s.get(), {}, false}};
+  EXPECT_THROW(m.model->forward(empty, logits), Error);
+  EXPECT_EQ(s->length(), 0);
+  EXPECT_EQ(s2->length(), 0);
+  EXPECT_TRUE(logits.empty());
+}
+
+TEST(Model, ADeviceOutOfMemoryIsOverloadedNotACrash) {
+  cpu::CpuDeviceOptions o;
+  o.memoryBudget = 300 * 1024;  // activations fit, a long context's KV does not
+  o.threads = 1;
+  cpu::CpuDevice device(o);
+  runtime::ModelLoadOptions options;
+  options.devices = {&device};
+  auto model = runtime::Model::load(kMicro, options);
+  auto s = model->createSession(2048);
+  std::vector<float> logits;
+  std::vector<int32_t> ids(1500, 5);
+  runtime::SequenceInput in{s.get(), ids, false};
+  try {
+    model->forward({&in, 1}, logits);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOverloaded) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cpu:0"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s->length(), 0);
+}
+
+// Copies a GGUF file's metadata and tensors into a writer, leaving out one tensor and
+// overriding keys, to build broken variants of a good model.
+std::vector<uint8_t> rewrite(const std::string& path, const std::string& dropTensor,
+                             const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
+  auto f = gguf::GgufFile::open(path);
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : f->metadata()) w.set(k, v);
+  for (const auto& [k, v] : overrides) w.set(k, v);
+  for (const auto& t : f->tensors()) {
+    if (t.name != dropTensor) w.addTensor(t.name, t.type, t.dims, {t.data, t.nbytes});
+  }
+  return w.serialize();
+}
+
+void expectLoadError(const std::vector<uint8_t>& bytes, const std::string& what) {
+  cpu::CpuDevice device;
+  runtime::ModelLoadOptions options;
+  options.devices = {&device};
+  try {
+    runtime::Model::fromFile(gguf::GgufFile::fromBytes(bytes, "broken.gguf"), options);
+    ADD_FAILURE() << "loaded a model that should fail with: " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("broken.gguf"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Model, AMissingTensorIsAnErrorNamingIt) {
+  expectLoadError(rewrite(kMicro, "blk.1.ffn_up.weight", {}), "missing tensor 'blk.1.ffn_up.weight'");
+  expectLoadError(rewrite(kMicro, "output_norm.weight", {}), "missing tensor 'output_norm.weight'");
+}
+
+TEST(Model, AnUnknownArchitectureIsAnErrorNamingIt) {
+  expectLoadError(rewrite(kMicro, "", {{"general.architecture", gguf::Value::string("mamba")}}),
+                  "unsupported architecture 'mamba'");
+}
+
+TEST(Model, InconsistentHyperparametersAreErrorsNamingTheKey) {
+  expectLoadError(rewrite(kMicro, "", {{"llama.attention.head_count", gguf::Value::u32(3)}}), "head_count");
+  expectLoadError(rewrite(kMicro, "", {{"llama.block_count", gguf::Value::u32(3)}}), "missing tensor 'blk.2.");
+  expectLoadError(rewrite(kMicro, "", {{"llama.embedding_length", gguf::Value::u32(0)}}), "embedding_length");
+}
+
+}  // namespace
+}  // namespace jitllm::testing
