@@ -45,9 +45,10 @@ uint64_t hashName(uint64_t seed, const std::string& name) {
 }
 
 // K-quants need rows that are whole 256-element super-blocks; llama-quantize falls back to a
-// 32-block type of similar size for other rows, and so do we.
+// 32-block type of similar size for other rows, and to f16 for rows not even a multiple of 32.
 TensorType fitType(TensorType type, int64_t cols) {
-  if (cols % 256 == 0) return type;
+  if (cols % quant::typeTraits(type).blockElems == 0) return type;
+  if (cols % 32 != 0) return TensorType::kF16;
   switch (type) {
     case TensorType::kQ4_K: return TensorType::kQ5_0;
     case TensorType::kQ5_K: return TensorType::kQ5_1;

@@ -1,0 +1,207 @@
+#include "kernels/cpu/gemm/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/error.h"
+#include "kernels/quant/dequantize.h"
+#include "kernels/quant/quantize.h"
+
+namespace jitllm::cpu {
+namespace {
+
+using quant::TensorType;
+
+constexpr TensorType kComputable[] = {
+    TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+    TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+};
+
+std::vector<Isa> isasHere() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isaSupported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// A quantized rows x cols matrix with padded rows, and its exact dequantized values.
+struct Matrix {
+  TensorType type;
+  int64_t rows, cols;
+  size_t stride;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;  // rows x cols
+
+  WeightView view() const { return WeightView{type, bytes.data(), rows, cols, stride}; }
+};
+
+Matrix randomMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  Matrix m{type, rows, cols, 0, {}, {}};
+  // 6 spare bytes per row: the kernels must honour rowStride, not assume packed rows.
+  m.stride = *quant::rowBytes(type, cols) + 6;
+  m.bytes.assign(m.stride * size_t(rows), 0xAB);
+  m.dequantized.resize(size_t(rows * cols));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; r++) {
+    // Rows with different offsets and scales, so that mins and sub-block scales matter.
+    const float offset = float(r % 3) * 0.5f, scale = 1.0f + float(r % 5);
+    for (float& v : row) v = dist(rng) * scale + offset;
+    quant::quantizeRow(type, row.data(), m.bytes.data() + size_t(r) * m.stride, cols);
+    quant::dequantizeRow(type, m.bytes.data() + size_t(r) * m.stride, m.dequantized.data() + r * cols, cols);
+  }
+  return m;
+}
+
+std::vector<float> randomActivations(int64_t tokens, int64_t stride, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(size_t(tokens * stride));
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+std::string describe(TensorType type, Isa isa, int64_t tokens) {
+  return std::string(quant::typeName(type)) + " on " + isaName(isa) + " with " + std::to_string(tokens) + " tokens";
+}
+
+// Columns per type: two K-quant super-blocks, or an odd count for the float types so that their
+// rows end in a partial vector.
+int64_t colsFor(TensorType type) { return quant::typeTraits(type).blockElems == 1 ? 517 : 512; }
+
+TEST(Matmul, EveryTypeOnEveryIsaMatchesAFloat64ReferenceOverTheDequantizedWeights) {
+  constexpr int64_t kRows = 37;
+  for (TensorType type : kComputable) {
+    const int64_t cols = colsFor(type);
+    const Matrix m = randomMatrix(type, kRows, cols, 100 + uint32_t(type));
+    for (Isa isa : isasHere()) {
+      for (int64_t tokens : {1, 3, 17}) {
+        SCOPED_TRACE(describe(type, isa, tokens));
+        const int64_t xStride = cols + 3, yStride = kRows + 5;
+        const std::vector<float> x = randomActivations(tokens, xStride, 7 * uint32_t(tokens));
+        std::vector<float> y(size_t(tokens * yStride), NAN);
+        // Odd row ranges, as threads would split them.
+        for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 5}, {5, 22}, {22, 23}, {23, 37}}) {
+          matmulRows(m.view(), x.data(), xStride, tokens, y.data(), yStride, begin, end, isa);
+        }
+        for (int64_t t = 0; t < tokens; t++) {
+          for (int64_t r = 0; r < kRows; r++) {
+            double exact = 0, magnitude = 0;
+            for (int64_t k = 0; k < cols; k++) {
+              const double p = double(m.dequantized[size_t(r * cols + k)]) * x[size_t(t * xStride + k)];
+              exact += p;
+              magnitude += std::fabs(p);
+            }
+            // float32 accumulation over at most cols/lanes terms per lane plus the lane tree.
+            const double tolerance = 2e-6 * magnitude;
+            ASSERT_NEAR(y[size_t(t * yStride + r)], exact, tolerance) << "row " << r << " token " << t;
+          }
+          // Outside the rows of y nothing was written.
+          for (int64_t r = kRows; r < yStride; r++) ASSERT_TRUE(std::isnan(y[size_t(t * yStride + r)]));
+        }
+      }
+    }
+  }
+}
+
+// With one-hot activations every product but one is an exact zero, so y is the weight itself:
+// this proves each Isa's decoder reproduces quant::dequantizeRow bit for bit, in both the decode
+// path (one token) and the tiled path (many tokens).
+TEST(Matmul, OneHotActivationsReturnTheDequantizedWeightsExactlyOnEveryIsa) {
+  constexpr int64_t kRows = 9;
+  for (TensorType type : kComputable) {
+    const int64_t cols = colsFor(type);
+    const Matrix m = randomMatrix(type, kRows, cols, 300 + uint32_t(type));
+    std::vector<float> identity(size_t(cols * cols), 0.0f);
+    for (int64_t k = 0; k < cols; k++) identity[size_t(k * cols + k)] = 1.0f;
+    for (Isa isa : isasHere()) {
+      SCOPED_TRACE(describe(type, isa, cols));
+      std::vector<float> y(size_t(cols * kRows), NAN);
+      matmulRows(m.view(), identity.data(), cols, cols, y.data(), kRows, 0, kRows, isa);
+      for (int64_t k = 0; k < cols; k++) {
+        for (int64_t r = 0; r < kRows; r++) {
+          ASSERT_EQ(y[size_t(k * kRows + r)], m.dequantized[size_t(r * cols + k)]) << "row " << r << " column " << k;
+        }
+      }
+      for (int64_t k : {int64_t(0), int64_t(31), int64_t(200), cols - 1}) {
+        std::vector<float> y1(kRows, NAN);
+        matmulRows(m.view(), identity.data() + k * cols, cols, 1, y1.data(), kRows, 0, kRows, isa);
+        for (int64_t r = 0; r < kRows; r++) {
+          ASSERT_EQ(y1[size_t(r)], m.dequantized[size_t(r * cols + k)]) << "decode, column " << k;
+        }
+      }
+    }
+  }
+}
+
+bool bitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Matmul, ResultsAreBitwiseIdenticalHoweverRowsAreSplitAndHoweverTokensAreBatched) {
+  constexpr int64_t kRows = 45, kTokens = 17;
+  for (TensorType type : kComputable) {
+    const int64_t cols = colsFor(type);
+    const Matrix m = randomMatrix(type, kRows, cols, 500 + uint32_t(type));
+    const std::vector<float> x = randomActivations(kTokens, cols, 77);
+    for (Isa isa : isasHere()) {
+      SCOPED_TRACE(describe(type, isa, kTokens));
+      std::vector<float> whole(size_t(kTokens * kRows), NAN);
+      matmulRows(m.view(), x.data(), cols, kTokens, whole.data(), kRows, 0, kRows, isa);
+
+      std::vector<float> split(whole.size(), NAN);
+      for (int64_t begin = 0; begin < kRows;) {
+        const int64_t end = std::min<int64_t>(kRows, begin + 1 + begin % 6);  // 1, 2, 3, ... rows
+        matmulRows(m.view(), x.data(), cols, kTokens, split.data(), kRows, begin, end, isa);
+        begin = end;
+      }
+      EXPECT_TRUE(bitwiseEqual(whole, split)) << "row splitting changed the result";
+
+      // Token by token (the decode path) and in uneven batches give the same bits as all at once.
+      std::vector<float> single(whole.size(), NAN);
+      for (int64_t t = 0; t < kTokens; t++) {
+        matmulRows(m.view(), x.data() + t * cols, cols, 1, single.data() + t * kRows, kRows, 0, kRows, isa);
+      }
+      EXPECT_TRUE(bitwiseEqual(whole, single)) << "decoding one token differs from the batch";
+      std::vector<float> batches(whole.size(), NAN);
+      for (int64_t t = 0; t < kTokens;) {
+        const int64_t n = std::min<int64_t>(kTokens - t, 2 + t % 5);
+        matmulRows(m.view(), x.data() + t * cols, cols, n, batches.data() + t * kRows, kRows, 0, kRows, isa);
+        t += n;
+      }
+      EXPECT_TRUE(bitwiseEqual(whole, batches)) << "batch composition changed the result";
+      for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+    }
+  }
+}
+
+TEST(Matmul, RejectsShapesThatDoNotFitTheTypeOrTheMatrix) {
+  const Matrix m = randomMatrix(TensorType::kQ4_K, 4, 256, 1);
+  const std::vector<float> x(512, 1.0f);
+  std::vector<float> y(16);
+  WeightView bad = m.view();
+  bad.cols = 250;
+  EXPECT_THROW(matmulRows(bad, x.data(), 256, 1, y.data(), 4, 0, 4, Isa::kScalar), Error);
+  bad = m.view();
+  bad.rowStride = 100;
+  EXPECT_THROW(matmulRows(bad, x.data(), 256, 1, y.data(), 4, 0, 4, Isa::kScalar), Error);
+  EXPECT_THROW(matmulRows(m.view(), x.data(), 256, 1, y.data(), 4, 2, 5, Isa::kScalar), Error);
+  bad = m.view();
+  bad.type = TensorType::kIQ2_XS;
+  EXPECT_THROW(matmulRows(bad, x.data(), 256, 1, y.data(), 4, 0, 4, Isa::kScalar), Error);
+  // An empty range is fine and writes nothing.
+  y.assign(16, NAN);
+  matmulRows(m.view(), x.data(), 256, 1, y.data(), 4, 3, 3, Isa::kScalar);
+  for (float v : y) EXPECT_TRUE(std::isnan(v));
+}
+
+}  // namespace
+}  // namespace jitllm::cpu
