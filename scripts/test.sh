@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds jitllm and runs the whole test suite; what CI runs (.ci/run).
+#   scripts/test.sh
+# 1. installs the dependencies (idempotent), 2. an ASan+UBSan build runs the unit tests,
+# 3. the release build runs everything (unit, fidelity against llama.cpp goldens, fuzzers for a
+# bounded time) and ends with ctest's summary. Exit status: non-zero if anything failed.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+JOBS=${JOBS:-$(nproc)}
+"$ROOT/scripts/install-deps.sh"
+
+echo "== sanitizer build (ASan + UBSan)"
+cmake -S "$ROOT" -B "$ROOT/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DJITLLM_SANITIZE=ON -DJITLLM_FUZZ=OFF >/dev/null
+cmake --build "$ROOT/build-asan" -j "$JOBS"
+log="$ROOT/build-asan/ctest.log"
+if ! ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --test-dir "$ROOT/build-asan" -j "$JOBS" --output-on-failure -LE "fidelity|fuzz" >"$log" 2>&1; then
+  cat "$log"
+  echo "sanitizer tests FAILED" >&2
+  exit 1
+fi
+tail -3 "$log"
+
+echo "== release build"
+cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$ROOT/build" -j "$JOBS"
+ctest --test-dir "$ROOT/build" -j "$JOBS" --output-on-failure
