@@ -1,0 +1,64 @@
+#include "daemon/tokenizer/pre_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "daemon/tokenizer/utf8.h"
+
+namespace jitllm::tokenizer {
+namespace {
+
+std::vector<std::string> words(PreTokenizerKind kind, std::string_view text) {
+  std::vector<uint32_t> cps;
+  utf8::decodeLenient(text, cps);
+  std::vector<size_t> lengths;
+  splitWords(kind, cps, lengths);
+  std::vector<std::string> out;
+  size_t begin = 0;
+  for (size_t len : lengths) {
+    std::string& word = out.emplace_back();
+    for (size_t i = begin; i < begin + len; ++i) utf8::append(word, cps[i]);
+    begin += len;
+  }
+  EXPECT_EQ(begin, cps.size());
+  return out;
+}
+
+using Words = std::vector<std::string>;
+
+TEST(PreTokenizer, Llama3GroupsDigitsByThreeAndKeepsAPunctuationPrefixOnWords) {
+  EXPECT_EQ(words(PreTokenizerKind::kLlama3, "Hello world 1234567"),
+            (Words{"Hello", " world", " ", "123", "456", "7"}));
+  EXPECT_EQ(words(PreTokenizerKind::kLlama3, "(hello) I'M"), (Words{"(hello", ")", " I", "'M"}));
+}
+
+TEST(PreTokenizer, Qwen2TakesDigitsOneAtATime) {
+  EXPECT_EQ(words(PreTokenizerKind::kQwen2, "x 123"), (Words{"x", " ", "1", "2", "3"}));
+}
+
+TEST(PreTokenizer, Gpt2ContractionsAreCaseSensitiveAndSpacesPrefixTheNextWord) {
+  EXPECT_EQ(words(PreTokenizerKind::kGpt2, "it's IT'S"), (Words{"it", "'s", " IT", "'", "S"}));
+  EXPECT_EQ(words(PreTokenizerKind::kGpt2, "a   b"), (Words{"a", "  ", " b"}));
+  EXPECT_EQ(words(PreTokenizerKind::kGpt2, "a  "), (Words{"a", "  "}));
+}
+
+TEST(PreTokenizer, Llama3KeepsLineBreaksWithTheWhitespaceBeforeThem) {
+  EXPECT_EQ(words(PreTokenizerKind::kLlama3, "a \n\n  b"), (Words{"a", " \n\n", " ", " b"}));
+  EXPECT_EQ(words(PreTokenizerKind::kLlama3, "x!!\n\ny"), (Words{"x", "!!\n\n", "y"}));
+}
+
+TEST(PreTokenizer, NonAsciiLettersNumbersAndWhitespaceFollowUnicodeCategories) {
+  // U+00E9 is a letter, U+0663 an Arabic-Indic digit, U+3000 an ideographic space.
+  EXPECT_EQ(words(PreTokenizerKind::kGpt2, "caf\xC3\xA9 \xD9\xA3\xE3\x80\x80x"),
+            (Words{"caf\xC3\xA9", " \xD9\xA3", "\xE3\x80\x80", "x"}));
+}
+
+TEST(PreTokenizer, TheDefaultChainSplitsPunctuationRunsAndDigitTriples) {
+  EXPECT_EQ(words(PreTokenizerKind::kDefault, "a+=b 12345"),
+            (Words{"a", "+=", "b", " ", "123", "45"}));
+}
+
+}  // namespace
+}  // namespace jitllm::tokenizer

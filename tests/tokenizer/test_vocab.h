@@ -1,0 +1,21 @@
+// Shared by the tokenizer tests: where the shared vocab and model files are, and loading them.
+#pragma once
+
+#include <string>
+
+#include "daemon/gguf/gguf_file.h"
+#include "daemon/tokenizer/tokenizer.h"
+#include "daemon/tokenizer/vocab_from_gguf.h"
+
+namespace jitllm::tokenizer::test_support {
+
+inline std::string sharedPath(const std::string& relative) {
+  return std::string(JITLLM_SHARED_DIR) + "/" + relative;
+}
+
+inline Tokenizer loadTokenizer(const std::string& path) {
+  auto file = gguf::GgufFile::open(path);
+  return Tokenizer(vocabFromGguf(*file));
+}
+
+}  // namespace jitllm::tokenizer::test_support
