@@ -6,6 +6,12 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev          # unit and integration tests
   clang libclang-rt-14-dev           # libFuzzer + sanitizers for the fuzz targets
+  libvulkan-dev glslang-dev libshaderc-dev spirv-tools   # the Vulkan backend and its JIT (shaderc)
+  mesa-vulkan-drivers vulkan-tools   # lavapipe: a real Vulkan device on any machine (CI)
+  capnproto libcapnp-dev             # the daemon's RPC and its schema compiler
+  libsystemd-dev                     # sd_notify, socket activation, journal, sd-device
+  libboost-dev libspdlog-dev libfmt-dev   # Boost.Asio event loop, logging
+  systemd                            # systemd-analyze verify for the unit files
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -30,7 +30,7 @@ class Cursor final {
 
   bool readBytes(uint8_t* out, size_t n) {
     if (!has(n)) return false;
-    std::memcpy(out, bytes_.data() + pos_, n);
+    if (n != 0) std::memcpy(out, bytes_.data() + pos_, n);  // an empty array's out may be null
     pos_ += n;
     return true;
   }
@@ -94,6 +94,15 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->name_ = path;
   file->mapping_ = std::make_unique<MappedFile>(path);
+  file->bytes_ = file->mapping_->bytes();
+  file->parse();
+  return file;
+}
+
+std::unique_ptr<GgufFile> GgufFile::openFd(int fd, const std::string& name) {
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->name_ = name;
+  file->mapping_ = std::make_unique<MappedFile>(fd, name);
   file->bytes_ = file->mapping_->bytes();
   file->parse();
   return file;

@@ -50,6 +50,8 @@ struct TensorInfo {
 class GgufFile final {
  public:
   static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Maps an open descriptor (it stays the caller's to close; the mapping outlives it).
+  static std::unique_ptr<GgufFile> openFd(int fd, const std::string& name);
   // Parses bytes held in memory (a copy is kept); `name` stands for the file in messages.
   static std::unique_ptr<GgufFile> fromBytes(std::span<const uint8_t> bytes, std::string name);
   ~GgufFile();

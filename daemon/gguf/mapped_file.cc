@@ -15,22 +15,26 @@ namespace jitllm::gguf {
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) JITLLM_FAIL(kFailed, path, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  try {
+    map(fd);
+  } catch (...) {
     ::close(fd);
-    JITLLM_FAIL(kFailed, path, ": not a regular file");
+    throw;
   }
+  ::close(fd);
+}
+
+MappedFile::MappedFile(int fd, const std::string& name) : path_(name) { map(fd); }
+
+void MappedFile::map(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) JITLLM_FAIL(kFailed, path_, ": not a regular file");
   size_ = size_t(st.st_size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      JITLLM_FAIL(kFailed, path, ": cannot map: ", std::strerror(e));
-    }
+    if (p == MAP_FAILED) JITLLM_FAIL(kFailed, path_, ": cannot map: ", std::strerror(errno));
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
 }
 
 MappedFile::~MappedFile() {

@@ -17,6 +17,8 @@ class MappedFile final {
  public:
   // Throws Error(FAILED) naming the path when the file cannot be opened or mapped.
   explicit MappedFile(const std::string& path);
+  // Maps an already open descriptor (it stays the caller's); `name` stands for it in messages.
+  MappedFile(int fd, const std::string& name);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -25,6 +27,8 @@ class MappedFile final {
   const std::string& path() const { return path_; }
 
  private:
+  void map(int fd);
+
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

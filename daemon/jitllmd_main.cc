@@ -1,0 +1,274 @@
+// jitllmd: the daemon. Owns the machine's devices and resident models and serves them over Cap'n
+// Proto RPC on a Unix socket. Runs in the foreground (systemd Type=notify); see docs/operations.md.
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <capnp/rpc-twoparty.h>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <kj/async-io.h>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "daemon/server/background_threads.h"
+#include "daemon/server/daemon_core.h"
+#include "daemon/server/listen_socket.h"
+#include "daemon/server/logging.h"
+#include "daemon/server/loop_bridge.h"
+#include "daemon/server/rpc_listener.h"
+#include "kernels/error.h"
+
+using namespace jitllm;
+using namespace jitllm::server;
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: jitllmd [options]
+  --socket PATH          listen here (default: /run/jitllm/jitllmd.sock as root,
+                         $XDG_RUNTIME_DIR/jitllm/jitllmd.sock otherwise); ignored when systemd
+                         passes a socket (LISTEN_FDS)
+  --config FILE          settings file (default: /etc/jitllm/jitllmd.conf as root,
+                         ~/.config/jitllm/jitllmd.conf otherwise, when present)
+  --devices SPEC         devices to own, e.g. cpu:0 or cpu:0,cpu:1 (default cpu:0)
+  --threads N            threads per CPU device (default: all cores)
+  --model-dir DIR        a directory `load` may read by path (repeatable)
+  --preload FILE         load this model at start (repeatable; NAME=FILE names it)
+  --default-context N    session context limit when a request names none (default 4096)
+  --grace-period S       on SIGTERM, let running generations finish this long (default 10)
+  --admin-group NAME     group whose members may load/unload (default jitllm-admin)
+  --log-level LEVEL      trace, debug, info, warn, error (default info)
+  --check-config         validate the settings, print them, exit 0 (or 1 with the error)
+  --version, --help
+)";
+
+struct Arguments {
+  DaemonConfig config;
+  bool checkOnly = false;
+};
+
+std::string defaultConfigPath() {
+  if (::geteuid() == 0) return "/etc/jitllm/jitllmd.conf";
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg && *xdg) return std::string(xdg) + "/jitllm/jitllmd.conf";
+  if (home && *home) return std::string(home) + "/.config/jitllm/jitllmd.conf";
+  return {};
+}
+
+// The config file first, then the command line over it.
+std::optional<Arguments> parseArguments(int argc, char** argv, std::string* configPath) {
+  std::vector<std::pair<std::string, std::string>> overrides;
+  Arguments a;
+  for (int i = 1; i < argc; i++) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) JITLLM_FAIL(kFailed, arg, " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return std::nullopt;
+    } else if (arg == "--version") {
+      std::cout << "jitllmd " << JITLLM_VERSION_STRING << " (protocol 1; " << JITLLM_BUILD_INFO << ")\n";
+      return std::nullopt;
+    } else if (arg == "--config") {
+      *configPath = value();
+    } else if (arg == "--check-config") {
+      a.checkOnly = true;
+    } else if (arg == "--socket") {
+      overrides.emplace_back("socket", value());
+    } else if (arg == "--devices") {
+      overrides.emplace_back("devices", value());
+    } else if (arg == "--threads") {
+      overrides.emplace_back("cpu_threads", value());
+    } else if (arg == "--model-dir") {
+      overrides.emplace_back("+model_dirs", value());
+    } else if (arg == "--preload") {
+      overrides.emplace_back("+preload", value());
+    } else if (arg == "--default-context") {
+      overrides.emplace_back("default_context", value());
+    } else if (arg == "--grace-period") {
+      overrides.emplace_back("grace_period_seconds", value());
+    } else if (arg == "--admin-group") {
+      overrides.emplace_back("admin_group", value());
+    } else if (arg == "--log-level") {
+      overrides.emplace_back("log_level", value());
+    } else {
+      JITLLM_FAIL(kFailed, "unknown option '", arg, "' (see --help)");
+    }
+  }
+  const bool explicitConfig = !configPath->empty();
+  if (!explicitConfig) *configPath = defaultConfigPath();
+  if (!configPath->empty() && (explicitConfig || std::filesystem::exists(*configPath))) {
+    a.config.loadFile(*configPath);
+  } else {
+    configPath->clear();
+  }
+  for (const auto& [key, v] : overrides) {
+    if (key == "+model_dirs") {
+      a.config.modelDirs.push_back(v);
+    } else if (key == "+preload") {
+      a.config.preload.push_back(v);
+    } else {
+      a.config.parse(key + " = " + v, "command line");
+    }
+  }
+  return a;
+}
+
+void notify(const std::string& state) { sd_notify(0, state.c_str()); }
+
+int runDaemon(DaemonConfig config, const std::string& configPath) {
+  setupLogging(config.logLevel);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::optional<ListenSocket> socket = ListenSocket::fromSystemd();
+  if (!socket) {
+    if (config.socketPath.empty()) config.socketPath = defaultSocketPath();
+    // System service: the socket's group (jitllm) may connect. A user's daemon: that user only.
+    socket.emplace(ListenSocket::create(config.socketPath, ::geteuid() == 0 ? 0660 : 0600));
+  }
+  spdlog::info("jitllmd {} listening on {}{}", JITLLM_VERSION_STRING,
+               socket->path().empty() ? "(socket from systemd)" : socket->path(),
+               socket->fromSystemdActivation() ? " (from systemd)" : "");
+
+  DaemonCore core(config);
+  for (const auto& item : config.preload) {
+    LoadRequest r;
+    const size_t eq = item.find('=');
+    r.path = eq == std::string::npos ? item : item.substr(eq + 1);
+    if (eq != std::string::npos) r.name = item.substr(0, eq);
+    try {
+      // Preloads are the operator's own choice: any path, not only model_dirs.
+      auto file = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (file < 0) JITLLM_FAIL(kFailed, r.path, ": cannot open: ", std::strerror(errno));
+      r.fd = file;
+      core.load(r, nullptr);
+      ::close(file);
+    } catch (const Error& e) {
+      spdlog::error("preload failed: {}", e.what());
+    }
+  }
+
+  auto io = kj::setupAsyncIo();
+  BackgroundThreads background;
+  auto listener = kj::heap<RpcListener>(core, background, *io.lowLevelProvider, socket->release());
+
+  boost::asio::io_context daemonLoop;
+  auto work = boost::asio::make_work_guard(daemonLoop);
+  LoopBridge bridge(kj::getCurrentThreadExecutor(), daemonLoop);
+  auto shutdown = kj::newPromiseAndCrossThreadFulfiller<void>();
+  const kj::CrossThreadPromiseFulfiller<void>& shutdownFulfiller = *shutdown.fulfiller;
+
+  boost::asio::signal_set signals(daemonLoop, SIGTERM, SIGINT, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> onSignal;
+  bool stopping = false;
+  onSignal = [&](const boost::system::error_code& ec, int signo) {
+    if (ec) return;
+    if (signo == SIGHUP) {
+      notify("RELOADING=1");
+      try {
+        DaemonConfig fresh;
+        if (!configPath.empty()) fresh.loadFile(configPath);
+        for (const auto& key : core.reload(fresh)) spdlog::warn("config: '{}' changes only on restart", key);
+        core.events().emit({0, EventKind::kDaemon, "daemon.reloaded", "", "", 0, configPath});
+      } catch (const Error& e) {
+        spdlog::error("config reload failed, keeping the old settings: {}", e.what());
+      }
+      notify("READY=1");
+      signals.async_wait(onSignal);
+      return;
+    }
+    if (stopping) return;
+    stopping = true;
+    notify("STOPPING=1");
+    core.events().emit({0, EventKind::kDaemon, "daemon.stopping", "", "", 0, strsignal(signo)});
+    bridge.toRpc([&] { listener->stopAccepting(); });
+    const auto grace = std::chrono::milliseconds(int64_t(core.config().gracePeriodSeconds * 1000));
+    const size_t cancelled = core.drain(grace);
+    spdlog::info("drained: {} generation(s) cancelled after the {} s grace period", cancelled,
+                 core.config().gracePeriodSeconds);
+    shutdownFulfiller.fulfill();
+    work.reset();
+  };
+  signals.async_wait(onSignal);
+
+  // Watchdog: ping at half the interval systemd asked for.
+  uint64_t watchdogUsec = 0;
+  boost::asio::steady_timer watchdog(daemonLoop), status(daemonLoop);
+  std::function<void(const boost::system::error_code&)> onWatchdog = [&](const boost::system::error_code& ec) {
+    if (ec || stopping) return;
+    notify("WATCHDOG=1");
+    watchdog.expires_after(std::chrono::microseconds(watchdogUsec / 2));
+    watchdog.async_wait(onWatchdog);
+  };
+  if (sd_watchdog_enabled(0, &watchdogUsec) > 0 && watchdogUsec > 0) {
+    watchdog.expires_after(std::chrono::microseconds(watchdogUsec / 2));
+    watchdog.async_wait(onWatchdog);
+  }
+  std::function<void(const boost::system::error_code&)> onStatus = [&](const boost::system::error_code& ec) {
+    if (ec || stopping) return;
+    notify("STATUS=" + core.statusLine());
+    status.expires_after(std::chrono::seconds(5));
+    status.async_wait(onStatus);
+  };
+  status.expires_after(std::chrono::seconds(5));
+  status.async_wait(onStatus);
+
+  std::thread daemonThread([&] { daemonLoop.run(); });
+  notify("READY=1\nSTATUS=" + core.statusLine());
+  core.events().emit({0, EventKind::kDaemon, "daemon.ready", "", "", 0, JITLLM_VERSION_STRING});
+
+  shutdown.promise.wait(io.waitScope);
+  // Let the RPC loop deliver the final results of generations that finished in the drain.
+  for (int i = 0; i < 10; i++) io.waitScope.poll();
+  watchdog.cancel();
+  status.cancel();
+  signals.cancel();
+  daemonLoop.stop();
+  daemonThread.join();
+  background.joinAll();
+  listener = nullptr;
+  spdlog::info("jitllmd stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string configPath;
+  std::optional<Arguments> args;
+  try {
+    args = parseArguments(argc, argv, &configPath);
+    if (!args) return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "jitllmd: %s\n", e.what());
+    return 2;
+  }
+  if (args->checkOnly) {
+    const auto& c = args->config;
+    std::printf("config: %s\nsocket: %s\ndevices: %s\nmodel_dirs:", configPath.empty() ? "(none)" : configPath.c_str(),
+                (c.socketPath.empty() ? defaultSocketPath() : c.socketPath).c_str(), c.devices.c_str());
+    for (const auto& d : c.modelDirs) std::printf(" %s", d.c_str());
+    std::printf("\ndefault_context: %lld\nadmin_group: %s\ngrace_period_seconds: %g\nmax_sessions: %zu\n"
+                "max_queued_tokens: %zu\nlog_level: %s\nok\n",
+                (long long)c.defaultContext, c.adminGroup.c_str(), c.gracePeriodSeconds, c.maxSessions,
+                c.maxQueuedTokens, c.logLevel.c_str());
+    return 0;
+  }
+  try {
+    return runDaemon(args->config, configPath);
+  } catch (const Error& e) {
+    spdlog::critical("{}", e.what());
+    std::fprintf(stderr, "jitllmd: %s\n", e.what());
+    return 1;
+  } catch (const kj::Exception& e) {
+    std::fprintf(stderr, "jitllmd: %s\n", e.getDescription().cStr());
+    return 1;
+  }
+}

@@ -1,0 +1,100 @@
+#include "daemon/server/daemon_config.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/error.h"
+
+namespace jitllm::server {
+namespace {
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return {};
+  const size_t e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+template <typename T>
+T number(const std::string& v, const std::string& where, T lo, T hi) {
+  T out{};
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  JITLLM_REQUIRE(ec == std::errc() && p == v.data() + v.size() && out >= lo && out <= hi, where, ": '", v,
+                 "' is not a number in [", lo, ", ", hi, "]");
+  return out;
+}
+
+std::vector<std::string> list(const std::string& v) {
+  std::vector<std::string> out;
+  std::stringstream in(v);
+  for (std::string item; std::getline(in, item, ',');) {
+    item = trim(item);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+}  // namespace
+
+void DaemonConfig::parse(const std::string& text, const std::string& origin) {
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); n++) {
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const std::string where = origin + ":" + std::to_string(n);
+    const size_t eq = line.find('=');
+    JITLLM_REQUIRE(eq != std::string::npos, where, ": expected 'key = value', got '", line, "'");
+    const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    if (key == "socket") {
+      socketPath = value;
+    } else if (key == "devices") {
+      JITLLM_REQUIRE(!value.empty(), where, ": devices must not be empty");
+      devices = value;
+    } else if (key == "cpu_threads") {
+      cpuThreads = number<int>(value, where, 0, 1024);
+    } else if (key == "model_dirs") {
+      modelDirs = list(value);
+    } else if (key == "default_context") {
+      defaultContext = number<int64_t>(value, where, 16, int64_t(1) << 24);
+    } else if (key == "admin_group") {
+      adminGroup = value;
+    } else if (key == "grace_period_seconds") {
+      gracePeriodSeconds = number<double>(value, where, 0.0, 3600.0);
+    } else if (key == "log_level") {
+      JITLLM_REQUIRE(value == "trace" || value == "debug" || value == "info" || value == "warn" || value == "error",
+                     where, ": log_level must be trace, debug, info, warn or error");
+      logLevel = value;
+    } else if (key == "max_sessions") {
+      maxSessions = number<size_t>(value, where, 1, 100000);
+    } else if (key == "max_queued_tokens") {
+      maxQueuedTokens = number<size_t>(value, where, 1, 1 << 20);
+    } else if (key == "preload") {
+      preload = list(value);
+    } else {
+      JITLLM_FAIL(kFailed, where, ": unknown key '", key, "'");
+    }
+  }
+}
+
+void DaemonConfig::loadFile(const std::string& path) {
+  std::ifstream in(path);
+  JITLLM_REQUIRE(in.good(), path, ": cannot read the config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  parse(text.str(), path);
+}
+
+std::string defaultSocketPath() {
+  if (::geteuid() == 0) return "/run/jitllm/jitllmd.sock";
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  if (xdg && *xdg) return std::string(xdg) + "/jitllm/jitllmd.sock";
+  return "/tmp/jitllm-" + std::to_string(::geteuid()) + "/jitllmd.sock";
+}
+
+}  // namespace jitllm::server

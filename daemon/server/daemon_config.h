@@ -1,0 +1,41 @@
+// jitllmd's settings: built-in defaults, then /etc/jitllm/jitllmd.conf (or --config FILE), then
+// the command line. SIGHUP re-reads the file; settings that need a restart (socket, devices) are
+// reported and kept.
+//
+// The file is "key = value" lines; '#' starts a comment; unknown keys and bad values are errors
+// naming the line (--check-config prints them and exits 1). Keys are documented in
+// systemd/jitllmd.conf.example and docs/operations.md.
+//
+// Thread-safety: a value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace jitllm::server {
+
+struct DaemonConfig {
+  std::string socketPath;              // empty: the default for how we run (system / user)
+  std::string devices = "cpu:0";
+  int cpuThreads = 0;                  // per CPU device; 0: all cores
+  std::vector<std::string> modelDirs;  // where `load` by path may look
+  int64_t defaultContext = 4096;
+  std::string adminGroup = "jitllm-admin";
+  double gracePeriodSeconds = 10;      // SIGTERM: running generations get this long to finish
+  std::string logLevel = "info";
+  size_t maxSessions = 64;             // per model
+  size_t maxQueuedTokens = 64;         // per session, before a slow reader is throttled
+  std::vector<std::string> preload;    // models loaded at start ("path" or "name=path")
+
+  // Applies the settings in `text`; `origin` names it in errors. Error(FAILED) on a bad line.
+  void parse(const std::string& text, const std::string& origin);
+  void loadFile(const std::string& path);  // Error(FAILED) if unreadable or invalid
+};
+
+// The socket path when none is configured: /run/jitllm/jitllmd.sock for root (the system
+// service), $XDG_RUNTIME_DIR/jitllm/jitllmd.sock for a user.
+std::string defaultSocketPath();
+
+}  // namespace jitllm::server

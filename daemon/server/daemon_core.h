@@ -1,0 +1,82 @@
+// What jitllmd owns, independent of how clients reach it: its devices, the resident models, the
+// event hub and the access policy. The RPC layer (rpc_service.h) and the signal/timer loop
+// (jitllmd_main.cc) both drive it.
+//
+// Loading parses and binds a model (seconds for big files) on the caller's thread: the RPC layer
+// runs it on a loader thread so the RPC loop stays responsive.
+//
+// Ownership: owns devices and ModelHosts; a ModelHost handed out by find() stays valid while the
+// caller holds it, even if it is unloaded meanwhile (its jobs then fail with DISCONNECTED).
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/server/access_policy.h"
+#include "daemon/server/daemon_config.h"
+#include "daemon/server/event_hub.h"
+#include "daemon/server/model_host.h"
+#include "kernels/device.h"
+
+namespace jitllm::server {
+
+struct LoadRequest {
+  std::string path;  // a path under model_dirs, or empty when fd is given
+  int fd = -1;       // an open descriptor the client passed (still owned by the caller)
+  std::string name;  // empty: from the file
+  int64_t contextSize = 0;
+  std::string devices;  // placement hint, e.g. "cpu:0,cpu:1"; empty: all the daemon's devices
+  std::string kvPrecision;  // "", "f32", "f16"
+};
+
+using LoadProgress = std::function<void(const std::string& stage, uint64_t done, uint64_t total)>;
+
+class DaemonCore final {
+ public:
+  explicit DaemonCore(DaemonConfig config);
+  ~DaemonCore();
+
+  DaemonConfig config() const;
+  // Applies a re-read config: what can change live (admin group, limits for new models, log
+  // level); returns what needs a restart to take effect.
+  std::vector<std::string> reload(const DaemonConfig& fresh);
+
+  EventHub& events() { return events_; }
+  const AccessPolicy& access() const { return access_; }
+  const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
+
+  std::shared_ptr<ModelHost> load(const LoadRequest& request, const LoadProgress& progress);
+  void unload(const std::string& name);
+  // Error(FAILED) naming the loaded models when there is none called `name`.
+  std::shared_ptr<ModelHost> find(const std::string& name) const;
+  std::vector<std::shared_ptr<ModelHost>> models() const;
+
+  // Refuses new generations from now on (Error(DISCONNECTED): the daemon is stopping).
+  void stopAccepting();
+  bool accepting() const;
+  // Waits up to `grace` for running generations, then unloads everything (failing what is left).
+  // Returns the number of generations that had to be cancelled.
+  size_t drain(std::chrono::milliseconds grace);
+
+  // A one-line summary for sd_notify STATUS=.
+  std::string statusLine() const;
+
+ private:
+  // Path validation for load-by-path: inside a model dir and readable by `uid`.
+  std::string resolveModelPath(const std::string& path) const;
+
+  mutable std::mutex mutex_;
+  DaemonConfig config_;
+  EventHub events_;
+  AccessPolicy access_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::map<std::string, std::shared_ptr<ModelHost>> models_;
+  bool accepting_ = true;
+};
+
+}  // namespace jitllm::server

@@ -1,0 +1,89 @@
+#include "daemon/server/event_hub.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace jitllm::server {
+
+const char* eventKindName(EventKind kind) {
+  switch (kind) {
+    case EventKind::kDaemon: return "daemon";
+    case EventKind::kDevice: return "device";
+    case EventKind::kModel: return "model";
+    case EventKind::kSession: return "session";
+  }
+  return "unknown";
+}
+
+std::vector<DaemonEvent> EventMailbox::take(size_t* dropped) {
+  std::lock_guard lock(mutex_);
+  std::vector<DaemonEvent> out(queue_.begin(), queue_.end());
+  queue_.clear();
+  if (dropped) *dropped = dropped_;
+  dropped_ = 0;
+  return out;
+}
+
+void EventMailbox::setWaker(std::function<void()> waker) {
+  std::function<void()> now;
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.empty()) {
+      waker_ = std::move(waker);
+    } else {
+      now = std::move(waker);
+    }
+  }
+  if (now) now();
+}
+
+void EventMailbox::push(const DaemonEvent& e) {
+  std::function<void()> wake;
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.size() >= kMaxQueued) {
+      queue_.pop_front();
+      dropped_++;
+    }
+    queue_.push_back(e);
+    wake = std::move(waker_);
+    waker_ = nullptr;
+  }
+  if (wake) wake();
+}
+
+void EventHub::emit(DaemonEvent e) {
+  if (e.unixMs == 0) {
+    e.unixMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+  }
+  spdlog::info("[{}] {}{}{}", eventKindName(e.kind), e.what, e.message.empty() ? "" : ": ", e.message);
+  std::vector<std::shared_ptr<EventMailbox>> live;
+  {
+    std::lock_guard lock(mutex_);
+    history_.push_back(e);
+    if (history_.size() > kHistory) history_.pop_front();
+    for (auto it = subscribers_.begin(); it != subscribers_.end();) {
+      if (auto s = it->lock()) {
+        live.push_back(std::move(s));
+        ++it;
+      } else {
+        it = subscribers_.erase(it);
+      }
+    }
+  }
+  for (auto& s : live) s->push(e);
+}
+
+std::shared_ptr<EventMailbox> EventHub::subscribe(size_t replay) {
+  auto box = std::make_shared<EventMailbox>();
+  std::lock_guard lock(mutex_);
+  const size_t n = std::min(replay, history_.size());
+  for (size_t i = history_.size() - n; i < history_.size(); i++) box->push(history_[i]);
+  subscribers_.push_back(box);
+  return box;
+}
+
+}  // namespace jitllm::server

@@ -1,0 +1,448 @@
+#include "daemon/server/rpc_service.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <capnp/message.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/runtime/chat_template.h"
+#include "daemon/server/kj_errors.h"
+
+namespace jitllm::server {
+namespace {
+
+kj::StringPtr text(const std::string& s) { return kj::StringPtr(s.c_str(), s.size()); }
+
+// One-shot wake-up from another thread into this KJ loop, as a std::function (copyable).
+std::pair<kj::Promise<void>, std::function<void()>> crossThreadWaker() {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  auto f = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+  return {kj::mv(paf.promise), [f] { (*f)->fulfill(); }};
+}
+
+rpc::StopReason toRpc(StopReason r) {
+  switch (r) {
+    case StopReason::kMaxTokens: return rpc::StopReason::MAX_TOKENS;
+    case StopReason::kEndOfGeneration: return rpc::StopReason::END_OF_GENERATION;
+    case StopReason::kStopString: return rpc::StopReason::STOP_STRING;
+    case StopReason::kContextFull: return rpc::StopReason::CONTEXT_FULL;
+  }
+  return rpc::StopReason::MAX_TOKENS;
+}
+
+rpc::EventKind toRpc(EventKind k) {
+  switch (k) {
+    case EventKind::kDaemon: return rpc::EventKind::DAEMON;
+    case EventKind::kDevice: return rpc::EventKind::DEVICE;
+    case EventKind::kModel: return rpc::EventKind::MODEL;
+    case EventKind::kSession: return rpc::EventKind::SESSION;
+  }
+  return rpc::EventKind::DAEMON;
+}
+
+runtime::SamplingParams samplingFrom(rpc::SamplingParams::Reader s) {
+  runtime::SamplingParams p;
+  p.temperature = s.getTemperature();
+  p.topK = s.getTopK();
+  p.topP = s.getTopP();
+  p.minP = s.getMinP();
+  p.repeatPenalty = s.getRepeatPenalty();
+  p.repeatLastN = s.getRepeatLastN();
+  p.seed = s.getSeed();
+  p.validate();
+  return p;
+}
+
+// Bounds on what one request may ask for, so a hostile client cannot make the daemon allocate
+// without limit (the RPC layer's traversal limit bounds the message itself).
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopStringBytes = 256;
+constexpr uint32_t kMaxTokensPerRequest = 1 << 20;
+
+std::vector<std::string> stopsFrom(capnp::List<capnp::Text>::Reader list) {
+  JITLLM_REQUIRE(list.size() <= kMaxStopStrings, "at most ", kMaxStopStrings, " stop strings");
+  std::vector<std::string> out;
+  for (auto s : list) {
+    JITLLM_REQUIRE(s.size() <= kMaxStopStringBytes, "stop strings are at most ", kMaxStopStringBytes, " bytes");
+    out.emplace_back(s.cStr(), s.size());
+  }
+  return out;
+}
+
+void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b) {
+  const runtime::Model& m = host.model();
+  const auto& c = m.config();
+  b.setName(text(host.name()));
+  b.setPath(text(host.path()));
+  b.setArchitecture(runtime::architectureName(c.arch));
+  b.setFileBytes(m.file().fileSize());
+  b.setLayers(uint32_t(c.layers));
+  b.setVocabSize(uint32_t(c.vocabSize));
+  b.setContextLength(uint32_t(std::min<int64_t>(c.contextLength, UINT32_MAX)));
+  b.setContextSize(uint32_t(host.options().defaultContext));
+  b.setChatTemplate(runtime::chatTemplateName(host.chatTemplate()));
+  b.setLoadedUnixMs(host.loadedUnixMs());
+  // Placement: runs of consecutive units on one device.
+  std::vector<std::pair<int, int>> runs;
+  for (int u = 0; u < m.unitCount(); u++) {
+    if (runs.empty() || &m.unitDevice(u) != &m.unitDevice(runs.back().first)) {
+      runs.push_back({u, u});
+    } else {
+      runs.back().second = u;
+    }
+  }
+  auto placement = b.initPlacement(uint32_t(runs.size()));
+  for (size_t i = 0; i < runs.size(); i++) {
+    auto r = placement[uint32_t(i)];
+    r.setFirst(uint32_t(runs[i].first));
+    r.setLast(uint32_t(runs[i].second));
+    r.setDevice(text(m.unitDevice(runs[i].first).info().id));
+    r.setFirstName(text(m.unitName(runs[i].first)));
+    r.setLastName(text(m.unitName(runs[i].second)));
+  }
+  // Weight bytes per device.
+  std::vector<std::pair<std::string, uint64_t>> weights;
+  auto addWeights = [&](const std::string& device, uint64_t bytes) {
+    for (auto& [d, n] : weights) {
+      if (d == device) {
+        n += bytes;
+        return;
+      }
+    }
+    weights.emplace_back(device, bytes);
+  };
+  const auto& t = m.tensors();
+  addWeights(m.unitDevice(0).info().id, t.tokenEmbedding->nbytes);
+  for (int l = 0; l < c.layers; l++) addWeights(m.unitDevice(l + 1).info().id, t.blocks[size_t(l)].bytes());
+  const int head = m.unitCount() - 1;
+  addWeights(m.unitDevice(head).info().id,
+             t.outputNorm->nbytes + (t.output != t.tokenEmbedding ? t.output->nbytes : 0));
+  const ModelSnapshot snap = host.snapshot();
+  auto memory = b.initMemory(uint32_t(weights.size()));
+  for (size_t i = 0; i < weights.size(); i++) {
+    memory[uint32_t(i)].setDevice(text(weights[i].first));
+    memory[uint32_t(i)].setWeightBytes(weights[i].second);
+    for (const auto& [d, kv] : snap.kvBytesByDevice) {
+      if (d == weights[i].first) memory[uint32_t(i)].setKvBytes(kv);
+    }
+  }
+  auto sessions = b.initSessions(uint32_t(snap.sessions.size()));
+  for (size_t i = 0; i < snap.sessions.size(); i++) {
+    const auto& s = snap.sessions[i];
+    sessions[uint32_t(i)].setId(s.id);
+    sessions[uint32_t(i)].setOwnerUid(s.ownerUid);
+    sessions[uint32_t(i)].setTokens(uint32_t(s.tokens));
+    sessions[uint32_t(i)].setContextLimit(uint32_t(s.contextLimit));
+    sessions[uint32_t(i)].setState(text(s.state));
+  }
+}
+
+// Streams one job's output to the client's sink until it finishes, then fills the results.
+class GenerationStream final {
+ public:
+  GenerationStream(std::shared_ptr<GenerationJob> job, rpc::TokenSink::Client sink)
+      : job_(std::move(job)), sink_(kj::mv(sink)) {}
+  // Dropping the stream (the call was cancelled or the client left) cancels the job.
+  ~GenerationStream() { job_->cancel(); }
+
+  kj::Promise<GenerationJob::Batch> run() {
+    auto batch = job_->take();
+    kj::Promise<void> sent = kj::READY_NOW;
+    if (!batch.ids.empty() || !batch.text.empty()) {
+      allIds_.insert(allIds_.end(), batch.ids.begin(), batch.ids.end());
+      allText_ += batch.text;
+      auto request = sink_.tokensRequest();
+      auto ids = request.initIds(uint32_t(batch.ids.size()));
+      for (size_t i = 0; i < batch.ids.size(); i++) ids.set(uint32_t(i), batch.ids[i]);
+      request.setText(text(batch.text));
+      sent = request.send();
+    }
+    if (batch.finished) {
+      return sent.then([batch = kj::mv(batch)]() mutable { return kj::mv(batch); });
+    }
+    return sent.then([this] {
+      auto [more, waker] = crossThreadWaker();
+      job_->setWaker(waker);
+      return kj::mv(more);
+    }).then([this] { return run(); });
+  }
+
+  const std::vector<int32_t>& ids() const { return allIds_; }
+  const std::string& allText() const { return allText_; }
+
+ private:
+  std::shared_ptr<GenerationJob> job_;
+  rpc::TokenSink::Client sink_;
+  std::vector<int32_t> allIds_;
+  std::string allText_;
+};
+
+// Streams daemon events to a subscriber until the Subscription capability is dropped.
+class EventSubscription final : public rpc::Subscription::Server {
+ public:
+  EventSubscription(std::shared_ptr<EventMailbox> box, rpc::EventSink::Client sink)
+      : box_(std::move(box)), sink_(kj::mv(sink)), pump_(run().eagerlyEvaluate([](kj::Exception&& e) {
+          spdlog::debug("event subscriber gone: {}", e.getDescription().cStr());
+        })) {}
+
+ private:
+  kj::Promise<void> run() {
+    size_t dropped = 0;
+    auto events = box_->take(&dropped);
+    kj::Promise<void> sent = kj::READY_NOW;
+    if (dropped > 0) {
+      DaemonEvent note;
+      note.what = "events.dropped";
+      note.message = std::to_string(dropped) + " events were dropped: the subscriber reads too slowly";
+      events.insert(events.begin(), note);
+    }
+    for (const auto& e : events) {
+      auto request = sink_.eventRequest();
+      auto b = request.initEvent();
+      b.setUnixMs(e.unixMs);
+      b.setKind(toRpc(e.kind));
+      b.setWhat(text(e.what));
+      b.setModel(text(e.model));
+      b.setDevice(text(e.device));
+      b.setSessionId(e.sessionId);
+      b.setMessage(text(e.message));
+      sent = sent.then([request = kj::mv(request)]() mutable { return request.send(); });
+    }
+    return sent.then([this] {
+      auto [more, waker] = crossThreadWaker();
+      box_->setWaker(waker);
+      return kj::mv(more);
+    }).then([this] { return run(); });
+  }
+
+  std::shared_ptr<EventMailbox> box_;
+  rpc::EventSink::Client sink_;
+  kj::Promise<void> pump_;
+};
+
+// A File capability's descriptor, duplicated so it outlives the capability.
+int dupFd(int fd) {
+  int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  JITLLM_REQUIRE(copy >= 0, "cannot duplicate the passed file descriptor");
+  return copy;
+}
+
+}  // namespace
+
+DaemonService::DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer)
+    : core_(core), background_(background), peer_(peer) {}
+
+kj::Promise<void> DaemonService::version(VersionContext context) {
+  auto v = context.getResults().initVersion();
+  v.setMajor(JITLLM_VERSION_MAJOR);
+  v.setMinor(JITLLM_VERSION_MINOR);
+  v.setPatch(JITLLM_VERSION_PATCH);
+  v.setProtocol(rpc::PROTOCOL_VERSION);
+  v.setBuild(JITLLM_BUILD_INFO);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> DaemonService::devices(DevicesContext context) {
+  const auto& devices = core_.devices();
+  auto list = context.getResults().initDevices(uint32_t(devices.size()));
+  for (size_t i = 0; i < devices.size(); i++) {
+    const DeviceInfo& d = devices[i]->info();
+    auto b = list[uint32_t(i)];
+    b.setId(text(d.id));
+    b.setBackend(backendName(d.backend));
+    b.setName(text(d.name));
+    b.setMemoryTotal(d.memoryBudget);
+    b.setMemoryUsed(devices[i]->memoryUsed());
+    b.setThreads(uint32_t(d.threads));
+    b.setSoftware(d.software);
+    auto t = b.initTelemetry();
+    t.setTemperatureC(NAN);
+    t.setUtilization(NAN);
+    t.setPowerWatts(NAN);
+  }
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> DaemonService::models(ModelsContext context) {
+  const auto hosts = core_.models();
+  auto list = context.getResults().initModels(uint32_t(hosts.size()));
+  for (size_t i = 0; i < hosts.size(); i++) fillModelInfo(*hosts[i], list[uint32_t(i)]);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> DaemonService::load(LoadContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    core_.access().requireAdmin(peer_.uid, "load");
+    auto params = context.getParams();
+    auto options = params.getOptions();
+    auto request = std::make_shared<LoadRequest>();
+    request->name = options.getName();
+    request->contextSize = options.getContextSize();
+    request->devices = options.getDevices();
+    request->kvPrecision = options.getKvPrecision();
+    auto progress = params.hasProgress() ? kj::Maybe<rpc::ProgressSink::Client>(params.getProgress())
+                                         : kj::Maybe<rpc::ProgressSink::Client>(nullptr);
+    auto source = params.getSource();
+    kj::Promise<void> ready = kj::READY_NOW;
+    if (source.isPath()) {
+      request->path = source.getPath();
+      JITLLM_REQUIRE(!request->path.empty() && request->path[0] == '/', "load: the path must be absolute");
+      JITLLM_REQUIRE(core_.access().canRead(request->path, peer_.uid), "load: you (uid ", peer_.uid,
+                     ") cannot read '", request->path, "'");
+    } else {
+      ready = source.getFile().getFd().then([request](kj::Maybe<int> fd) {
+        KJ_IF_MAYBE(f, fd) {
+          request->fd = dupFd(*f);
+        }
+        else {
+          JITLLM_FAIL(kFailed, "load: no file descriptor came with the request");
+        }
+      });
+    }
+    return ready.then([this, request, context, progress = kj::mv(progress)]() mutable {
+      // Progress stages are few; each is forwarded to the client from this thread.
+      auto& executor = kj::getCurrentThreadExecutor();
+      auto sink = std::make_shared<kj::Maybe<rpc::ProgressSink::Client>>(kj::mv(progress));
+      std::function<std::string()> work = [this, request, &executor, sink]() -> std::string {
+        struct CloseFd {
+          int fd;
+          ~CloseFd() {
+            if (fd >= 0) ::close(fd);
+          }
+        } closer{request->fd};
+        auto host = core_.load(*request, [&](const std::string& stage, uint64_t done, uint64_t total) {
+          executor.executeSync([&] {
+            KJ_IF_MAYBE(s, *sink) {
+              auto r = s->progressRequest();
+              r.setStage(text(stage));
+              r.setDone(done);
+              r.setTotal(total);
+              r.send().detach([](kj::Exception&&) {});
+            }
+          });
+        });
+        return host->name();
+      };
+      return background_.run(work).then([this, context](std::string name) mutable {
+        return translateErrors([&] { fillModelInfo(*core_.find(name), context.getResults().initModel()); });
+      });
+    });
+  });
+}
+
+kj::Promise<void> DaemonService::unload(UnloadContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    core_.access().requireAdmin(peer_.uid, "unload");
+    std::string name = context.getParams().getName();
+    core_.find(name);  // a clear error for an unknown name
+    return background_.run(std::function<bool()>([this, name] {
+      core_.unload(name);
+      return true;
+    })).ignoreResult();
+  });
+}
+
+struct DaemonService::Reply {
+  virtual ~Reply() = default;
+  virtual void fill(const std::vector<int32_t>& ids, const std::string& text, const GenerationStats& stats) = 0;
+};
+
+namespace {
+template <typename Context>
+struct ContextReply final : DaemonService::Reply {
+  explicit ContextReply(Context c) : context(kj::mv(c)) {}
+  void fill(const std::vector<int32_t>& ids, const std::string& t, const GenerationStats& s) override {
+    auto r = context.getResults();
+    auto list = r.initTokens(uint32_t(ids.size()));
+    for (size_t i = 0; i < ids.size(); i++) list.set(uint32_t(i), ids[i]);
+    r.setText(text(t));
+    auto st = r.initStats();
+    st.setPromptTokens(s.promptTokens);
+    st.setGeneratedTokens(s.generatedTokens);
+    st.setTimeToFirstTokenMs(s.timeToFirstTokenMs);
+    st.setTokensPerSecond(s.tokensPerSecond);
+    st.setTotalMs(s.totalMs);
+    st.setStopReason(toRpc(s.stopReason));
+    st.setSessionId(s.sessionId);
+  }
+  Context context;
+};
+}  // namespace
+
+kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host, GenerationRequest request,
+                                                 rpc::TokenSink::Client sink, kj::Own<Reply> reply) {
+  JITLLM_REQUIRE(core_.accepting(), "jitllmd is stopping; no new generations");
+  const DaemonConfig cfg = core_.config();
+  auto job = std::make_shared<GenerationJob>(std::move(request), cfg.maxQueuedTokens);
+  host->submit(job);
+  auto stream = kj::heap<GenerationStream>(job, kj::mv(sink));
+  auto& s = *stream;
+  return s.run()
+      .then([&s, reply = kj::mv(reply)](GenerationJob::Batch last) mutable {
+        if (last.error) kj::throwFatalException(toKjException(*last.error));
+        reply->fill(s.ids(), s.allText(), last.stats);
+      })
+      .attach(kj::mv(stream), kj::mv(host));
+}
+
+kj::Promise<void> DaemonService::generate(GenerateContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    auto params = context.getParams();
+    auto r = params.getRequest();
+    auto host = core_.find(r.getModel());
+    GenerationRequest req;
+    if (r.getPrompt().isText()) {
+      const auto t = r.getPrompt().getText();
+      req.prompt = host->model().tokenizer().encode(std::string_view(t.cStr(), t.size()), true, true);
+    } else {
+      for (int32_t id : r.getPrompt().getTokens()) req.prompt.push_back(id);
+    }
+    JITLLM_REQUIRE(r.getMaxTokens() <= kMaxTokensPerRequest, "maxTokens is at most ", kMaxTokensPerRequest);
+    req.maxTokens = r.getMaxTokens();
+    req.sampling = samplingFrom(r.getSampling());
+    req.stops = stopsFrom(r.getStop());
+    req.contextLimit = r.getContextSize();
+    req.ownerUid = peer_.uid;
+    return startGeneration(host, std::move(req), params.getSink(), kj::heap<ContextReply<GenerateContext>>(context));
+  });
+}
+
+kj::Promise<void> DaemonService::chat(ChatContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    auto params = context.getParams();
+    auto r = params.getRequest();
+    auto host = core_.find(r.getModel());
+    std::vector<runtime::ChatMessage> messages;
+    for (auto m : r.getMessages()) messages.push_back({m.getRole(), m.getContent()});
+    GenerationRequest req;
+    req.prompt = host->model().tokenizer().encode(runtime::renderChat(host->chatTemplate(), messages), true, true);
+    JITLLM_REQUIRE(r.getMaxTokens() <= kMaxTokensPerRequest, "maxTokens is at most ", kMaxTokensPerRequest);
+    req.maxTokens = r.getMaxTokens();
+    req.sampling = samplingFrom(r.getSampling());
+    req.stops = stopsFrom(r.getStop());
+    req.contextLimit = r.getContextSize();
+    req.ownerUid = peer_.uid;
+    return startGeneration(host, std::move(req), params.getSink(), kj::heap<ContextReply<ChatContext>>(context));
+  });
+}
+
+kj::Promise<void> DaemonService::events(EventsContext context) {
+  auto params = context.getParams();
+  auto box = core_.events().subscribe(std::min<size_t>(params.getReplay(), EventHub::kHistory));
+  context.getResults().setSubscription(kj::heap<EventSubscription>(std::move(box), params.getSink()));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> DaemonService::cancelSession(CancelSessionContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    const uint64_t id = context.getParams().getSessionId();
+    const bool admin = core_.access().isAdmin(peer_.uid);
+    for (const auto& host : core_.models()) {
+      if (host->cancelSession(id, peer_.uid, admin)) return kj::READY_NOW;
+    }
+    JITLLM_FAIL(kFailed, "no running session has id ", id, " (see jitllmctl ps)");
+  });
+}
+
+}  // namespace jitllm::server

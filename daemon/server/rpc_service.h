@@ -1,0 +1,47 @@
+// The Daemon capability one client connection sees: Cap'n Proto RPC methods mapped onto the
+// DaemonCore, with that connection's peer credentials deciding what it may do.
+//
+// Runs on the RPC (KJ) thread. Work that blocks - loading a model - runs on a background thread
+// and comes back through a cross-thread promise; generations run on the model's worker thread and
+// stream back through their GenerationJob (see generation_job.h). Dropping a generate/chat call
+// cancels it.
+//
+// Ownership: borrows the DaemonCore and the BackgroundThreads, which outlive every connection.
+// Thread-safety: RPC thread only.
+#pragma once
+
+#include <kj/async.h>
+
+#include "daemon/server/background_threads.h"
+#include "daemon/server/daemon_core.h"
+#include "jitllm/jitllm.capnp.h"
+
+namespace jitllm::server {
+
+class DaemonService final : public rpc::Daemon::Server {
+ public:
+  DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer);
+
+  kj::Promise<void> version(VersionContext context) override;
+  kj::Promise<void> devices(DevicesContext context) override;
+  kj::Promise<void> models(ModelsContext context) override;
+  kj::Promise<void> load(LoadContext context) override;
+  kj::Promise<void> unload(UnloadContext context) override;
+  kj::Promise<void> generate(GenerateContext context) override;
+  kj::Promise<void> chat(ChatContext context) override;
+  kj::Promise<void> events(EventsContext context) override;
+  kj::Promise<void> cancelSession(CancelSessionContext context) override;
+
+  // Where a finished generation's results go (generate and chat have different contexts).
+  struct Reply;
+
+ private:
+  kj::Promise<void> startGeneration(std::shared_ptr<ModelHost> host, GenerationRequest request,
+                                    rpc::TokenSink::Client sink, kj::Own<Reply> reply);
+
+  DaemonCore& core_;
+  BackgroundThreads& background_;
+  const PeerCredentials peer_;
+};
+
+}  // namespace jitllm::server

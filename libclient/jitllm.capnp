@@ -1,0 +1,221 @@
+# jitllm.capnp - the public contract between jitllmd and its clients (libclient, jitllmctl, apps).
+#
+# Transport: Cap'n Proto RPC (two-party) over a Unix stream socket; the daemon's bootstrap
+# capability is a `Daemon`. File descriptors travel with messages (SCM_RIGHTS), which is how
+# `load` takes a model file the client opened itself.
+#
+# Versioning: `protocolVersion` below rises by one with every incompatible change; additions of
+# fields and methods (the usual Cap'n Proto evolution rules) do not change it. Clients compare
+# `Daemon.version().protocol` with the constant they were built with. docs/api.md documents every
+# method, its errors and its permissions.
+#
+# Errors are Cap'n Proto exceptions: FAILED (bad request: the message says what to fix),
+# OVERLOADED (no memory or capacity now: retry later), DISCONNECTED (a device or the daemon went
+# away), UNIMPLEMENTED (this daemon cannot do it).
+
+@0xe3f77fa43ae28533;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("jitllm::rpc");
+
+const protocolVersion :UInt32 = 1;
+
+struct Version {
+  major @0 :UInt32;
+  minor @1 :UInt32;
+  patch @2 :UInt32;
+  protocol @3 :UInt32;   # = protocolVersion of the daemon
+  build @4 :Text;        # free-form: compiler, enabled backends
+}
+
+struct Telemetry {
+  # NaN (or 0 for counters) where unknown.
+  temperatureC @0 :Float32;
+  utilization @1 :Float32;      # 0..1, from our own executors
+  powerWatts @2 :Float32;
+}
+
+struct DeviceInfo {
+  id @0 :Text;                  # "cpu:0", "cuda:1", "vulkan:0"
+  backend @1 :Text;             # "cpu" | "cuda" | "vulkan"
+  name @2 :Text;
+  memoryTotal @3 :UInt64;       # bytes this device may hand out
+  memoryUsed @4 :UInt64;        # bytes handed out now
+  threads @5 :UInt32;           # CPU devices: worker threads
+  software @6 :Bool;            # an emulated device (placed last)
+  telemetry @7 :Telemetry;
+}
+
+struct LayerRange {
+  # Consecutive units of a model on one device. Units: 0 = "token_embd", 1..L = "blk.0".."blk.L-1",
+  # L+1 = "output".
+  first @0 :UInt32;
+  last @1 :UInt32;              # inclusive
+  device @2 :Text;
+  firstName @3 :Text;           # "token_embd", "blk.3", "output"
+  lastName @4 :Text;
+}
+
+struct DeviceMemory {
+  device @0 :Text;
+  weightBytes @1 :UInt64;
+  kvBytes @2 :UInt64;           # KV pages in use on this device
+}
+
+struct SessionInfo {
+  id @0 :UInt64;
+  ownerUid @1 :UInt32;
+  tokens @2 :UInt32;            # in its KV cache
+  contextLimit @3 :UInt32;
+  state @4 :Text;               # "prefill" | "decode" | "waiting" (slow reader)
+}
+
+struct ModelInfo {
+  name @0 :Text;
+  path @1 :Text;                # where it was loaded from ("fd:N" for a passed descriptor)
+  architecture @2 :Text;
+  fileBytes @3 :UInt64;
+  layers @4 :UInt32;            # transformer blocks
+  vocabSize @5 :UInt32;
+  contextLength @6 :UInt32;     # trained
+  contextSize @7 :UInt32;       # the default session limit it was loaded with
+  placement @8 :List(LayerRange);
+  memory @9 :List(DeviceMemory);
+  sessions @10 :List(SessionInfo);
+  chatTemplate @11 :Text;       # "llama3" | "chatml" | "llama2"
+  loadedUnixMs @12 :Int64;
+}
+
+struct LoadOptions {
+  name @0 :Text;                # default: the file's general.name, made unique
+  contextSize @1 :UInt32;       # default session limit; 0: min(trained, daemon's default)
+  devices @2 :Text;             # placement hint: "cpu:0" or "cpu:0,cpu:1" (layers spread in order)
+  kvPrecision @3 :Text;         # "f32" (default) | "f16"
+}
+
+struct ModelSource {
+  union {
+    path @0 :Text;              # must be under one of the daemon's model directories
+    file @1 :File;              # a descriptor the client opened (passed with the message)
+  }
+}
+
+interface File {
+  # Carries a file descriptor (Capability::Server::getFd). Has no methods.
+}
+
+interface ProgressSink {
+  progress @0 (stage :Text, done :UInt64, total :UInt64) -> stream;
+}
+
+struct SamplingParams {
+  temperature @0 :Float32 = 0;      # 0: greedy (ties to the lowest id)
+  topK @1 :Int32 = 0;
+  topP @2 :Float32 = 1;
+  minP @3 :Float32 = 0;
+  repeatPenalty @4 :Float32 = 1;
+  repeatLastN @5 :Int32 = 64;
+  seed @6 :UInt64 = 0;
+}
+
+struct GenerateRequest {
+  model @0 :Text;
+  prompt :union {
+    text @1 :Text;                  # tokenized with the model's special tokens and BOS flag
+    tokens @2 :List(Int32);
+  }
+  maxTokens @3 :UInt32 = 128;
+  sampling @4 :SamplingParams;
+  stop @5 :List(Text);              # stop strings: generation ends before the first match
+  contextSize @6 :UInt32;           # 0: the model's default
+}
+
+struct ChatMessage {
+  role @0 :Text;                    # "system" | "user" | "assistant"
+  content @1 :Text;
+}
+
+struct ChatRequest {
+  model @0 :Text;
+  messages @1 :List(ChatMessage);
+  maxTokens @2 :UInt32 = 256;
+  sampling @3 :SamplingParams;
+  stop @4 :List(Text);
+  contextSize @5 :UInt32;
+}
+
+enum StopReason {
+  maxTokens @0;
+  endOfGeneration @1;
+  stopString @2;
+  contextFull @3;
+}
+
+struct GenerationStats {
+  promptTokens @0 :UInt32;
+  generatedTokens @1 :UInt32;
+  timeToFirstTokenMs @2 :Float64;
+  tokensPerSecond @3 :Float64;      # generated tokens after the first, per second
+  totalMs @4 :Float64;
+  stopReason @5 :StopReason;
+  sessionId @6 :UInt64;
+}
+
+interface TokenSink {
+  # Receives a reply as it is generated. `text` is always whole UTF-8 characters; tokens whose
+  # bytes are still incomplete arrive with empty text. Flow control: the daemon sends the next
+  # chunk only when the previous ones are acknowledged, and stops scheduling the session while
+  # too many are in flight, so a slow reader slows only itself.
+  tokens @0 (ids :List(Int32), text :Text) -> stream;
+}
+
+enum EventKind {
+  daemon @0;      # started, reloaded config, stopping
+  device @1;      # appeared, vanished
+  model @2;       # loading, loaded, unloaded, load failed
+  session @3;     # started, finished, cancelled
+}
+
+struct Event {
+  unixMs @0 :Int64;
+  kind @1 :EventKind;
+  what @2 :Text;          # "loaded", "session.finished", ...
+  model @3 :Text;
+  device @4 :Text;
+  sessionId @5 :UInt64;
+  message @6 :Text;       # one human-readable line
+}
+
+interface EventSink {
+  event @0 (event :Event) -> stream;
+}
+
+interface Subscription {
+  # Drop it to unsubscribe.
+}
+
+interface Daemon {
+  version @0 () -> (version :Version);
+  devices @1 () -> (devices :List(DeviceInfo));
+  models @2 () -> (models :List(ModelInfo));
+
+  load @3 (source :ModelSource, options :LoadOptions, progress :ProgressSink) -> (model :ModelInfo);
+  # Admin only. `progress` may be null.
+  unload @4 (name :Text) -> ();
+  # Admin only. Sessions of the model end with DISCONNECTED.
+
+  generate @5 (request :GenerateRequest, sink :TokenSink)
+      -> (tokens :List(Int32), text :Text, stats :GenerationStats);
+  # Dropping the call (or disconnecting) cancels the generation and frees its KV pages.
+  chat @6 (request :ChatRequest, sink :TokenSink)
+      -> (tokens :List(Int32), text :Text, stats :GenerationStats);
+
+  events @7 (sink :EventSink, replay :UInt32) -> (subscription :Subscription);
+  # Streams events from now on (and up to `replay` recent ones first) until the subscription is
+  # dropped.
+
+  cancelSession @8 (sessionId :UInt64) -> ();
+  # Owners cancel their own sessions; admins any.
+
+  # Reserved for the migration and scheduler issues: migrate, pin, unpin, policy.
+}
