@@ -163,10 +163,11 @@ struct GenerationStats {
 
 interface TokenSink {
   # Receives a reply as it is generated. `text` is always whole UTF-8 characters; tokens whose
-  # bytes are still incomplete arrive with empty text. Flow control: the daemon sends the next
-  # chunk only when the previous ones are acknowledged, and stops scheduling the session while
-  # too many are in flight, so a slow reader slows only itself.
-  tokens @0 (ids :List(Int32), text :Text) -> stream;
+  # bytes are still incomplete arrive with empty text. Flow control: the daemon keeps at most a
+  # few chunks unanswered per reply (each call returns when the client has taken the chunk), and
+  # stops generating for the session while its unsent tokens reach the daemon's
+  # max_queued_tokens, so a slow reader slows only itself and costs bounded memory.
+  tokens @0 (ids :List(Int32), text :Text) -> ();
 }
 
 enum EventKind {

@@ -14,42 +14,56 @@ KvPagePool::~KvPagePool() = default;
 
 PageId KvPagePool::allocate() {
   std::lock_guard lock(mutex_);
-  if (freePages_.empty()) {
-    const size_t pageBytes = layout_.pageBytes();
-    std::unique_ptr<DeviceBuffer> chunk = device_.allocate(pageBytes * kPagesPerChunk);  // may throw OVERLOADED
-    for (size_t i = 0; i < kPagesPerChunk; i++) {
-      freePages_.push_back(PageId(pageAddress_.size()));
-      pageAddress_.push_back(chunk->data() + i * pageBytes);
+  for (auto& c : chunks_) {
+    if (c.buffer && !c.freePages.empty()) {
+      const PageId page = c.freePages.back();
+      c.freePages.pop_back();
+      inUse_++;
+      return page;
     }
-    chunks_.push_back(std::move(chunk));
-    // Hand out low ids first, so page order follows allocation order within a chunk.
-    std::reverse(freePages_.end() - kPagesPerChunk, freePages_.end());
   }
-  PageId page = freePages_.back();
-  freePages_.pop_back();
-  return page;
+  // No free page: take a chunk slot (a given-back one first, so ids stay dense) and fill it.
+  size_t slot = 0;
+  while (slot < chunks_.size() && chunks_[slot].buffer) slot++;
+  if (slot == chunks_.size()) chunks_.emplace_back();
+  Chunk& c = chunks_[slot];
+  c.buffer = device_.allocate(layout_.pageBytes() * kPagesPerChunk);  // may throw OVERLOADED
+  c.freePages.clear();
+  for (size_t i = kPagesPerChunk; i-- > 1;) c.freePages.push_back(PageId(slot * kPagesPerChunk + i));
+  inUse_++;
+  return PageId(slot * kPagesPerChunk);
 }
 
 void KvPagePool::free(PageId page) {
   std::lock_guard lock(mutex_);
-  JITLLM_ASSERT(page < pageAddress_.size());
-  freePages_.push_back(page);
+  const size_t slot = page / kPagesPerChunk;
+  JITLLM_ASSERT(slot < chunks_.size() && chunks_[slot].buffer);
+  Chunk& c = chunks_[slot];
+  c.freePages.push_back(page);
+  inUse_--;
+  if (c.freePages.size() == kPagesPerChunk) {
+    c.buffer.reset();  // nothing in it is used: the memory goes back to the device
+    c.freePages.clear();
+  }
 }
 
 uint8_t* KvPagePool::address(PageId page) const {
   std::lock_guard lock(mutex_);
-  JITLLM_ASSERT(page < pageAddress_.size());
-  return pageAddress_[page];
+  const size_t slot = page / kPagesPerChunk;
+  JITLLM_ASSERT(slot < chunks_.size() && chunks_[slot].buffer);
+  return chunks_[slot].buffer->data() + (page % kPagesPerChunk) * layout_.pageBytes();
 }
 
 size_t KvPagePool::pagesInUse() const {
   std::lock_guard lock(mutex_);
-  return pageAddress_.size() - freePages_.size();
+  return inUse_;
 }
 
 size_t KvPagePool::pagesReserved() const {
   std::lock_guard lock(mutex_);
-  return pageAddress_.size();
+  size_t n = 0;
+  for (const auto& c : chunks_) n += c.buffer ? kPagesPerChunk : 0;
+  return n;
 }
 
 }  // namespace jitllm::runtime

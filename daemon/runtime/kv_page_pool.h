@@ -1,9 +1,11 @@
 // Fixed-size KV pages carved out of one device's memory.
 //
 // A page holds KvLayout::pageTokens tokens of one layer's K and V. The pool grows by whole chunks
-// of pages (one device allocation each) as sessions need them and keeps freed pages for reuse;
-// when the device's budget is spent, allocate() throws Error(OVERLOADED) and nothing changes.
-// Pages are the unit that later moves between devices.
+// of pages (one device allocation each) as sessions need them, hands out pages from the lowest
+// chunk first, and gives a chunk back to the device as soon as none of its pages is in use - so
+// a burst of sessions does not hold device memory after it ends. When the device's budget is
+// spent, allocate() throws Error(OVERLOADED) and nothing changes. Pages are the unit that later
+// moves between devices. A page id stays valid (and its address fixed) while the page is held.
 //
 // Ownership: owns its chunks (DeviceBuffers); the Device must outlive the pool.
 // Thread-safety: all methods are safe to call from any thread (one mutex; page operations are
@@ -39,15 +41,20 @@ class KvPagePool final {
   Device& device() const { return device_; }
   const KvLayout& layout() const { return layout_; }
   size_t pagesInUse() const;
-  size_t pagesReserved() const;  // in use + free, i.e. what the device gave us
+  size_t pagesReserved() const;  // pages in chunks held from the device (in use or free)
 
  private:
+  // Chunk c holds pages [c * kPagesPerChunk, (c + 1) * kPagesPerChunk).
+  struct Chunk {
+    std::unique_ptr<DeviceBuffer> buffer;  // null: given back to the device
+    std::vector<PageId> freePages;         // of this chunk, lowest last (handed out first)
+  };
+
   Device& device_;
   KvLayout layout_;
   mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<DeviceBuffer>> chunks_;
-  std::vector<uint8_t*> pageAddress_;
-  std::vector<PageId> freePages_;
+  std::vector<Chunk> chunks_;
+  size_t inUse_ = 0;
 };
 
 }  // namespace jitllm::runtime

@@ -1,5 +1,6 @@
 #include "daemon/server/model_host.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <set>
@@ -271,12 +272,15 @@ void ModelHost::workerLoop() {
     }
 
     // Retire finished sessions (their pages return to the pools) and publish what ps shows.
+    const bool hadSessions = !active.empty();
     std::erase_if(active, [](const auto& a) { return a->done; });
+    // A burst just ended: hand the heap's free memory back to the OS rather than keep the peak.
+    if (hadSessions && active.empty()) ::malloc_trim(0);
     std::vector<SessionSnapshot> sessions;
     for (const auto& a : active) {
       sessions.push_back({a->session->id(), a->job->request().ownerUid, a->session->length(),
                           a->session->contextLimit(),
-                          a->job->throttled() ? "waiting" : (a->fed < a->history.size() ? "prefill" : "decode")});
+                          a->job->throttled() ? "waiting" : (a->generated == 0 ? "prefill" : "decode")});
     }
     std::vector<std::pair<std::string, size_t>> kv;
     std::set<Device*> seen;

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <capnp/message.h>
+#include <kj/vector.h>
+
+#include <deque>
 #include <spdlog/spdlog.h>
 
 #include "daemon/runtime/chat_template.h"
@@ -139,16 +142,25 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b) {
 }
 
 // Streams one job's output to the client's sink until it finishes, then fills the results.
+// At most kMaxChunksInFlight chunks wait for the client's answer; while they do, tokens pile up
+// in the job, which throttles the session once max_queued_tokens wait there.
 class GenerationStream final {
  public:
+  static constexpr size_t kMaxChunksInFlight = 4;
+
   GenerationStream(std::shared_ptr<GenerationJob> job, rpc::TokenSink::Client sink)
       : job_(std::move(job)), sink_(kj::mv(sink)) {}
   // Dropping the stream (the call was cancelled or the client left) cancels the job.
   ~GenerationStream() { job_->cancel(); }
 
   kj::Promise<GenerationJob::Batch> run() {
+    if (inFlight_.size() >= kMaxChunksInFlight) {
+      // The client answers in order: wait for the oldest chunk.
+      auto oldest = kj::mv(inFlight_.front());
+      inFlight_.pop_front();
+      return oldest.then([this] { return run(); });
+    }
     auto batch = job_->take();
-    kj::Promise<void> sent = kj::READY_NOW;
     if (!batch.ids.empty() || !batch.text.empty()) {
       allIds_.insert(allIds_.end(), batch.ids.begin(), batch.ids.end());
       allText_ += batch.text;
@@ -156,16 +168,19 @@ class GenerationStream final {
       auto ids = request.initIds(uint32_t(batch.ids.size()));
       for (size_t i = 0; i < batch.ids.size(); i++) ids.set(uint32_t(i), batch.ids[i]);
       request.setText(text(batch.text));
-      sent = request.send();
+      inFlight_.push_back(request.send().ignoreResult());
     }
     if (batch.finished) {
-      return sent.then([batch = kj::mv(batch)]() mutable { return kj::mv(batch); });
+      // Every chunk must have reached the client before the call returns.
+      kj::Vector<kj::Promise<void>> pending;
+      for (auto& p : inFlight_) pending.add(kj::mv(p));
+      inFlight_.clear();
+      auto all = kj::joinPromises(pending.releaseAsArray());
+      return all.then([batch = kj::mv(batch)]() mutable { return kj::mv(batch); });
     }
-    return sent.then([this] {
-      auto [more, waker] = crossThreadWaker();
-      job_->setWaker(waker);
-      return kj::mv(more);
-    }).then([this] { return run(); });
+    auto [more, waker] = crossThreadWaker();
+    job_->setWaker(waker);
+    return more.then([this] { return run(); });
   }
 
   const std::vector<int32_t>& ids() const { return allIds_; }
@@ -174,6 +189,7 @@ class GenerationStream final {
  private:
   std::shared_ptr<GenerationJob> job_;
   rpc::TokenSink::Client sink_;
+  std::deque<kj::Promise<void>> inFlight_;
   std::vector<int32_t> allIds_;
   std::string allText_;
 };

@@ -1,0 +1,459 @@
+// jitllmd end to end: a real daemon process, real sockets, raw Cap'n Proto clients.
+#include <gtest/gtest.h>
+#include <pwd.h>
+
+#include "tests/daemon/daemon_harness.h"
+
+namespace jitllm::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct GenerateResult {
+  std::vector<int32_t> streamedIds, ids;
+  std::string streamedText, text;
+  rpc::GenerationStats::Reader stats;
+  uint32_t generated = 0;
+  double ttftMs = 0;
+  uint64_t session = 0;
+};
+
+void loadStories(kj::AsyncIoContext& io, RpcConnection& c, const std::string& name = "stories") {
+  auto req = c.daemon().loadRequest();
+  const int fd = ::open(sharedPath("models/stories260K.gguf").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  req.initSource().setFile(kj::heap<FdFile>(fd));
+  req.initOptions().setName(name);
+  auto resp = req.send().wait(io.waitScope);
+  EXPECT_EQ(std::string(resp.getModel().getName().cStr()), name);
+  EXPECT_EQ(resp.getModel().getLayers(), 5u);
+}
+
+kj::Promise<GenerateResult> generate(RpcConnection& c, const std::string& prompt, uint32_t n,
+                                     std::shared_ptr<CollectingSink::State> state = nullptr,
+                                     kj::Timer* timer = nullptr, kj::Duration delay = 0 * kj::MILLISECONDS) {
+  if (!state) state = std::make_shared<CollectingSink::State>();
+  auto req = c.daemon().generateRequest();
+  auto r = req.initRequest();
+  r.setModel("stories");
+  r.initPrompt().setText(prompt);
+  r.setMaxTokens(n);
+  req.setSink(kj::heap<CollectingSink>(state, timer, delay));
+  return req.send().then([state](capnp::Response<rpc::Daemon::GenerateResults>&& resp) {
+    GenerateResult out;
+    out.streamedIds = state->ids;
+    out.streamedText = state->text;
+    for (int32_t id : resp.getTokens()) out.ids.push_back(id);
+    out.text = resp.getText();
+    out.generated = resp.getStats().getGeneratedTokens();
+    out.ttftMs = resp.getStats().getTimeToFirstTokenMs();
+    out.session = resp.getStats().getSessionId();
+    return out;
+  });
+}
+
+std::string errorOf(kj::Promise<void>&& p, kj::WaitScope& ws) {
+  try {
+    p.wait(ws);
+  } catch (const kj::Exception& e) {
+    return e.getDescription().cStr();
+  }
+  return "(no error)";
+}
+
+// Sessions and KV bytes the daemon reports for a model.
+std::pair<size_t, uint64_t> sessionsAndKv(kj::AsyncIoContext& io, RpcConnection& c) {
+  auto resp = c.daemon().modelsRequest().send().wait(io.waitScope);
+  size_t sessions = 0;
+  uint64_t kv = 0;
+  for (auto m : resp.getModels()) {
+    sessions += m.getSessions().size();
+    for (auto d : m.getMemory()) kv += d.getKvBytes();
+  }
+  return {sessions, kv};
+}
+
+// Polls (bounded) until the daemon reports no sessions and no KV pages in use.
+bool becomesIdle(kj::AsyncIoContext& io, RpcConnection& c) {
+  for (int i = 0; i < 200; i++) {
+    if (sessionsAndKv(io, c) == std::pair<size_t, uint64_t>{0, 0}) return true;
+    io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  return false;
+}
+
+TEST(Daemon, SignalsReadyLoadsAModelByDescriptorAndGeneratesExactlyTheEnginesTokens) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  EXPECT_TRUE(d.notify().waitFor("STATUS=", 1s));
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  auto v = c.daemon().versionRequest().send().wait(io.waitScope);
+  EXPECT_EQ(v.getVersion().getProtocol(), rpc::PROTOCOL_VERSION);
+  loadStories(io, c);
+  auto r = generate(c, "Once upon a time", 64).wait(io.waitScope);
+  const auto golden = storiesGolden();
+  ASSERT_GE(golden.size(), 64u);
+  EXPECT_EQ(r.ids, std::vector<int32_t>(golden.begin(), golden.begin() + 64));
+  EXPECT_EQ(r.streamedIds, r.ids);
+  EXPECT_EQ(r.streamedText, r.text);
+  EXPECT_EQ(r.text.rfind(", there was a little girl named Lily.", 0), 0u) << r.text;
+  EXPECT_EQ(r.generated, 64u);
+  EXPECT_GT(r.ttftMs, 0.0);
+  EXPECT_TRUE(becomesIdle(io, c));
+}
+
+TEST(Daemon, TakesItsListeningSocketFromSystemdSocketActivation) {
+  DaemonProcess d({}, /*socketActivated=*/true);
+  ASSERT_TRUE(d.ready()) << d.log();
+  EXPECT_NE(d.log().find("(from systemd)"), std::string::npos) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  loadStories(io, c);
+  auto r = generate(c, "Once upon a time", 8).wait(io.waitScope);
+  EXPECT_EQ(r.ids.size(), 8u);
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_TRUE(d.notify().waitFor("STOPPING=1", 1s));
+}
+
+TEST(Daemon, ThirtyTwoConcurrentClientsEachGetExactlyTheirOwnTokensAndLeaveNothingBehind) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection admin(io, d.socket());
+  loadStories(io, admin);
+  // Round 0 warms up: it makes resident the code paths of 32 connections and the model's pages
+  // (file-backed pages count in RSS and never leave). Round 1 must then leave nothing behind.
+  const auto golden = storiesGolden();
+  long rssBefore = 0;
+  for (int round = 0; round < 2; round++) {
+    if (round == 1) {
+      ASSERT_TRUE(becomesIdle(io, admin));
+      rssBefore = d.rssKiB();
+    }
+    std::vector<std::unique_ptr<RpcConnection>> clients;
+    kj::Vector<kj::Promise<GenerateResult>> calls;
+    for (int i = 0; i < 32; i++) {
+      clients.push_back(std::make_unique<RpcConnection>(io, d.socket()));
+      calls.add(generate(*clients.back(), "Once upon a time", 100));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto results = kj::joinPromises(calls.releaseAsArray()).wait(io.waitScope);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::set<uint64_t> sessions;
+    for (auto& r : results) {
+      EXPECT_EQ(r.ids, std::vector<int32_t>(golden.begin(), golden.begin() + 100));
+      sessions.insert(r.session);
+    }
+    EXPECT_EQ(sessions.size(), 32u) << "each client had its own session";
+    std::printf("round %d: 32 clients x 100 tokens in %.2f s (%.0f tok/s aggregate)\n", round, seconds, 3200 / seconds);
+  }
+  EXPECT_TRUE(becomesIdle(io, admin)) << "KV pools must be empty after the clients end";
+  const long rssAfter = d.rssKiB();
+  EXPECT_LE(double(rssAfter), double(rssBefore) * 1.05) << rssBefore << " KiB before, " << rssAfter << " after";
+}
+
+TEST(Daemon, AClientThatVanishesMidReplyHasItsSessionCancelledAndItsPagesFreed) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  {
+    auto io = kj::setupAsyncIo();
+    RpcConnection c(io, d.socket());
+    loadStories(io, c);
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // A client that starts a long reply, reads it slowly and is then killed.
+    auto io = kj::setupAsyncIo();
+    RpcConnection c(io, d.socket());
+    auto p = generate(c, "Once upon a time", 1800, nullptr, &io.provider->getTimer(), 50 * kj::MILLISECONDS);
+    io.provider->getTimer().afterDelay(30 * kj::SECONDS).wait(io.waitScope);
+    ::_exit(0);
+  }
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  bool sawSession = false;
+  for (int i = 0; i < 200 && !sawSession; i++) {
+    sawSession = sessionsAndKv(io, c).first == 1;
+    io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  ASSERT_TRUE(sawSession);
+  EXPECT_GT(sessionsAndKv(io, c).second, 0u);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(becomesIdle(io, c));
+  EXPECT_NE(d.log().find("session.cancelled"), std::string::npos);
+  // And the daemon still serves.
+  EXPECT_EQ(generate(c, "Once upon a time", 4).wait(io.waitScope).ids.size(), 4u);
+}
+
+TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
+  DaemonProcess d({"--default-context", "2048"});
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection slowConn(io, d.socket()), fastConn(io, d.socket());
+  loadStories(io, slowConn);
+  auto slowState = std::make_shared<CollectingSink::State>();
+  auto slow = generate(slowConn, "Once upon a time", 1500, slowState, &io.provider->getTimer(), 200 * kj::MILLISECONDS);
+  io.provider->getTimer().afterDelay(300 * kj::MILLISECONDS).wait(io.waitScope);
+  const auto start = std::chrono::steady_clock::now();
+  auto fast = generate(fastConn, "Once upon a time", 200).wait(io.waitScope);
+  const double fastSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(fast.ids.size(), 200u);
+  EXPECT_LT(fastSeconds, 5.0) << "the fast session waited for the slow one";
+  // The slow session is throttled: it holds at most a window of unsent tokens, far from 1500.
+  // (The fast session's entry leaves ps at the worker's next iteration: poll, bounded.)
+  auto resp = fastConn.daemon().modelsRequest().send().wait(io.waitScope);
+  for (int i = 0; i < 100 && resp.getModels()[0].getSessions().size() != 1; i++) {
+    io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+    resp = fastConn.daemon().modelsRequest().send().wait(io.waitScope);
+  }
+  ASSERT_EQ(resp.getModels().size(), 1u);
+  ASSERT_EQ(resp.getModels()[0].getSessions().size(), 1u);
+  auto s = resp.getModels()[0].getSessions()[0];
+  EXPECT_EQ(std::string(s.getState().cStr()), "waiting");
+  EXPECT_LT(s.getTokens(), 400u) << "a slow reader must not make the daemon generate ahead without bound";
+}
+
+TEST(Daemon, AdminOperationsAreRefusedToAnUnprivilegedUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
+  struct passwd* nobody = ::getpwnam("nobody");
+  if (!nobody) GTEST_SKIP() << "no user 'nobody'";
+  DaemonProcess d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  ::chmod(std::filesystem::path(d.socket()).parent_path().c_str(), 0755);
+  ::chmod(d.socket().c_str(), 0666);
+  int pipeFds[2];
+  ASSERT_EQ(::pipe(pipeFds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipeFds[0]);
+    if (::setgid(nobody->pw_gid) != 0 || ::setuid(nobody->pw_uid) != 0) ::_exit(3);
+    std::string message;
+    try {
+      auto io = kj::setupAsyncIo();
+      RpcConnection c(io, d.socket());
+      auto req = c.daemon().loadRequest();
+      req.initSource().setPath(sharedPath("models/stories260K.gguf"));
+      message = errorOf(req.send().ignoreResult(), io.waitScope);
+      auto unload = c.daemon().unloadRequest();
+      unload.setName("anything");
+      message += "\n" + errorOf(unload.send().ignoreResult(), io.waitScope);
+      // Listing is allowed.
+      c.daemon().modelsRequest().send().wait(io.waitScope);
+      message += "\nmodels ok";
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    (void)!::write(pipeFds[1], message.data(), message.size());
+    ::_exit(0);
+  }
+  ::close(pipeFds[1]);
+  std::string message;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipeFds[0], buf, sizeof buf)) > 0;) message.append(buf, size_t(n));
+  ::close(pipeFds[0]);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_NE(message.find("permission denied: load needs root or membership in the 'jitllm-admin' group"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("permission denied: unload"), std::string::npos) << message;
+  EXPECT_NE(message.find("models ok"), std::string::npos) << message;
+}
+
+TEST(Daemon, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
+  DaemonProcess d({"--default-context", "64"});
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  loadStories(io, c);
+
+  auto unknown = c.daemon().generateRequest();
+  unknown.initRequest().setModel("nope");
+  unknown.getRequest().initPrompt().setText("hi");
+  unknown.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
+  EXPECT_NE(errorOf(unknown.send().ignoreResult(), io.waitScope).find("no model named 'nope' is loaded (loaded: stories)"),
+            std::string::npos);
+
+  auto badSampling = c.daemon().generateRequest();
+  badSampling.initRequest().setModel("stories");
+  badSampling.getRequest().initPrompt().setText("hi");
+  badSampling.getRequest().initSampling().setTopP(0);
+  badSampling.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
+  EXPECT_NE(errorOf(badSampling.send().ignoreResult(), io.waitScope).find("top-p"), std::string::npos);
+
+  std::string longPrompt;
+  for (int i = 0; i < 100; i++) longPrompt += "Once upon a time ";
+  auto tooLong = c.daemon().generateRequest();
+  tooLong.initRequest().setModel("stories");
+  tooLong.getRequest().initPrompt().setText(longPrompt);
+  tooLong.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
+  EXPECT_NE(errorOf(tooLong.send().ignoreResult(), io.waitScope).find("does not fit the context of 64"),
+            std::string::npos);
+
+  auto notGguf = c.daemon().loadRequest();
+  notGguf.initSource().setFile(kj::heap<FdFile>(::open("/etc/hostname", O_RDONLY | O_CLOEXEC)));
+  EXPECT_NE(errorOf(notGguf.send().ignoreResult(), io.waitScope).find("invalid GGUF"), std::string::npos);
+
+  auto outside = c.daemon().loadRequest();
+  outside.initSource().setPath("/etc/hostname");
+  EXPECT_NE(errorOf(outside.send().ignoreResult(), io.waitScope).find("not under the daemon's model directories"),
+            std::string::npos);
+
+  {
+    // An oversized message breaks only its own connection.
+    RpcConnection hostile(io, d.socket());
+    auto huge = hostile.daemon().generateRequest();
+    huge.initRequest().setModel("stories");
+    huge.getRequest().initPrompt().initTokens(20 * 1024 * 1024);  // 80 MB of token ids
+    huge.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
+    EXPECT_NE(errorOf(huge.send().ignoreResult(), io.waitScope), "(no error)");
+  }
+  EXPECT_EQ(generate(c, "Once upon a time", 4).wait(io.waitScope).ids.size(), 4u);
+  EXPECT_TRUE(becomesIdle(io, c));
+}
+
+TEST(Daemon, AStaleSocketIsReplacedAndASecondDaemonOnTheSameSocketIsRefused) {
+  DaemonProcess first;
+  ASSERT_TRUE(first.ready()) << first.log();
+  // A second daemon on the same path refuses clearly and exits 1.
+  const pid_t second = ::fork();
+  if (second == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 2);
+    ::execl(binPath("jitllmd").c_str(), "jitllmd", "--socket", first.socket().c_str(), nullptr);
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(second, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  // A crash leaves the socket file behind; the next daemon replaces it.
+  const std::string socket = first.socket();
+  EXPECT_EQ(first.stop(SIGKILL), 128 + SIGKILL);
+  ASSERT_TRUE(std::filesystem::exists(socket));
+  const pid_t third = ::fork();
+  if (third == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 2);
+    ::execl(binPath("jitllmd").c_str(), "jitllmd", "--socket", socket.c_str(), "--threads", "1", nullptr);
+    ::_exit(127);
+  }
+  bool served = false;
+  for (int i = 0; i < 200 && !served; i++) {
+    try {
+      auto io = kj::setupAsyncIo();
+      RpcConnection c(io, socket);
+      c.daemon().versionRequest().send().wait(io.waitScope);
+      served = true;
+    } catch (...) {
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  EXPECT_TRUE(served);
+  ::kill(third, SIGTERM);
+  ::waitpid(third, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(std::filesystem::exists(socket)) << "a clean exit removes the socket it created";
+}
+
+TEST(Daemon, SigtermLetsRunningRepliesFinishThenExitsZero) {
+  DaemonProcess d({"--grace-period", "20"});
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  loadStories(io, c);
+  auto reply = generate(c, "Once upon a time", 400);
+  io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS).wait(io.waitScope);
+  ::kill(d.pid(), SIGTERM);
+  auto r = reply.wait(io.waitScope);
+  EXPECT_EQ(r.ids.size(), 400u) << "the running reply was allowed to finish";
+  EXPECT_EQ(d.waitExit(30s), 0) << d.log();
+  EXPECT_TRUE(d.notify().waitFor("STOPPING=1", 1s));
+  EXPECT_NE(d.log().find("drained: 0 generation(s) cancelled"), std::string::npos) << d.log();
+}
+
+TEST(Daemon, SigtermCancelsRepliesThatOutlastTheGracePeriod) {
+  DaemonProcess d({"--grace-period", "0.2", "--default-context", "2048"});
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  loadStories(io, c);
+  auto reply = generate(c, "Once upon a time", 2000, nullptr, &io.provider->getTimer(), 100 * kj::MILLISECONDS);
+  io.provider->getTimer().afterDelay(200 * kj::MILLISECONDS).wait(io.waitScope);
+  ::kill(d.pid(), SIGTERM);
+  std::string error;
+  try {
+    reply.wait(io.waitScope);
+  } catch (const kj::Exception& e) {
+    error = e.getDescription().cStr();
+  }
+  EXPECT_FALSE(error.empty());
+  EXPECT_EQ(d.waitExit(30s), 0) << d.log();
+  EXPECT_NE(d.log().find("drained: 1 generation(s) cancelled"), std::string::npos) << d.log();
+}
+
+class EventCollector final : public rpc::EventSink::Server {
+ public:
+  explicit EventCollector(std::shared_ptr<std::vector<std::string>> seen) : seen_(std::move(seen)) {}
+  kj::Promise<void> event(EventContext context) override {
+    auto e = context.getParams().getEvent();
+    seen_->push_back(std::string(e.getWhat().cStr()) + " " + e.getModel().cStr());
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::shared_ptr<std::vector<std::string>> seen_;
+};
+
+TEST(Daemon, EventsStreamModelAndSessionChangesToSubscribers) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  auto seen = std::make_shared<std::vector<std::string>>();
+  auto sub = c.daemon().eventsRequest();
+  sub.setSink(kj::heap<EventCollector>(seen));
+  sub.setReplay(10);
+  auto subscription = sub.send().wait(io.waitScope).getSubscription();
+  loadStories(io, c);
+  generate(c, "Once upon a time", 4).wait(io.waitScope);
+  auto has = [&](const std::string& s) { return std::find(seen->begin(), seen->end(), s) != seen->end(); };
+  for (int i = 0; i < 200 && !has("session.finished stories"); i++) {
+    io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  EXPECT_TRUE(has("daemon.ready ")) << "replayed history";
+  EXPECT_TRUE(has("model.loaded stories"));
+  EXPECT_TRUE(has("session.started stories"));
+  EXPECT_TRUE(has("session.finished stories"));
+}
+
+TEST(Daemon, ChatRendersTheConversationAndStreamsTheReply) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  loadStories(io, c);
+  auto state = std::make_shared<CollectingSink::State>();
+  auto req = c.daemon().chatRequest();
+  auto r = req.initRequest();
+  r.setModel("stories");
+  auto messages = r.initMessages(2);
+  messages[0].setRole("system");
+  messages[0].setContent("You tell stories.");
+  messages[1].setRole("user");
+  messages[1].setContent("Tell me about a dog.");
+  r.setMaxTokens(16);
+  req.setSink(kj::heap<CollectingSink>(state));
+  auto resp = req.send().wait(io.waitScope);
+  EXPECT_EQ(resp.getTokens().size(), 16u);
+  EXPECT_EQ(state->ids.size(), 16u);
+  EXPECT_EQ(std::string(resp.getText().cStr()), state->text);
+  auto bad = c.daemon().chatRequest();
+  bad.initRequest().setModel("stories");
+  bad.getRequest().initMessages(1)[0].setRole("wizard");
+  bad.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
+  EXPECT_NE(errorOf(bad.send().ignoreResult(), io.waitScope).find("unknown role 'wizard'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace jitllm::testing
