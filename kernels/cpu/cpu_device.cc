@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_device.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,15 +21,19 @@ namespace jitllm::cpu {
 // Buffers are aligned for the widest vector loads (AVX-512) and for whole cache lines.
 static constexpr size_t kBufferAlignment = 64;
 
+// Buffers this large are mapped straight from the kernel, so freeing one always returns its
+// memory to the OS (malloc would keep it in its heap, and a device's memory would never shrink).
+static constexpr size_t kMapThreshold = 256 * 1024;
+
 class CpuBuffer final : public DeviceBuffer {
  public:
-  CpuBuffer(CpuDevice& device, uint8_t* data, size_t size, bool owned)
-      : device_(device), data_(data), size_(size), owned_(owned) {}
+  enum class Origin { kAdopted, kHeap, kMapped };
+  CpuBuffer(CpuDevice& device, uint8_t* data, size_t size, Origin origin)
+      : device_(device), data_(data), size_(size), origin_(origin) {}
   ~CpuBuffer() override {
-    if (owned_) {
-      std::free(data_);
-      device_.release(size_);
-    }
+    if (origin_ == Origin::kHeap) std::free(data_);
+    if (origin_ == Origin::kMapped) ::munmap(data_, size_);
+    if (origin_ != Origin::kAdopted) device_.release(size_);
   }
   size_t size() const override { return size_; }
   uint8_t* data() override { return data_; }
@@ -38,7 +43,7 @@ class CpuBuffer final : public DeviceBuffer {
   CpuDevice& device_;
   uint8_t* data_;
   size_t size_;
-  bool owned_;
+  Origin origin_;
 };
 
 namespace {
@@ -55,8 +60,8 @@ int onlineCores() {
 }
 
 // Weight bytes per thread below which splitting a matrix product costs more than it saves (a
-// hand-off costs about a microsecond; 64 KiB of weights take a few).
-constexpr size_t kMinWeightBytesPerThread = 64 * 1024;
+// hand-off costs about a microsecond; 128 KiB of weights take about five on one core).
+constexpr size_t kMinWeightBytesPerThread = 128 * 1024;
 // The same for attention, in (position x head dim) products per thread.
 constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 
@@ -84,17 +89,20 @@ std::unique_ptr<DeviceBuffer> CpuDevice::allocate(size_t bytes) {
                   " free");
     }
   } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
-  void* p = std::aligned_alloc(kBufferAlignment, rounded);
-  if (p == nullptr) {
+  const bool mapped = rounded >= kMapThreshold;
+  void* p = mapped ? ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                   : std::aligned_alloc(kBufferAlignment, rounded);
+  if (p == nullptr || p == MAP_FAILED) {
     used_.fetch_sub(rounded, std::memory_order_relaxed);
     JITLLM_FAIL(kOverloaded, info_.id, ": the host could not allocate ", rounded, " bytes");
   }
-  return std::make_unique<CpuBuffer>(*this, static_cast<uint8_t*>(p), rounded, true);
+  return std::make_unique<CpuBuffer>(*this, static_cast<uint8_t*>(p), rounded,
+                                     mapped ? CpuBuffer::Origin::kMapped : CpuBuffer::Origin::kHeap);
 }
 
 std::unique_ptr<DeviceBuffer> CpuDevice::adoptHostBytes(const uint8_t* bytes, size_t size) {
   // The CPU reads the mapping in place: no copy, no budget (the page cache holds the bytes).
-  return std::make_unique<CpuBuffer>(*this, const_cast<uint8_t*>(bytes), size, false);
+  return std::make_unique<CpuBuffer>(*this, const_cast<uint8_t*>(bytes), size, CpuBuffer::Origin::kAdopted);
 }
 
 void CpuDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
