@@ -1,0 +1,127 @@
+// The command-line tools, run as a user runs them: output formats scripts rely on, exit codes,
+// and the generator's determinism.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+// Runs a shell command line (stdout and stderr together), bounded by `timeout` seconds.
+Run run(const std::string& command, int timeout = 120) {
+  Run r;
+  FILE* p = ::popen(("timeout " + std::to_string(timeout) + " " + command + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string bin(const std::string& tool) { return std::string(JITLLM_BIN_DIR) + "/" + tool; }
+std::string stories() { return std::string(JITLLM_SHARED_DIR) + "/models/stories260K.gguf"; }
+std::string line(const std::string& out, const std::string& key) {
+  std::istringstream in(out);
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind(key, 0) == 0) return l.substr(key.size());
+  }
+  return "(missing " + key + ")";
+}
+
+TEST(JitllmRun, PrintsThePeersLinesAndTheGoldenGreedyTokens) {
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  auto r = run(bin("jitllm-run") + " " + stories() + " -p 'Once upon a time' -n 16 --threads 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(line(r.out, "prompt_tokens: "), "1 403 407 261 378");
+  EXPECT_EQ(line(r.out, "greedy_tokens: "), "432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337");
+  EXPECT_EQ(line(r.out, "text: "), ", there was a little girl named Lily. She loved to play");
+  EXPECT_NE(line(r.out, "timing: prompt 5 tok"), "(missing timing: prompt 5 tok)");
+}
+
+TEST(JitllmRun, GivesTheSameTokensWithLayersSpreadOverTwoCpuDevices) {
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  auto one = run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1");
+  auto two = run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1 --device cpu:0,cpu:1");
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_EQ(line(one.out, "greedy_tokens: "), line(two.out, "greedy_tokens: "));
+}
+
+TEST(JitllmRun, SamplingWithASeedIsReproducibleAndSaysSo) {
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  const std::string cmd = bin("jitllm-run") + " " + stories() + " -p 'The dog' -n 20 --temp 0.9 --top-k 40 --top-p 0.95 --seed ";
+  auto a = run(cmd + "7"), b = run(cmd + "7"), c = run(cmd + "8");
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_EQ(line(a.out, "sampled_tokens: "), line(b.out, "sampled_tokens: "));
+  EXPECT_NE(line(a.out, "sampled_tokens: "), line(c.out, "sampled_tokens: "));
+}
+
+TEST(JitllmRun, ScoreWritesOneRowOfLogitsPerPosition) {
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  const auto path = std::filesystem::temp_directory_path() / "jitllm-tools-score.bin";
+  auto r = run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' --score --logits " + path.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(std::filesystem::file_size(path), 5u * 512 * 4);
+  std::filesystem::remove(path);
+}
+
+TEST(JitllmRun, BadUsageExitsTwoAndBadInputExitsOneWithAClearMessage) {
+  EXPECT_EQ(run(bin("jitllm-run")).status, 2);
+  EXPECT_EQ(run(bin("jitllm-run") + " x.gguf -p a -t 1").status, 2);
+  EXPECT_EQ(run(bin("jitllm-run") + " x.gguf -p a -n lots").status, 2);
+  auto missing = run(bin("jitllm-run") + " /nonexistent.gguf -p hi");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.out.find("/nonexistent.gguf: cannot open"), std::string::npos) << missing.out;
+  if (std::filesystem::exists(stories())) {
+    auto badId = run(bin("jitllm-run") + " " + stories() + " -t '1 99999'");
+    EXPECT_EQ(badId.status, 1);
+    EXPECT_NE(badId.out.find("outside the vocabulary"), std::string::npos) << badId.out;
+    auto badDevice = run(bin("jitllm-run") + " " + stories() + " -p hi --device gpu:0");
+    EXPECT_EQ(badDevice.status, 1);
+    EXPECT_NE(badDevice.out.find("unknown backend 'gpu'"), std::string::npos) << badDevice.out;
+  }
+}
+
+TEST(JitllmBench, EndsWithOneLinePerTestNamedFromItsSizes) {
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  auto r = run(bin("jitllm-bench") + " " + stories() + " -t 1 -p 32 -n 8 -r 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::istringstream in(r.out);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[lines.size() - 2].rfind("pp32 ", 0), 0u) << r.out;
+  EXPECT_EQ(lines.back().rfind("tg8 ", 0), 0u) << r.out;
+  EXPECT_GT(std::stod(lines.back().substr(4)), 0.0);
+}
+
+TEST(JitllmMkmodel, TheSameSeedGivesTheSameBytesAndTheModelRuns) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string a = (dir / "jitllm-mk-a.gguf").string(), b = (dir / "jitllm-mk-b.gguf").string(),
+                    c = (dir / "jitllm-mk-c.gguf").string();
+  const std::string mk = bin("jitllm-mkmodel") + " micro q4_k_m ";
+  const std::string shared = " --shared " + std::string(JITLLM_SHARED_DIR);
+  ASSERT_EQ(run(mk + a + shared).status, 0);
+  ASSERT_EQ(run(mk + b + shared).status, 0);
+  ASSERT_EQ(run(mk + c + shared + " --seed 1").status, 0);
+  auto bytes = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(a), bytes(b));
+  EXPECT_NE(bytes(a), bytes(c));
+  auto r = run(bin("jitllm-run") + " " + a + " -t '1 2 3' -n 4");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(run(bin("jitllm-mkmodel") + " nosuchshape f16 /tmp/x.gguf").status, 2);
+  for (const auto& p : {a, b, c}) std::filesystem::remove(p);
+}
+
+}  // namespace
