@@ -24,7 +24,7 @@ constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-
   -p N         prompt tokens for the prefill test (default 128; 0 skips it)
   -n N         tokens for the decode test (default 64; 0 skips it)
   -r REPS      repetitions after one warm-up (default 5)
-  --device S   devices, e.g. cpu:0 (default) or cpu:0,cpu:1
+  --device S   devices, e.g. cpu:0 (default), cpu:0,cpu:1, vulkan:0 or cpu:0,vulkan:0
 )";
 
 struct Result {

@@ -28,7 +28,8 @@ constexpr const char* kUsage = R"(usage: jitllm-run MODEL.gguf (-p TEXT | -t "ID
   -t "1 2 3"            prompt as token ids
   -n N                  tokens to generate (default 32); stops early at end-of-generation tokens
   --threads N           CPU threads per CPU device (default: all cores)
-  --device SPEC         devices to spread the layers over, e.g. cpu:0 or cpu:0,cpu:1 (default cpu:0)
+  --device SPEC         devices to spread the layers over, e.g. cpu:0, cpu:0,cpu:1, vulkan:0, cpu:0,vulkan:0
+                        (default cpu:0; vulkan:N counts real GPUs first, software ones last)
   --ctx N               session context limit (default: prompt + n)
   --kv f32|f16          KV cache precision (default f32: exact attention; f16 halves its memory)
   --temp T              sampling temperature (default 0: greedy)

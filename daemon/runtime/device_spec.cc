@@ -5,12 +5,18 @@
 
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/error.h"
+#ifdef JITLLM_HAVE_VULKAN
+#include "kernels/vulkan/vulkan_device.h"
+#endif
 
 namespace jitllm::runtime {
 
 std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, const DeviceSpecOptions& options) {
   std::vector<std::unique_ptr<Device>> devices;
   std::set<std::string> seen;
+#ifdef JITLLM_HAVE_VULKAN
+  std::shared_ptr<vulkan::VulkanInstance> vulkanInstance;  // one for all vulkan:N of this spec
+#endif
   size_t start = 0;
   while (start <= spec.size()) {
     const size_t comma = spec.find(',', start);
@@ -32,6 +38,14 @@ std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, cons
       o.index = index;
       o.threads = options.cpuThreads;
       devices.push_back(std::make_unique<cpu::CpuDevice>(o));
+#ifdef JITLLM_HAVE_VULKAN
+    } else if (backend == "vulkan") {
+      if (!vulkanInstance) vulkanInstance = vulkan::VulkanInstance::create();
+      vulkan::VulkanDeviceOptions o;
+      o.index = index;
+      o.instance = vulkanInstance;
+      devices.push_back(vulkan::VulkanDevice::create(o));
+#endif
     } else if (backend == "cuda" || backend == "vulkan") {
       JITLLM_FAIL(kUnimplemented, "device '", item, "': this build has no ", backend, " backend");
     } else {

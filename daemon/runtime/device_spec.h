@@ -2,8 +2,10 @@
 //
 // CPU devices are created on demand (each its own threads and memory budget), so "cpu:0,cpu:1"
 // gives two independent CPU devices - how placement across devices is tested on a machine with
-// no GPU. CUDA and Vulkan indices come with their backends; naming one in a build without it is
-// an Error(UNIMPLEMENTED) saying so.
+// no GPU. "vulkan:N" is the N-th usable Vulkan device, real GPUs before software ones (lavapipe)
+// (kernels/vulkan/physical_devices.h); all vulkan:N of one spec share one Vulkan instance. CUDA
+// indices come with their backend; naming a backend this build lacks is an Error(UNIMPLEMENTED)
+// saying so.
 //
 // Thread-safety: pure function; the devices it returns are owned by the caller.
 #pragma once

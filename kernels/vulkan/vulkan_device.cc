@@ -1,0 +1,501 @@
+#include "kernels/vulkan/vulkan_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "kernels/error.h"
+#include "kernels/quant/tensor_type.h"
+
+namespace jitllm::vulkan {
+
+class VulkanBuffer final : public DeviceBuffer {
+ public:
+  VulkanBuffer(VulkanDevice& device, Allocation allocation, size_t size)
+      : device_(device), allocation_(allocation), size_(size) {}
+  ~VulkanBuffer() override { device_.release(allocation_); }
+  size_t size() const override { return size_; }
+  uint8_t* data() override { return reinterpret_cast<uint8_t*>(allocation_.address); }
+  Device& device() override { return device_; }
+
+ private:
+  VulkanDevice& device_;
+  Allocation allocation_;
+  size_t size_;
+};
+
+namespace {
+
+// Share of the device-local heap left to the driver, other processes and our own arena when no
+// explicit budget is given.
+constexpr uint64_t kHeapReserveDivisor = 16;
+// Upload arena: host-visible scratch for op arguments and staged copies. Devices whose memory
+// the host can map directly only stage small copies through it.
+constexpr VkDeviceSize kArenaBytesMapped = 4ull << 20;
+constexpr VkDeviceSize kArenaBytesStaged = 64ull << 20;
+// Staged copies move at most this much per arena slice.
+constexpr size_t kCopySliceBytes = 16ull << 20;
+// Copies into host-mapped memory larger than this wait for queued work and copy directly;
+// smaller ones are staged so they need not wait.
+constexpr size_t kDirectCopyMinBytes = 1ull << 20;
+
+// Reduction widths fixed for numerics (see the shaders): never chosen per device or by timing.
+constexpr int kMatmulLanes = 32;
+constexpr int kNormWorkgroup = 64;
+constexpr int kAttentionWorkgroup = 64;
+constexpr int kElementwiseWorkgroup = 256;
+
+const char* typeDefine(quant::TensorType type) {
+  using quant::TensorType;
+  switch (type) {
+    case TensorType::kF32: return "TYPE_F32";
+    case TensorType::kF16: return "TYPE_F16";
+    case TensorType::kBF16: return "TYPE_BF16";
+    case TensorType::kQ4_0: return "TYPE_Q4_0";
+    case TensorType::kQ4_1: return "TYPE_Q4_1";
+    case TensorType::kQ5_0: return "TYPE_Q5_0";
+    case TensorType::kQ5_1: return "TYPE_Q5_1";
+    case TensorType::kQ8_0: return "TYPE_Q8_0";
+    case TensorType::kQ4_K: return "TYPE_Q4_K";
+    case TensorType::kQ5_K: return "TYPE_Q5_K";
+    case TensorType::kQ6_K: return "TYPE_Q6_K";
+    default: return nullptr;
+  }
+}
+
+uint32_t groupsFor(uint64_t n, uint64_t perGroup) { return uint32_t((n + perGroup - 1) / perGroup); }
+
+}  // namespace
+
+std::vector<PhysicalDeviceDescription> listVulkanDevices() {
+  try {
+    auto instance = VulkanInstance::create();
+    std::vector<PhysicalDeviceDescription> out = instance->devices();
+    for (auto& d : out) d.handle = VK_NULL_HANDLE;  // the instance goes away with this call
+    return out;
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& options) {
+  std::unique_ptr<VulkanDevice> d(new VulkanDevice());
+  DeviceContext& ctx = d->ctx_;
+  ctx.instance = options.instance ? options.instance : VulkanInstance::create();
+  ctx.id = "vulkan:" + std::to_string(options.index);
+  const auto usable = ctx.instance->usableDevices();
+  if (options.index < 0 || size_t(options.index) >= usable.size()) {
+    std::string found;
+    for (const auto& p : ctx.instance->devices()) {
+      found += "\n  " + p.name + " (" + p.typeName() + ")" + (p.usable() ? "" : ": unusable, " + p.unusableReason);
+    }
+    JITLLM_FAIL(kFailed, ctx.id, ": this machine has ", usable.size(), " usable Vulkan device(s)",
+                found.empty() ? std::string(" and no others") : ":" + found);
+  }
+  const PhysicalDeviceDescription& phys = *usable[size_t(options.index)];
+  ctx.physical = &phys;
+  ctx.queueFamily = phys.computeQueueFamily;
+
+  // The logical device: one compute queue and the features every kernel relies on.
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qi.queueFamilyIndex = phys.computeQueueFamily;
+  qi.queueCount = 1;
+  qi.pQueuePriorities = &priority;
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  f12.bufferDeviceAddress = VK_TRUE;
+  f12.timelineSemaphore = VK_TRUE;
+  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  f11.pNext = &f12;
+  f11.storageBuffer16BitAccess = VK_TRUE;
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  features.pNext = &f11;
+  features.features.shaderInt64 = VK_TRUE;
+  features.features.shaderFloat64 = phys.shaderFloat64 ? VK_TRUE : VK_FALSE;
+  std::vector<const char*> extensions;
+  if (phys.hasMemoryBudget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  ci.pNext = &features;
+  ci.queueCreateInfoCount = 1;
+  ci.pQueueCreateInfos = &qi;
+  ci.enabledExtensionCount = uint32_t(extensions.size());
+  ci.ppEnabledExtensionNames = extensions.data();
+  ctx.check(ctx.instance->fn().vkCreateDevice(phys.handle, &ci, nullptr, &ctx.device), "vkCreateDevice");
+  ctx.fn = Loader::loadDevice(ctx.instance->fn(), ctx.device);
+  ctx.fn.vkGetDeviceQueue(ctx.device, ctx.queueFamily, 0, &ctx.queue);
+
+  // Memory. Where device-local memory is also host-cached (lavapipe, integrated GPUs), map it and
+  // copy with memcpy; on a discrete GPU keep VRAM unmapped and stage through the arena.
+  uint32_t mainType = UINT32_MAX;
+  bool mapped = false;
+  constexpr VkMemoryPropertyFlags kHostCached =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT | VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+  if (phys.type != VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU) {
+    mainType = findMemoryType(ctx, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | kHostCached, 0);
+    mapped = mainType != UINT32_MAX;
+  }
+  if (mainType == UINT32_MAX) {
+    mainType = findMemoryType(ctx, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+  }
+  if (mainType == UINT32_MAX) mainType = findMemoryType(ctx, 0, 0);
+  const uint32_t arenaType = findMemoryType(
+      ctx, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+  JITLLM_REQUIRE(mainType != UINT32_MAX && arenaType != UINT32_MAX, ctx.id,
+                 ": no memory type for storage buffers with device addresses");
+
+  const uint64_t heap = phys.deviceLocalBytes();
+  d->info_.id = ctx.id;
+  d->info_.backend = Backend::kVulkan;
+  d->info_.memoryBudget = options.memoryBudget ? options.memoryBudget : size_t(heap - heap / kHeapReserveDivisor);
+  d->info_.threads = 0;
+  d->info_.software = phys.software;
+  d->info_.name = phys.name + " (" + phys.driverName + " " + phys.driverInfo + (phys.software ? ", software" : "") +
+                  ", Vulkan)";
+  const VkDeviceSize block =
+      std::clamp<VkDeviceSize>(d->info_.memoryBudget / 16, VkDeviceSize(16) << 20, VkDeviceSize(256) << 20);
+  d->pool_ = std::make_unique<MemoryPool>(ctx, mainType, mapped, block);
+  d->stream_ = std::make_unique<CommandStream>(ctx, arenaType, mapped ? kArenaBytesMapped : kArenaBytesStaged);
+
+  std::vector<std::pair<std::string, std::string>> deviceDefines = {
+      {"SUBGROUP_SIZE", std::to_string(phys.subgroupSize)},
+      {"MAX_SHARED_BYTES", std::to_string(phys.maxSharedMemoryBytes)},
+  };
+  if (phys.shaderFloat64) deviceDefines.emplace_back("HAVE_FP64", "1");
+  d->pipelines_ = std::make_unique<PipelineLibrary>(
+      ctx, KernelCache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys), std::move(deviceDefines));
+  return d;
+}
+
+VulkanDevice::~VulkanDevice() {
+  try {
+    if (stream_) stream_->finish();
+  } catch (...) {
+    // A lost device: tear down anyway.
+  }
+  pipelines_.reset();
+  stream_.reset();
+  pool_.reset();
+  if (ctx_.device) {
+    ctx_.fn.vkDeviceWaitIdle(ctx_.device);
+    ctx_.fn.vkDestroyDevice(ctx_.device, nullptr);
+  }
+}
+
+void VulkanDevice::synchronize() { stream_->finish(); }
+
+std::unique_ptr<DeviceBuffer> VulkanDevice::allocate(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + MemoryPool::kAlignment - 1) / MemoryPool::kAlignment *
+                         MemoryPool::kAlignment;
+  size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
+      JITLLM_FAIL(kOverloaded, info_.id, ": out of memory: ", rounded, " bytes requested, ",
+                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget, " free");
+    }
+  } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
+  try {
+    return std::make_unique<VulkanBuffer>(*this, pool_->allocate(rounded), rounded);
+  } catch (...) {
+    used_.fetch_sub(rounded, std::memory_order_relaxed);
+    throw;
+  }
+}
+
+void VulkanDevice::release(const Allocation& allocation) {
+  try {
+    if (!stream_->idle()) stream_->finish();  // queued work may still read or write it
+  } catch (...) {
+    // The device is lost: nothing runs any more, so the memory is free to go.
+  }
+  pool_->free(allocation);
+  used_.fetch_sub(size_t(allocation.size), std::memory_order_relaxed);
+}
+
+std::unique_ptr<DeviceBuffer> VulkanDevice::adoptHostBytes(const uint8_t* bytes, size_t size) {
+  // A GPU cannot read the mapping in place: the bytes are copied in and count against the budget.
+  auto buffer = allocate(size);
+  const LocatedRange dst = pool_->locate(reinterpret_cast<uint64_t>(buffer->data()), size);
+  if (dst.host) {
+    std::memcpy(dst.host, bytes, size);  // fresh memory: no queued work can touch it
+  } else {
+    stageToDevice(dst, bytes, size);
+  }
+  return buffer;
+}
+
+void VulkanDevice::stageToDevice(const LocatedRange& dst, const uint8_t* src, size_t bytes) {
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, kCopySliceBytes);
+    const CommandStream::Upload up = stream_->upload(n);
+    std::memcpy(up.host, src + done, n);
+    VkBufferCopy region{up.offset, dst.offset + done, n};
+    ctx_.fn.vkCmdCopyBuffer(stream_->recording(), up.buffer, dst.buffer, 1, &region);
+    stream_->endCommand();
+    done += n;
+  }
+}
+
+void VulkanDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  const LocatedRange range = pool_->locate(reinterpret_cast<uint64_t>(dst), bytes);
+  if (range.host && bytes >= kDirectCopyMinBytes) {
+    stream_->finish();
+    std::memcpy(range.host, src, bytes);
+    return;
+  }
+  stageToDevice(range, static_cast<const uint8_t*>(src), bytes);
+}
+
+void VulkanDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
+  if (bytes == 0) return;
+  const LocatedRange range = pool_->locate(reinterpret_cast<uint64_t>(src), bytes);
+  if (range.host) {
+    stream_->finish();
+    std::memcpy(dst, range.host, bytes);
+    return;
+  }
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, kCopySliceBytes);
+    const CommandStream::Upload up = stream_->upload(n);
+    VkBufferCopy region{range.offset + done, up.offset, n};
+    ctx_.fn.vkCmdCopyBuffer(stream_->recording(), range.buffer, up.buffer, 1, &region);
+    stream_->endCommand();
+    stream_->finish();
+    std::memcpy(static_cast<uint8_t*>(dst) + done, up.host, n);
+    done += n;
+  }
+}
+
+uint64_t VulkanDevice::address(const void* p, uint64_t bytes, const char* what) const {
+  const uint64_t a = reinterpret_cast<uint64_t>(p);
+  JITLLM_REQUIRE(a != 0 && pool_->contains(a, std::max<uint64_t>(bytes, 1)), info_.id, ": ", what, " (0x", std::hex, a,
+                 std::dec, ", ", bytes, " bytes) is not memory of this device");
+  return a;
+}
+
+template <typename Push>
+void VulkanDevice::dispatch(VkPipeline pipeline, const Push& push, uint32_t x, uint32_t y, uint32_t z) {
+  static_assert(sizeof(Push) <= PipelineLibrary::kPushConstantBytes);
+  const auto& max = ctx_.physical->maxWorkgroupCount;
+  JITLLM_REQUIRE(x <= max[0] && y <= max[1] && z <= max[2], info_.id, ": a grid of ", x, "x", y, "x", z,
+                 " workgroups exceeds the device's limits");
+  if (x == 0 || y == 0 || z == 0) return;
+  VkCommandBuffer cb = stream_->recording();
+  ctx_.fn.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
+  ctx_.fn.vkCmdPushConstants(cb, pipelines_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Push), &push);
+  ctx_.fn.vkCmdDispatch(cb, x, y, z);
+  stream_->endCommand();
+}
+
+void VulkanDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
+  if (n <= 0) return;
+  const char* type = typeDefine(table.type);
+  JITLLM_REQUIRE(type != nullptr, info_.id, ": getRows: tensor type ", quant::typeName(table.type),
+                 " is not supported");
+  for (int64_t i = 0; i < n; i++) {
+    JITLLM_REQUIRE(ids[i] >= 0 && ids[i] < table.rows, "token id ", ids[i], " is outside the vocabulary of ",
+                   table.rows);
+  }
+  struct {
+    uint64_t table, ids, out;
+    uint32_t rowStride, n;
+  } push{address(table.data, uint64_t(table.rows) * table.rowStride, "getRows table"), 0,
+         address(out, uint64_t(n * table.cols) * 4, "getRows output"), uint32_t(table.rowStride), uint32_t(n)};
+  const CommandStream::Upload up = stream_->upload(size_t(n) * sizeof(int32_t));
+  std::memcpy(up.host, ids, size_t(n) * sizeof(int32_t));
+  push.ids = up.address;
+  const VkPipeline p = pipelines_->get(KernelSpec{"get_rows.comp", {}}.define(type).define("K", table.cols));
+  dispatch(p, push, groupsFor(uint64_t(table.cols + 31) / 32, 64), uint32_t(n));
+}
+
+void VulkanDevice::rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) {
+  if (rows <= 0) return;
+  const uint64_t bytes = uint64_t(rows * dim) * 4;
+  struct {
+    uint64_t x, weight, out;
+    float eps;
+  } push{address(x, bytes, "rmsNorm input"), address(weight, uint64_t(dim) * 4, "rmsNorm weight"),
+         address(out, bytes, "rmsNorm output"), eps};
+  const VkPipeline p = pipelines_->get(
+      KernelSpec{"rms_norm.comp", {}}.define("DIM", dim).define("WG", int64_t(kNormWorkgroup)));
+  dispatch(p, push, uint32_t(rows));
+}
+
+void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
+  if (tokens <= 0 || w.rows <= 0) return;
+  const char* type = typeDefine(w.type);
+  JITLLM_REQUIRE(type != nullptr, info_.id, ": matmul: tensor type ", quant::typeName(w.type), " is not supported");
+  const auto rowBytes = quant::rowBytes(w.type, w.cols);
+  JITLLM_REQUIRE(rowBytes && w.rowStride >= *rowBytes && w.rowStride <= UINT32_MAX, info_.id, ": matmul: ",
+                 quant::typeName(w.type), " rows of ", w.cols, " elements do not fit a row stride of ", w.rowStride);
+  const size_t align = w.type == quant::TensorType::kF32 ? 4 : 2;
+  JITLLM_REQUIRE(reinterpret_cast<uint64_t>(w.data) % align == 0 && w.rowStride % align == 0, info_.id,
+                 ": matmul: weight rows must be ", align, "-byte aligned");
+  struct {
+    uint64_t w, x, y, bias;
+    uint32_t rows, tokens, rowStride;
+  } push{address(w.data, uint64_t(w.rows) * w.rowStride, "matmul weights"),
+         address(x, uint64_t(tokens * w.cols) * 4, "matmul input"),
+         address(y, uint64_t(tokens * w.rows) * 4, "matmul output"),
+         bias ? address(bias, uint64_t(w.rows) * 4, "matmul bias") : 0,
+         uint32_t(w.rows), uint32_t(tokens), uint32_t(w.rowStride)};
+  // Tuning knobs that leave the summation order alone (see shaders/matmul.comp): tokens per
+  // workgroup grow with the batch up to 8; two row groups of two rows keep 64 invocations busy.
+  const int tt = tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
+  const int wr = 2, nr = 2;
+  const VkPipeline p = pipelines_->get(KernelSpec{"matmul.comp", {}}
+                                           .define(type)
+                                           .define("K", w.cols)
+                                           .define("LANES", int64_t(kMatmulLanes))
+                                           .define("WR", int64_t(wr))
+                                           .define("NR", int64_t(nr))
+                                           .define("TT", int64_t(tt)));
+  dispatch(p, push, groupsFor(uint64_t(w.rows), uint64_t(wr * nr)), groupsFor(uint64_t(tokens), uint64_t(tt)));
+}
+
+void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+                        const RopeParams& params) {
+  const int half = params.rotaryDims / 2;
+  JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
+                 "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
+  if (tokens <= 0) return;
+  RopeTable& r = rope_;
+  const bool sameKey =
+      r.rotaryDims == params.rotaryDims && r.freqBase == params.freqBase && r.freqScale == params.freqScale &&
+      r.positions.size() == size_t(tokens) && std::equal(r.positions.begin(), r.positions.end(), positions) &&
+      (params.freqFactors ? r.factors.size() == size_t(half) &&
+                                std::equal(r.factors.begin(), r.factors.end(), params.freqFactors)
+                          : r.factors.empty());
+  if (!sameKey) {
+    r.positions.assign(positions, positions + tokens);
+    r.factors = params.freqFactors ? std::vector<float>(params.freqFactors, params.freqFactors + half)
+                                   : std::vector<float>();
+    r.rotaryDims = params.rotaryDims;
+    r.freqBase = params.freqBase;
+    r.freqScale = params.freqScale;
+    r.values.resize(size_t(tokens) * size_t(half) * 2);
+    // Exactly the CPU device's arithmetic (kernels/cpu/cpu_device.cc): angles in double.
+    for (int64_t t = 0; t < tokens; t++) {
+      const double pos = double(positions[t]) * double(params.freqScale);
+      for (int i = 0; i < half; i++) {
+        double inv = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
+        if (params.freqFactors) inv /= double(params.freqFactors[i]);
+        r.values[size_t(t * half + i) * 2] = float(std::cos(pos * inv));
+        r.values[size_t(t * half + i) * 2 + 1] = float(std::sin(pos * inv));
+      }
+    }
+    r.generation = 0;
+  }
+  if (r.generation != stream_->arenaGeneration()) {
+    const CommandStream::Upload up = stream_->upload(r.values.size() * sizeof(float));
+    std::memcpy(up.host, r.values.data(), r.values.size() * sizeof(float));
+    r.address = up.address;
+    r.generation = stream_->arenaGeneration();
+  }
+  struct {
+    uint64_t x, table;
+    uint32_t tokens, heads;
+  } push{address(x, uint64_t(tokens * heads * headDim) * 4, "rope input"), r.address, uint32_t(tokens),
+         uint32_t(heads)};
+  const VkPipeline p = pipelines_->get(KernelSpec{"rope.comp", {}}
+                                           .define("HD", int64_t(headDim))
+                                           .define("HALF", int64_t(half))
+                                           .define("NEOX", int64_t(params.neox ? 1 : 0)));
+  dispatch(p, push, groupsFor(uint64_t(tokens) * uint64_t(heads) * uint64_t(half), kElementwiseWorkgroup));
+}
+
+void VulkanDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
+                           const KvLayout& layout) {
+  if (tokens <= 0) return;
+  const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
+  const CommandStream::Upload up = stream_->upload(size_t(tokens) * 16);
+  for (int64_t t = 0; t < tokens; t++) {
+    JITLLM_REQUIRE(slots[t].slot >= 0 && slots[t].slot < layout.pageTokens, "kvStore: slot ", slots[t].slot,
+                   " is outside a page of ", layout.pageTokens, " tokens");
+    const uint64_t page = address(slots[t].page, layout.pageBytes(), "kvStore page");
+    const uint32_t words[4] = {uint32_t(page), uint32_t(page >> 32), uint32_t(slots[t].slot), 0};
+    std::memcpy(up.host + t * 16, words, sizeof words);
+  }
+  struct {
+    uint64_t k, v, slots;
+    uint32_t tokens;
+  } push{address(k, uint64_t(tokens * width) * 4, "kvStore K"), address(v, uint64_t(tokens * width) * 4, "kvStore V"),
+         up.address, uint32_t(tokens)};
+  const VkPipeline p = pipelines_->get(KernelSpec{"kv_store.comp", {}}
+                                           .define("WIDTH", width)
+                                           .define("PAGE_TOKENS", int64_t(layout.pageTokens))
+                                           .define("KV_F16", int64_t(layout.precision == KvPrecision::kF16)));
+  dispatch(p, push, groupsFor(uint64_t(tokens * width), kElementwiseWorkgroup));
+}
+
+void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
+  if (batch.tokens <= 0) return;
+  const KvLayout& kv = batch.kv;
+  JITLLM_REQUIRE(kv.kvHeads > 0 && batch.heads % kv.kvHeads == 0, "attention: ", batch.heads,
+                 " heads are not a multiple of ", kv.kvHeads, " KV heads");
+  // Page tables: tokens of one session share theirs, so each distinct table goes up once, as
+  // long as its longest user needs.
+  std::map<const uint8_t* const*, std::pair<uint32_t, uint32_t>> tables;  // table -> (first, pages)
+  for (int64_t t = 0; t < batch.tokens; t++) {
+    JITLLM_REQUIRE(batch.positions[t] >= 0, "attention: negative position ", batch.positions[t]);
+    const uint32_t pages = uint32_t(batch.positions[t] / kv.pageTokens + 1);
+    auto& e = tables[batch.pageTables[t]];
+    e.second = std::max(e.second, pages);
+  }
+  uint32_t totalPages = 0;
+  for (auto& [table, e] : tables) {
+    e.first = totalPages;
+    totalPages += e.second;
+  }
+  const size_t infoBytes = size_t(batch.tokens) * 8;
+  const CommandStream::Upload up = stream_->upload(infoBytes + size_t(totalPages) * 8);
+  for (int64_t t = 0; t < batch.tokens; t++) {
+    const uint32_t words[2] = {uint32_t(batch.positions[t]), tables[batch.pageTables[t]].first};
+    std::memcpy(up.host + t * 8, words, sizeof words);
+  }
+  for (const auto& [table, e] : tables) {
+    for (uint32_t i = 0; i < e.second; i++) {
+      const uint64_t page = address(table[i], kv.pageBytes(), "attention KV page");
+      std::memcpy(up.host + infoBytes + size_t(e.first + i) * 8, &page, 8);
+    }
+  }
+  const uint64_t qBytes = uint64_t(batch.tokens) * uint64_t(batch.heads) * uint64_t(kv.headDim) * 4;
+  struct {
+    uint64_t q, out, info, pages;
+    float scale;
+  } push{address(q, qBytes, "attention queries"), address(out, qBytes, "attention output"), up.address,
+         up.address + infoBytes, batch.scale};
+  const VkPipeline p = pipelines_->get(KernelSpec{"attention.comp", {}}
+                                           .define("HD", int64_t(kv.headDim))
+                                           .define("HEADS", int64_t(batch.heads))
+                                           .define("KVH", int64_t(kv.kvHeads))
+                                           .define("PAGE_TOKENS", int64_t(kv.pageTokens))
+                                           .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
+                                           .define("WG", int64_t(kAttentionWorkgroup)));
+  dispatch(p, push, uint32_t(batch.heads), uint32_t(batch.tokens));
+}
+
+void VulkanDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (n <= 0) return;
+  const uint32_t groups = std::min<uint32_t>(groupsFor(uint64_t(n), kElementwiseWorkgroup), 65535);
+  struct {
+    uint64_t gate, up, out;
+    uint32_t n, stride;
+  } push{address(gate, uint64_t(n) * 4, "swiglu gate"), address(up, uint64_t(n) * 4, "swiglu up"),
+         address(out, uint64_t(n) * 4, "swiglu output"), uint32_t(n), groups * kElementwiseWorkgroup};
+  dispatch(pipelines_->get(KernelSpec{"swiglu.comp", {}}), push, groups);
+}
+
+void VulkanDevice::add(float* x, const float* y, int64_t n) {
+  if (n <= 0) return;
+  const uint32_t groups = std::min<uint32_t>(groupsFor(uint64_t(n), kElementwiseWorkgroup), 65535);
+  struct {
+    uint64_t x, y;
+    uint32_t n, stride;
+  } push{address(x, uint64_t(n) * 4, "add x"), address(y, uint64_t(n) * 4, "add y"), uint32_t(n),
+         groups * kElementwiseWorkgroup};
+  dispatch(pipelines_->get(KernelSpec{"add.comp", {}}), push, groups);
+}
+
+}  // namespace jitllm::vulkan

@@ -1,0 +1,114 @@
+// A Vulkan physical device as a jitllm Device: Vulkan 1.2 compute through the loader, kernels
+// compiled at run time for the model and the device (pipeline_library.h), memory from a
+// sub-allocating pool under an explicit budget, work queued in order on one compute queue.
+//
+// Pointers: the Device interface's "addresses in the device's space" are real GPU virtual
+// addresses (VK_KHR_buffer_device_address, core in 1.2): DeviceBuffer::data() is the buffer's
+// device address, the runtime offsets it like any pointer, kernels receive it in push constants,
+// and copies map it back to (VkBuffer, offset) through the pool. It is never dereferenced on the
+// host. Every op checks that the addresses it is given lie in this device's memory, so a wrong
+// pointer is an Error(FAILED), not a GPU fault.
+//
+// Ordering: ops are recorded and submitted asynchronously but execute in call order with a
+// barrier between each; copyToHost waits for everything before it. Freeing a buffer also waits
+// (work still queued may read it).
+//
+// Determinism: every reduction runs in an order fixed by the kernel's source and its numeric
+// constants, which the host chooses from the shapes alone (never from timing), so one device
+// gives bitwise-identical results run after run, and a token's result does not depend on the
+// batch it runs in (see shaders/matmul.comp).
+//
+// Ownership: owns the VkDevice and everything made from it; shares the VulkanInstance with its
+// siblings. Buffers it hands out must be destroyed before it.
+// Thread-safety: as Device: one executor thread at a time; info() and memoryUsed() from any.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/vulkan/command_stream.h"
+#include "kernels/vulkan/device_context.h"
+#include "kernels/vulkan/memory_pool.h"
+#include "kernels/vulkan/physical_devices.h"
+#include "kernels/vulkan/pipeline_library.h"
+
+namespace jitllm::vulkan {
+
+struct VulkanDeviceOptions {
+  int index = 0;             // N of "vulkan:N": the N-th usable device, GPUs before software ones
+  size_t memoryBudget = 0;   // 0: the device-local heap's budget (VK_EXT_memory_budget) or size, less 1/16
+  std::optional<std::string> cacheRoot;      // unset: KernelCache::defaultRoot(); "": no disk cache
+  std::shared_ptr<VulkanInstance> instance;  // devices made together share one; null: a new one
+};
+
+class VulkanDevice final : public Device {
+ public:
+  // Throws Error(UNIMPLEMENTED) without a loader, Error(FAILED) when there is no usable device
+  // with that index (the message lists what exists and why each is unusable).
+  static std::unique_ptr<VulkanDevice> create(const VulkanDeviceOptions& options = {});
+  ~VulkanDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
+
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
+  std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
+  void copyFromHost(uint8_t* dst, const void* src, size_t bytes) override;
+  void copyToHost(void* dst, const uint8_t* src, size_t bytes) override;
+
+  void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
+  void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
+  void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) override;
+  void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+            const RopeParams& params) override;
+  void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) override;
+  void attention(const float* q, float* out, const AttentionBatch& batch) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void add(float* x, const float* y, int64_t n) override;
+
+  // Waits until every queued op has run.
+  void synchronize();
+  const PhysicalDeviceDescription& physical() const { return *ctx_.physical; }
+  const KernelStats& kernelStats() const { return pipelines_->stats(); }
+  const std::string& cacheDirectory() const { return pipelines_->cache().directory(); }
+  PipelineLibrary& pipelines() { return *pipelines_; }
+
+ private:
+  friend class VulkanBuffer;
+  VulkanDevice() = default;
+  void release(const Allocation& allocation);
+  uint64_t address(const void* p, uint64_t bytes, const char* what) const;
+  template <typename Push>
+  void dispatch(VkPipeline pipeline, const Push& push, uint32_t x, uint32_t y = 1, uint32_t z = 1);
+  void stageToDevice(const LocatedRange& dst, const uint8_t* src, size_t bytes);
+
+  DeviceInfo info_;
+  DeviceContext ctx_;
+  std::unique_ptr<MemoryPool> pool_;
+  std::unique_ptr<CommandStream> stream_;
+  std::unique_ptr<PipelineLibrary> pipelines_;
+  std::atomic<size_t> used_{0};
+
+  // RoPE's cos/sin table for the last (positions, params) seen: every layer of a step rotates
+  // the same positions, so it is computed once per step and re-uploaded only when the arena
+  // was recycled.
+  struct RopeTable {
+    std::vector<int32_t> positions;
+    std::vector<float> factors;
+    int rotaryDims = 0;
+    float freqBase = 0, freqScale = 0;
+    std::vector<float> values;  // (cos, sin) per (token, i)
+    uint64_t address = 0;
+    uint64_t generation = 0;
+  } rope_;
+};
+
+// Every Vulkan device of this machine as the loader sees it, in "vulkan:N" order, unusable ones
+// last; empty (never an exception) when there is no loader or no device. For tools and tests.
+std::vector<PhysicalDeviceDescription> listVulkanDevices();
+
+}  // namespace jitllm::vulkan

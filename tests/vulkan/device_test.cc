@@ -1,0 +1,94 @@
+// Discovery of Vulkan devices and the JIT's on-disk kernel cache.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "daemon/runtime/device_spec.h"
+#include "tests/vulkan/vulkan_test_support.h"
+
+namespace jitllm::testing {
+namespace {
+
+TEST(VulkanDevices, DiscoveryListsUsableDevicesFirstAndSoftwareOnesAfterRealGpus) {
+  JITLLM_REQUIRE_VULKAN();
+  const auto devices = vulkan::listVulkanDevices();
+  ASSERT_FALSE(devices.empty());
+  bool seenSoftware = false, seenUnusable = false;
+  for (const auto& d : devices) {
+    std::printf("vulkan device: %s [%s] %s, driver %s %s, uuid %s, subgroup %u, shared %u B, heap %.2f GiB%s%s\n",
+                d.name.c_str(), d.typeName(), d.usable() ? "usable" : d.unusableReason.c_str(), d.driverName.c_str(),
+                d.driverInfo.c_str(), d.uuidString().c_str(), d.subgroupSize, d.maxSharedMemoryBytes,
+                double(d.deviceLocalBytes()) / double(1ull << 30), d.hasMemoryBudget ? ", memory budget" : "",
+                d.software ? ", software" : "");
+    if (!d.usable()) {
+      seenUnusable = true;
+      continue;
+    }
+    EXPECT_FALSE(seenUnusable) << "a usable device after an unusable one";
+    if (d.software) seenSoftware = true;
+    EXPECT_FALSE(seenSoftware && !d.software) << d.name << ": a real GPU placed after a software device";
+    EXPECT_GT(d.deviceLocalBytes(), 0u);
+    EXPECT_GT(d.subgroupSize, 0u);
+  }
+  auto gpu = makeVulkanDevice();
+  EXPECT_EQ(gpu->info().id, "vulkan:0");
+  EXPECT_EQ(gpu->info().backend, Backend::kVulkan);
+  EXPECT_EQ(gpu->info().software, gpu->physical().software);
+  EXPECT_GT(gpu->info().memoryBudget, 0u);
+}
+
+TEST(VulkanDevices, DeviceSpecCreatesVulkanDevicesAndRejectsMissingOnes) {
+  JITLLM_REQUIRE_VULKAN();
+  auto devices = runtime::createDevices("cpu:0,vulkan:0", {});
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[1]->info().id, "vulkan:0");
+  EXPECT_EQ(devices[1]->info().backend, Backend::kVulkan);
+  try {
+    runtime::createDevices("vulkan:99", {});
+    FAIL() << "vulkan:99 should not exist";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFailed);
+    EXPECT_NE(std::string(e.what()).find("usable Vulkan device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(VulkanDevices, KernelsCompiledOnceAreLoadedFromTheDiskCacheByTheNextDevice) {
+  JITLLM_REQUIRE_VULKAN();
+  const auto root = std::filesystem::temp_directory_path() / ("jitllm-vk-cache-test-" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  auto run = [&] {
+    vulkan::VulkanDeviceOptions o;
+    o.cacheRoot = root.string();
+    auto d = vulkan::VulkanDevice::create(o);
+    std::vector<float> host(1000, 1.5f);
+    auto a = upload(*d, host);
+    auto b = upload(*d, host);
+    d->add(a.as<float>(), b.as<float>(), 1000);
+    d->swiglu(a.as<float>(), b.as<float>(), a.as<float>(), 1000);
+    auto back = download<float>(*d, *a.buffer, 1000);
+    EXPECT_FLOAT_EQ(back[999], 3.0f / (1.0f + std::exp(-3.0f)) * 1.5f);
+    return std::make_pair(d->kernelStats(), d->cacheDirectory());
+  };
+  const auto [first, dir] = run();
+  EXPECT_EQ(first.pipelines, 2);
+  EXPECT_EQ(first.compiled, 2);
+  EXPECT_EQ(first.loadedFromDisk, 0);
+  // The directory names the device by UUID and driver version.
+  EXPECT_NE(dir.find(vulkan::listVulkanDevices().front().uuidString()), std::string::npos) << dir;
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/spirv")) files += e.path().extension() == ".spv";
+  EXPECT_EQ(files, 2u);
+  const auto [second, dir2] = run();
+  EXPECT_EQ(second.compiled, 0);
+  EXPECT_EQ(second.loadedFromDisk, 2);
+  // A corrupted entry is recompiled, not used.
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/spirv")) {
+    std::filesystem::resize_file(e.path(), 40);
+  }
+  const auto [third, dir3] = run();
+  EXPECT_EQ(third.compiled, 2);
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace jitllm::testing
