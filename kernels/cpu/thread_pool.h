@@ -1,11 +1,19 @@
 // A fixed set of worker threads that run one data-parallel loop at a time.
 //
 // Decode on small models issues thousands of tiny parallel loops per second, so the hand-off must
-// cost microseconds: workers spin briefly on a generation counter before sleeping on it
-// (std::atomic::wait), and the calling thread takes a share of the work itself.
+// cost microseconds, and on a shared machine a worker that has lost its core must not hold the
+// loop up. So:
+//   - the loop is cut into chunks that threads claim one at a time (a compare-and-swap on one
+//     word); the caller claims too, so a loop whose workers are asleep or descheduled simply runs
+//     on the caller, and 2 threads are never much slower than 1;
+//   - idle workers spin (pause) for about kSpinMicros, then yield for about kYieldMicros, then
+//     sleep on a futex; the caller makes the wake-up system call only when a worker sleeps.
 //
-// Work split: parallelFor hands thread i the contiguous range i of n, so which thread computes
-// an index depends only on n and the thread count, never on timing.
+// Work split: fn(begin, end) is called on contiguous chunks of [0, n) whose boundaries depend
+// only on n, minChunk and the thread count; which thread runs a chunk depends on timing. Callers
+// must therefore compute each index independently of the chunk it falls in (every CPU op does:
+// rows of a matmul, tokens of rope, (token, head) pairs of attention), which is what keeps results
+// independent of the thread count.
 //
 // Ownership: owns its threads; joins them on destruction.
 // Thread-safety: parallelFor may be called by one thread at a time (the owning device's
@@ -14,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -29,28 +38,40 @@ class ThreadPool final {
 
   int threads() const { return threadCount_; }
 
-  // Calls fn(begin, end) over a partition of [0, n) into at most threads() contiguous ranges,
-  // none smaller than minChunk (except when n itself is smaller), and returns when all are done.
-  // An exception thrown by fn is rethrown here after every range has finished.
+  // Calls fn(begin, end) over a partition of [0, n) into contiguous chunks, none smaller than
+  // minChunk (except when n itself is smaller), and returns when all are done. With fewer than
+  // two chunks' worth of work it runs fn(0, n) on the caller without touching the workers.
+  // An exception thrown by fn is rethrown here after every chunk has finished.
   void parallelFor(int64_t n, int64_t minChunk, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  // Spins this many times checking for work before sleeping: about the cost of one step's gap
-  // between two ops, so back-to-back ops never pay a futex wake-up.
-  static constexpr int kSpinIterations = 20000;
+  // Idle workers poll for this long before yielding (two back-to-back ops of a decode step are
+  // a few microseconds apart; polling costs nothing but the core we would use anyway) ...
+  static constexpr int kSpinMicros = 200;
+  // ... then yield for this long before sleeping (on a loaded machine a yield gives the core to
+  // whoever waits for it while still catching the next op without a futex wake-up).
+  static constexpr int kYieldMicros = 2000;
+  // Chunks per thread: more balance a thread that lost its core, fewer cost fewer claims.
+  static constexpr int kChunksPerThread = 4;
 
-  void workerLoop(int index);
-  void runShare(int index);
+  void workerLoop();
+  // Claims and runs chunks of the loop published as `generation` until none is left.
+  void runChunks(uint32_t generation);
 
   int threadCount_;
   std::vector<std::thread> workers_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // The futex word: bumped once per loop (and at shutdown).
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
-  // The current loop; written before generation_ is bumped, read after it is seen.
+  // generation (high 32 bits) | chunk count (16 bits) | next unclaimed chunk (low 16 bits).
+  std::atomic<uint64_t> work_{0};
+  std::atomic<int> chunksDone_{0};
+  // The current loop; written before work_ publishes it, read only by a thread holding a claimed
+  // chunk of it (which keeps the loop from finishing, so these cannot change under it).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  int shares_ = 0;
+  int chunks_ = 0;
   std::exception_ptr error_;
   std::atomic<bool> hasError_{false};
 };

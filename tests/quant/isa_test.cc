@@ -40,14 +40,15 @@ TEST(Isa, DetectedFeaturesAreConsistentWithTheChosenIsa) {
   const Isa best = bestIsa();
   EXPECT_TRUE(isaSupported(best));
   EXPECT_TRUE(isaSupported(Isa::kScalar));
-  if (best == Isa::kAvx512) {
+  if (best >= Isa::kAvx512) {
     EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c);
   }
+  if (best == Isa::kAvx512Vnni) EXPECT_TRUE(f.avx512vnni);
   if (best >= Isa::kAvx2) {
     EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
   }
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
-    EXPECT_EQ(best, Isa::kAvx512);
+    EXPECT_EQ(best, f.avx512vnni ? Isa::kAvx512Vnni : Isa::kAvx512);
   }
   std::printf("best isa here: %s (vnni %d, bf16 %d)\n", isaName(best), f.avx512vnni, f.avx512bf16);
 }
@@ -68,6 +69,10 @@ TEST(Isa, JitllmIsaLowersTheChoiceButNeverRaisesItAboveTheCpu) {
   }
   {
     ScopedIsaEnv env("avx512");
+    EXPECT_EQ(bestIsa(), best >= Isa::kAvx512 ? Isa::kAvx512 : best);
+  }
+  {
+    ScopedIsaEnv env("avx512vnni");
     EXPECT_EQ(bestIsa(), best);
   }
   {
@@ -82,7 +87,7 @@ TEST(Isa, AnUnknownJitllmIsaValueIsAnErrorNotASilentDefault) {
 }
 
 TEST(Isa, NamesRoundTrip) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
     EXPECT_EQ(parseIsaName(isaName(isa)), isa);
   }
   EXPECT_FALSE(parseIsaName("AVX2").has_value());

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -25,7 +26,7 @@ constexpr TensorType kComputable[] = {
 
 std::vector<Isa> isasHere() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
     if (isaSupported(isa)) out.push_back(isa);
   }
   return out;
@@ -69,6 +70,12 @@ std::vector<float> randomActivations(int64_t tokens, int64_t stride, uint32_t se
   return x;
 }
 
+// The types the VNNI variant multiplies with int8-pair activations (about 15 bits) instead of floats.
+bool usesIntegerActivations(TensorType type, Isa isa) {
+  return isa == Isa::kAvx512Vnni &&
+         (type == TensorType::kQ4_K || type == TensorType::kQ6_K || type == TensorType::kQ8_0);
+}
+
 std::string describe(TensorType type, Isa isa, int64_t tokens) {
   return std::string(quant::typeName(type)) + " on " + isaName(isa) + " with " + std::to_string(tokens) + " tokens";
 }
@@ -101,7 +108,18 @@ TEST(Matmul, EveryTypeOnEveryIsaMatchesAFloat64ReferenceOverTheDequantizedWeight
               magnitude += std::fabs(p);
             }
             // float32 accumulation over at most cols/lanes terms per lane plus the lane tree.
-            const double tolerance = 2e-6 * magnitude;
+            double tolerance = 2e-6 * magnitude;
+            if (usesIntegerActivations(type, isa)) {
+              // Plus the activations' rounding: at most s/512 per element, s <= amax/63.5 of its
+              // block of 32 (see matmul_avx512vnni.cc).
+              for (int64_t k = 0; k < cols; k++) {
+                float amax = 0;
+                for (int64_t i = k / 32 * 32; i < k / 32 * 32 + 32; i++) {
+                  amax = std::max(amax, std::fabs(x[size_t(t * xStride + i)]));
+                }
+                tolerance += std::fabs(double(m.dequantized[size_t(r * cols + k)])) * amax / (63.5 * 512);
+              }
+            }
             ASSERT_NEAR(y[size_t(t * yStride + r)], exact, tolerance) << "row " << r << " token " << t;
           }
           // Outside the rows of y nothing was written.

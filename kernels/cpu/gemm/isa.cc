@@ -18,7 +18,9 @@ __attribute__((target("xsave"))) uint64_t readXcr0() { return __builtin_ia32_xge
 #endif
 
 Isa bestSupportedIsa(const CpuFeatures& f) {
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) return Isa::kAvx512;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
+    return f.avx512vnni ? Isa::kAvx512Vnni : Isa::kAvx512;
+  }
   if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
   return Isa::kScalar;
 }
@@ -70,7 +72,7 @@ Isa bestIsa() {
   const char* forced = std::getenv("JITLLM_ISA");
   if (forced == nullptr || *forced == '\0') return best;
   const std::optional<Isa> wanted = parseIsaName(forced);
-  JITLLM_REQUIRE(wanted.has_value(), "JITLLM_ISA=", forced, " is not one of scalar, avx2, avx512");
+  JITLLM_REQUIRE(wanted.has_value(), "JITLLM_ISA=", forced, " is not one of scalar, avx2, avx512, avx512vnni");
   return int(*wanted) < int(best) ? *wanted : best;
 }
 
@@ -82,12 +84,14 @@ const char* isaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
   }
   return "unknown";
 }
 
 std::optional<Isa> parseIsaName(std::string_view name) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
     if (name == isaName(isa)) return isa;
   }
   return std::nullopt;

@@ -18,6 +18,10 @@ enum class Isa {
   kScalar,  // portable C++, any x86-64 (and any other CPU)
   kAvx2,    // AVX2 + FMA + F16C (Haswell and later, Zen)
   kAvx512,  // AVX-512 F/BW/VL/DQ + FMA + F16C (Skylake-SP and later, Zen 4)
+  // kAvx512 plus VNNI (Cascade Lake, Ice Lake and later, Zen 4): q4_K, q6_K and q8_0 weights
+  // multiply activations held as two int8 vectors per block (about 15 bits, see
+  // matmul_avx512vnni.cc) with integer dot products; other types run the kAvx512 kernels.
+  kAvx512Vnni,
 };
 
 struct CpuFeatures {
@@ -36,7 +40,7 @@ struct CpuFeatures {
 CpuFeatures detectCpuFeatures();
 
 // The best Isa of this CPU, lowered to the one named by the environment variable
-// JITLLM_ISA=scalar|avx2|avx512 when that is set (tests use it to exercise every variant; asking
+// JITLLM_ISA=scalar|avx2|avx512|avx512vnni when that is set (tests use it to exercise every variant; asking
 // for more than the CPU has gives what it has). Throws FAILED for any other JITLLM_ISA value.
 Isa bestIsa();
 

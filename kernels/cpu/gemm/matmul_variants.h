@@ -15,6 +15,8 @@ void matmulRowsAvx2(const WeightView& w, const float* x, int64_t xStride, int64_
                     int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx512(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                       int64_t rowBegin, int64_t rowEnd);
+void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                          int64_t yStride, int64_t rowBegin, int64_t rowEnd);
 
 // This thread's scratch of at least `floats` floats, 64-byte aligned. Valid until the next call
 // on the same thread; its contents are not preserved across calls.

@@ -1,0 +1,350 @@
+// matmulRows for AVX-512 with VNNI: integer dot products (vpdpbusd) for q4_K, q6_K and q8_0.
+//
+// Activations are quantized on the fly, per token row and per block of 32, into two int8
+// vectors: x ~= s * (a + b / 256), s a power of two with |x| / s <= 127, a = round(x / s) and
+// b = round(256 * (x / s - a)) (clamped to +-127, which only touches residuals of exactly 1/2).
+// That keeps about 15 significant bits per block (llama.cpp's q8 activations keep 8), and every
+// step before the integer products is exact (power-of-two scaling, exact residuals), so the
+// error is the rounding of b alone: at most s / 512 per element.
+//
+// The weights stay in their GGUF blocks (no repacking, no second copy). For 64 weights q (as
+// unsigned bytes, with the type's offset o: q4_K 0, q6_K 32, q8_0 128 after flipping the sign
+// bit) and the activations' a, b:
+//   L = 256 * dpbusd(q, a) + dpbusd(q, b) - o * sum4(256 a + b)       (16 int32 lanes, exact)
+// where each lane covers 4 consecutive elements and the last term is precomputed per token.
+// L is converted to float and multiplied by a per-lane scale (weight sub-block scale times s/256)
+// into one float accumulator per row; q4_K's mins go through the exact per-block sums of the
+// represented activations. Everything per (row, token) happens in one fixed order that depends
+// on neither the row range nor the number of tokens, so prefill and decode give the same bits.
+//
+// Other weight types run the plain AVX-512 kernels (float activations).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/gemm/matmul_variants.h"
+#include "kernels/quant/blocks.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+#endif
+
+namespace jitllm::cpu::detail {
+namespace {
+
+using quant::block_q4_K;
+using quant::block_q6_K;
+using quant::block_q8_0;
+
+// Tokens quantized together; their int8 activations (about 4 bytes per column and token) stay in
+// L2 while every row of the thread's range passes over them.
+constexpr int64_t kTokenBlock = 16;
+// Rows computed together, sharing each activation load.
+constexpr int kRowTile = 4;
+
+float halfAt(const uint16_t& h) { return _cvtsh_ss(h); }
+
+// One token's activations in the integer form above, for `cols` columns (a multiple of 32).
+struct QuantizedRow {
+  const int8_t* a;       // cols
+  const int8_t* b;       // cols
+  const int32_t* bias;   // cols / 4: -o * sum over each 4 elements of (256 a + b); only if o != 0
+  const float* lscale;   // cols / 4: s / 256 of the block each 4-element lane belongs to
+  const float* bsum;     // cols / 32: s / 256 * sum of (256 a + b) over the block
+};
+
+size_t alignUp(size_t n) { return (n + 63) / 64 * 64; }
+
+// Bytes of one token's QuantizedRow.
+size_t quantizedRowBytes(int64_t cols) {
+  const size_t c = size_t(cols);
+  return 2 * alignUp(c) + 2 * alignUp(c) + alignUp(c / 8);
+}
+
+QuantizedRow layoutRow(uint8_t* p, int64_t cols) {
+  const size_t c = size_t(cols);
+  QuantizedRow q;
+  q.a = reinterpret_cast<int8_t*>(p);
+  q.b = reinterpret_cast<int8_t*>(p + alignUp(c));
+  q.bias = reinterpret_cast<int32_t*>(p + 2 * alignUp(c));
+  q.lscale = reinterpret_cast<float*>(p + 3 * alignUp(c));
+  q.bsum = reinterpret_cast<float*>(p + 4 * alignUp(c));
+  return q;
+}
+
+// Quantizes one token (cols a multiple of 32) into the layout at p; offset o as above.
+void quantizeRow(const float* x, int64_t cols, int offset, uint8_t* p) {
+  const QuantizedRow q = layoutRow(p, cols);
+  auto* a = const_cast<int8_t*>(q.a);
+  auto* b = const_cast<int8_t*>(q.b);
+  auto* bias = const_cast<int32_t*>(q.bias);
+  auto* lscale = const_cast<float*>(q.lscale);
+  auto* bsum = const_cast<float*>(q.bsum);
+  const __m512 absMask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+  for (int64_t j = 0; j < cols / 32; j++) {
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * j), x1 = _mm512_loadu_ps(x + 32 * j + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absMask), _mm512_and_ps(x1, absMask)));
+    int e = 0;
+    if (amax > 0 && std::isfinite(amax)) {
+      int exponent;
+      std::frexp(amax, &exponent);  // amax = m * 2^exponent, m in [0.5, 1)
+      e = exponent - 7;             // amax / 2^e in [64, 128)
+      if (amax > std::ldexp(127.0f, e)) e++;
+    }
+    const __m512 inv = _mm512_set1_ps(std::ldexp(1.0f, -e));
+    const __m512 v0 = _mm512_mul_ps(x0, inv), v1 = _mm512_mul_ps(x1, inv);
+    const __m512i a0 = _mm512_cvtps_epi32(v0), a1 = _mm512_cvtps_epi32(v1);
+    const __m512 k256 = _mm512_set1_ps(256.0f);
+    __m512i b0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(v0, _mm512_cvtepi32_ps(a0)), k256));
+    __m512i b1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(v1, _mm512_cvtepi32_ps(a1)), k256));
+    b0 = _mm512_max_epi32(_mm512_min_epi32(b0, lim), nlim);
+    b1 = _mm512_max_epi32(_mm512_min_epi32(b1, lim), nlim);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(a + 32 * j), _mm512_cvtepi32_epi8(a0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(a + 32 * j + 16), _mm512_cvtepi32_epi8(a1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + 32 * j), _mm512_cvtepi32_epi8(b0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + 32 * j + 16), _mm512_cvtepi32_epi8(b1));
+    // 256 a + b per element; their block sum (|sum| < 2^21) converts to float exactly.
+    const __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(a0, 8), b0);
+    const __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(a1, 8), b1);
+    const float s256 = std::ldexp(1.0f, e - 8);
+    bsum[j] = s256 * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+    if (!std::isfinite(amax)) bsum[j] = amax;  // propagate inf / nan into every result
+    _mm256_storeu_ps(lscale + 8 * j, _mm256_set1_ps(std::isfinite(amax) ? s256 : amax));
+    if (offset != 0) {
+      // Sums of 4 consecutive lanes: vpdpbusd with ones does exactly that on bytes.
+      const __m512i ones = _mm512_set1_epi8(1);
+      const __m256i aa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * j));
+      const __m256i bb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 * j));
+      const __m256i sa = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(ones), aa);
+      const __m256i sb = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(ones), bb);
+      const __m256i sum4 = _mm256_add_epi32(_mm256_slli_epi32(sa, 8), sb);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * j),
+                          _mm256_mullo_epi32(sum4, _mm256_set1_epi32(-offset)));
+    }
+  }
+}
+
+// L for 64 weights w (bytes) against the activations at element k, plus the type's bias.
+template <bool kBias>
+__m512i dot64(__m512i w, const QuantizedRow& x, int64_t k) {
+  const __m512i a = _mm512_loadu_si512(x.a + k), b = _mm512_loadu_si512(x.b + k);
+  __m512i init = _mm512_setzero_si512();
+  if constexpr (kBias) init = _mm512_loadu_si512(x.bias + k / 4);
+  const __m512i qa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, a);
+  const __m512i qb = _mm512_dpbusd_epi32(init, w, b);
+  return _mm512_add_epi32(_mm512_slli_epi32(qa, 8), qb);
+}
+
+float sum512(__m512 r) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(r), _mm512_extractf32x8_ps(r, 1));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+float sum256(__m256 h) {
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+// --- q4_K: 8 sub-blocks of 32, w = d * sc * q - dmin * m, q in 0..15.
+struct KernelQ4_K {
+  static constexpr int kOffset = 0;
+  static constexpr int64_t kUnit = quant::kQK_K;
+  static constexpr size_t kUnitBytes = sizeof(block_q4_K);
+  // Plain members, zeroed by start(): GCC does not compile implicit constructors for the
+  // target of this file.
+  struct State {
+    __m512 acc;
+    __m256 mins;
+  };
+  static void start(State& st) {
+    st.acc = _mm512_setzero_ps();
+    st.mins = _mm256_setzero_ps();
+  }
+  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
+    const auto* blk = reinterpret_cast<const block_q4_K*>(p);
+    alignas(16) uint8_t raw[16];
+    quant::unpackScalesMinsK4(blk->scales, raw);
+    const __m512 values =
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(raw))));
+    const __m512 factors = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk->d)), _mm256_set1_ps(halfAt(blk->dmin)), 1);
+    const __m512 products = _mm512_mul_ps(values, factors);  // 8 scales d*sc, then 8 mins dmin*m
+    st.mins = _mm256_fmadd_ps(_mm512_extractf32x8_ps(products, 1), _mm256_loadu_ps(x.bsum + k / 32), st.mins);
+    // Byte lanes 0..31 take the low nibbles of 32 bytes, lanes 32..63 their high nibbles: sub-blocks
+    // 2p and 2p+1 in element order.
+    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int pair = 0; pair < 4; pair++) {
+      const __m512i raw32 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * pair)));
+      const __m512i w = _mm512_and_si512(_mm512_srlv_epi16(raw32, shifts), low4);
+      const __m512i l = dot64<false>(w, x, k + 64 * pair);
+      const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * pair), _mm256_set1_epi32(2 * pair + 1), 1);
+      const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, products), _mm512_loadu_ps(x.lscale + (k + 64 * pair) / 4));
+      st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
+    }
+  }
+  static float finish(const State& st) { return sum512(st.acc) - sum256(st.mins); }
+};
+
+// --- q6_K: 16 sub-blocks of 16, w = d * sc * (q - 32), q in 0..63.
+struct KernelQ6_K {
+  static constexpr int kOffset = 32;
+  static constexpr int64_t kUnit = quant::kQK_K;
+  static constexpr size_t kUnitBytes = sizeof(block_q6_K);
+  struct State {
+    __m512 acc;
+  };
+  static void start(State& st) { st.acc = _mm512_setzero_ps(); }
+  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
+    const auto* blk = reinterpret_cast<const block_q6_K*>(p);
+    const __m512 scales = _mm512_mul_ps(
+        _mm512_set1_ps(halfAt(blk->d)),
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    // Lane j of 64 elements c..c+63 belongs to sub-block 4c/64 + j/4.
+    const __m512i lanes = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
+    for (int half = 0; half < 2; half++) {
+      const auto* ql = reinterpret_cast<const __m256i*>(blk->ql + 64 * half);
+      const __m256i l0 = _mm256_loadu_si256(ql), l1 = _mm256_loadu_si256(ql + 1);
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half));
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45));
+      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+      const __m512i w01 = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
+      const __m512i w23 = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
+      for (int c = 0; c < 2; c++) {
+        const int64_t kk = k + 128 * half + 64 * c;
+        const __m512i l = dot64<true>(c == 0 ? w01 : w23, x, kk);
+        const __m512i idx = _mm512_add_epi32(lanes, _mm512_set1_epi32(8 * half + 4 * c));
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, scales), _mm512_loadu_ps(x.lscale + kk / 4));
+        st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
+      }
+    }
+  }
+  static float finish(const State& st) { return sum512(st.acc); }
+};
+
+// --- q8_0: blocks of 32, w = d * q, q in -128..127 (flipped to q + 128 as a byte). Two blocks
+// per unit; a row of an odd number of blocks ends in a half unit whose upper lanes are zero.
+struct KernelQ8_0 {
+  static constexpr int kOffset = 128;
+  static constexpr int64_t kUnit = 64;
+  static constexpr size_t kUnitBytes = 2 * sizeof(block_q8_0);
+  struct State {
+    __m512 acc;
+  };
+  static void start(State& st) { st.acc = _mm512_setzero_ps(); }
+  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
+    const auto* blk = reinterpret_cast<const block_q8_0*>(p);
+    const __m512i q = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
+    const __m512i w = _mm512_xor_si512(q, _mm512_set1_epi8(int8_t(0x80)));
+    const __m512i l = dot64<true>(w, x, k);
+    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk[0].d)), _mm256_set1_ps(halfAt(blk[1].d)), 1);
+    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), _mm512_mul_ps(d, _mm512_loadu_ps(x.lscale + k / 4)), st.acc);
+  }
+  // The last 32 elements of a row with an odd block count.
+  static void halfUnit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
+    const auto* blk = reinterpret_cast<const block_q8_0*>(p);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
+    const __m256i w = _mm256_xor_si256(q, _mm256_set1_epi8(int8_t(0x80)));
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.a + k));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.b + k));
+    const __m256i qa = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);
+    const __m256i qb = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + k / 4)), w, b);
+    const __m256i l = _mm256_add_epi32(_mm256_slli_epi32(qa, 8), qb);
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(halfAt(blk[0].d)), _mm256_loadu_ps(x.lscale + k / 4));
+    // Lanes 8..15 of the accumulator get exact zeros added, as if the unit were whole.
+    st.acc = _mm512_add_ps(st.acc, _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(l), scale)));
+  }
+  static float finish(const State& st) { return sum512(st.acc); }
+};
+
+// NR rows against one quantized token.
+template <class K, int NR>
+void dotRows(const WeightView& w, int64_t r, const QuantizedRow& x, float* y, int64_t yStep) {
+  typename K::State st[NR];
+  const uint8_t* rows[NR];
+  for (int i = 0; i < NR; i++) {
+    K::start(st[i]);
+    rows[i] = w.data + size_t(r + i) * w.rowStride;
+  }
+  const int64_t units = w.cols / K::kUnit;
+  for (int64_t u = 0; u < units; u++) {
+    for (int i = 0; i < NR; i++) K::unit(rows[i] + size_t(u) * K::kUnitBytes, x, u * K::kUnit, st[i]);
+  }
+  if constexpr (std::is_same_v<K, KernelQ8_0>) {
+    if (w.cols % K::kUnit != 0) {
+      for (int i = 0; i < NR; i++) K::halfUnit(rows[i] + size_t(units) * K::kUnitBytes, x, units * K::kUnit, st[i]);
+    }
+  }
+  for (int i = 0; i < NR; i++) y[(r + i) * yStep] = K::finish(st[i]);
+}
+
+template <class K>
+void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
+              int64_t rowBegin, int64_t rowEnd) {
+  const size_t rowBytes = quantizedRowBytes(w.cols);
+  const int64_t blockTokens = std::min(nTokens, kTokenBlock);
+  auto* scratch = reinterpret_cast<uint8_t*>(threadScratch((rowBytes * size_t(blockTokens) + 3) / 4));
+  for (int64_t t0 = 0; t0 < nTokens; t0 += kTokenBlock) {
+    const int64_t nt = std::min(kTokenBlock, nTokens - t0);
+    for (int64_t t = 0; t < nt; t++) quantizeRow(x + (t0 + t) * xStride, w.cols, K::kOffset, scratch + size_t(t) * rowBytes);
+    int64_t r = rowBegin;
+    for (; r + kRowTile <= rowEnd; r += kRowTile) {
+      for (int64_t t = 0; t < nt; t++) {
+        dotRows<K, kRowTile>(w, r, layoutRow(scratch + size_t(t) * rowBytes, w.cols), y + (t0 + t) * yStride, 1);
+      }
+    }
+    for (; r < rowEnd; r++) {
+      for (int64_t t = 0; t < nt; t++) {
+        dotRows<K, 1>(w, r, layoutRow(scratch + size_t(t) * rowBytes, w.cols), y + (t0 + t) * yStride, 1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                          int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
+  using quant::TensorType;
+  switch (w.type) {
+    case TensorType::kQ4_K:
+      return vnniRows<KernelQ4_K>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    case TensorType::kQ6_K:
+      return vnniRows<KernelQ6_K>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    case TensorType::kQ8_0:
+      return vnniRows<KernelQ8_0>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    default:
+      return matmulRowsAvx512(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+  }
+}
+
+}  // namespace jitllm::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif

@@ -1,0 +1,61 @@
+// Not a test: times matmulRows for one matrix shape per type and Isa, in per-thread CPU time (the
+// development machine is shared, so wall time is noise). Prints GB/s of weights for decode (one
+// token) and tokens/s x rows for a prefill of 128 tokens.
+//   build/bin/matmul_microbench [rows cols]
+#include <time.h>
+
+#include <cstdio>
+#include <string>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/gemm/matmul.h"
+#include "kernels/quant/quantize.h"
+
+using namespace jitllm;
+using namespace jitllm::cpu;
+
+static double threadSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+int main(int argc, char** argv) {
+  const int64_t rows = argc > 2 ? atol(argv[1]) : 2048, cols = argc > 2 ? atol(argv[2]) : 8192;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<float> row(static_cast<size_t>(cols)), x(static_cast<size_t>(cols * 128)), y(static_cast<size_t>(rows * 128));
+  for (float& v : x) v = dist(rng);
+  for (quant::TensorType type : {quant::TensorType::kF32, quant::TensorType::kQ8_0, quant::TensorType::kQ4_K,
+                                 quant::TensorType::kQ6_K}) {
+    const size_t stride = *quant::rowBytes(type, cols);
+    std::vector<uint8_t> w(stride * size_t(rows));
+    for (int64_t r = 0; r < rows; r++) {
+      for (float& v : row) v = dist(rng);
+      quant::quantizeRow(type, row.data(), w.data() + size_t(r) * stride, cols);
+    }
+    const WeightView view{type, w.data(), rows, cols, stride};
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+      if (!isaSupported(isa)) continue;
+      if (isa == Isa::kScalar && getenv("SCALAR") == nullptr) continue;
+      double best = 1e9;
+      for (int rep = 0; rep < 7; rep++) {
+        const double t0 = threadSeconds();
+        matmulRows(view, x.data(), cols, 1, y.data(), rows, 0, rows, isa);
+        best = std::min(best, threadSeconds() - t0);
+      }
+      double bestPrefill = 1e9;
+      const int64_t tokens = 128;
+      for (int rep = 0; rep < 2; rep++) {
+        const double t0 = threadSeconds();
+        matmulRows(view, x.data(), cols, tokens, y.data(), rows, 0, rows, isa);
+        bestPrefill = std::min(bestPrefill, threadSeconds() - t0);
+      }
+      std::printf("%-6s %-7s decode %7.3f ms %6.2f GB/s | prefill128 %8.2f ms %7.1f GFLOP/s\n", std::string(quant::typeName(type)).c_str(),
+                  isaName(isa), best * 1e3, double(w.size()) / best * 1e-9, bestPrefill * 1e3,
+                  2.0 * double(rows * cols * tokens) / bestPrefill * 1e-9);
+    }
+  }
+}
