@@ -190,7 +190,9 @@ TEST(AccessPolicy, ReadabilityFollowsModeBitsAlongThePath) {
   EXPECT_TRUE(p.canRead((dir / "open" / "m.gguf").string(), nobody));
   EXPECT_FALSE(p.canRead((dir / "closed" / "m.gguf").string(), nobody)) << "the directory is not searchable";
   ::chmod((dir / "open" / "m.gguf").c_str(), 0600);
-  if (::geteuid() == 0) EXPECT_FALSE(p.canRead((dir / "open" / "m.gguf").string(), nobody));
+  if (::geteuid() == 0) {
+    EXPECT_FALSE(p.canRead((dir / "open" / "m.gguf").string(), nobody));
+  }
   EXPECT_TRUE(p.canRead((dir / "closed" / "m.gguf").string(), 0));
   EXPECT_FALSE(p.canRead((dir / "missing").string(), nobody));
   std::filesystem::remove_all(dir);
