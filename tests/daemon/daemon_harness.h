@@ -25,6 +25,14 @@
 
 namespace jitllm::testing {
 
+// Sanitizer builds keep freed memory in quarantine and run several times slower: checks of
+// resident memory and of wall-clock latency only mean something without them.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 inline std::string sharedPath(const std::string& rel) { return std::string(JITLLM_SHARED_DIR) + "/" + rel; }
 inline std::string binPath(const std::string& name) { return std::string(JITLLM_BIN_DIR) + "/" + name; }
 

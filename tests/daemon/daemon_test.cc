@@ -150,7 +150,9 @@ TEST(Daemon, ThirtyTwoConcurrentClientsEachGetExactlyTheirOwnTokensAndLeaveNothi
   }
   EXPECT_TRUE(becomesIdle(io, admin)) << "KV pools must be empty after the clients end";
   const long rssAfter = d.rssKiB();
-  EXPECT_LE(double(rssAfter), double(rssBefore) * 1.05) << rssBefore << " KiB before, " << rssAfter << " after";
+  if (!kSanitized) {
+    EXPECT_LE(double(rssAfter), double(rssBefore) * 1.05) << rssBefore << " KiB before, " << rssAfter << " after";
+  }
 }
 
 TEST(Daemon, AClientThatVanishesMidReplyHasItsSessionCancelledAndItsPagesFreed) {
@@ -200,11 +202,16 @@ TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
   auto fast = generate(fastConn, "Once upon a time", 200).wait(io.waitScope);
   const double fastSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(fast.ids.size(), 200u);
-  EXPECT_LT(fastSeconds, 5.0) << "the fast session waited for the slow one";
+  if (!kSanitized) EXPECT_LT(fastSeconds, 5.0) << "the fast session waited for the slow one";
   // The slow session is throttled: it holds at most a window of unsent tokens, far from 1500.
-  // (The fast session's entry leaves ps at the worker's next iteration: poll, bounded.)
+  // (The fast session's entry leaves ps at the worker's next iteration, and the slow one reaches
+  // its limit after max_queued_tokens: poll, bounded.)
   auto resp = fastConn.daemon().modelsRequest().send().wait(io.waitScope);
-  for (int i = 0; i < 100 && resp.getModels()[0].getSessions().size() != 1; i++) {
+  auto settled = [&] {
+    auto sessions = resp.getModels()[0].getSessions();
+    return sessions.size() == 1 && std::string(sessions[0].getState().cStr()) == "waiting";
+  };
+  for (int i = 0; i < 1000 && !settled(); i++) {
     io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
     resp = fastConn.daemon().modelsRequest().send().wait(io.waitScope);
   }
