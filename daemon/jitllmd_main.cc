@@ -225,7 +225,13 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   core.events().emit({0, EventKind::kDaemon, "daemon.ready", "", "", 0, JITLLM_VERSION_STRING});
 
   shutdown.promise.wait(io.waitScope);
-  // Let the RPC loop deliver the final results of generations that finished in the drain.
+  // Replies that finished in the grace period are still being sent (and their last chunks
+  // answered): keep the RPC loop going until they are out, for at most kReplyFlushTime.
+  constexpr auto kReplyFlushTime = std::chrono::seconds(5);
+  const auto flushDeadline = std::chrono::steady_clock::now() + kReplyFlushTime;
+  while (core.activeReplies() > 0 && std::chrono::steady_clock::now() < flushDeadline) {
+    io.provider->getTimer().afterDelay(1 * kj::MILLISECONDS).wait(io.waitScope);
+  }
   for (int i = 0; i < 10; i++) io.waitScope.poll();
   watchdog.cancel();
   status.cancel();

@@ -180,7 +180,7 @@ enum EventKind {
 struct Event {
   unixMs @0 :Int64;
   kind @1 :EventKind;
-  what @2 :Text;          # "loaded", "session.finished", ...
+  what @2 :Text;          # "model.loaded", "session.finished", ... (docs/api.md lists them)
   model @3 :Text;
   device @4 :Text;
   sessionId @5 :UInt64;
@@ -212,8 +212,8 @@ interface Daemon {
       -> (tokens :List(Int32), text :Text, stats :GenerationStats);
 
   events @7 (sink :EventSink, replay :UInt32) -> (subscription :Subscription);
-  # Streams events from now on (and up to `replay` recent ones first) until the subscription is
-  # dropped.
+  # Sends up to `replay` recent events before it returns, then streams new ones until the
+  # subscription is dropped.
 
   cancelSession @8 (sessionId :UInt64) -> ();
   # Owners cancel their own sessions; admins any.

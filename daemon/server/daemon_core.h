@@ -10,6 +10,7 @@
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,6 +64,21 @@ class DaemonCore final {
   // Returns the number of generations that had to be cancelled.
   size_t drain(std::chrono::milliseconds grace);
 
+  // Replies being streamed to clients. A stopping daemon keeps its RPC loop running until they
+  // are all sent, so a generation that finished in the grace period reaches its client.
+  class ReplyGuard {
+   public:
+    explicit ReplyGuard(std::atomic<int>& n) : n_(&n) { n_->fetch_add(1); }
+    ReplyGuard(const ReplyGuard&) = delete;
+    ReplyGuard& operator=(const ReplyGuard&) = delete;
+    ~ReplyGuard() { n_->fetch_sub(1); }
+
+   private:
+    std::atomic<int>* n_;
+  };
+  ReplyGuard replyStarted() { return ReplyGuard(activeReplies_); }
+  int activeReplies() const { return activeReplies_.load(); }
+
   // A one-line summary for sd_notify STATUS=.
   std::string statusLine() const;
 
@@ -77,6 +93,7 @@ class DaemonCore final {
   std::vector<std::unique_ptr<Device>> devices_;
   std::map<std::string, std::shared_ptr<ModelHost>> models_;
   bool accepting_ = true;
+  std::atomic<int> activeReplies_{0};
 };
 
 }  // namespace jitllm::server

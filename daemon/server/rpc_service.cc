@@ -73,7 +73,8 @@ std::vector<std::string> stopsFrom(capnp::List<capnp::Text>::Reader list) {
   return out;
 }
 
-void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b) {
+// `peer` sees its own sessions only, unless it is an admin.
+void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerCredentials& peer, bool admin) {
   const runtime::Model& m = host.model();
   const auto& c = m.config();
   b.setName(text(host.name()));
@@ -130,9 +131,13 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b) {
       if (d == weights[i].first) memory[uint32_t(i)].setKvBytes(kv);
     }
   }
-  auto sessions = b.initSessions(uint32_t(snap.sessions.size()));
-  for (size_t i = 0; i < snap.sessions.size(); i++) {
-    const auto& s = snap.sessions[i];
+  std::vector<SessionSnapshot> visible;
+  for (const auto& s : snap.sessions) {
+    if (admin || s.ownerUid == peer.uid) visible.push_back(s);
+  }
+  auto sessions = b.initSessions(uint32_t(visible.size()));
+  for (size_t i = 0; i < visible.size(); i++) {
+    const auto& s = visible[i];
     sessions[uint32_t(i)].setId(s.id);
     sessions[uint32_t(i)].setOwnerUid(s.ownerUid);
     sessions[uint32_t(i)].setTokens(uint32_t(s.tokens));
@@ -148,8 +153,8 @@ class GenerationStream final {
  public:
   static constexpr size_t kMaxChunksInFlight = 4;
 
-  GenerationStream(std::shared_ptr<GenerationJob> job, rpc::TokenSink::Client sink)
-      : job_(std::move(job)), sink_(kj::mv(sink)) {}
+  GenerationStream(std::shared_ptr<GenerationJob> job, rpc::TokenSink::Client sink, DaemonCore& core)
+      : job_(std::move(job)), sink_(kj::mv(sink)), reply_(core.replyStarted()) {}
   // Dropping the stream (the call was cancelled or the client left) cancels the job.
   ~GenerationStream() { job_->cancel(); }
 
@@ -190,9 +195,20 @@ class GenerationStream final {
   std::shared_ptr<GenerationJob> job_;
   rpc::TokenSink::Client sink_;
   std::deque<kj::Promise<void>> inFlight_;
+  DaemonCore::ReplyGuard reply_;  // counted until the reply is sent, so a drain waits for it
   std::vector<int32_t> allIds_;
   std::string allText_;
 };
+
+void fillEvent(const DaemonEvent& e, rpc::Event::Builder b) {
+  b.setUnixMs(e.unixMs);
+  b.setKind(toRpc(e.kind));
+  b.setWhat(text(e.what));
+  b.setModel(text(e.model));
+  b.setDevice(text(e.device));
+  b.setSessionId(e.sessionId);
+  b.setMessage(text(e.message));
+}
 
 // Streams daemon events to a subscriber until the Subscription capability is dropped.
 class EventSubscription final : public rpc::Subscription::Server {
@@ -215,14 +231,7 @@ class EventSubscription final : public rpc::Subscription::Server {
     }
     for (const auto& e : events) {
       auto request = sink_.eventRequest();
-      auto b = request.initEvent();
-      b.setUnixMs(e.unixMs);
-      b.setKind(toRpc(e.kind));
-      b.setWhat(text(e.what));
-      b.setModel(text(e.model));
-      b.setDevice(text(e.device));
-      b.setSessionId(e.sessionId);
-      b.setMessage(text(e.message));
+      fillEvent(e, request.initEvent());
       sent = sent.then([request = kj::mv(request)]() mutable { return request.send(); });
     }
     return sent.then([this] {
@@ -283,7 +292,8 @@ kj::Promise<void> DaemonService::devices(DevicesContext context) {
 kj::Promise<void> DaemonService::models(ModelsContext context) {
   const auto hosts = core_.models();
   auto list = context.getResults().initModels(uint32_t(hosts.size()));
-  for (size_t i = 0; i < hosts.size(); i++) fillModelInfo(*hosts[i], list[uint32_t(i)]);
+  const bool admin = core_.access().isAdmin(peer_.uid);
+  for (size_t i = 0; i < hosts.size(); i++) fillModelInfo(*hosts[i], list[uint32_t(i)], peer_, admin);
   return kj::READY_NOW;
 }
 
@@ -316,34 +326,50 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
         }
       });
     }
-    return ready.then([this, request, context, progress = kj::mv(progress)]() mutable {
-      // Progress stages are few; each is forwarded to the client from this thread.
-      auto& executor = kj::getCurrentThreadExecutor();
-      auto sink = std::make_shared<kj::Maybe<rpc::ProgressSink::Client>>(kj::mv(progress));
-      std::function<std::string()> work = [this, request, &executor, sink]() -> std::string {
-        struct CloseFd {
-          int fd;
-          ~CloseFd() {
-            if (fd >= 0) ::close(fd);
-          }
-        } closer{request->fd};
-        auto host = core_.load(*request, [&](const std::string& stage, uint64_t done, uint64_t total) {
-          executor.executeSync([&] {
-            KJ_IF_MAYBE(s, *sink) {
-              auto r = s->progressRequest();
-              r.setStage(text(stage));
-              r.setDone(done);
-              r.setTotal(total);
-              r.send().detach([](kj::Exception&&) {});
-            }
-          });
-        });
-        return host->name();
-      };
-      return background_.run(work).then([this, context](std::string name) mutable {
-        return translateErrors([&] { fillModelInfo(*core_.find(name), context.getResults().initModel()); });
-      });
-    });
+    // The progress sink is a Cap'n Proto object: it lives and dies on this (the RPC) thread. The
+    // loader thread only holds a plain relay and reaches the sink through executeSync, which
+    // runs on this thread too, so the two never race; once the call is gone, `sink` is null.
+    struct ProgressRelay {
+      kj::Maybe<rpc::ProgressSink::Client>* sink = nullptr;
+    };
+    auto relay = std::make_shared<ProgressRelay>();
+    auto sinkHolder = kj::heap<kj::Maybe<rpc::ProgressSink::Client>>(kj::mv(progress));
+    relay->sink = sinkHolder.get();
+    struct Unhook {
+      std::shared_ptr<ProgressRelay> relay;
+      ~Unhook() { relay->sink = nullptr; }
+    };
+    auto unhook = kj::heap<Unhook>(Unhook{relay});
+    return ready
+        .then([this, request, relay]() mutable {
+          const kj::Executor& executor = kj::getCurrentThreadExecutor();
+          std::function<std::string()> work = [this, request, relay, &executor]() -> std::string {
+            struct CloseFd {
+              int fd;
+              ~CloseFd() {
+                if (fd >= 0) ::close(fd);
+              }
+            } closer{request->fd};
+            auto host = core_.load(*request, [&](const std::string& stage, uint64_t done, uint64_t total) {
+              executor.executeSync([&] {
+                if (relay->sink == nullptr) return;
+                KJ_IF_MAYBE(s, *relay->sink) {
+                  auto r = s->progressRequest();
+                  r.setStage(text(stage));
+                  r.setDone(done);
+                  r.setTotal(total);
+                  r.send().detach([](kj::Exception&&) {});
+                }
+              });
+            });
+            return host->name();
+          };
+          return background_.run(work);
+        })
+        .then([this, context](std::string name) mutable {
+          return translateErrors([&] { fillModelInfo(*core_.find(name), context.getResults().initModel(), peer_, true); });
+        })
+        .attach(kj::mv(unhook), kj::mv(sinkHolder));
   });
 }
 
@@ -392,7 +418,7 @@ kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host
   const DaemonConfig cfg = core_.config();
   auto job = std::make_shared<GenerationJob>(std::move(request), cfg.maxQueuedTokens);
   host->submit(job);
-  auto stream = kj::heap<GenerationStream>(job, kj::mv(sink));
+  auto stream = kj::heap<GenerationStream>(job, kj::mv(sink), core_);
   auto& s = *stream;
   return s.run()
       .then([&s, reply = kj::mv(reply)](GenerationJob::Batch last) mutable {
@@ -403,6 +429,9 @@ kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host
 }
 
 kj::Promise<void> DaemonService::generate(GenerateContext context) {
+  // Cap'n Proto 0.9 lets a dropped call be cancelled only when the method says so; dropping a
+  // generation must stop it (and free its KV pages).
+  context.allowCancellation();
   return translateErrors([&]() -> kj::Promise<void> {
     auto params = context.getParams();
     auto r = params.getRequest();
@@ -425,6 +454,7 @@ kj::Promise<void> DaemonService::generate(GenerateContext context) {
 }
 
 kj::Promise<void> DaemonService::chat(ChatContext context) {
+  context.allowCancellation();
   return translateErrors([&]() -> kj::Promise<void> {
     auto params = context.getParams();
     auto r = params.getRequest();
@@ -446,8 +476,18 @@ kj::Promise<void> DaemonService::chat(ChatContext context) {
 kj::Promise<void> DaemonService::events(EventsContext context) {
   auto params = context.getParams();
   auto box = core_.events().subscribe(std::min<size_t>(params.getReplay(), EventHub::kHistory));
-  context.getResults().setSubscription(kj::heap<EventSubscription>(std::move(box), params.getSink()));
-  return kj::READY_NOW;
+  auto sink = params.getSink();
+  // The replayed history reaches the subscriber before the call returns; live events follow.
+  size_t dropped = 0;
+  kj::Promise<void> replayed = kj::READY_NOW;
+  for (const auto& e : box->take(&dropped)) {
+    auto request = sink.eventRequest();
+    fillEvent(e, request.initEvent());
+    replayed = replayed.then([request = kj::mv(request)]() mutable { return request.send(); });
+  }
+  return replayed.then([context, box = std::move(box), sink]() mutable {
+    context.getResults().setSubscription(kj::heap<EventSubscription>(std::move(box), kj::mv(sink)));
+  });
 }
 
 kj::Promise<void> DaemonService::cancelSession(CancelSessionContext context) {

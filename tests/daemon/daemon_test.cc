@@ -189,6 +189,23 @@ TEST(Daemon, AClientThatVanishesMidReplyHasItsSessionCancelledAndItsPagesFreed) 
   EXPECT_EQ(generate(c, "Once upon a time", 4).wait(io.waitScope).ids.size(), 4u);
 }
 
+TEST(Daemon, DroppingAGenerateCallCancelsItAndFreesItsPagesWhileTheConnectionStays) {
+  DaemonProcess d({"--default-context", "2048"});
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  loadStories(io, c);
+  {
+    auto call = generate(c, "Once upon a time", 1800, nullptr, &io.provider->getTimer(), 20 * kj::MILLISECONDS);
+    io.provider->getTimer().afterDelay(200 * kj::MILLISECONDS).wait(io.waitScope);
+    EXPECT_EQ(sessionsAndKv(io, c).first, 1u);
+  }  // the promise is dropped here: Cap'n Proto sends a Finish and the daemon must stop
+  EXPECT_TRUE(becomesIdle(io, c));
+  EXPECT_NE(d.log().find("session.cancelled"), std::string::npos) << d.log();
+  EXPECT_EQ(d.log().find("session.finished"), std::string::npos) << "the reply must not run to its end";
+  EXPECT_EQ(generate(c, "Once upon a time", 4).wait(io.waitScope).ids.size(), 4u);
+}
+
 TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
   DaemonProcess d({"--default-context", "2048"});
   ASSERT_TRUE(d.ready()) << d.log();

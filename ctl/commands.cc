@@ -1,0 +1,146 @@
+// The command table and the dispatch around it: usage and version, and turning exceptions into
+// messages and exit statuses.
+#include "ctl/commands.h"
+
+#include <iostream>
+
+#include "ctl/json_writer.h"
+
+namespace jitllm::ctl {
+namespace {
+
+// Option specs shared by the generating commands.
+const OptionSpec kMaxTokens{"-n", "N", "tokens to generate at most (default: 128 for run, 256 per chat reply)"};
+const OptionSpec kTemperature{"--temperature", "T", "sampling temperature; 0 (default) is greedy"};
+const OptionSpec kSeed{"--seed", "S", "sampling seed (default 0)"};
+const OptionSpec kTopK{"--top-k", "K", "sample from the K most likely tokens only (0: all)"};
+const OptionSpec kTopP{"--top-p", "P", "nucleus sampling threshold (default 1: off)"};
+const OptionSpec kStop{"--stop", "TEXT", "stop before this text (repeatable)", true};
+const OptionSpec kContext{"--ctx", "N", "context limit of the session (default: the model's)"};
+
+const std::vector<CommandSpec>& table() {
+  static const std::vector<CommandSpec> kTable = {
+      {.name = "status",
+       .summary = "is jitllmd running: its version, socket and what it holds",
+       .run = runStatus},
+      {.name = "devices", .summary = "the devices jitllmd owns, their memory and telemetry", .run = runDevices},
+      {.name = "ps", .summary = "resident models: layer placement by device, memory, sessions", .run = runPs},
+      {.name = "load",
+       .arguments = "FILE",
+       .minArguments = 1,
+       .maxArguments = 1,
+       .summary = "load a model (admin); this client opens FILE and passes it to the daemon",
+       .options = {{"--name", "NAME", "the model's name (default: from the file)"},
+                   {"--ctx", "N", "default context limit of its sessions"},
+                   {"--devices", "SPEC", "where to place its layers, e.g. cpu:0 or cpu:0,cpu:1"},
+                   {"--kv", "f32|f16", "KV cache precision (default f32)"},
+                   {"--daemon-path", "", "send the path instead; the daemon opens it under its model directories"}},
+       .run = runLoad},
+      {.name = "unload",
+       .arguments = "NAME",
+       .minArguments = 1,
+       .maxArguments = 1,
+       .summary = "unload a model (admin); its sessions end",
+       .run = runUnload},
+      {.name = "run",
+       .arguments = "NAME PROMPT",
+       .minArguments = 2,
+       .maxArguments = 2,
+       .summary = "generate from PROMPT, streaming the text as it comes",
+       .options = {kMaxTokens, kTemperature, kSeed, kTopK, kTopP, kStop, kContext},
+       .run = runRun},
+      {.name = "chat",
+       .arguments = "NAME",
+       .minArguments = 1,
+       .maxArguments = 1,
+       .summary = "chat: each line read from stdin is a user turn; history is kept",
+       .options = {{"--system", "TEXT", "a system message first"}, kMaxTokens, kTemperature, kSeed, kTopK, kTopP, kStop,
+                   kContext},
+       .run = runChat},
+      {.name = "events",
+       .summary = "recent daemon, device, model and session events",
+       .options = {{"--follow", "", "keep printing new events until interrupted"},
+                   {"--replay", "N", "how many recent events first (default 100; 10 with --follow)"}},
+       .run = runEvents},
+      {.name = "cancel",
+       .arguments = "SESSION",
+       .minArguments = 1,
+       .maxArguments = 1,
+       .summary = "cancel a running session (yours; any, for an admin)",
+       .run = runCancel},
+      // Names kept for the migration and scheduler work, so that scripts get a clear message today.
+      {.name = "migrate", .reservedFor = "live migration of layers arrives with the migration work"},
+      {.name = "pin", .reservedFor = "pinning layers to devices arrives with the scheduler work"},
+      {.name = "unpin", .reservedFor = "pinning layers to devices arrives with the scheduler work"},
+      {.name = "policy", .reservedFor = "placement policies arrive with the scheduler work"},
+  };
+  return kTable;
+}
+
+void printUsageError(const UsageError& e, std::ostream& err) {
+  err << "jitllmctl: " << e.what() << "\n";
+  if (!e.command().empty()) {
+    for (const CommandSpec& c : commandTable()) {
+      if (c.name == e.command()) err << commandUsage(c);
+    }
+  } else {
+    err << "Try 'jitllmctl --help'.\n";
+  }
+}
+
+}  // namespace
+
+std::span<const CommandSpec> commandTable() { return table(); }
+
+int runJitllmctl(std::span<const std::string> args, std::istream& in, std::ostream& out, std::ostream& err,
+                 Terminal terminal) {
+  ParsedCommandLine parsed;
+  try {
+    parsed = parseCommandLine(args, commandTable());
+  } catch (const UsageError& e) {
+    printUsageError(e, err);
+    return 2;
+  }
+  if (parsed.version) {
+    if (parsed.json) {
+      JsonWriter j;
+      j.beginObject().field("version", client::libraryVersion()).field("protocol", client::kProtocolVersion).endObject();
+      out << j.str() << "\n";
+    } else {
+      out << "jitllmctl " << client::libraryVersion() << " (protocol " << client::kProtocolVersion << ")\n";
+    }
+    return 0;
+  }
+  if (parsed.help) {
+    out << (parsed.command ? commandUsage(*parsed.command) : generalUsage(commandTable()));
+    return 0;
+  }
+  if (parsed.command == nullptr) {
+    err << "jitllmctl: no command given\n" << generalUsage(commandTable());
+    return 2;
+  }
+  Context context{parsed, in, out, err, terminal};
+  try {
+    return parsed.command->run(context);
+  } catch (const UsageError& e) {
+    printUsageError(e, err);
+    return 2;
+  } catch (const client::Error& e) {
+    out.flush();
+    if (parsed.json) {
+      JsonWriter j;
+      j.beginObject().key("error").beginObject();
+      j.field("kind", client::errorKindName(e.kind())).field("message", e.message());
+      j.endObject().endObject();
+      out << j.str() << "\n";
+    }
+    err << "jitllmctl: " << e.message() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    out.flush();
+    err << "jitllmctl: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace jitllm::ctl

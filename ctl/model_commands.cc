@@ -1,0 +1,57 @@
+// load and unload.
+#include <ostream>
+
+#include "ctl/commands.h"
+#include "ctl/json_views.h"
+#include "ctl/progress_bar.h"
+#include "ctl/text_format.h"
+
+namespace jitllm::ctl {
+
+int runLoad(Context& c) {
+  const std::string& file = c.args.arguments[0];
+  client::LoadOptions options;
+  options.name = c.args.value("--name");
+  options.contextSize = c.args.number<uint32_t>("--ctx", 0);
+  options.devices = c.args.value("--devices");
+  options.kvPrecision = c.args.value("--kv");
+  if (!options.kvPrecision.empty() && options.kvPrecision != "f32" && options.kvPrecision != "f16") {
+    throw UsageError("--kv takes f32 or f16, not '" + options.kvPrecision + "'", "load");
+  }
+  options.sendPath = c.args.has("--daemon-path");
+  auto client = c.connect();
+  const bool showProgress = c.terminal.stderrIsTty && !c.args.json;
+  ProgressBar bar(c.err, showProgress);
+  // No progress sink at all when nothing would be drawn: less traffic for scripts.
+  client::ProgressCallback onProgress;
+  if (showProgress) onProgress = [&](const client::LoadProgress& p) { bar.update(p); };
+  const client::ModelInfo model = client.load(file, options, onProgress);
+  bar.finish();
+  if (c.args.json) {
+    JsonWriter j;
+    j.beginObject().key("model");
+    writeJson(j, model);
+    j.endObject();
+    c.out << j.str() << "\n";
+    return 0;
+  }
+  c.out << "loaded " << model.name << " (" << model.architecture << ", " << model.layers << " layers, "
+        << humanBytes(model.fileBytes) << ", context " << model.contextSize << ") on " << placementSummary(model) << "\n";
+  return 0;
+}
+
+int runUnload(Context& c) {
+  const std::string& name = c.args.arguments[0];
+  auto client = c.connect();
+  client.unload(name);
+  if (c.args.json) {
+    JsonWriter j;
+    j.beginObject().field("unloaded", name).endObject();
+    c.out << j.str() << "\n";
+  } else {
+    c.out << "unloaded " << name << "\n";
+  }
+  return 0;
+}
+
+}  // namespace jitllm::ctl

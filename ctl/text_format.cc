@@ -1,0 +1,85 @@
+#include "ctl/text_format.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+namespace jitllm::ctl {
+
+std::string TextTable::render() const {
+  std::vector<size_t> width;
+  for (const auto& row : rows_) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); i++) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < row.size(); i++) {
+      out += row[i];
+      if (i + 1 < row.size()) out += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+std::string humanBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    unit++;
+  }
+  char buf[32];
+  if (unit == 0) std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+  else std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string isoTime(int64_t unixMs) {
+  const std::time_t seconds = std::time_t(unixMs / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, int(unixMs % 1000));
+  return buf;
+}
+
+std::string placementSummary(const client::ModelInfo& m) {
+  std::string out;
+  for (const auto& p : m.placement) {
+    if (!out.empty()) out += ", ";
+    out += p.device + " " + p.firstName;
+    if (p.last != p.first) out += ".." + p.lastName;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string eventLine(const client::Event& e) {
+  // "model.loaded" whether the daemon says "loaded" or "model.loaded".
+  const std::string kind = client::eventKindName(e.kind);
+  std::string out = isoTime(e.unixMs) + "  ";
+  if (e.what.rfind(kind + ".", 0) != 0) out += kind + ".";
+  out += e.what;
+  if (!e.model.empty()) out += " model=" + e.model;
+  if (!e.device.empty()) out += " device=" + e.device;
+  if (e.sessionId != 0) out += " session=" + std::to_string(e.sessionId);
+  if (!e.message.empty()) out += ": " + e.message;
+  return out;
+}
+
+std::string statsLine(const client::GenerationStats& s) {
+  char buf[200];
+  if (s.stopReason == client::StopReason::kCancelled) {
+    std::snprintf(buf, sizeof(buf), "%u tokens, cancelled", s.generatedTokens);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%u prompt + %u generated tokens, first after %.1f ms, %.1f tok/s, %s (session %llu)",
+                  s.promptTokens, s.generatedTokens, s.timeToFirstTokenMs, s.tokensPerSecond,
+                  client::stopReasonName(s.stopReason), static_cast<unsigned long long>(s.sessionId));
+  }
+  return buf;
+}
+
+}  // namespace jitllm::ctl

@@ -1,0 +1,177 @@
+// Plain values that mirror the RPC contract (libclient/jitllm.capnp), for the synchronous client
+// in jitllm/client.h. Field names and defaults follow the schema; docs/api.md describes each.
+//
+// Thread-safety: values; copy them freely between threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "jitllm/client_export.h"
+
+namespace jitllm::client {
+
+struct Version {
+  uint32_t major = 0;
+  uint32_t minor = 0;
+  uint32_t patch = 0;
+  uint32_t protocol = 0;  // the daemon's protocol version (jitllm::client::kProtocolVersion here)
+  std::string build;      // free-form: compiler, enabled backends
+};
+
+struct Telemetry {
+  float temperatureC = 0;  // NaN where unknown
+  float utilization = 0;   // 0..1
+  float powerWatts = 0;    // NaN where unknown
+};
+
+struct DeviceInfo {
+  std::string id;       // "cpu:0", "cuda:1", "vulkan:0"
+  std::string backend;  // "cpu" | "cuda" | "vulkan"
+  std::string name;
+  uint64_t memoryTotal = 0;
+  uint64_t memoryUsed = 0;
+  uint32_t threads = 0;
+  bool software = false;
+  Telemetry telemetry;
+};
+
+// Consecutive units of a model on one device: 0 = token_embd, 1..L = blk.0..blk.L-1, L+1 = output.
+struct LayerRange {
+  uint32_t first = 0;
+  uint32_t last = 0;  // inclusive
+  std::string device;
+  std::string firstName;
+  std::string lastName;
+};
+
+struct DeviceMemory {
+  std::string device;
+  uint64_t weightBytes = 0;
+  uint64_t kvBytes = 0;
+};
+
+struct SessionInfo {
+  uint64_t id = 0;
+  uint32_t ownerUid = 0;
+  uint32_t tokens = 0;
+  uint32_t contextLimit = 0;
+  std::string state;  // "prefill" | "decode" | "waiting"
+};
+
+// One resident model: the data behind `jitllmctl ps`.
+struct ModelInfo {
+  std::string name;
+  std::string path;  // where it was loaded from ("fd:N" for a passed descriptor)
+  std::string architecture;
+  uint64_t fileBytes = 0;
+  uint32_t layers = 0;
+  uint32_t vocabSize = 0;
+  uint32_t contextLength = 0;  // trained
+  uint32_t contextSize = 0;    // the default session limit it was loaded with
+  std::vector<LayerRange> placement;
+  std::vector<DeviceMemory> memory;
+  std::vector<SessionInfo> sessions;
+  std::string chatTemplate;  // "llama3" | "chatml" | "llama2"
+  int64_t loadedUnixMs = 0;
+};
+
+struct LoadOptions {
+  std::string name;         // empty: the file's general.name, made unique by the daemon
+  uint32_t contextSize = 0; // default session limit; 0: min(trained, the daemon's default)
+  std::string devices;      // placement hint: "cpu:0" or "cpu:0,cpu:1"; empty: the daemon decides
+  std::string kvPrecision;  // "f32" | "f16"; empty: the daemon's default (f32)
+  // Client::load(path) normally opens the file here and passes the descriptor, so the daemon
+  // reads exactly what this process may read. With sendPath the path is sent instead and the
+  // daemon opens it itself, only under its configured model directories (and only if this
+  // process's user could read it); a relative path is made absolute against this process's
+  // working directory first.
+  bool sendPath = false;
+};
+
+// Stages and counts reported while a model loads ("read", "bind", ...; total 0 when unknown).
+struct LoadProgress {
+  std::string stage;
+  uint64_t done = 0;
+  uint64_t total = 0;
+};
+
+struct SamplingParams {
+  float temperature = 0;  // 0: greedy (ties to the lowest id)
+  int32_t topK = 0;
+  float topP = 1;
+  float minP = 0;
+  float repeatPenalty = 1;
+  int32_t repeatLastN = 64;
+  uint64_t seed = 0;
+};
+
+struct GenerateRequest {
+  std::string model;
+  // Exactly one of these: text (tokenized by the daemon with the model's special tokens and BOS
+  // flag) or token ids. Giving both is an Error(FAILED).
+  std::string prompt;
+  std::vector<int32_t> promptTokens;
+  uint32_t maxTokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // generation ends before the first match
+  uint32_t contextSize = 0;       // 0: the model's default
+};
+
+struct ChatMessage {
+  std::string role;  // "system" | "user" | "assistant"
+  std::string content;
+};
+
+struct ChatRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  uint32_t maxTokens = 256;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  uint32_t contextSize = 0;
+};
+
+enum class StopReason {
+  kMaxTokens,
+  kEndOfGeneration,
+  kStopString,
+  kContextFull,
+  kCancelled,  // client side only: the chunk callback returned false (the daemon sends no stats)
+};
+JITLLM_CLIENT_API const char* stopReasonName(StopReason reason);  // "maxTokens", "endOfGeneration", ...
+
+struct GenerationStats {
+  uint32_t promptTokens = 0;
+  uint32_t generatedTokens = 0;
+  double timeToFirstTokenMs = 0;
+  double tokensPerSecond = 0;  // generated tokens after the first, per second
+  double totalMs = 0;
+  StopReason stopReason = StopReason::kMaxTokens;
+  uint64_t sessionId = 0;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (not the prompt)
+  std::string text;
+  GenerationStats stats;
+  // True when the chunk callback stopped the generation: tokens and text are what had arrived,
+  // stats count them (generatedTokens) and the rest is zero; stats.stopReason is kCancelled.
+  bool cancelled = false;
+};
+
+enum class EventKind { kDaemon, kDevice, kModel, kSession };
+JITLLM_CLIENT_API const char* eventKindName(EventKind kind);  // "daemon", "device", "model", "session"
+
+struct Event {
+  int64_t unixMs = 0;
+  EventKind kind = EventKind::kDaemon;
+  std::string what;  // "loaded", "session.finished", ...
+  std::string model;
+  std::string device;
+  uint64_t sessionId = 0;
+  std::string message;  // one human-readable line
+};
+
+}  // namespace jitllm::client

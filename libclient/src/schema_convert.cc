@@ -1,0 +1,137 @@
+#include "schema_convert.h"
+
+#include "jitllm/client_error.h"
+
+namespace jitllm::client::convert {
+namespace {
+
+std::string str(capnp::Text::Reader t) { return std::string(t.cStr(), t.size()); }
+
+void setStrings(capnp::List<capnp::Text>::Builder out, const std::vector<std::string>& in) {
+  for (size_t i = 0; i < in.size(); i++) out.set(unsigned(i), in[i]);
+}
+
+}  // namespace
+
+Version fromSchema(rpc::Version::Reader r) {
+  return {r.getMajor(), r.getMinor(), r.getPatch(), r.getProtocol(), str(r.getBuild())};
+}
+
+DeviceInfo fromSchema(rpc::DeviceInfo::Reader r) {
+  DeviceInfo d;
+  d.id = str(r.getId());
+  d.backend = str(r.getBackend());
+  d.name = str(r.getName());
+  d.memoryTotal = r.getMemoryTotal();
+  d.memoryUsed = r.getMemoryUsed();
+  d.threads = r.getThreads();
+  d.software = r.getSoftware();
+  auto t = r.getTelemetry();
+  d.telemetry = {t.getTemperatureC(), t.getUtilization(), t.getPowerWatts()};
+  return d;
+}
+
+ModelInfo fromSchema(rpc::ModelInfo::Reader r) {
+  ModelInfo m;
+  m.name = str(r.getName());
+  m.path = str(r.getPath());
+  m.architecture = str(r.getArchitecture());
+  m.fileBytes = r.getFileBytes();
+  m.layers = r.getLayers();
+  m.vocabSize = r.getVocabSize();
+  m.contextLength = r.getContextLength();
+  m.contextSize = r.getContextSize();
+  for (auto p : r.getPlacement()) {
+    m.placement.push_back({p.getFirst(), p.getLast(), str(p.getDevice()), str(p.getFirstName()), str(p.getLastName())});
+  }
+  for (auto mem : r.getMemory()) m.memory.push_back({str(mem.getDevice()), mem.getWeightBytes(), mem.getKvBytes()});
+  for (auto s : r.getSessions()) {
+    m.sessions.push_back({s.getId(), s.getOwnerUid(), s.getTokens(), s.getContextLimit(), str(s.getState())});
+  }
+  m.chatTemplate = str(r.getChatTemplate());
+  m.loadedUnixMs = r.getLoadedUnixMs();
+  return m;
+}
+
+Event fromSchema(rpc::Event::Reader r) {
+  Event e;
+  e.unixMs = r.getUnixMs();
+  switch (r.getKind()) {
+    case rpc::EventKind::DAEMON: e.kind = EventKind::kDaemon; break;
+    case rpc::EventKind::DEVICE: e.kind = EventKind::kDevice; break;
+    case rpc::EventKind::MODEL: e.kind = EventKind::kModel; break;
+    case rpc::EventKind::SESSION: e.kind = EventKind::kSession; break;
+  }
+  e.what = str(r.getWhat());
+  e.model = str(r.getModel());
+  e.device = str(r.getDevice());
+  e.sessionId = r.getSessionId();
+  e.message = str(r.getMessage());
+  return e;
+}
+
+GenerationStats fromSchema(rpc::GenerationStats::Reader r) {
+  GenerationStats s;
+  s.promptTokens = r.getPromptTokens();
+  s.generatedTokens = r.getGeneratedTokens();
+  s.timeToFirstTokenMs = r.getTimeToFirstTokenMs();
+  s.tokensPerSecond = r.getTokensPerSecond();
+  s.totalMs = r.getTotalMs();
+  switch (r.getStopReason()) {
+    case rpc::StopReason::MAX_TOKENS: s.stopReason = StopReason::kMaxTokens; break;
+    case rpc::StopReason::END_OF_GENERATION: s.stopReason = StopReason::kEndOfGeneration; break;
+    case rpc::StopReason::STOP_STRING: s.stopReason = StopReason::kStopString; break;
+    case rpc::StopReason::CONTEXT_FULL: s.stopReason = StopReason::kContextFull; break;
+  }
+  s.sessionId = r.getSessionId();
+  return s;
+}
+
+void toSchema(const LoadOptions& in, rpc::LoadOptions::Builder out) {
+  out.setName(in.name);
+  out.setContextSize(in.contextSize);
+  out.setDevices(in.devices);
+  out.setKvPrecision(in.kvPrecision);
+}
+
+void toSchema(const SamplingParams& in, rpc::SamplingParams::Builder out) {
+  out.setTemperature(in.temperature);
+  out.setTopK(in.topK);
+  out.setTopP(in.topP);
+  out.setMinP(in.minP);
+  out.setRepeatPenalty(in.repeatPenalty);
+  out.setRepeatLastN(in.repeatLastN);
+  out.setSeed(in.seed);
+}
+
+void toSchema(const GenerateRequest& in, rpc::GenerateRequest::Builder out) {
+  if (!in.prompt.empty() && !in.promptTokens.empty()) {
+    throw Error(ErrorKind::kFailed, "give the prompt as text or as token ids, not both");
+  }
+  out.setModel(in.model);
+  if (!in.promptTokens.empty()) {
+    auto ids = out.getPrompt().initTokens(unsigned(in.promptTokens.size()));
+    for (size_t i = 0; i < in.promptTokens.size(); i++) ids.set(unsigned(i), in.promptTokens[i]);
+  } else {
+    out.getPrompt().setText(in.prompt);
+  }
+  out.setMaxTokens(in.maxTokens);
+  toSchema(in.sampling, out.initSampling());
+  setStrings(out.initStop(unsigned(in.stop.size())), in.stop);
+  out.setContextSize(in.contextSize);
+}
+
+void toSchema(const ChatRequest& in, rpc::ChatRequest::Builder out) {
+  out.setModel(in.model);
+  auto messages = out.initMessages(unsigned(in.messages.size()));
+  for (size_t i = 0; i < in.messages.size(); i++) {
+    messages[unsigned(i)].setRole(in.messages[i].role);
+    messages[unsigned(i)].setContent(in.messages[i].content);
+  }
+  out.setMaxTokens(in.maxTokens);
+  toSchema(in.sampling, out.initSampling());
+  setStrings(out.initStop(unsigned(in.stop.size())), in.stop);
+  out.setContextSize(in.contextSize);
+}
+
+}  // namespace jitllm::client::convert

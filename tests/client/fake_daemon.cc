@@ -1,0 +1,441 @@
+#include "fake_daemon.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include <cstring>
+#include <future>
+#include <list>
+#include <map>
+#include <stdexcept>
+
+#include "jitllm/jitllm.capnp.h"
+
+namespace jitllm::testing {
+namespace {
+
+using Shared = FakeDaemon::SharedState;
+
+[[noreturn]] void fail(kj::Exception::Type type, kj::StringPtr message) {
+  kj::throwFatalException(kj::Exception(type, __FILE__, __LINE__, kj::heapString(message)));
+}
+
+template <typename F>
+void update(Shared& shared, F&& f) {
+  {
+    std::lock_guard lock(shared.mutex);
+    f(shared.record);
+  }
+  shared.changed.notify_all();
+}
+
+struct FakeModel {
+  std::string name;
+  std::string path;
+  std::map<uint64_t, uint32_t> sessions;  // id -> tokens so far
+};
+
+struct StoredEvent {
+  rpc::EventKind kind;
+  std::string what, model, message;
+  uint64_t sessionId = 0;
+};
+
+class FakeDaemonServer;
+
+// Unsubscribes its sink when the client drops it.
+class SubscriptionServer final : public rpc::Subscription::Server {
+ public:
+  SubscriptionServer(FakeDaemonServer& daemon, std::list<rpc::EventSink::Client>::iterator it)
+      : daemon_(daemon), it_(it) {}
+  ~SubscriptionServer();
+
+ private:
+  FakeDaemonServer& daemon_;
+  std::list<rpc::EventSink::Client>::iterator it_;
+};
+
+class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::ErrorHandler {
+ public:
+  FakeDaemonServer(Shared& shared, kj::Timer& timer, FakeDaemon::Options options, kj::PromiseFulfiller<void>& hangup)
+      : shared_(shared), timer_(timer), options_(options), hangup_(hangup), tasks_(*this) {}
+
+  void unsubscribe(std::list<rpc::EventSink::Client>::iterator it) {
+    subscribers_.erase(it);
+    update(shared_, [](FakeDaemonRecord& r) { r.subscriptionsEnded++; });
+  }
+
+ protected:
+  kj::Promise<void> version(VersionContext context) override {
+    auto v = context.initResults().initVersion();
+    v.setMajor(0);
+    v.setMinor(1);
+    v.setPatch(0);
+    v.setProtocol(options_.protocol);
+    v.setBuild("fake daemon for tests");
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> devices(DevicesContext context) override {
+    auto list = context.initResults().initDevices(1);
+    list[0].setId("cpu:0");
+    list[0].setBackend("cpu");
+    list[0].setName("Fake \"CPU\"");
+    list[0].setMemoryTotal(uint64_t(8) << 30);
+    list[0].setMemoryUsed(uint64_t(1) << 20);
+    list[0].setThreads(2);
+    auto t = list[0].initTelemetry();
+    t.setTemperatureC(std::numeric_limits<float>::quiet_NaN());
+    t.setUtilization(0.25f);
+    t.setPowerWatts(std::numeric_limits<float>::quiet_NaN());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> models(ModelsContext context) override {
+    auto list = context.initResults().initModels(unsigned(models_.size()));
+    for (size_t i = 0; i < models_.size(); i++) fill(list[unsigned(i)], models_[i]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> load(LoadContext context) override {
+    auto params = context.getParams();
+    auto options = params.getOptions();
+    std::string name = options.getName().size() ? options.getName().cStr() : "model";
+    for (const auto& m : models_) {
+      if (m.name == name) fail(kj::Exception::Type::FAILED, kj::str("a model named ", name.c_str(), " is loaded already"));
+    }
+    auto path = std::make_shared<std::string>();
+    kj::Promise<void> opened = kj::READY_NOW;
+    if (params.getSource().isPath()) {
+      *path = params.getSource().getPath().cStr();
+      update(shared_, [&](FakeDaemonRecord& r) { r.loadedPaths.push_back(*path); });
+    } else {
+      opened = params.getSource().getFile().getFd().then([this, path](kj::Maybe<int> fd) {
+        int raw = -1;
+        KJ_IF_MAYBE(f, fd) { raw = *f; }
+        if (raw < 0) fail(kj::Exception::Type::FAILED, "the File capability carried no descriptor");
+        char magic[4] = {};
+        const ssize_t n = ::pread(raw, magic, 4, 0);
+        std::string m(magic, n > 0 ? size_t(n) : 0);
+        update(shared_, [&](FakeDaemonRecord& r) { r.fileMagics.push_back(m); });
+        if (m != "GGUF") fail(kj::Exception::Type::FAILED, "the file is not a GGUF model (bad magic)");
+        *path = "fd:" + std::to_string(raw);
+      });
+    }
+    kj::Maybe<rpc::ProgressSink::Client> progress;
+    if (params.hasProgress()) progress = params.getProgress();
+    return opened.then([this, context, name, path, progress = kj::mv(progress)]() mutable -> kj::Promise<void> {
+      kj::Promise<void> reported = kj::READY_NOW;
+      KJ_IF_MAYBE(sink, progress) {
+        for (uint64_t step = 1; step <= 3; step++) {
+          reported = reported.then([sink = *sink, step]() mutable {
+            auto req = sink.progressRequest();
+            req.setStage(step < 3 ? "read" : "bind");
+            req.setDone(step);
+            req.setTotal(3);
+            return req.send();
+          });
+        }
+      }
+      return reported.then([this, context, name, path]() mutable {
+        models_.push_back({name, *path, {}});
+        fill(context.initResults().initModel(), models_.back());
+        emit({rpc::EventKind::MODEL, "loaded", name, "loaded " + name + " from " + *path});
+      });
+    });
+  }
+
+  kj::Promise<void> unload(UnloadContext context) override {
+    const std::string name = context.getParams().getName().cStr();
+    for (auto it = models_.begin(); it != models_.end(); ++it) {
+      if (it->name == name) {
+        models_.erase(it);
+        emit({rpc::EventKind::MODEL, "unloaded", name, "unloaded " + name});
+        return kj::READY_NOW;
+      }
+    }
+    fail(kj::Exception::Type::FAILED, kj::str("no model named '", name.c_str(), "' is loaded"));
+  }
+
+  kj::Promise<void> generate(GenerateContext context) override {
+    auto request = context.getParams().getRequest();
+    const std::string model = request.getModel().cStr();
+    checkModel(model);
+    update(shared_, [&](FakeDaemonRecord& r) {
+      if (request.getPrompt().isText()) r.prompts.push_back(request.getPrompt().getText().cStr());
+      else r.promptTokens.push_back(toVector(request.getPrompt().getTokens()));
+      r.lastTemperature = request.getSampling().getTemperature();
+      r.lastSeed = request.getSampling().getSeed();
+      r.lastMaxTokens = request.getMaxTokens();
+    });
+    std::vector<std::string> pieces;
+    for (uint32_t i = 0; i < request.getMaxTokens(); i++) {
+      std::string piece = "t";
+      piece += std::to_string(i);
+      piece += ' ';
+      pieces.push_back(std::move(piece));
+    }
+    return reply(context, model, std::move(pieces), request.getPrompt().isText() ? 5 : request.getPrompt().getTokens().size());
+  }
+
+  kj::Promise<void> chat(ChatContext context) override {
+    auto request = context.getParams().getRequest();
+    const std::string model = request.getModel().cStr();
+    checkModel(model);
+    std::string lastUser;
+    for (auto m : request.getMessages()) {
+      if (m.getRole() == "user") lastUser = m.getContent().cStr();
+    }
+    update(shared_, [&](FakeDaemonRecord& r) {
+      r.chatHistorySizes.push_back(request.getMessages().size());
+      r.chatLastUser.push_back(lastUser);
+    });
+    std::vector<std::string> pieces = {"you ", "said: "};
+    pieces.push_back(lastUser);
+    return reply(context, model, std::move(pieces), 7);
+  }
+
+  kj::Promise<void> events(EventsContext context) override {
+    auto params = context.getParams();
+    auto sink = params.getSink();
+    const size_t replay = std::min<size_t>(params.getReplay(), history_.size());
+    kj::Promise<void> replayed = kj::READY_NOW;
+    for (size_t i = history_.size() - replay; i < history_.size(); i++) {
+      replayed = replayed.then([this, sink, i]() mutable { return send(sink, history_[i]); });
+    }
+    return replayed.then([this, context, sink]() mutable {
+      subscribers_.push_back(kj::mv(sink));
+      context.initResults().setSubscription(kj::heap<SubscriptionServer>(*this, std::prev(subscribers_.end())));
+    });
+  }
+
+  kj::Promise<void> cancelSession(CancelSessionContext context) override {
+    const uint64_t id = context.getParams().getSessionId();
+    if (id == 999) fail(kj::Exception::Type::FAILED, "no session 999 is yours (see `jitllmctl ps`)");
+    update(shared_, [&](FakeDaemonRecord& r) { r.cancelledSessions.push_back(id); });
+    return kj::READY_NOW;
+  }
+
+ private:
+  void taskFailed(kj::Exception&&) override {}  // a subscriber that went away
+
+  static std::vector<int32_t> toVector(capnp::List<int32_t>::Reader r) {
+    std::vector<int32_t> out;
+    for (int32_t v : r) out.push_back(v);
+    return out;
+  }
+
+  void checkModel(const std::string& model) {
+    if (model == "overloaded") fail(kj::Exception::Type::OVERLOADED, "too many sessions: try again later");
+    if (model == "unimplemented") fail(kj::Exception::Type::UNIMPLEMENTED, "this daemon cannot do that");
+    if (model == "failed") fail(kj::Exception::Type::FAILED, "the request was wrong");
+    if (model == "hangup") return;
+    for (const auto& m : models_) {
+      if (m.name == model) return;
+    }
+    fail(kj::Exception::Type::FAILED, kj::str("no model named '", model.c_str(), "' is loaded"));
+  }
+
+  FakeModel* findModel(const std::string& name) {
+    for (auto& m : models_) {
+      if (m.name == name) return &m;
+    }
+    return nullptr;
+  }
+
+  // Marks a generation cancelled if it is destroyed before it completed.
+  struct GenerationWatch {
+    GenerationWatch(FakeDaemonServer* server, std::string model, uint64_t session)
+        : server(server), model(std::move(model)), session(session) {}
+    GenerationWatch(const GenerationWatch&) = delete;  // one per generation: its destructor counts
+    GenerationWatch& operator=(const GenerationWatch&) = delete;
+    ~GenerationWatch() {
+      if (FakeModel* m = server->findModel(model)) m->sessions.erase(session);
+      update(server->shared_, [&](FakeDaemonRecord& r) { (completed ? r.generationsCompleted : r.generationsCancelled)++; });
+    }
+
+    FakeDaemonServer* server;
+    std::string model;
+    uint64_t session;
+    bool completed = false;
+  };
+
+  template <typename Context>
+  kj::Promise<void> reply(Context context, const std::string& model, std::vector<std::string> pieces, uint32_t promptTokens) {
+    context.allowCancellation();  // capnp 0.9: without it a dropped call keeps running
+    auto sink = context.getParams().getSink();
+    const uint64_t session = nextSession_++;
+    if (FakeModel* m = findModel(model)) m->sessions[session] = 0;
+    auto watch = kj::heap<GenerationWatch>(this, model, session);
+    auto* w = watch.get();
+    kj::Promise<void> sent = kj::READY_NOW;
+    for (size_t i = 0; i < pieces.size(); i++) {
+      sent = sent.then([this, sink, piece = pieces[i], i, model, session]() mutable -> kj::Promise<void> {
+        if (model == "hangup" && i == 2) {
+          // Give the two tokens sent time to leave before every connection closes.
+          return timer_.afterDelay(100 * kj::MILLISECONDS).then([this]() -> kj::Promise<void> {
+            hangup_.fulfill();
+            return kj::NEVER_DONE;
+          });
+        }
+        if (FakeModel* m = findModel(model)) m->sessions[session] = uint32_t(i + 1);
+        auto req = sink.tokensRequest();
+        req.initIds(1).set(0, int32_t(100 + i));
+        req.setText(piece);
+        // Each chunk waits for the client's answer (the contract's flow control, at its tightest).
+        kj::Promise<void> delivered = req.send().ignoreResult();
+        if (options_.tokenDelay.count() == 0) return delivered;
+        return delivered.then([this]() { return timer_.afterDelay(options_.tokenDelay.count() * kj::MILLISECONDS); });
+      });
+    }
+    return sent
+        .then([this, context, pieces, promptTokens, session, w]() mutable {
+          auto results = context.getResults();
+          auto ids = results.initTokens(unsigned(pieces.size()));
+          std::string text;
+          for (size_t i = 0; i < pieces.size(); i++) {
+            ids.set(unsigned(i), int32_t(100 + i));
+            text += pieces[i];
+          }
+          results.setText(text);
+          auto stats = results.initStats();
+          stats.setPromptTokens(promptTokens);
+          stats.setGeneratedTokens(uint32_t(pieces.size()));
+          stats.setTimeToFirstTokenMs(1.5);
+          stats.setTokensPerSecond(1000);
+          stats.setTotalMs(2.5);
+          stats.setStopReason(rpc::StopReason::MAX_TOKENS);
+          stats.setSessionId(session);
+          w->completed = true;
+        })
+        .attach(kj::mv(watch));
+  }
+
+  void fill(rpc::ModelInfo::Builder out, const FakeModel& m) {
+    out.setName(m.name);
+    out.setPath(m.path);
+    out.setArchitecture("llama");
+    out.setFileBytes(1185376);
+    out.setLayers(5);
+    out.setVocabSize(512);
+    out.setContextLength(2048);
+    out.setContextSize(2048);
+    auto placement = out.initPlacement(1);
+    placement[0].setFirst(0);
+    placement[0].setLast(6);
+    placement[0].setDevice("cpu:0");
+    placement[0].setFirstName("token_embd");
+    placement[0].setLastName("output");
+    auto memory = out.initMemory(1);
+    memory[0].setDevice("cpu:0");
+    memory[0].setWeightBytes(1 << 20);
+    memory[0].setKvBytes(0);
+    auto sessions = out.initSessions(unsigned(m.sessions.size()));
+    unsigned i = 0;
+    for (const auto& [id, tokens] : m.sessions) {
+      sessions[i].setId(id);
+      sessions[i].setOwnerUid(::getuid());
+      sessions[i].setTokens(tokens);
+      sessions[i].setContextLimit(2048);
+      sessions[i].setState("decode");
+      i++;
+    }
+    out.setChatTemplate("llama2");
+    out.setLoadedUnixMs(1700000000000);
+  }
+
+  void emit(StoredEvent e) {
+    history_.push_back(e);
+    for (auto& sink : subscribers_) tasks_.add(send(sink, history_.back()));
+  }
+
+  kj::Promise<void> send(rpc::EventSink::Client sink, const StoredEvent& e) {
+    auto req = sink.eventRequest();
+    auto ev = req.initEvent();
+    ev.setUnixMs(1700000000000 + int64_t(history_.size()));
+    ev.setKind(e.kind);
+    ev.setWhat(e.what);
+    ev.setModel(e.model);
+    ev.setSessionId(e.sessionId);
+    ev.setMessage(e.message);
+    return req.send();
+  }
+
+  Shared& shared_;
+  kj::Timer& timer_;
+  FakeDaemon::Options options_;
+  kj::PromiseFulfiller<void>& hangup_;
+  std::vector<FakeModel> models_;
+  std::vector<StoredEvent> history_ = {{rpc::EventKind::DAEMON, "started", "", "fake daemon started"}};
+  std::list<rpc::EventSink::Client> subscribers_;
+  uint64_t nextSession_ = 1;
+  kj::TaskSet tasks_;
+};
+
+SubscriptionServer::~SubscriptionServer() { daemon_.unsubscribe(it_); }
+
+}  // namespace
+
+struct FakeDaemon::Control {
+  std::promise<void> ready;
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> stop;
+  std::string error;
+};
+
+FakeDaemon::FakeDaemon(std::string socketPath, Options options)
+    : socketPath_(std::move(socketPath)), options_(options), control_(std::make_unique<Control>()) {
+  auto ready = control_->ready.get_future();
+  thread_ = std::thread([this] { serve(); });
+  ready.wait();
+  if (!control_->error.empty()) {
+    thread_.join();
+    throw std::runtime_error(control_->error);
+  }
+}
+
+FakeDaemon::~FakeDaemon() {
+  control_->stop->fulfill();
+  thread_.join();
+}
+
+FakeDaemonRecord FakeDaemon::record() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->record;
+}
+
+void FakeDaemon::serve() {
+  auto io = kj::setupAsyncIo();
+  auto stop = kj::newPromiseAndCrossThreadFulfiller<void>();
+  control_->stop = kj::mv(stop.fulfiller);
+  auto hangup = kj::newPromiseAndFulfiller<void>();
+
+  ::unlink(socketPath_.c_str());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socketPath_.c_str(), sizeof(addr.sun_path) - 1);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 64) != 0) {
+    control_->error = "fake daemon cannot listen on " + socketPath_ + ": " + std::strerror(errno);
+    ::close(fd);
+    control_->ready.set_value();
+    return;
+  }
+  auto listener = io.lowLevelProvider->wrapListenSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  auto stopped = stop.promise.fork();
+  {
+    capnp::TwoPartyServer server(
+        kj::heap<FakeDaemonServer>(*state_, io.provider->getTimer(), options_, *hangup.fulfiller));
+    auto listening = server.listenCapStreamReceiver(*listener, 1);
+    control_->ready.set_value();
+    stopped.addBranch().exclusiveJoin(kj::mv(hangup.promise)).exclusiveJoin(kj::mv(listening)).wait(io.waitScope);
+  }  // every connection closes here
+  ::unlink(socketPath_.c_str());
+  // After a hangup the loop stays until the destructor's stop, which needs it to fulfill.
+  stopped.addBranch().wait(io.waitScope);
+}
+
+}  // namespace jitllm::testing
