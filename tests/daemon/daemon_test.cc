@@ -207,7 +207,11 @@ TEST(Daemon, DroppingAGenerateCallCancelsItAndFreesItsPagesWhileTheConnectionSta
 }
 
 TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
-  DaemonProcess d({"--default-context", "2048"});
+  // A small queue limit, so the slow session is throttled however fast this build generates.
+  const auto config = std::filesystem::temp_directory_path() / ("jitllmd-slow-" + std::to_string(::getpid()) + ".conf");
+  std::ofstream(config) << "max_queued_tokens = 8\n";
+  DaemonProcess d({"--default-context", "2048", "--config", config.string()});
+  std::filesystem::remove(config);
   ASSERT_TRUE(d.ready()) << d.log();
   auto io = kj::setupAsyncIo();
   RpcConnection slowConn(io, d.socket()), fastConn(io, d.socket());

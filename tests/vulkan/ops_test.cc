@@ -215,6 +215,8 @@ void checkPagedAttention(Device& gpu, Device& cpu, KvPrecision precision, uint32
   const int pagesPerSession = 6;
   auto gpuPages = gpu.allocate(kv.pageBytes() * 2 * pagesPerSession);
   std::vector<uint8_t> cpuPages(kv.pageBytes() * 2 * pagesPerSession, 0);
+  // Device memory starts undefined; slots no token writes must compare equal below.
+  gpu.copyFromHost(gpuPages->data(), cpuPages.data(), cpuPages.size());
   std::vector<int> order(2 * pagesPerSession);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(seed));
