@@ -8,6 +8,9 @@
 #ifdef JITLLM_HAVE_VULKAN
 #include "kernels/vulkan/vulkan_device.h"
 #endif
+#ifdef JITLLM_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 
 namespace jitllm::runtime {
 
@@ -45,6 +48,12 @@ std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, cons
       o.index = index;
       o.instance = vulkanInstance;
       devices.push_back(vulkan::VulkanDevice::create(o));
+#endif
+#ifdef JITLLM_HAVE_CUDA
+    } else if (backend == "cuda") {
+      cuda::CudaDeviceOptions o;
+      o.index = index;
+      devices.push_back(cuda::CudaDevice::create(o));
 #endif
     } else if (backend == "cuda" || backend == "vulkan") {
       JITLLM_FAIL(kUnimplemented, "device '", item, "': this build has no ", backend, " backend");

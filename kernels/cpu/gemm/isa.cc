@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm/isa.h"
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "kernels/error.h"

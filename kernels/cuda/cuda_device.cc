@@ -1,0 +1,564 @@
+#include "kernels/cuda/cuda_device.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/error.h"
+
+namespace jitllm::cuda {
+
+// Allocations are rounded to this; cuMemAlloc aligns at least as much, so every buffer start is
+// aligned for 16-byte loads.
+static constexpr size_t kAllocationGranule = 256;
+// Free memory kept out of the budget for what the driver and our kernels need outside it
+// (modules, the context's own allocations, staging).
+static constexpr size_t kReserveMin = size_t(512) << 20;
+// Copies up to this size go straight from pageable memory (the driver stages them itself);
+// larger ones through our pinned buffers.
+static constexpr size_t kDirectCopyBytes = size_t(256) << 10;
+
+class CudaBuffer final : public DeviceBuffer {
+ public:
+  CudaBuffer(CudaDevice& device, CUdeviceptr ptr, size_t size) : device_(device), ptr_(ptr), size_(size) {}
+  ~CudaBuffer() override { device_.release(ptr_, size_); }
+  size_t size() const override { return size_; }
+  uint8_t* data() override { return reinterpret_cast<uint8_t*>(ptr_); }
+  Device& device() override { return device_; }
+
+ private:
+  CudaDevice& device_;
+  CUdeviceptr ptr_;
+  size_t size_;
+};
+
+namespace {
+
+CUdeviceptr dptr(const void* p) { return CUdeviceptr(reinterpret_cast<uintptr_t>(p)); }
+
+size_t roundUp(size_t n, size_t granule) { return (n + granule - 1) / granule * granule; }
+
+// The largest power of two, up to 16, dividing every one of the values.
+int commonAlignment(uint64_t a, uint64_t b) {
+  const uint64_t both = a | b | 16;
+  return int(both & (~both + 1));
+}
+
+}  // namespace
+
+int CudaDevice::count() {
+  const DriverApi* api = driverApi();
+  if (api == nullptr) return 0;
+  int n = 0;
+  if (api->cuDeviceGetCount(&n) != CUDA_SUCCESS) return 0;
+  return n;
+}
+
+std::string CudaDevice::unavailableReason() {
+  if (driverApi() == nullptr) return driverUnavailableReason();
+  if (count() == 0) return "the NVIDIA driver reports no GPU";
+  return {};
+}
+
+std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options) {
+  const DriverApi* api = driverApi();
+  if (api == nullptr) {
+    JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": no CUDA devices: ", driverUnavailableReason());
+  }
+  const int n = count();
+  if (options.index < 0 || options.index >= n) {
+    JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device",
+                n == 1 ? "" : "s");
+  }
+  return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options));
+}
+
+CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
+    : api_(api), cache_(options.cacheRoot.value_or(KernelCache::defaultRoot())) {
+  info_.id = "cuda:" + std::to_string(options.index);
+  info_.backend = Backend::kCuda;
+  info_.threads = 0;
+  check(api_.cuDeviceGet(&device_, options.index), "cuDeviceGet");
+  check(api_.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
+  makeCurrent();
+  int major = 0, minor = 0;
+  check(api_.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_), "attribute");
+  check(api_.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_), "attribute");
+  check(api_.cuDeviceGetAttribute(&multiprocessors_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
+        "attribute");
+  arch_ = major * 10 + minor;
+  char name[256] = {};
+  check(api_.cuDeviceGetName(name, sizeof name, device_), "cuDeviceGetName");
+  info_.name = std::string(name) + " (sm_" + std::to_string(arch_) + ", " + std::to_string(multiprocessors_) +
+               " SMs, NVRTC kernels)";
+
+  check(api_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  for (auto& e : ringEvents_) check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  for (auto& e : stagingEvents_) check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  ringBytes_ = kRingBytes;
+  check(api_.cuMemHostAlloc(reinterpret_cast<void**>(&ringHost_), ringBytes_, 0), "cuMemHostAlloc");
+  check(api_.cuMemAlloc(&ringDevice_, ringBytes_), "cuMemAlloc (staging ring)");
+  for (auto& s : staging_) {
+    check(api_.cuMemHostAlloc(reinterpret_cast<void**>(&s), kStagingBytes, 0), "cuMemHostAlloc");
+  }
+
+  size_t freeBytes = 0, totalBytes = 0;
+  check(api_.cuMemGetInfo(&freeBytes, &totalBytes), "cuMemGetInfo");
+  const size_t reserve = std::max(kReserveMin, totalBytes / 20);
+  info_.memoryBudget = options.memoryBudget ? options.memoryBudget : (freeBytes > reserve ? freeBytes - reserve : 0);
+  const char* profile = std::getenv("JITLLM_CUDA_PROFILE");
+  profile_ = profile && *profile && *profile != '0';
+}
+
+CudaDevice::~CudaDevice() {
+  if (profile_) {
+    double total = 0;
+    for (const auto& [op, t] : profileTimes_) total += t.seconds;
+    std::fprintf(stderr, "%s kernel time by op (each launch synchronised):\n", info_.id.c_str());
+    for (const auto& [op, t] : profileTimes_) {
+      std::fprintf(stderr, "  %-28s %8lld calls %10.3f ms %8.2f us/call %5.1f%%\n", op.c_str(), (long long)t.calls,
+                   t.seconds * 1e3, t.seconds * 1e6 / double(t.calls), 100.0 * t.seconds / total);
+    }
+  }
+  makeCurrent();
+  if (stream_) api_.cuStreamSynchronize(stream_);
+  for (auto& [key, m] : modules_) api_.cuModuleUnload(m);
+  if (ringDevice_) api_.cuMemFree(ringDevice_);
+  if (ringHost_) api_.cuMemFreeHost(ringHost_);
+  for (auto* s : staging_) {
+    if (s) api_.cuMemFreeHost(s);
+  }
+  for (auto e : ringEvents_) {
+    if (e) api_.cuEventDestroy(e);
+  }
+  for (auto e : stagingEvents_) {
+    if (e) api_.cuEventDestroy(e);
+  }
+  if (stream_) api_.cuStreamDestroy(stream_);
+  if (context_) api_.cuDevicePrimaryCtxRelease(device_);
+}
+
+void CudaDevice::check(CUresult r, const char* what) const { cuda::check(api_, r, what, info_.id); }
+
+void CudaDevice::makeCurrent() const { check(api_.cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
+
+void CudaDevice::synchronize() {
+  makeCurrent();
+  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+// ---- memory ----
+
+std::unique_ptr<DeviceBuffer> CudaDevice::allocate(size_t bytes) {
+  const size_t rounded = roundUp(std::max<size_t>(bytes, 1), kAllocationGranule);
+  size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
+      JITLLM_FAIL(kOverloaded, info_.id, ": out of memory: ", rounded, " bytes requested, ",
+                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget, " free");
+    }
+  } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
+  makeCurrent();
+  CUdeviceptr ptr = 0;
+  const CUresult r = api_.cuMemAlloc(&ptr, rounded);
+  if (r != CUDA_SUCCESS) {
+    used_.fetch_sub(rounded, std::memory_order_relaxed);
+    check(r, "cuMemAlloc");  // OUT_OF_MEMORY becomes OVERLOADED
+  }
+  {
+    std::lock_guard lock(allocationsMutex_);
+    allocations_[uintptr_t(ptr)] = rounded;
+  }
+  return std::make_unique<CudaBuffer>(*this, ptr, rounded);
+}
+
+void CudaDevice::release(CUdeviceptr ptr, size_t bytes) {
+  {
+    std::lock_guard lock(allocationsMutex_);
+    allocations_.erase(uintptr_t(ptr));
+  }
+  // Kernels queued earlier may still read the memory: wait for them (frees are rare - a
+  // workspace growing, a session's KV chunk, a unit moving away).
+  if (api_.cuCtxSetCurrent(context_) == CUDA_SUCCESS) {
+    api_.cuStreamSynchronize(stream_);
+    api_.cuMemFree(ptr);
+  }
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void CudaDevice::requireOwned(const void* p, size_t bytes, const char* what) const {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lock(allocationsMutex_);
+  auto it = allocations_.upper_bound(a);
+  bool ok = it != allocations_.begin();
+  if (ok) {
+    --it;
+    ok = a >= it->first && bytes <= it->second && a - it->first <= it->second - bytes;
+  }
+  JITLLM_REQUIRE(ok, info_.id, ": ", what, " (", bytes, " bytes at ", p, ") is not memory of this device");
+}
+
+std::unique_ptr<DeviceBuffer> CudaDevice::adoptHostBytes(const uint8_t* bytes, size_t size) {
+  auto buffer = allocate(size);
+  copyFromHost(buffer->data(), bytes, size);
+  return buffer;
+}
+
+void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  requireOwned(dst, bytes, "copy destination");
+  makeCurrent();
+  if (bytes <= kDirectCopyBytes) {
+    // From pageable memory the driver copies the bytes out before returning.
+    check(api_.cuMemcpyHtoDAsync(dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync");
+    return;
+  }
+  const auto* from = static_cast<const uint8_t*>(src);
+  for (size_t done = 0, turn = 0; done < bytes; turn ^= 1) {
+    const size_t n = std::min(kStagingBytes, bytes - done);
+    check(api_.cuEventSynchronize(stagingEvents_[turn]), "cuEventSynchronize");  // its last copy ran
+    std::memcpy(staging_[turn], from + done, n);
+    check(api_.cuMemcpyHtoDAsync(dptr(dst + done), staging_[turn], n, stream_), "cuMemcpyHtoDAsync");
+    check(api_.cuEventRecord(stagingEvents_[turn], stream_), "cuEventRecord");
+    done += n;
+  }
+}
+
+void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
+  if (bytes == 0) return;
+  requireOwned(src, bytes, "copy source");
+  makeCurrent();
+  check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream_), "cuMemcpyDtoHAsync");
+  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+// ---- staging of op descriptions ----
+
+CudaDevice::Staged CudaDevice::stage(size_t bytes) {
+  bytes = roundUp(std::max<size_t>(bytes, 1), kAllocationGranule);
+  if (bytes > ringBytes_ / 2) {
+    // A description larger than half the ring (a huge batch): grow it once everything queued ran.
+    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    api_.cuMemFree(ringDevice_);
+    api_.cuMemFreeHost(ringHost_);
+    ringDevice_ = 0;
+    ringHost_ = nullptr;
+    ringBytes_ = roundUp(bytes * 2, size_t(1) << 20);
+    check(api_.cuMemHostAlloc(reinterpret_cast<void**>(&ringHost_), ringBytes_, 0), "cuMemHostAlloc");
+    check(api_.cuMemAlloc(&ringDevice_, ringBytes_), "cuMemAlloc (staging ring)");
+    ringOffset_ = 0;
+    ringHalf_ = 0;
+  }
+  const size_t half = ringBytes_ / 2;
+  if (ringOffset_ + bytes > size_t(ringHalf_ + 1) * half) {
+    check(api_.cuEventRecord(ringEvents_[size_t(ringHalf_)], stream_), "cuEventRecord");
+    ringHalf_ ^= 1;
+    ringOffset_ = size_t(ringHalf_) * half;
+    // The copies out of the half we enter were queued before its event: wait until they ran.
+    check(api_.cuEventSynchronize(ringEvents_[size_t(ringHalf_)]), "cuEventSynchronize");
+  }
+  Staged s{ringHost_ + ringOffset_, ringDevice_ + ringOffset_, bytes};
+  ringOffset_ += bytes;
+  return s;
+}
+
+void CudaDevice::commit(const Staged& s) {
+  check(api_.cuMemcpyHtoDAsync(s.device, s.host, s.bytes, stream_), "cuMemcpyHtoDAsync");
+}
+
+// ---- kernels ----
+
+CUmodule CudaDevice::module(const ModuleSpec& spec) {
+  const std::string key = spec.key();
+  if (auto it = modules_.find(key); it != modules_.end()) return it->second;
+  std::string material = spec.source();
+  for (const auto& o : compileOptions(arch_)) material += "\n//option " + o;
+  material += "\n//arch " + std::to_string(arch_) + " nvrtc " + std::to_string(nvrtcVersionNumber()) + " driver " +
+              std::to_string(api_.driverVersion) + "\n";
+  std::vector<char> image;
+  if (auto cached = cache_.load(material)) {
+    image = std::move(*cached);
+  } else {
+    image = compileModule(spec, arch_).image;
+    cache_.store(material, image);
+  }
+  makeCurrent();
+  CUmodule m = nullptr;
+  check(api_.cuModuleLoadData(&m, image.data()), "cuModuleLoadData");
+  modules_.emplace(key, m);
+  return m;
+}
+
+CUfunction CudaDevice::function(CUmodule m, const char* name) {
+  CUfunction f = nullptr;
+  check(api_.cuModuleGetFunction(&f, m, name), name);
+  return f;
+}
+
+CUfunction CudaDevice::matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant) {
+  const uint64_t key = (uint64_t(type) << 56) | (uint64_t(align) << 48) | (uint64_t(xvec) << 47) |
+                       (uint64_t(variant) << 40) | uint64_t(cols);
+  if (auto it = matmuls_.find(key); it != matmuls_.end()) return it->second;
+  CUfunction f = function(module(matmulModule(type, cols, align, xvec, variant)), variant == 0 ? "get_rows" : "matmul");
+  matmuls_.emplace(key, f);
+  return f;
+}
+
+const CudaDevice::ElementwiseKernels& CudaDevice::elementwise() {
+  if (!elementwise_) {
+    CUmodule m = module(elementwiseModule());
+    ElementwiseKernels k;
+    k.rmsNorm = function(m, "rms_norm");
+    k.rope = function(m, "rope");
+    k.swiglu = function(m, "swiglu");
+    k.add = function(m, "add");
+    k.kvStore = function(m, "kv_store");
+    elementwise_ = k;
+  }
+  return *elementwise_;
+}
+
+CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, bool f16) {
+  const uint64_t key = (uint64_t(headDim) << 40) | (uint64_t(group) << 24) | (uint64_t(pageTokens) << 1) | f16;
+  if (auto it = attentions_.find(key); it != attentions_.end()) return it->second;
+  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16)), "attention");
+  attentions_.emplace(key, f);
+  return f;
+}
+
+void CudaDevice::launch(const char* op, CUfunction f, unsigned gridX, unsigned gridY, unsigned block,
+                        size_t sharedBytes, void** args) {
+  if (profile_) [[unlikely]] {
+    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    const auto start = std::chrono::steady_clock::now();
+    check(api_.cuLaunchKernel(f, gridX, gridY, 1, block, 1, 1, unsigned(sharedBytes), stream_, args, nullptr),
+          "cuLaunchKernel");
+    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    OpTime& t = profileTimes_[op];
+    t.calls++;
+    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return;
+  }
+  check(api_.cuLaunchKernel(f, gridX, gridY, 1, block, 1, 1, unsigned(sharedBytes), stream_, args, nullptr),
+        "cuLaunchKernel");
+}
+
+// ---- ops ----
+
+void CudaDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
+  if (n == 0) return;
+  JITLLM_REQUIRE(cudaSupportsWeightType(table.type), info_.id, ": getRows: weight type ",
+                 quant::typeName(table.type), " is not supported");
+  for (int64_t i = 0; i < n; i++) {
+    JITLLM_REQUIRE(ids[i] >= 0 && ids[i] < table.rows, "token id ", ids[i], " is outside the vocabulary of ",
+                   table.rows);
+  }
+  JITLLM_REQUIRE(table.cols % quant::typeTraits(table.type).blockElems == 0 && table.cols < (int64_t(1) << 30) &&
+                     n < 65536,
+                 info_.id, ": getRows: bad shape");
+  requireOwned(table.data, table.rowStride * size_t(table.rows - 1) + *quant::rowBytes(table.type, table.cols),
+               "embedding table");
+  requireOwned(out, size_t(n * table.cols) * sizeof(float), "getRows output");
+  makeCurrent();
+  const int align = commonAlignment(reinterpret_cast<uintptr_t>(table.data), table.rowStride);
+  JITLLM_REQUIRE(align >= 2, info_.id, ": weight rows must be 2-byte aligned");
+  CUfunction f = matmulKernel(table.type, table.cols, align, table.cols % 4 == 0, 0);
+  Staged s = stage(size_t(n) * sizeof(int32_t));
+  std::memcpy(s.host, ids, size_t(n) * sizeof(int32_t));
+  commit(s);
+  CUdeviceptr tablePtr = dptr(table.data), idsPtr = s.device, outPtr = dptr(out);
+  uint64_t stride = table.rowStride;
+  void* args[] = {&tablePtr, &stride, &idsPtr, &outPtr};
+  const unsigned chunks = unsigned(std::min<int64_t>((table.cols + 2047) / 2048, 64));
+  launch("getRows", f, chunks, unsigned(n), 256, 0, args);
+}
+
+void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) {
+  if (rows == 0) return;
+  JITLLM_REQUIRE(rows < (int64_t(1) << 31) && dim > 0 && dim < (int64_t(1) << 31), info_.id, ": rmsNorm: bad shape");
+  requireOwned(x, size_t(rows * dim) * 4, "rmsNorm input");
+  requireOwned(weight, size_t(dim) * 4, "rmsNorm weight");
+  requireOwned(out, size_t(rows * dim) * 4, "rmsNorm output");
+  makeCurrent();
+  CUdeviceptr xp = dptr(x), wp = dptr(weight), op = dptr(out);
+  int d = int(dim);
+  void* args[] = {&xp, &wp, &op, &d, &eps};
+  launch("rmsNorm", elementwise().rmsNorm, unsigned(rows), 1, 256, 0, args);
+}
+
+void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
+  if (tokens == 0 || w.rows == 0) return;
+  JITLLM_REQUIRE(cudaSupportsWeightType(w.type), info_.id, ": matmul: weight type ", quant::typeName(w.type),
+                 " is not supported");
+  const auto rowBytes = quant::rowBytes(w.type, w.cols);
+  JITLLM_REQUIRE(rowBytes && w.rows < (int64_t(1) << 31) && w.cols > 0 && w.cols < (int64_t(1) << 30) &&
+                     tokens < (int64_t(1) << 31) && w.rowStride >= *rowBytes,
+                 info_.id, ": matmul: bad shape ", w.rows, " x ", w.cols, " of ", quant::typeName(w.type));
+  requireOwned(w.data, w.rowStride * size_t(w.rows - 1) + *rowBytes, "weight matrix");
+  requireOwned(x, size_t(tokens * w.cols) * 4, "matmul input");
+  requireOwned(y, size_t(tokens * w.rows) * 4, "matmul output");
+  if (bias) requireOwned(bias, size_t(w.rows) * 4, "bias");
+  makeCurrent();
+  const int align = commonAlignment(reinterpret_cast<uintptr_t>(w.data), w.rowStride);
+  JITLLM_REQUIRE(align >= 2, info_.id, ": weight rows must be 2-byte aligned");
+  const bool xvec = w.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  // Tokens per warp: enough to reuse each decoded weight, few enough to keep a prefill's grid
+  // wide. Rows per warp (1, 2 or 4) as matmul.cuh's JL_VARIANT says.
+  const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
+  const int perWarpRows = perWarpTokens == 16 ? 4 : perWarpTokens == 4 ? 2 : 1;
+  CUfunction f = matmulKernel(w.type, w.cols, align, xvec, perWarpTokens);
+  const int64_t rowsPerBlock = 4 * int64_t(perWarpRows);  // 4 warps of 128 threads
+  const int64_t gridY = (tokens + perWarpTokens - 1) / perWarpTokens;
+  JITLLM_REQUIRE(gridY < 65536, info_.id, ": matmul: ", tokens, " tokens in one call are too many");
+  CUdeviceptr wp = dptr(w.data), xp = dptr(x), yp = dptr(y), bp = dptr(bias);
+  uint64_t stride = w.rowStride;
+  int rows = int(w.rows), t = int(tokens);
+  void* args[] = {&wp, &stride, &rows, &xp, &t, &yp, &bp};
+  char op[64] = "matmul";
+  if (profile_) std::snprintf(op, sizeof op, "matmul %s %lldx%lld t%d", std::string(quant::typeName(w.type)).c_str(),
+                (long long)w.rows, (long long)w.cols, perWarpTokens);
+  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0,
+         args);
+}
+
+void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+                      const RopeParams& params) {
+  JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
+                 "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
+  if (tokens == 0) return;
+  JITLLM_REQUIRE(tokens < (int64_t(1) << 31), info_.id, ": rope: too many tokens");
+  requireOwned(x, size_t(tokens) * size_t(heads) * size_t(headDim) * 4, "rope input");
+  makeCurrent();
+  const int half = params.rotaryDims / 2;
+  // Inverse frequencies in double exactly as the CPU computes them; positions after them.
+  const size_t freqBytes = size_t(half) * sizeof(double);
+  Staged s = stage(freqBytes + size_t(tokens) * sizeof(int32_t));
+  auto* inv = reinterpret_cast<double*>(s.host);
+  for (int i = 0; i < half; i++) {
+    double v = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
+    if (params.freqFactors) v /= double(params.freqFactors[i]);
+    inv[i] = v;
+  }
+  std::memcpy(s.host + freqBytes, positions, size_t(tokens) * sizeof(int32_t));
+  commit(s);
+  CUdeviceptr xp = dptr(x), invPtr = s.device, posPtr = s.device + freqBytes;
+  int h = heads, hd = headDim, hf = half, neox = params.neox ? 1 : 0;
+  double scale = double(params.freqScale);
+  void* args[] = {&xp, &h, &hd, &posPtr, &invPtr, &hf, &scale, &neox};
+  launch("rope", elementwise().rope, unsigned(tokens), 1, 128, size_t(2 * half) * sizeof(float), args);
+}
+
+void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
+                         const KvLayout& layout) {
+  if (tokens == 0) return;
+  const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
+  JITLLM_REQUIRE(tokens < 65536 && width > 0 && width < (int64_t(1) << 30), info_.id, ": kvStore: bad shape");
+  requireOwned(k, size_t(tokens * width) * 4, "kvStore K");
+  requireOwned(v, size_t(tokens * width) * 4, "kvStore V");
+  for (int64_t t = 0; t < tokens; t++) {
+    JITLLM_REQUIRE(slots[t].slot >= 0 && slots[t].slot < layout.pageTokens, info_.id, ": kvStore: slot ",
+                   slots[t].slot, " is outside a page of ", layout.pageTokens);
+  }
+  makeCurrent();
+  const size_t pageBytes = size_t(tokens) * sizeof(uint64_t);
+  Staged s = stage(pageBytes + size_t(tokens) * sizeof(int32_t));
+  auto* pages = reinterpret_cast<uint64_t*>(s.host);
+  auto* slotIdx = reinterpret_cast<int32_t*>(s.host + pageBytes);
+  for (int64_t t = 0; t < tokens; t++) {
+    pages[t] = uint64_t(reinterpret_cast<uintptr_t>(slots[t].page));
+    slotIdx[t] = slots[t].slot;
+  }
+  commit(s);
+  CUdeviceptr kp = dptr(k), vp = dptr(v), pagesPtr = s.device, slotsPtr = s.device + pageBytes;
+  int wd = int(width), pt = layout.pageTokens, f16 = layout.precision == KvPrecision::kF16 ? 1 : 0;
+  void* args[] = {&kp, &vp, &pagesPtr, &slotsPtr, &wd, &pt, &f16};
+  launch("kvStore", elementwise().kvStore, unsigned((width + 255) / 256), unsigned(tokens), 256, 0, args);
+}
+
+void CudaDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
+  if (batch.tokens == 0) return;
+  const KvLayout& kv = batch.kv;
+  JITLLM_REQUIRE(kv.kvHeads > 0 && batch.heads % kv.kvHeads == 0 && kv.headDim > 0 && kv.headDim <= 256 &&
+                     kv.pageTokens > 0 && batch.tokens < (int64_t(1) << 31),
+                 info_.id, ": attention: ", batch.heads, " heads over ", kv.kvHeads, " KV heads of dim ", kv.headDim,
+                 " is not supported");
+  const int group = batch.heads / kv.kvHeads;
+  // The kernel keeps one KV head's group of queries in shared memory beside its K/V tiles.
+  JITLLM_REQUIRE(group * kv.headDim <= 2048, info_.id, ": attention: ", group, " query heads of dim ", kv.headDim,
+                 " per KV head is not supported");
+  const size_t elems = size_t(batch.tokens) * size_t(batch.heads) * size_t(kv.headDim);
+  requireOwned(q, elems * 4, "attention queries");
+  requireOwned(out, elems * 4, "attention output");
+  makeCurrent();
+  // One copy of each distinct page table (tokens of one session share theirs), as long as the
+  // longest of its tokens needs.
+  std::vector<std::pair<const uint8_t* const*, size_t>> tables;  // table, pages needed
+  std::vector<int32_t> tableOf(static_cast<size_t>(batch.tokens));
+  for (int64_t t = 0; t < batch.tokens; t++) {
+    JITLLM_REQUIRE(batch.positions[t] >= 0, info_.id, ": attention: negative position");
+    const size_t need = size_t(batch.positions[t]) / size_t(kv.pageTokens) + 1;
+    size_t i = 0;
+    while (i < tables.size() && tables[i].first != batch.pageTables[t]) i++;
+    if (i == tables.size()) tables.push_back({batch.pageTables[t], 0});
+    tables[i].second = std::max(tables[i].second, need);
+    tableOf[size_t(t)] = int32_t(i);
+  }
+  std::vector<int32_t> tableStart(tables.size());
+  size_t totalPages = 0;
+  for (size_t i = 0; i < tables.size(); i++) {
+    tableStart[i] = int32_t(totalPages);
+    totalPages += tables[i].second;
+  }
+  const size_t intBytes = roundUp(size_t(batch.tokens) * sizeof(int32_t), 16);
+  Staged s = stage(2 * intBytes + totalPages * sizeof(uint64_t));
+  auto* positions = reinterpret_cast<int32_t*>(s.host);
+  auto* offsets = reinterpret_cast<int32_t*>(s.host + intBytes);
+  auto* pages = reinterpret_cast<uint64_t*>(s.host + 2 * intBytes);
+  std::memcpy(positions, batch.positions, size_t(batch.tokens) * sizeof(int32_t));
+  for (int64_t t = 0; t < batch.tokens; t++) offsets[t] = tableStart[size_t(tableOf[size_t(t)])];
+  for (size_t i = 0; i < tables.size(); i++) {
+    for (size_t p = 0; p < tables[i].second; p++) {
+      pages[size_t(tableStart[i]) + p] = uint64_t(reinterpret_cast<uintptr_t>(tables[i].first[p]));
+    }
+  }
+  commit(s);
+  CUfunction f = attentionKernel(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16);
+  CUdeviceptr qp = dptr(q), op = dptr(out), posPtr = s.device, offPtr = s.device + intBytes,
+              pagesPtr = s.device + 2 * intBytes;
+  int heads = batch.heads, kvHeads = kv.kvHeads;
+  float scale = batch.scale;
+  void* args[] = {&qp, &op, &heads, &kvHeads, &scale, &posPtr, &offPtr, &pagesPtr};
+  launch("attention", f, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, args);
+}
+
+void CudaDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (n == 0) return;
+  requireOwned(gate, size_t(n) * 4, "swiglu gate");
+  requireOwned(up, size_t(n) * 4, "swiglu up");
+  requireOwned(out, size_t(n) * 4, "swiglu output");
+  makeCurrent();
+  CUdeviceptr gp = dptr(gate), up2 = dptr(up), op = dptr(out);
+  int64_t count = n;
+  void* args[] = {&gp, &up2, &op, &count};
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
+  launch("swiglu", elementwise().swiglu, unsigned(blocks), 1, 256, 0, args);
+}
+
+void CudaDevice::add(float* x, const float* y, int64_t n) {
+  if (n == 0) return;
+  requireOwned(x, size_t(n) * 4, "add destination");
+  requireOwned(y, size_t(n) * 4, "add source");
+  makeCurrent();
+  CUdeviceptr xp = dptr(x), yp = dptr(y);
+  int64_t count = n;
+  void* args[] = {&xp, &yp, &count};
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
+  launch("add", elementwise().add, unsigned(blocks), 1, 256, 0, args);
+}
+
+}  // namespace jitllm::cuda

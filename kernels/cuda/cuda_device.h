@@ -1,0 +1,149 @@
+// An NVIDIA GPU as a Device, on the CUDA driver API (opened at run time, driver_api.h).
+//
+// Owns: a retained primary context, one non-blocking stream on which every op and copy runs in
+// call order, device memory under a byte budget (cuMemAlloc; allocate throws OVERLOADED past the
+// budget or when the GPU itself is out), pinned host staging (a ring for the small host-side
+// descriptions each op brings - token ids, positions, page tables - and double buffers for large
+// uploads), and the kernels it compiled: NVRTC builds each variant for this GPU's exact
+// architecture on first use, specialised for the shapes and weight types it is asked to run
+// (kernel_library.h), with an on-disk cache.
+//
+// Determinism: every kernel reduces in a fixed order without atomics, so the same inputs give
+// bitwise-identical outputs on GPUs of the same architecture, and a token's result does not depend
+// on how many tokens share its matrix product (prefill and decode agree exactly).
+//
+// Ownership: buffers it hands out must be destroyed before it. Thread-safety: ops, copies and
+// allocation from one thread at a time (the device's executor; the context is made current on
+// entry, so that thread may change); info() and memoryUsed() from any thread; buffers may be
+// destroyed from any thread.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "kernels/cuda/driver_api.h"
+#include "kernels/cuda/kernel_library.h"
+#include "kernels/device.h"
+
+namespace jitllm::cuda {
+
+struct CudaDeviceOptions {
+  int index = 0;
+  size_t memoryBudget = 0;               // 0: the GPU's free memory at start, less a reserve
+  std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
+};
+
+class CudaDevice final : public Device {
+ public:
+  // GPUs the driver reports; 0 (and unavailableReason() says why) without a driver or a GPU.
+  static int count();
+  static std::string unavailableReason();
+  // Throws Error(UNIMPLEMENTED) naming the reason when there is no such GPU.
+  static std::unique_ptr<CudaDevice> create(const CudaDeviceOptions& options = {});
+  ~CudaDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
+  int computeCapability() const { return arch_; }  // 90 for sm_90
+  const std::string& cacheDirectory() const { return cache_.directory(); }
+  // Waits for everything queued so far.
+  void synchronize();
+
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
+  std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
+  void copyFromHost(uint8_t* dst, const void* src, size_t bytes) override;
+  void copyToHost(void* dst, const uint8_t* src, size_t bytes) override;
+
+  void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
+  void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
+  void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) override;
+  void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+            const RopeParams& params) override;
+  void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) override;
+  void attention(const float* q, float* out, const AttentionBatch& batch) override;
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void add(float* x, const float* y, int64_t n) override;
+
+ private:
+  friend class CudaBuffer;
+
+  struct ElementwiseKernels {
+    CUfunction rmsNorm = nullptr, rope = nullptr, swiglu = nullptr, add = nullptr, kvStore = nullptr;
+  };
+  // Host bytes staged for one op: written at `host`, readable by kernels at `device` once
+  // commit() has queued the copy.
+  struct Staged {
+    uint8_t* host;
+    CUdeviceptr device;
+    size_t bytes;
+  };
+
+  CudaDevice(const DriverApi& api, const CudaDeviceOptions& options);
+  void check(CUresult r, const char* what) const;
+  void makeCurrent() const;
+  void release(CUdeviceptr ptr, size_t bytes);
+  // Throws FAILED unless [p, p + bytes) lies inside one buffer of this device.
+  void requireOwned(const void* p, size_t bytes, const char* what) const;
+
+  Staged stage(size_t bytes);
+  void commit(const Staged& s);
+  void launch(const char* op, CUfunction f, unsigned gridX, unsigned gridY, unsigned block, size_t sharedBytes,
+              void** args);
+  CUmodule module(const ModuleSpec& spec);
+  CUfunction function(CUmodule m, const char* name);
+  CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
+  const ElementwiseKernels& elementwise();
+  CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16);
+
+  const DriverApi& api_;
+  DeviceInfo info_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+  int arch_ = 0;
+  int multiprocessors_ = 0;
+  KernelCache cache_;
+  std::atomic<size_t> used_{0};
+
+  mutable std::mutex allocationsMutex_;
+  std::map<uintptr_t, size_t> allocations_;  // base address -> bytes
+
+  // The ring for op descriptions: two halves, each released by an event once its copies ran.
+  static constexpr size_t kRingBytes = size_t(4) << 20;
+  uint8_t* ringHost_ = nullptr;
+  CUdeviceptr ringDevice_ = 0;
+  size_t ringBytes_ = 0;
+  size_t ringOffset_ = 0;
+  int ringHalf_ = 0;
+  std::array<CUevent, 2> ringEvents_{};
+
+  // Large uploads go through two pinned buffers in turn, so a copy overlaps the next memcpy.
+  static constexpr size_t kStagingBytes = size_t(8) << 20;
+  std::array<uint8_t*, 2> staging_{};
+  std::array<CUevent, 2> stagingEvents_{};
+
+  std::unordered_map<std::string, CUmodule> modules_;
+  std::unordered_map<uint64_t, CUfunction> matmuls_;
+  std::unordered_map<uint64_t, CUfunction> attentions_;
+  std::optional<ElementwiseKernels> elementwise_;
+
+  // JITLLM_CUDA_PROFILE=1: each launch runs alone (synchronised before and after) and its time is
+  // added to its op's line, printed to stderr when the device goes away. Slows everything down;
+  // for finding where a step's time goes, never for measuring throughput.
+  struct OpTime {
+    int64_t calls = 0;
+    double seconds = 0;
+  };
+  bool profile_ = false;
+  std::map<std::string, OpTime> profileTimes_;
+};
+
+}  // namespace jitllm::cuda

@@ -1,0 +1,248 @@
+#include "kernels/cuda/kernel_library.h"
+
+#include <nvrtc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "kernels/cuda/kernel_sources.h"
+#include "kernels/error.h"
+
+namespace jitllm::cuda {
+namespace {
+
+using quant::TensorType;
+
+std::string_view requireSource(const std::string& name) {
+  const std::string_view text = kernelSource(name);
+  JITLLM_ASSERT(!text.empty());
+  return text;
+}
+
+void checkNvrtc(nvrtcResult r, const char* what) {
+  if (r != NVRTC_SUCCESS) JITLLM_FAIL(kFailed, "NVRTC ", what, ": ", nvrtcGetErrorString(r));
+}
+
+uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+constexpr uint64_t kSeedA = 0xcbf29ce484222325ull, kSeedB = 0x84222325cbf29ce4ull;
+
+constexpr char kMagic[8] = {'J', 'L', 'C', 'U', 'B', 'I', 'N', '1'};
+
+}  // namespace
+
+std::string ModuleSpec::key() const {
+  std::string k = file;
+  for (const auto& [name, value] : defines) k += " " + name + "=" + std::to_string(value);
+  return k;
+}
+
+std::string ModuleSpec::source() const {
+  std::string s;
+  for (const auto& [name, value] : defines) s += "#define " + name + " " + std::to_string(value) + "\n";
+  s += requireSource("common.cuh");
+  if (file == "matmul.cuh") s += requireSource("weights.cuh");
+  s += requireSource(file);
+  return s;
+}
+
+bool cudaSupportsWeightType(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+    case TensorType::kF16:
+    case TensorType::kBF16:
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ModuleSpec matmulModule(TensorType type, int64_t k, int align, bool xvec, int variant) {
+  JITLLM_ASSERT(cudaSupportsWeightType(type));
+  return ModuleSpec{"matmul.cuh",
+                    {{"JL_WTYPE", int64_t(type)},
+                     {"JL_K", k},
+                     {"JL_ALIGN", align},
+                     {"JL_XVEC", xvec ? 1 : 0},
+                     {"JL_VARIANT", variant}}};
+}
+
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
+  return ModuleSpec{"attention.cuh",
+                    {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
+}
+
+ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
+
+std::vector<ModuleSpec> representativeModules() {
+  std::vector<ModuleSpec> specs;
+  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0, TensorType::kQ4_1,
+                       TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ5_K,
+                       TensorType::kQ6_K}) {
+    for (int variant : kMatmulVariants) specs.push_back(matmulModule(t, 2048, 16, true, variant));
+    const bool isFloat = quant::typeTraits(t).blockElems == 1;
+    specs.push_back(matmulModule(t, isFloat ? 517 : 512, 2, false, 1));  // padded rows, odd length
+  }
+  for (int hd : {64, 128}) {
+    for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
+  }
+  specs.push_back(attentionModule(16, 3, 4, true));
+  specs.push_back(elementwiseModule());
+  return specs;
+}
+
+int nvrtcVersionNumber() {
+  int major = 0, minor = 0;
+  checkNvrtc(nvrtcVersion(&major, &minor), "version");
+  return major * 1000 + minor * 10;
+}
+
+std::vector<int> nvrtcArchitectures() {
+  int n = 0;
+  checkNvrtc(nvrtcGetNumSupportedArchs(&n), "supported architectures");
+  std::vector<int> archs(size_t(std::max(n, 0)));
+  if (n > 0) checkNvrtc(nvrtcGetSupportedArchs(archs.data()), "supported architectures");
+  return archs;
+}
+
+std::vector<std::string> compileOptions(int arch) {
+  const auto archs = nvrtcArchitectures();
+  std::string target;
+  if (std::find(archs.begin(), archs.end(), arch) != archs.end()) {
+    target = "--gpu-architecture=sm_" + std::to_string(arch);
+  } else {
+    int best = 0;
+    for (int a : archs) {
+      if (a <= arch) best = std::max(best, a);
+    }
+    JITLLM_REQUIRE(best > 0, "NVRTC ", nvrtcVersionNumber(), " cannot compile for sm_", arch);
+    target = "--gpu-architecture=compute_" + std::to_string(best);
+  }
+  // fmad off: a*b+c rounds twice, as on the CPU; the kernels ask for fused multiply-adds with
+  // fmaf() where they want them. No fast math: expf, division and sqrt stay IEEE.
+  return {target, "--std=c++17", "--fmad=false"};
+}
+
+CompiledModule compileModule(const ModuleSpec& spec, int arch) {
+  const std::string source = spec.source();
+  const std::vector<std::string> options = compileOptions(arch);
+  std::vector<const char*> argv;
+  for (const auto& o : options) argv.push_back(o.c_str());
+  nvrtcProgram prog = nullptr;
+  checkNvrtc(nvrtcCreateProgram(&prog, source.c_str(), spec.file.c_str(), 0, nullptr, nullptr), "create program");
+  struct Destroy {
+    nvrtcProgram* p;
+    ~Destroy() { nvrtcDestroyProgram(p); }
+  } destroy{&prog};
+  const nvrtcResult compiled = nvrtcCompileProgram(prog, int(argv.size()), argv.data());
+  CompiledModule out;
+  size_t logSize = 0;
+  nvrtcGetProgramLogSize(prog, &logSize);
+  if (logSize > 1) {
+    out.log.resize(logSize);
+    nvrtcGetProgramLog(prog, out.log.data());
+    out.log.resize(logSize - 1);
+  }
+  if (compiled != NVRTC_SUCCESS) {
+    JITLLM_FAIL(kFailed, "NVRTC could not compile ", spec.key(), " for sm_", arch, ": ", nvrtcGetErrorString(compiled),
+                "\n", out.log);
+  }
+  out.cubin = options.front().find("sm_") != std::string::npos;
+  size_t size = 0;
+  if (out.cubin) {
+    checkNvrtc(nvrtcGetCUBINSize(prog, &size), "cubin size");
+    out.image.resize(size);
+    checkNvrtc(nvrtcGetCUBIN(prog, out.image.data()), "cubin");
+  } else {
+    checkNvrtc(nvrtcGetPTXSize(prog, &size), "ptx size");
+    out.image.resize(size);
+    checkNvrtc(nvrtcGetPTX(prog, out.image.data()), "ptx");
+  }
+  return out;
+}
+
+std::string KernelCache::defaultRoot() {
+  if (const char* dir = std::getenv("JITLLM_CACHE_DIR")) return dir;  // empty: off
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/jitllm";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/jitllm";
+  return {};
+}
+
+KernelCache::KernelCache(const std::string& root) {
+  if (root.empty()) return;
+  directory_ = root + "/cuda";
+  std::error_code ec;
+  std::filesystem::create_directories(directory_, ec);
+  if (ec) directory_.clear();  // a read-only home, say: run without a disk cache
+}
+
+std::string KernelCache::pathFor(const std::string& keyMaterial) const {
+  char name[48];
+  std::snprintf(name, sizeof name, "%016llx%016llx.cubin",
+                static_cast<unsigned long long>(fnv1a64(keyMaterial, kSeedA)),
+                static_cast<unsigned long long>(fnv1a64(keyMaterial, kSeedB)));
+  return directory_ + "/" + name;
+}
+
+std::optional<std::vector<char>> KernelCache::load(const std::string& keyMaterial) const {
+  if (!enabled()) return std::nullopt;
+  std::ifstream in(pathFor(keyMaterial), std::ios::binary);
+  if (!in) return std::nullopt;
+  char magic[8];
+  uint64_t size = 0, check = 0, keyCheck = 0;
+  if (!in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return std::nullopt;
+  if (!in.read(reinterpret_cast<char*>(&keyCheck), 8) || keyCheck != fnv1a64(keyMaterial, 0x9e3779b97f4a7c15ull)) {
+    return std::nullopt;
+  }
+  if (!in.read(reinterpret_cast<char*>(&size), 8) || !in.read(reinterpret_cast<char*>(&check), 8)) return std::nullopt;
+  if (size > (uint64_t(1) << 30)) return std::nullopt;
+  std::vector<char> image(size);
+  if (!in.read(image.data(), std::streamsize(size))) return std::nullopt;
+  if (fnv1a64(std::string_view(image.data(), image.size()), kSeedA) != check) return std::nullopt;
+  return image;
+}
+
+void KernelCache::store(const std::string& keyMaterial, const std::vector<char>& image) const {
+  if (!enabled()) return;
+  const std::string path = pathFor(keyMaterial);
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    const uint64_t keyCheck = fnv1a64(keyMaterial, 0x9e3779b97f4a7c15ull);
+    const uint64_t size = image.size();
+    const uint64_t check = fnv1a64(std::string_view(image.data(), image.size()), kSeedA);
+    out.write(kMagic, 8);
+    out.write(reinterpret_cast<const char*>(&keyCheck), 8);
+    out.write(reinterpret_cast<const char*>(&size), 8);
+    out.write(reinterpret_cast<const char*>(&check), 8);
+    out.write(image.data(), std::streamsize(image.size()));
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      return;  // a full disk only costs a recompile later
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+}  // namespace jitllm::cuda

@@ -1,0 +1,81 @@
+// The CUDA kernels as run-time compiled modules: which source and #defines make each variant
+// (specialised for the model's shapes and weight types), NVRTC compiling a variant for an exact
+// architecture, and the on-disk cache of the results.
+//
+// Sources live in kernels/cuda/kernels/*.cuh and are compiled into the binary
+// (embed_kernels.cmake), so a binary always carries the exact text its cache keys hash.
+//
+// Cache: $JITLLM_CACHE_DIR if set (set but empty: no disk cache), else $XDG_CACHE_HOME/jitllm,
+// else ~/.cache/jitllm; under it cuda/<key>.cubin, where the 128-bit key hashes everything that
+// changes the binary: the full source with its #defines, the NVRTC options, the architecture and
+// the NVRTC and driver versions. Each file records its size and a checksum, so a torn or foreign
+// file is recompiled, never loaded; writes go to a temporary file renamed into place.
+//
+// Thread-safety: free functions are safe from any thread (NVRTC programs are per call);
+// KernelCache's methods are const and safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/quant/tensor_type.h"
+
+namespace jitllm::cuda {
+
+struct ModuleSpec {
+  std::string file;  // "matmul.cuh", "attention.cuh", "elementwise.cuh"
+  std::vector<std::pair<std::string, int64_t>> defines;
+
+  std::string key() const;     // "matmul.cuh JL_WTYPE=12 JL_K=2048 ...": names the variant
+  std::string source() const;  // the #defines, then common.cuh (+ weights.cuh) and the file
+};
+
+// The weight types the CUDA kernels multiply with.
+bool cudaSupportsWeightType(quant::TensorType type);
+
+// One kernel of matmul.cuh for one weight type and row length: variant 0 is get_rows, 1, 4 and
+// 16 the matrix product with that many tokens per warp. `align`: the largest power of two (2..16)
+// dividing every row's address; xvec: rows of x are float4-aligned (k % 4 == 0).
+inline constexpr int kMatmulVariants[] = {0, 1, 4, 16};
+ModuleSpec matmulModule(quant::TensorType type, int64_t k, int align, bool xvec, int variant);
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16);
+ModuleSpec elementwiseModule();
+
+// Every kernel variant with representative shapes: each weight type's four matmul.cuh kernels
+// at a real model's row length, its decode kernel again on padded rows of an odd length, and
+// attention at the head dims and groups of the supported models. What CI compiles.
+std::vector<ModuleSpec> representativeModules();
+
+struct CompiledModule {
+  std::vector<char> image;  // a cubin, or PTX text (null-terminated) for an arch NVRTC lacks
+  bool cubin = true;
+  std::string log;
+};
+
+// NVRTC's version as 1000 * major + 10 * minor, and the sm_XX numbers it can emit code for.
+int nvrtcVersionNumber();
+std::vector<int> nvrtcArchitectures();
+std::vector<std::string> compileOptions(int arch);
+// Compiles for sm_<arch> (e.g. 90), or for the newest virtual architecture below it as PTX when
+// this NVRTC cannot emit code for that GPU. Throws Error(FAILED) with NVRTC's log on failure.
+CompiledModule compileModule(const ModuleSpec& spec, int arch);
+
+class KernelCache final {
+ public:
+  static std::string defaultRoot();
+  explicit KernelCache(const std::string& root);  // empty root: a cache that stores nothing
+
+  bool enabled() const { return !directory_.empty(); }
+  const std::string& directory() const { return directory_; }
+  std::optional<std::vector<char>> load(const std::string& keyMaterial) const;
+  void store(const std::string& keyMaterial, const std::vector<char>& image) const;
+
+ private:
+  std::string pathFor(const std::string& keyMaterial) const;
+  std::string directory_;
+};
+
+}  // namespace jitllm::cuda

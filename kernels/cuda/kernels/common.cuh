@@ -1,0 +1,93 @@
+// Device code shared by every CUDA kernel module: fixed-width types, fp16/bf16 conversions, loads
+// of a known alignment, and warp reductions in a fixed order.
+//
+// These files are compiled at run time by NVRTC (kernels/cuda/kernel_library.cc prepends the
+// #defines that specialise them), without any CUDA header: NVRTC's built-ins give the vector
+// types, __ldg and the warp shuffles. The whole build uses --fmad=false, so a*b+c is two
+// roundings exactly as on the CPU; kernels that want fused multiply-adds say fmaf() explicitly.
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define JL_DEV __device__ __forceinline__
+
+// IEEE binary16 -> binary32 (exact) and back (round to nearest even, as the CPU's fp32ToFp16).
+JL_DEV float h2f(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+JL_DEV u16 f2h(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+JL_DEV float bf2f(u16 b) { return __uint_as_float(u32(b) << 16); }
+
+// The largest power of two (up to `base`) that divides `offset`: the alignment of base-aligned
+// memory at that offset.
+__host__ __device__ constexpr int alignAt(int base, int offset) {
+  return offset == 0 ? base : ((offset & -offset) < base ? (offset & -offset) : base);
+}
+
+JL_DEV u32 ldU8(const u8* p) { return __ldg(p); }
+JL_DEV u32 ldU16(const u8* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
+
+// 4, 8 and 16 bytes at p, which is A-aligned (A a power of two >= 2): one load as wide as the
+// alignment allows, narrower ones otherwise. Little-endian words.
+template <int A>
+JL_DEV u32 ld4(const u8* p) {
+  if constexpr (A >= 4) {
+    return __ldg(reinterpret_cast<const unsigned int*>(p));
+  } else {
+    return ldU16(p) | (ldU16(p + 2) << 16);
+  }
+}
+template <int A>
+JL_DEV void ld8(const u8* p, u32 out[2]) {
+  if constexpr (A >= 8) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    out[0] = v.x;
+    out[1] = v.y;
+  } else {
+    out[0] = ld4<A>(p);
+    out[1] = ld4<A>(p + 4);
+  }
+}
+template <int A>
+JL_DEV void ld16(const u8* p, u32 out[4]) {
+  if constexpr (A >= 16) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    out[0] = v.x;
+    out[1] = v.y;
+    out[2] = v.z;
+    out[3] = v.w;
+  } else {
+    ld8<A>(p, out);
+    ld8<A>(p + 8, out + 2);
+  }
+}
+
+// Byte i (0..7) of two little-endian words.
+JL_DEV u32 byteOf(const u32 w[2], int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xFFu; }
+
+// Butterfly sums over a warp: every lane ends with the same bits (a + b == b + a exactly), and the
+// order is fixed, so the result never depends on timing.
+JL_DEV float warpSum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+JL_DEV double warpSumD(double v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+JL_DEV float warpMax(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}

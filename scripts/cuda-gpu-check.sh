@@ -1,0 +1,39 @@
+#!/bin/bash
+# One call on a lent GPU machine (the device tool's `run`): build, run the CUDA tests, a memory
+# check of the ops, and the decode/prefill benchmark on a random-weight Llama-3.2-1B Q4_K_M.
+# Logs go to $OUT. Needs the vocab files and stories260K in .devshared/ (carried; see docs/cuda.md).
+#   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b]
+set -o pipefail
+what=${1:-all}
+OUT=${OUT:-/tmp/jitllm-gpu-out}
+mkdir -p "$OUT"
+SHARED=$PWD/.devshared
+B=/tmp/jitllm-build
+export JITLLM_CACHE_DIR=/tmp/jitllm-cache
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
+start=$(date +%s)
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITLLM_FUZZ=OFF -DJITLLM_VULKAN=OFF \
+  -DJITLLM_SHARED_DIR="$SHARED" -DCMAKE_CXX_FLAGS="-include cstdint" > "$OUT/build.log" 2>&1 &&
+  cmake --build $B -j16 --target cuda_tests runtime_tests jitllm-bench jitllm-mkmodel jitllm-run >> "$OUT/build.log" 2>&1 ||
+  { tail -60 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+if [ "$what" != bench ]; then
+  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |nmse|sm_|Failure|error|Expected|Which is|actual|differ|budget|compil" | head -150
+  echo "tests: $(( $(date +%s) - start )) s"
+  if [ "$what" = tests ] && command -v compute-sanitizer > /dev/null; then
+    timeout 180 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests --gtest_filter='CudaOps.*' \
+      > "$OUT/memcheck.log" 2>&1
+    echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck.log" | head -20
+  fi
+fi
+if [ "$what" != tests ]; then
+  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | tee "$OUT/bench-1b.txt"
+  JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 32 -r 1 > "$OUT/profile-1b.txt" 2>&1
+  grep -A40 "kernel time by op" "$OUT/profile-1b.txt" | sort -t'%' -k1 | tail -25
+  if [ "$what" = all3b ]; then
+    $B/bin/jitllm-mkmodel llama-3.2-3b q4_k_m /tmp/3b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    $B/bin/jitllm-bench /tmp/3b.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | tee "$OUT/bench-3b.txt"
+  fi
+fi
+echo "total: $(( $(date +%s) - start )) s"

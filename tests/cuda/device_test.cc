@@ -1,0 +1,140 @@
+// The CUDA device itself: discovery through device specs, the kernel cache across devices, and
+// matrix products in real model shapes (long rows, many tokens) against the CPU.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "daemon/runtime/device_spec.h"
+#include "kernels/quant/dequantize.h"
+#include "kernels/quant/quantize.h"
+#include "tests/cuda/cuda_test_support.h"
+
+namespace jitllm::testing {
+namespace {
+
+using quant::TensorType;
+
+TEST(CudaDevices, DeviceSpecCreatesCudaDevicesAndRejectsMissingOnes) {
+  JITLLM_REQUIRE_CUDA();
+  auto devices = runtime::createDevices("cpu:0,cuda:0", {});
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[1]->info().id, "cuda:0");
+  EXPECT_EQ(devices[1]->info().backend, Backend::kCuda);
+  std::printf("cuda:0: %s, budget %.1f GiB\n", devices[1]->info().name.c_str(),
+              double(devices[1]->info().memoryBudget) / double(1 << 30));
+  const int n = cuda::CudaDevice::count();
+  EXPECT_THROW(runtime::createDevices("cuda:" + std::to_string(n), {}), Error);
+}
+
+TEST(CudaDevices, KernelsCompiledOnceAreLoadedFromTheDiskCacheByTheNextDevice) {
+  JITLLM_REQUIRE_CUDA();
+  const std::string root = (std::filesystem::temp_directory_path() / ("jitllm-cuda-dc-" + std::to_string(getpid())))
+                               .string();
+  auto run = [&] {
+    cuda::CudaDeviceOptions o;
+    o.cacheRoot = root;
+    auto gpu = cuda::CudaDevice::create(o);
+    auto x = upload(*gpu, randomFloats(1000, 1));
+    const auto start = std::chrono::steady_clock::now();
+    gpu->add(x.as<float>(), x.as<float>(), 1000);
+    gpu->synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const double cold = run();
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(root + "/cuda")) files++;
+  EXPECT_EQ(files, 1u);
+  const double warm = run();
+  std::printf("first use of the elementwise module: %.3f s compiling, %.3f s from the cache\n", cold, warm);
+  EXPECT_LT(warm, cold);
+  std::filesystem::remove_all(root);
+}
+
+// Rows of a real model's length, prefill-sized batches: the CPU's values within float32
+// rounding, and each token's bits the same alone as in the batch.
+TEST(CudaDevices, MatmulInModelShapesMatchesTheCpuAndIsBatchInvariant) {
+  JITLLM_REQUIRE_CUDA();
+  auto gpu = makeCudaDevice();
+  auto cpu = makeCpuDevice();
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ8_0, TensorType::kF16}) {
+    for (int64_t cols : {2048, 8192}) {
+      const int64_t rows = 300, tokens = 37;
+      SCOPED_TRACE(std::string(quant::typeName(type)) + " x " + std::to_string(cols));
+      const size_t stride = *quant::rowBytes(type, cols);
+      std::vector<uint8_t> bytes(stride * size_t(rows));
+      for (int64_t r = 0; r < rows; r++) {
+        const auto row = randomFloats(size_t(cols), uint32_t(r * 3 + cols), 0.05f);
+        quant::quantizeRow(type, row.data(), bytes.data() + size_t(r) * stride, cols);
+      }
+      auto w = gpu->adoptHostBytes(bytes.data(), bytes.size());
+      const auto xHost = randomFloats(size_t(tokens * cols), uint32_t(cols + 7));
+      auto x = upload(*gpu, xHost);
+      auto y = gpu->allocate(size_t(tokens * rows) * 4);
+      gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>(), tokens, reinterpret_cast<float*>(y->data()),
+                  nullptr);
+      const auto got = download<float>(*gpu, *y, size_t(tokens * rows));
+      std::vector<float> want(got.size());
+      cpu->matmul({type, bytes.data(), rows, cols, stride}, xHost.data(), tokens, want.data(), nullptr);
+      EXPECT_LT(nmse(got, want), 1e-12);
+      for (int64_t t : {int64_t(0), int64_t(5), tokens - 1}) {
+        gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>() + t * cols, 1,
+                    reinterpret_cast<float*>(y->data()), nullptr);
+        const auto alone = download<float>(*gpu, *y, size_t(rows));
+        EXPECT_EQ(0, std::memcmp(alone.data(), got.data() + t * rows, size_t(rows) * 4)) << "token " << t;
+      }
+    }
+  }
+}
+
+// A long context: attention over many tiles and pages, decode and prefill alike.
+TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
+  JITLLM_REQUIRE_CUDA();
+  auto gpu = makeCudaDevice();
+  auto cpu = makeCpuDevice();
+  for (int headDim : {64, 128}) {
+    SCOPED_TRACE(headDim);
+    KvLayout kv{16, 8, headDim, KvPrecision::kF32};
+    const int heads = 32, length = 1100;
+    const int pages = (length + kv.pageTokens - 1) / kv.pageTokens;
+    auto gpuPages = gpu->allocate(kv.pageBytes() * size_t(pages));
+    std::vector<uint8_t> cpuPages(kv.pageBytes() * size_t(pages));
+    std::vector<const uint8_t*> gTable, cTable;
+    for (int p = 0; p < pages; p++) {
+      const size_t off = size_t(pages - 1 - p) * kv.pageBytes();  // reversed
+      gTable.push_back(gpuPages->data() + off);
+      cTable.push_back(cpuPages.data() + off);
+    }
+    const int64_t width = int64_t(kv.kvHeads) * headDim;
+    const auto k = randomFloats(size_t(length * width), 5), v = randomFloats(size_t(length * width), 6);
+    auto gk = upload(*gpu, k), gv = upload(*gpu, v);
+    std::vector<KvSlot> gs, cs;
+    for (int t = 0; t < length; t++) {
+      gs.push_back({const_cast<uint8_t*>(gTable[size_t(t / kv.pageTokens)]), t % kv.pageTokens});
+      cs.push_back({const_cast<uint8_t*>(cTable[size_t(t / kv.pageTokens)]), t % kv.pageTokens});
+    }
+    gpu->kvStore(gk.as<float>(), gv.as<float>(), length, gs.data(), kv);
+    cpu->kvStore(k.data(), v.data(), length, cs.data(), kv);
+    std::vector<int32_t> positions = {length - 1, 0, 63, 64, 500};
+    std::vector<const uint8_t* const*> gT(positions.size(), gTable.data()), cT(positions.size(), cTable.data());
+    const auto q = randomFloats(positions.size() * heads * size_t(headDim), 7, 0.3f);
+    auto gq = upload(*gpu, q);
+    auto out = gpu->allocate(q.size() * 4);
+    AttentionBatch b;
+    b.tokens = int64_t(positions.size());
+    b.heads = heads;
+    b.kv = kv;
+    b.scale = float(1.0 / std::sqrt(double(headDim)));
+    b.positions = positions.data();
+    b.pageTables = gT.data();
+    gpu->attention(gq.as<float>(), reinterpret_cast<float*>(out->data()), b);
+    std::vector<float> want(q.size());
+    b.pageTables = cT.data();
+    cpu->attention(q.data(), want.data(), b);
+    EXPECT_LT(nmse(download<float>(*gpu, *out, want.size()), want), 1e-12);
+  }
+}
+
+}  // namespace
+}  // namespace jitllm::testing

@@ -1,0 +1,126 @@
+// The CUDA JIT without a GPU: every kernel variant family compiles with NVRTC for each
+// architecture we support, and the on-disk cache gives back exactly what it was given.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/runtime/device_spec.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/kernel_library.h"
+#include "kernels/error.h"
+
+namespace jitllm::testing {
+namespace {
+
+TEST(CudaJit, NvrtcLoadsAndNamesItsVersionAndArchitectures) {
+  const int version = cuda::nvrtcVersionNumber();
+  std::printf("NVRTC %d.%d\n", version / 1000, version % 1000 / 10);
+  EXPECT_GE(version, 11000);
+  const auto archs = cuda::nvrtcArchitectures();
+  for (int arch : {75, 86, 89, 90}) EXPECT_NE(std::find(archs.begin(), archs.end(), arch), archs.end()) << arch;
+}
+
+class CudaJitArchitectures : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaJitArchitectures, EveryKernelVariantCompilesToACubin) {
+  const int arch = GetParam();
+  const auto specs = cuda::representativeModules();
+  const auto start = std::chrono::steady_clock::now();
+  // NVRTC programs are independent: compile on every core.
+  std::vector<std::string> failures(specs.size());
+  std::vector<cuda::CompiledModule> modules(specs.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (unsigned w = 0; w < std::max(1u, std::thread::hardware_concurrency()); w++) {
+    workers.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < specs.size();) {
+        try {
+          modules[i] = cuda::compileModule(specs[i], arch);
+        } catch (const Error& e) {
+          failures[i] = e.what();
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (size_t i = 0; i < specs.size(); i++) {
+    SCOPED_TRACE(specs[i].key());
+    ASSERT_TRUE(failures[i].empty()) << failures[i];
+    EXPECT_TRUE(modules[i].cubin);
+    // An ELF file: the driver loads it as it is.
+    ASSERT_GE(modules[i].image.size(), 1000u);
+    EXPECT_EQ(0, std::memcmp(modules[i].image.data(), "\x7f" "ELF", 4));
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("sm_%d: %zu kernel variants in %.1f s\n", arch, specs.size(), s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, CudaJitArchitectures, ::testing::Values(75, 86, 89, 90),
+                         [](const auto& info) { return "sm_" + std::to_string(info.param); });
+
+TEST(CudaJit, AnArchitectureNewerThanNvrtcKnowsFallsBackToPtx) {
+  const auto archs = cuda::nvrtcArchitectures();
+  ASSERT_FALSE(archs.empty());
+  const int beyond = archs.back() + 1;  // no such sm_ in this NVRTC
+  const auto m = cuda::compileModule(cuda::elementwiseModule(), beyond);
+  EXPECT_FALSE(m.cubin);
+  EXPECT_NE(std::string(m.image.data()).find(".entry rms_norm"), std::string::npos);
+}
+
+TEST(CudaJit, ABrokenVariantFailsWithTheCompilerLog) {
+  cuda::ModuleSpec bad = cuda::matmulModule(quant::TensorType::kQ4_K, 256, 16, true, 1);
+  bad.defines.front().second = 99;  // JL_WTYPE no kernel decodes
+  try {
+    cuda::compileModule(bad, 90);
+    FAIL() << "expected a compile error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("JL_WTYPE"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaJit, TheDiskCacheReturnsWhatItStoredAndRejectsTornFiles) {
+  const std::string root = (std::filesystem::temp_directory_path() / ("jitllm-cuda-cache-" + std::to_string(getpid())))
+                               .string();
+  cuda::KernelCache cache(root);
+  ASSERT_TRUE(cache.enabled());
+  const std::vector<char> image = {'c', 'u', 'b', 'i', 'n', '\0', 'x'};
+  EXPECT_FALSE(cache.load("key one"));
+  cache.store("key one", image);
+  EXPECT_EQ(cache.load("key one"), image);
+  EXPECT_FALSE(cache.load("key two"));
+  // Truncate the file: it must be ignored, not loaded.
+  for (const auto& entry : std::filesystem::directory_iterator(cache.directory())) {
+    std::filesystem::resize_file(entry.path(), std::filesystem::file_size(entry.path()) - 1);
+  }
+  EXPECT_FALSE(cache.load("key one"));
+  cuda::KernelCache off("");
+  EXPECT_FALSE(off.enabled());
+  off.store("key one", image);
+  EXPECT_FALSE(off.load("key one"));
+  std::filesystem::remove_all(root);
+}
+
+TEST(CudaJit, WithoutADriverCudaDevicesAreAbsentWithAReasonNotACrash) {
+  if (cuda::CudaDevice::count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  const std::string why = cuda::CudaDevice::unavailableReason();
+  EXPECT_FALSE(why.empty());
+  std::printf("no CUDA device here: %s\n", why.c_str());
+  try {
+    runtime::createDevices("cpu:0,cuda:0", {});
+    FAIL() << "cuda:0 cannot exist here";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace jitllm::testing
