@@ -43,7 +43,9 @@ TEST(Isa, DetectedFeaturesAreConsistentWithTheChosenIsa) {
   if (best >= Isa::kAvx512) {
     EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c);
   }
-  if (best == Isa::kAvx512Vnni) EXPECT_TRUE(f.avx512vnni);
+  if (best == Isa::kAvx512Vnni) {
+    EXPECT_TRUE(f.avx512vnni);
+  }
   if (best >= Isa::kAvx2) {
     EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
   }
