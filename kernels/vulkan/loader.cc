@@ -16,7 +16,10 @@ Loader::Loader() {
   if (override && *override) names = {override};
   std::string errors;
   for (const char* name : names) {
-    handle_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE: the loader (and the driver it loads) stays mapped after the last instance is
+    // gone. NVIDIA's driver does not survive being unloaded and loaded again in one process: a
+    // second vkCreateInstance then fails with VK_ERROR_INCOMPATIBLE_DRIVER (seen on the H200).
+    handle_ = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (handle_) break;
     const char* e = dlerror();
     errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
