@@ -82,7 +82,8 @@ class DaemonProcess {
  public:
   // Starts jitllmd with `args` on a fresh socket; waits (bounded) for READY=1.
   // With `socketActivated`, the test binds the socket and hands it over as systemd does.
-  explicit DaemonProcess(std::vector<std::string> args = {}, bool socketActivated = false) {
+  // `watchdogUsec` > 0 sets WATCHDOG_USEC/WATCHDOG_PID as systemd does for WatchdogSec=.
+  explicit DaemonProcess(std::vector<std::string> args = {}, bool socketActivated = false, long watchdogUsec = 0) {
     dir_ = std::filesystem::temp_directory_path() /
            ("jitllmd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
     std::filesystem::create_directories(dir_);
@@ -109,6 +110,10 @@ class DaemonProcess {
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);
       ::setenv("NOTIFY_SOCKET", notify_->path().c_str(), 1);
+      if (watchdogUsec > 0) {
+        ::setenv("WATCHDOG_USEC", std::to_string(watchdogUsec).c_str(), 1);
+        ::setenv("WATCHDOG_PID", std::to_string(::getpid()).c_str(), 1);
+      }
       if (listenFd >= 0) {
         ::dup2(listenFd, 3);
         ::setenv("LISTEN_FDS", "1", 1);

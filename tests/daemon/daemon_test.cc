@@ -420,6 +420,37 @@ TEST(Daemon, SigtermCancelsRepliesThatOutlastTheGracePeriod) {
   EXPECT_NE(d.log().find("drained: 1 generation(s) cancelled"), std::string::npos) << d.log();
 }
 
+TEST(Daemon, PingsTheSystemdWatchdogWellWithinItsInterval) {
+  DaemonProcess d({}, false, /*watchdogUsec=*/400000);
+  ASSERT_TRUE(d.ready()) << d.log();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(d.notify().waitFor("WATCHDOG=1", 2s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+}
+
+TEST(Daemon, SighupRereadsTheConfigFileAndKeepsServing) {
+  const auto config = std::filesystem::temp_directory_path() / ("jitllmd-hup-" + std::to_string(::getpid()) + ".conf");
+  std::ofstream(config) << "max_sessions = 4\n";
+  DaemonProcess d({"--config", config.string()});
+  ASSERT_TRUE(d.ready()) << d.log();
+  std::ofstream(config, std::ios::trunc) << "max_sessions = 8\ndevices = cpu:0,cpu:1\n";
+  ::kill(d.pid(), SIGHUP);
+  EXPECT_TRUE(d.notify().waitFor("RELOADING=1", 5s));
+  for (int i = 0; i < 250 && d.log().find("daemon.reloaded") == std::string::npos; i++) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(d.log().find("daemon.reloaded"), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("'devices' changes only on restart"), std::string::npos) << d.log();
+  // A broken file keeps the old settings.
+  std::ofstream(config, std::ios::trunc) << "max_sessions = lots\n";
+  ::kill(d.pid(), SIGHUP);
+  for (int i = 0; i < 250 && d.log().find("config reload failed") == std::string::npos; i++) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(d.log().find("config reload failed, keeping the old settings"), std::string::npos) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  c.daemon().versionRequest().send().wait(io.waitScope);
+  EXPECT_EQ(d.stop(), 0);
+  std::filesystem::remove(config);
+}
+
 class EventCollector final : public rpc::EventSink::Server {
  public:
   explicit EventCollector(std::shared_ptr<std::vector<std::string>> seen) : seen_(std::move(seen)) {}
