@@ -130,9 +130,8 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
   try {
     JITLLM_REQUIRE(!r.prompt.empty(), "the prompt is empty");
     const int64_t limit = r.contextLimit > 0 ? r.contextLimit : options_.defaultContext;
-    JITLLM_REQUIRE(limit <= model_->config().contextLength || limit <= options_.defaultContext,
-                   "context size ", limit, " is larger than the model's trained context of ",
-                   model_->config().contextLength);
+    JITLLM_REQUIRE(limit <= model_->config().contextLength, "context size ", limit,
+                   " is larger than the model's trained context of ", model_->config().contextLength);
     JITLLM_REQUIRE(int64_t(r.prompt.size()) < limit, "the prompt has ", r.prompt.size(),
                    " tokens and does not fit the context of ", limit, " (one more is needed for the reply)");
     for (int32_t id : r.prompt) {
