@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_device.h"
+#include "tests/gpu/gpu_test_support.h"
 #include "kernels/error.h"
 #include "kernels/vulkan/vulkan_device.h"
 
@@ -44,50 +45,5 @@ inline std::unique_ptr<vulkan::VulkanDevice> makeVulkanDevice(int index = 0) {
     const std::string why = ::jitllm::testing::vulkanUnavailableReason();     \
     if (!why.empty()) GTEST_SKIP() << "no Vulkan device: " << why;             \
   } while (0)
-
-inline std::unique_ptr<cpu::CpuDevice> makeCpuDevice(int index = 0) {
-  cpu::CpuDeviceOptions o;
-  o.index = index;
-  o.threads = 2;
-  return std::make_unique<cpu::CpuDevice>(o);
-}
-
-inline std::vector<float> randomFloats(size_t n, uint32_t seed, float scale = 1.0f, float offset = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng) * scale + offset;
-  return v;
-}
-
-// A host array copied into a buffer of `device`.
-struct Uploaded {
-  std::unique_ptr<DeviceBuffer> buffer;
-  template <typename T>
-  T* as() {
-    return reinterpret_cast<T*>(buffer->data());
-  }
-};
-template <typename T>
-Uploaded upload(Device& device, const std::vector<T>& host) {
-  Uploaded u{device.allocate(host.size() * sizeof(T))};
-  device.copyFromHost(u.buffer->data(), host.data(), host.size() * sizeof(T));
-  return u;
-}
-template <typename T>
-std::vector<T> download(Device& device, const DeviceBuffer& buffer, size_t n) {
-  std::vector<T> host(n);
-  device.copyToHost(host.data(), const_cast<DeviceBuffer&>(buffer).data(), n * sizeof(T));
-  return host;
-}
-
-inline double nmse(const std::vector<float>& a, const std::vector<float>& truth) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < truth.size(); i++) {
-    num += (double(a[i]) - truth[i]) * (double(a[i]) - truth[i]);
-    den += double(truth[i]) * truth[i];
-  }
-  return den > 0 ? num / den : num;
-}
 
 }  // namespace jitllm::testing

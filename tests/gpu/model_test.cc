@@ -1,4 +1,5 @@
-// Whole models on cuda:0 against the CPU backend and llama.cpp's goldens.
+// Whole models on the tested GPU backend's device 0 (testedBackend()) against the CPU backend and
+// llama.cpp's goldens. Compiled into each GPU test binary, which instantiates the suites.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +9,7 @@
 
 #include "daemon/runtime/generation.h"
 #include "daemon/runtime/model.h"
-#include "tests/cuda/cuda_test_support.h"
+#include "tests/gpu/gpu_model_tests.h"
 #include "tools/random_model.h"
 
 namespace jitllm::testing {
@@ -54,7 +55,7 @@ Loaded load(const std::string& path, const std::vector<std::string>& kinds, std:
     if (k == "cpu") {
       l.devices.push_back(makeCpuDevice(int(l.devices.size())));
     } else {
-      l.devices.push_back(makeCudaDevice());
+      l.devices.push_back(testedBackend().make());
     }
     o.devices.push_back(l.devices.back().get());
   }
@@ -86,17 +87,17 @@ std::vector<float> scoreAll(runtime::Model& model, const std::vector<int32_t>& i
 }
 
 // llama.cpp's own rounding flips one near-tie of the goldens (see tests/runtime/fidelity_test.cc):
-// there jitllm (CPU, Vulkan and CUDA alike) follows the float64 truth.
+// there jitllm (CPU and GPUs alike) follows the float64 truth.
 constexpr const char* kDeviationPrompt = "Sara had a red ball. She";
 constexpr size_t kDeviationPosition = 66;
 
-TEST(CudaModels, Stories260KGreedyOnCudaIsTheCpusAndLlamaCppsTokenForToken) {
-  JITLLM_REQUIRE_CUDA();
+TEST_P(GpuModels, Stories260KGreedyIsTheCpusAndLlamaCppsTokenForToken) {
+  JITLLM_REQUIRE_GPU();
   const std::string path = sharedPath("models/stories260K.gguf");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const auto goldens = readGreedyGoldens();
   ASSERT_GE(goldens.size(), 11u);
-  auto gpu = load(path, {"cuda"});
+  auto gpu = load(path, {"gpu"});
   auto cpu = load(path, {"cpu"});
   size_t identical = 0;
   for (size_t i = 0; i < goldens.size(); i++) {
@@ -117,11 +118,11 @@ TEST(CudaModels, Stories260KGreedyOnCudaIsTheCpusAndLlamaCppsTokenForToken) {
   EXPECT_GE(identical, 10u);
 }
 
-TEST(CudaModels, PrefillAndTokenByTokenDecodeGiveBitIdenticalLogits) {
-  JITLLM_REQUIRE_CUDA();
+TEST_P(GpuModels, PrefillAndTokenByTokenDecodeGiveBitIdenticalLogits) {
+  JITLLM_REQUIRE_GPU();
   const std::string path = sharedPath("models/stories260K.gguf");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
-  auto gpu = load(path, {"cuda"});
+  auto gpu = load(path, {"gpu"});
   const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
                                     401, 396, 267};
   const auto all = scoreAll(*gpu.model, ids);
@@ -137,19 +138,19 @@ TEST(CudaModels, PrefillAndTokenByTokenDecodeGiveBitIdenticalLogits) {
       << "a second run differs";
 }
 
-TEST(CudaModels, LayersSplitOverCpuAndCudaGiveTheSameGreedyTokens) {
-  JITLLM_REQUIRE_CUDA();
+TEST_P(GpuModels, LayersSplitOverCpuAndGpuGiveTheSameGreedyTokens) {
+  JITLLM_REQUIRE_GPU();
   const std::string path = sharedPath("models/stories260K.gguf");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   const auto goldens = readGreedyGoldens();
   ASSERT_FALSE(goldens.empty());
   auto cpu = load(path, {"cpu"});
   const int units = cpu.model->unitCount();
-  // Embedding and the first blocks on the CPU, the rest and the head on CUDA; and the reverse.
+  // Embedding and the first blocks on the CPU, the rest and the head on the GPU; and the reverse.
   std::vector<int> forward(size_t(units), 1), backward(size_t(units), 0);
   for (int u = 0; u < units / 2; u++) forward[size_t(u)] = 0, backward[size_t(u)] = 1;
-  auto split = load(path, {"cpu", "cuda"}, forward);
-  auto reverse = load(path, {"cpu", "cuda"}, backward);
+  auto split = load(path, {"cpu", "gpu"}, forward);
+  auto reverse = load(path, {"cpu", "gpu"}, backward);
   for (size_t i : {size_t(0), size_t(3)}) {
     SCOPED_TRACE("golden prompt #" + std::to_string(i));
     const auto& g = goldens[i];
@@ -159,22 +160,20 @@ TEST(CudaModels, LayersSplitOverCpuAndCudaGiveTheSameGreedyTokens) {
   }
 }
 
-class CudaTinyModels : public ::testing::TestWithParam<const char*> {};
-
 // The engine-core tolerance: teacher-forced logits within NMSE 1e-6 of the CPU backend (in
 // practice ~1e-12: both compute in float32 over bit-identical dequantized weights).
-TEST_P(CudaTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
-  JITLLM_REQUIRE_CUDA();
+TEST_P(GpuTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
+  JITLLM_REQUIRE_GPU();
   const std::string mix = GetParam();
   const auto shape = tools::findShape("tiny");
   ASSERT_TRUE(shape);
   if (!std::filesystem::exists(sharedPath(shape->vocabFile))) GTEST_SKIP() << "no " << sharedPath(shape->vocabFile);
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("jitllm-cuda-tiny-" + mix + "-" + std::to_string(getpid()) + ".gguf")).string();
+                            ("jitllm-" + std::string(testedBackend().name) + "-tiny-" + mix + "-" + std::to_string(getpid()) + ".gguf")).string();
   tools::writeRandomModel({*shape, *tools::findMix(mix), 7, JITLLM_SHARED_DIR}, path);
-  auto gpu = load(path, {"cuda"});
+  auto gpu = load(path, {"gpu"});
   auto cpu = load(path, {"cpu"});
-  auto gpu16 = load(path, {"cuda"}, {}, KvPrecision::kF16);
+  auto gpu16 = load(path, {"gpu"}, {}, KvPrecision::kF16);
   auto cpu16 = load(path, {"cpu"}, {}, KvPrecision::kF16);
   std::filesystem::remove(path);  // the mappings keep the bytes
   std::vector<int32_t> ids(40);
@@ -185,15 +184,13 @@ TEST_P(CudaTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
   const auto got = scoreAll(*gpu.model, ids);
   ASSERT_EQ(got.size(), want.size());
   const double e = nmse(got, want);
-  std::printf("tiny %-7s cuda vs cpu: nmse %.3e\n", mix.c_str(), e);
+  std::printf("tiny %-7s %s vs cpu: nmse %.3e\n", mix.c_str(), testedBackend().name, e);
   EXPECT_LE(e, 1e-6);
   // fp16 KV on both sides: K and V are rounded by the same rule on both.
   const double e16 = nmse(scoreAll(*gpu16.model, ids), scoreAll(*cpu16.model, ids));
-  std::printf("tiny %-7s cuda vs cpu with fp16 KV: nmse %.3e\n", mix.c_str(), e16);
+  std::printf("tiny %-7s %s vs cpu with fp16 KV: nmse %.3e\n", mix.c_str(), testedBackend().name, e16);
   EXPECT_LE(e16, 1e-6);
 }
-
-INSTANTIATE_TEST_SUITE_P(Mixes, CudaTinyModels, ::testing::Values("q8_0", "q4_0", "q4_k_m", "q6_k"));
 
 }  // namespace
 }  // namespace jitllm::testing

@@ -1,0 +1,16 @@
+// The CUDA test binary's backend, for the shared GPU suites (tests/gpu).
+#include "tests/cuda/cuda_test_support.h"
+#include "tests/gpu/gpu_model_tests.h"
+
+namespace jitllm::testing {
+
+const GpuBackend& testedBackend() {
+  static const GpuBackend backend{"cuda", &cuda::CudaDevice::unavailableReason,
+                                  []() -> std::unique_ptr<Device> { return makeCudaDevice(); }};
+  return backend;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, GpuModels, ::testing::Values(0));
+INSTANTIATE_TEST_SUITE_P(Cuda, GpuTinyModels, kGpuTinyMixes);
+
+}  // namespace jitllm::testing

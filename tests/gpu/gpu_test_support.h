@@ -1,0 +1,85 @@
+// What the GPU backends' tests share: the CPU reference device, random inputs, moving arrays on
+// and off a device, NMSE - and the backend a test binary is about (each GPU test binary defines
+// testedBackend() once, so the whole-model tests in tests/gpu run unchanged on each backend).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/device.h"
+#include "kernels/error.h"
+
+namespace jitllm::testing {
+
+struct GpuBackend {
+  const char* name;                     // "vulkan", "cuda": the device spec's backend
+  std::string (*unavailableReason)();   // empty when a device can be made here
+  std::unique_ptr<Device> (*make)();    // the backend's device 0
+};
+
+// Defined once in each GPU test binary (tests/vulkan/vulkan_backend.cc, tests/cuda/cuda_backend.cc).
+const GpuBackend& testedBackend();
+
+// Skips the calling test (visibly) when the tested backend has no device here.
+#define JITLLM_REQUIRE_GPU()                                                                          \
+  do {                                                                                                \
+    const std::string why = ::jitllm::testing::testedBackend().unavailableReason();                  \
+    if (!why.empty()) GTEST_SKIP() << "no " << ::jitllm::testing::testedBackend().name << " device: " << why; \
+  } while (0)
+
+// The CPU reference with float32 activations everywhere: the AVX-512 VNNI kernels hold
+// activations as ~15-bit integers for q4_K / q6_K / q8_0 (about 1e-9 NMSE), which would measure
+// the CPU's error rather than the GPU's.
+inline std::unique_ptr<cpu::CpuDevice> makeCpuDevice(int index = 0) {
+  cpu::CpuDeviceOptions o;
+  o.index = index;
+  o.threads = 2;
+  if (cpu::bestIsa() == cpu::Isa::kAvx512Vnni) o.isa = cpu::Isa::kAvx512;
+  return std::make_unique<cpu::CpuDevice>(o);
+}
+
+inline std::vector<float> randomFloats(size_t n, uint32_t seed, float scale = 1.0f, float offset = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng) * scale + offset;
+  return v;
+}
+
+// A host array copied into a buffer of `device`.
+struct Uploaded {
+  std::unique_ptr<DeviceBuffer> buffer;
+  template <typename T>
+  T* as() {
+    return reinterpret_cast<T*>(buffer->data());
+  }
+};
+template <typename T>
+Uploaded upload(Device& device, const std::vector<T>& host) {
+  Uploaded u{device.allocate(host.size() * sizeof(T))};
+  device.copyFromHost(u.buffer->data(), host.data(), host.size() * sizeof(T));
+  return u;
+}
+template <typename T>
+std::vector<T> download(Device& device, const DeviceBuffer& buffer, size_t n) {
+  std::vector<T> host(n);
+  device.copyToHost(host.data(), const_cast<DeviceBuffer&>(buffer).data(), n * sizeof(T));
+  return host;
+}
+
+inline double nmse(const std::vector<float>& a, const std::vector<float>& truth) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < truth.size(); i++) {
+    num += (double(a[i]) - truth[i]) * (double(a[i]) - truth[i]);
+    den += double(truth[i]) * truth[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+}  // namespace jitllm::testing
