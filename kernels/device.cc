@@ -1,14 +1,42 @@
 #include "kernels/device.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace jitllm {
 
 const char* backendName(Backend backend) {
   switch (backend) {
-    case Backend::kCpu: return "cpu";
-    case Backend::kCuda: return "cuda";
-    case Backend::kVulkan: return "vulkan";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+    case Backend::kVulkan:
+      return "vulkan";
   }
   return "unknown";
+}
+
+void Device::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) {
+  // Chunks bound the staging memory; 4 MiB keeps each transfer large enough to run at full speed.
+  constexpr size_t kChunk = size_t(4) << 20;
+  std::vector<uint8_t> staging(std::min(bytes, kChunk));
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(kChunk, bytes - done);
+    copyToHost(staging.data(), src + done, n);
+    target.copyFromHost(dst + done, staging.data(), n);
+    done += n;
+  }
+}
+
+void Device::gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes) {
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t i = 0; i < count; i++) copyToHost(out + i * blockBytes, blocks[i], blockBytes);
+}
+
+void Device::scatterFromHost(uint8_t* const* blocks, const void* src, size_t count, size_t blockBytes) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (size_t i = 0; i < count; i++) copyFromHost(blocks[i], in + i * blockBytes, blockBytes);
 }
 
 }  // namespace jitllm

@@ -28,12 +28,12 @@ enum class Backend { kCpu, kCuda, kVulkan };
 const char* backendName(Backend backend);
 
 struct DeviceInfo {
-  std::string id;          // "cpu:0": backend name and index, unique on this machine
+  std::string id;  // "cpu:0": backend name and index, unique on this machine
   Backend backend = Backend::kCpu;
-  std::string name;        // human-readable: model name and the kernel variant chosen
-  size_t memoryBudget = 0; // bytes this device will hand out, in total
-  int threads = 1;         // CPU: worker threads; GPU: 0
-  bool software = false;   // an emulated device (lavapipe): usable, but placed last
+  std::string name;         // human-readable: model name and the kernel variant chosen
+  size_t memoryBudget = 0;  // bytes this device will hand out, in total
+  int threads = 1;          // CPU: worker threads; GPU: 0
+  bool software = false;    // an emulated device (lavapipe): usable, but placed last
 };
 
 class Device;
@@ -58,11 +58,11 @@ struct WeightRef {
 };
 
 struct RopeParams {
-  int rotaryDims = 0;               // leading dims of each head that rotate
+  int rotaryDims = 0;  // leading dims of each head that rotate
   float freqBase = 10000.0f;
-  float freqScale = 1.0f;           // linear context scaling: positions are multiplied by this
+  float freqScale = 1.0f;              // linear context scaling: positions are multiplied by this
   const float* freqFactors = nullptr;  // host; rotaryDims/2 divisors (llama3 rope_freqs) or null
-  bool neox = false;                // rotate halves (qwen2) instead of adjacent pairs (llama)
+  bool neox = false;                   // rotate halves (qwen2) instead of adjacent pairs (llama)
 };
 
 // What the KV cache stores. fp16 halves the memory and the bytes a migration moves; fp32 keeps
@@ -95,7 +95,7 @@ struct AttentionBatch {
   int heads = 0;
   KvLayout kv;
   float scale = 1.0f;
-  const int32_t* positions = nullptr;              // host, per token
+  const int32_t* positions = nullptr;                 // host, per token
   const uint8_t* const* const* pageTables = nullptr;  // host, per token: page addresses
 };
 
@@ -115,17 +115,25 @@ class Device {
   virtual void copyFromHost(uint8_t* dst, const void* src, size_t bytes) = 0;
   virtual void copyToHost(void* dst, const uint8_t* src, size_t bytes) = 0;
 
+  // Device-to-device: `bytes` from this device's `src` to `dst` on `target`. The default stages
+  // through host memory in chunks; a backend overrides it with the fastest path the two devices
+  // share (the CPU hands its host bytes straight to the target; a GPU backend copies inside
+  // itself or over a peer link). The caller must be the only thread driving either device.
+  virtual void copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes);
+  // Equal-sized blocks (KV pages) at device addresses to and from one contiguous host buffer, so
+  // a migration's pause moves all its open pages in one transfer. The defaults copy block by
+  // block; a GPU backend gathers and scatters with one kernel and one transfer.
+  virtual void gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes);
+  virtual void scatterFromHost(uint8_t* const* blocks, const void* src, size_t count, size_t blockBytes);
+
   // Ops. Float activations are row-major [rows x dim] f32.
   virtual void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) = 0;
-  virtual void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim,
-                       float eps) = 0;
+  virtual void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) = 0;
   // y[t][r] = sum_k w[r][k] * x[t][k] (+ bias[r] when bias is not null).
-  virtual void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y,
-                      const float* bias) = 0;
+  virtual void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) = 0;
   virtual void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
                     const RopeParams& params) = 0;
-  virtual void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
-                       const KvLayout& layout) = 0;
+  virtual void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) = 0;
   virtual void attention(const float* q, float* out, const AttentionBatch& batch) = 0;
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;

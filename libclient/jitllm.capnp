@@ -84,6 +84,29 @@ struct ModelInfo {
   sessions @10 :List(SessionInfo);
   chatTemplate @11 :Text;       # "llama3" | "chatml" | "llama2"
   loadedUnixMs @12 :Int64;
+  layerStates @13 :List(LayerState);  # one per unit, in order (jitllmctl ps -l)
+  migration @14 :Text;          # the migration in progress, one line; "" when none
+}
+
+struct SessionPages {
+  sessionId @0 :UInt64;
+  pages @1 :UInt32;             # KV pages this session holds for the layer
+}
+
+struct LayerState {
+  # One schedulable unit of a model and where its state lives.
+  unit @0 :UInt32;
+  name @1 :Text;                # "token_embd", "blk.3", "output"
+  device @2 :Text;              # where it runs now
+  residency @3 :Text;           # weights: "device" (copied into device memory) | "file" (read in
+                                # place from the mapped file) | "host" (paged out to host RAM)
+  stagedOn @4 :Text;            # a migration has staged its weights on this device; "" if none
+  weightBytes @5 :UInt64;
+  kernelsReady @6 :Bool;        # its kernels are compiled (and warmed) for `device`
+  pinned @7 :Text;              # the device it is pinned to; "" when not pinned
+  kvPages @8 :UInt32;           # over all sessions (blocks only)
+  kvBytes @9 :UInt64;
+  sessions @10 :List(SessionPages);
 }
 
 struct LoadOptions {
@@ -175,6 +198,7 @@ enum EventKind {
   device @1;      # appeared, vanished
   model @2;       # loading, loaded, unloaded, load failed
   session @3;     # started, finished, cancelled
+  migration @4;   # preparing, prepared, committed, failed; pinned, unpinned
 }
 
 struct Event {
@@ -218,5 +242,49 @@ interface Daemon {
   cancelSession @8 (sessionId :UInt64) -> ();
   # Owners cancel their own sessions; admins any.
 
-  # Reserved for the migration and scheduler issues: migrate, pin, unpin, policy.
+  migrate @9 (request :MigrateRequest) -> (stats :MigrationStats);
+  # Admin only. Moves a range of a model's units to a device while its sessions keep generating
+  # (docs/migration.md). With `wait`, returns once committed (dropping the call cancels a
+  # migration still preparing); without, returns at once with `committed` false and the outcome
+  # arrives as events. FAILED when a unit of the range is pinned elsewhere (unless `force`), when
+  # a migration of the model is already running, or when the target is out of memory; the model
+  # then keeps running where it was.
+
+  pin @10 (model :Text, layers :Text, device :Text) -> (stats :MigrationStats);
+  # Admin only. Pins the units to `device`, first moving those that are elsewhere (stats of that
+  # move; units 0 when none was needed). Pinned units never move on their own.
+  unpin @11 (model :Text, layers :Text) -> ();
+  # Admin only.
+
+  # Reserved for the scheduler issue: policy.
+}
+
+struct MigrateRequest {
+  model @0 :Text;
+  layers @1 :Text;              # "" = every unit; "3" = blk.3; "0-5" = blk.0..blk.5; the ends
+                                # may also be "token_embd"/"embd" and "output"/"head", e.g.
+                                # "20-output"
+  device @2 :Text;              # target, e.g. "cpu:1", "vulkan:0"
+  wait @3 :Bool = true;
+  precopy @4 :Bool = true;      # pre-copy sealed KV pages while streaming (else all in the pause)
+  force @5 :Bool = false;       # move units pinned elsewhere too (their pins then follow)
+}
+
+struct MigrationStats {
+  id @0 :UInt64;                # this migration, as named in its events
+  model @1 :Text;
+  firstName @2 :Text;           # the range moved
+  lastName @3 :Text;
+  from @4 :Text;                # source device(s), comma-separated
+  to @5 :Text;
+  units @6 :UInt32;             # units that moved (those already on the target are skipped)
+  committed @7 :Bool;
+  prepareMs @8 :Float64;        # from the request to the commit point, while tokens streamed
+  pauseMs @9 :Float64;          # how long the model's step loop stood still for the commit
+  bytesPrecopied @10 :UInt64;   # KV bytes copied during prepare
+  bytesInPause @11 :UInt64;     # KV bytes copied during the pause (open tail pages and pages
+                                # sealed since their pre-copy)
+  weightBytes @12 :UInt64;      # weights brought to the target
+  recomputedTokens @13 :UInt32; # always 0: KV moves, it is never recomputed
+  sessions @14 :UInt32;         # sessions whose KV moved
 }

@@ -4,38 +4,12 @@
 #include <cmath>
 #include <set>
 
+#include "daemon/runtime/bound_unit.h"
+#include "daemon/runtime/unit_range.h"
 #include "daemon/tokenizer/vocab_from_gguf.h"
 #include "kernels/error.h"
 
 namespace jitllm::runtime {
-
-// The weights of one unit as its device sees them. Buffers keep device copies (or, on the CPU,
-// views of the mapping) alive for as long as the unit stays bound there.
-struct Model::BoundUnit {
-  Device* device = nullptr;
-  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
-  // Embedding and head.
-  WeightRef table;
-  const float* norm = nullptr;
-  // Blocks.
-  const float* attnNorm = nullptr;
-  const float* ffnNorm = nullptr;
-  WeightRef wq, wk, wv, wo, gate, up, down;
-  const float* bq = nullptr;
-  const float* bk = nullptr;
-  const float* bv = nullptr;
-
-  WeightRef bindMatrix(const gguf::TensorInfo* t) {
-    buffers.push_back(device->adoptHostBytes(t->data, t->nbytes));
-    const size_t rowStride = t->nbytes / size_t(t->rows());
-    return WeightRef{t->type, buffers.back()->data(), t->rows(), t->dims[0], rowStride};
-  }
-  const float* bindVector(const gguf::TensorInfo* t) {
-    if (t == nullptr) return nullptr;
-    buffers.push_back(device->adoptHostBytes(t->data, t->nbytes));
-    return reinterpret_cast<const float*>(buffers.back()->data());
-  }
-};
 
 // Activation buffers on one device, sized for the largest microbatch seen so far.
 struct Model::Workspace {
@@ -71,8 +45,7 @@ std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, con
   }
   JITLLM_REQUIRE(options.kvPageTokens > 0 && options.kvPageTokens <= 4096, "KV page size ", options.kvPageTokens,
                  " tokens is out of range");
-  m->kvLayout_ = KvLayout{options.kvPageTokens, int(m->config_.kvHeads), int(m->config_.headDim),
-                          options.kvPrecision};
+  m->kvLayout_ = KvLayout{options.kvPageTokens, int(m->config_.kvHeads), int(m->config_.headDim), options.kvPrecision};
   m->bind(options);
   return m;
 }
@@ -87,10 +60,17 @@ const tokenizer::Tokenizer& Model::tokenizer() const {
 int Model::unitCount() const { return int(units_.size()); }
 Device& Model::unitDevice(int unit) const { return *units_.at(size_t(unit)).device; }
 
-std::string Model::unitName(int unit) const {
-  if (unit == 0) return "token_embd";
-  if (unit == unitCount() - 1) return "output";
-  return "blk." + std::to_string(unit - 1);
+UnitInfo Model::unitInfo(int unit) const {
+  const BoundUnit& b = units_.at(size_t(unit));
+  return {b.device, b.inDeviceMemory, b.weightBytes, b.kernelsReady};
+}
+
+std::string Model::unitName(int unit) const { return runtime::unitName(unit, int(config_.layers)); }
+
+std::vector<const KvPagePool*> Model::kvPools() const {
+  std::vector<const KvPagePool*> out;
+  for (const auto& [device, pool] : pools_) out.push_back(pool.get());
+  return out;
 }
 
 void Model::bind(const ModelLoadOptions& options) {
@@ -105,37 +85,89 @@ void Model::bind(const ModelLoadOptions& options) {
     placement.front() = placement[1];
     placement.back() = placement[size_t(layers)];
   }
-  JITLLM_REQUIRE(int(placement.size()) == units, "placement names ", placement.size(), " units, the model has ",
-                 units);
-  units_.resize(size_t(units));
+  JITLLM_REQUIRE(int(placement.size()) == units, "placement names ", placement.size(), " units, the model has ", units);
+  units_.reserve(size_t(units));
   for (int u = 0; u < units; u++) {
     const int d = placement[size_t(u)];
     JITLLM_REQUIRE(d >= 0 && d < int(options.devices.size()), "placement of ", unitName(u), " names device #", d,
                    ", not one of the ", options.devices.size(), " given");
-    BoundUnit& b = units_[size_t(u)];
-    b.device = options.devices[size_t(d)];
-    if (u == 0) {
-      b.table = b.bindMatrix(tensors_.tokenEmbedding);
-    } else if (u == units - 1) {
-      b.norm = b.bindVector(tensors_.outputNorm);
-      b.table = b.bindMatrix(tensors_.output);
-    } else {
-      const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
-      b.attnNorm = b.bindVector(t.attnNorm);
-      b.ffnNorm = b.bindVector(t.ffnNorm);
-      b.wq = b.bindMatrix(t.wq);
-      b.wk = b.bindMatrix(t.wk);
-      b.wv = b.bindMatrix(t.wv);
-      b.wo = b.bindMatrix(t.wo);
-      b.gate = b.bindMatrix(t.gate);
-      b.up = b.bindMatrix(t.up);
-      b.down = b.bindMatrix(t.down);
-      b.bq = b.bindVector(t.bq);
-      b.bk = b.bindVector(t.bk);
-      b.bv = b.bindVector(t.bv);
-      kvPool(*b.device);
-    }
+    units_.push_back(bindUnit(u, *options.devices[size_t(d)]));
+    if (u > 0 && u < units - 1) kvPool(*units_.back().device);
   }
+}
+
+BoundUnit Model::bindUnit(int u, Device& device) {
+  BoundUnit b;
+  b.device = &device;
+  const int units = int(config_.layers) + 2;
+  if (u == 0) {
+    b.table = b.bindMatrix(tensors_.tokenEmbedding);
+  } else if (u == units - 1) {
+    b.norm = b.bindVector(tensors_.outputNorm);
+    b.table = b.bindMatrix(tensors_.output);
+  } else {
+    const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
+    b.attnNorm = b.bindVector(t.attnNorm);
+    b.ffnNorm = b.bindVector(t.ffnNorm);
+    b.wq = b.bindMatrix(t.wq);
+    b.wk = b.bindMatrix(t.wk);
+    b.wv = b.bindMatrix(t.wv);
+    b.wo = b.bindMatrix(t.wo);
+    b.gate = b.bindMatrix(t.gate);
+    b.up = b.bindMatrix(t.up);
+    b.down = b.bindMatrix(t.down);
+    b.bq = b.bindVector(t.bq);
+    b.bk = b.bindVector(t.bk);
+    b.bv = b.bindVector(t.bv);
+  }
+  return b;
+}
+
+void Model::warmUp(int u, BoundUnit& b) {
+  Device& d = *b.device;
+  Workspace& ws = workspace(d, 1);
+  const int64_t E = config_.embedding;
+  const std::vector<float> zeros(static_cast<size_t>(E), 0.0f);
+  if (u == 0) {
+    const int32_t id = 0;
+    d.getRows(b.table, &id, 1, ws.f(ws.x));
+  } else if (u == unitCount() - 1) {
+    d.copyFromHost(ws.x->data(), zeros.data(), zeros.size() * sizeof(float));
+    d.rmsNorm(ws.f(ws.x), b.norm, ws.f(ws.normed), 1, E, config_.rmsEps);
+    if (ws.logitsCapacity < 1) {
+      ws.logits = d.allocate(size_t(config_.vocabSize) * sizeof(float));
+      ws.logitsCapacity = 1;
+    }
+    d.matmul(b.table, ws.f(ws.normed), 1, ws.f(ws.logits), nullptr);
+  } else {
+    // One token at position 0 through the block, its KV written to a scratch page.
+    KvPagePool& pool = kvPool(d);
+    const PageId page = pool.allocate();
+    struct FreePage {
+      KvPagePool& pool;
+      PageId page;
+      ~FreePage() { pool.free(page); }
+    } release{pool, page};
+    uint8_t* address = pool.address(page);
+    const uint8_t* table[1] = {address};
+    const uint8_t* const* tables[1] = {table};
+    const KvSlot slot{address, 0};
+    const int32_t position = 0;
+    d.copyFromHost(ws.x->data(), zeros.data(), zeros.size() * sizeof(float));
+    runBlock(b, ws, 1, &position, &slot, tables);
+  }
+  std::vector<float> sink(1);
+  d.copyToHost(sink.data(), ws.x->data(), sizeof(float));  // waits for the queued ops (GPU)
+  b.kernelsReady = true;
+}
+
+void Model::releaseIdleWorkspaces() {
+  std::erase_if(workspaces_, [&](const auto& entry) {
+    for (const BoundUnit& u : units_) {
+      if (u.device == entry.first) return false;
+    }
+    return true;
+  });
 }
 
 KvPagePool& Model::kvPool(Device& device) {
@@ -149,7 +181,7 @@ std::unique_ptr<Session> Model::createSession(int64_t contextLimit) {
   JITLLM_REQUIRE(contextLimit > 0, "context limit must be positive, not ", contextLimit);
   std::vector<KvPagePool*> layerPools;
   for (int l = 0; l < config_.layers; l++) layerPools.push_back(&kvPool(*units_[size_t(l + 1)].device));
-  return std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools));
+  return std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools), &sessions_);
 }
 
 Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
@@ -180,9 +212,9 @@ Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
   return *ws;
 }
 
-void Model::runBlock(int layer, Workspace& ws, int64_t T, const int32_t* positions, Session* const* sessions) {
+void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t* positions, const KvSlot* slots,
+                     const uint8_t* const* const* pageTables) {
   const ModelConfig& c = config_;
-  const BoundUnit& u = units_[size_t(layer + 1)];
   Device& d = *u.device;
   float* x = ws.f(ws.x);
   float* normed = ws.f(ws.normed);
@@ -206,20 +238,14 @@ void Model::runBlock(int layer, Workspace& ws, int64_t T, const int32_t* positio
   d.rope(q, T, int(c.heads), int(c.headDim), positions, rope);
   d.rope(k, T, int(c.kvHeads), int(c.headDim), positions, rope);
 
-  std::vector<KvSlot> slots(static_cast<size_t>(T));
-  std::vector<const uint8_t* const*> pageTables(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; t++) {
-    slots[size_t(t)] = sessions[t]->slotFor(layer, positions[t]);
-    pageTables[size_t(t)] = sessions[t]->pageAddresses(layer).data();
-  }
-  d.kvStore(k, v, T, slots.data(), kvLayout_);
+  d.kvStore(k, v, T, slots, kvLayout_);
   AttentionBatch batch;
   batch.tokens = T;
   batch.heads = int(c.heads);
   batch.kv = kvLayout_;
   batch.scale = float(1.0 / std::sqrt(double(c.headDim)));
   batch.positions = positions;
-  batch.pageTables = pageTables.data();
+  batch.pageTables = pageTables;
   d.attention(q, attn, batch);
   d.matmul(u.wo, attn, T, normed, nullptr);
   d.add(x, normed, T * c.embedding);
@@ -247,8 +273,8 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
                      " tokens)");
     }
     const int64_t after = in.session->length() + int64_t(in.tokens.size());
-    JITLLM_REQUIRE(after <= in.session->contextLimit(), "context limit exceeded: session ", in.session->id(),
-                   " holds ", in.session->length(), " tokens, ", in.tokens.size(), " more would pass its limit of ",
+    JITLLM_REQUIRE(after <= in.session->contextLimit(), "context limit exceeded: session ", in.session->id(), " holds ",
+                   in.session->length(), " tokens, ", in.tokens.size(), " more would pass its limit of ",
                    in.session->contextLimit());
     total += int64_t(in.tokens.size());
   }
@@ -266,8 +292,7 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
   for (const SequenceInput& in : inputs) {
     const int64_t base = in.session->length();
     for (size_t j = 0; j < in.tokens.size(); j++) {
-      flat.push_back({in.session, in.tokens[j], int32_t(base + int64_t(j)),
-                      in.allLogits || j + 1 == in.tokens.size()});
+      flat.push_back({in.session, in.tokens[j], int32_t(base + int64_t(j)), in.allLogits || j + 1 == in.tokens.size()});
     }
   }
 
@@ -277,6 +302,8 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     const int64_t T = std::min(kMaxStepTokens, total - t0);
     std::vector<int32_t> ids(static_cast<size_t>(T)), positions(static_cast<size_t>(T));
     std::vector<Session*> sessions(static_cast<size_t>(T));
+    std::vector<KvSlot> slots(static_cast<size_t>(T));
+    std::vector<const uint8_t* const*> pageTables(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; t++) {
       const TokenRef& r = flat[size_t(t0 + t)];
       ids[size_t(t)] = r.id;
@@ -286,6 +313,7 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
 
     Workspace* ws = &workspace(*units_[0].device, T);
     ws->device->getRows(units_[0].table, ids.data(), T, ws->f(ws->x));
+    units_[0].kernelsReady = true;
     for (int unit = 1; unit < unitCount(); unit++) {
       Device& d = *units_[size_t(unit)].device;
       if (&d != ws->device) {
@@ -296,11 +324,19 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
         d.copyFromHost(next.x->data(), hostRows.data(), hostRows.size() * sizeof(float));
         ws = &next;
       }
-      if (unit < unitCount() - 1) runBlock(unit - 1, *ws, T, positions.data(), sessions.data());
+      if (unit < unitCount() - 1) {
+        const int layer = unit - 1;
+        for (int64_t t = 0; t < T; t++) {
+          slots[size_t(t)] = sessions[size_t(t)]->slotFor(layer, positions[size_t(t)]);
+          pageTables[size_t(t)] = sessions[size_t(t)]->pageAddresses(layer).data();
+        }
+        runBlock(units_[size_t(unit)], *ws, T, positions.data(), slots.data(), pageTables.data());
+        units_[size_t(unit)].kernelsReady = true;
+      }
     }
 
     // The head: only rows whose logits were asked for.
-    const BoundUnit& head = units_.back();
+    BoundUnit& head = units_.back();
     Device& d = *head.device;
     std::vector<int64_t> rows;
     for (int64_t t = 0; t < T; t++) {
@@ -329,6 +365,7 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     }
     float* out = ws->f(ws->logits);
     d.matmul(head.table, normed, n, out, nullptr);
+    units_.back().kernelsReady = true;
     const size_t before = logits.size();
     logits.resize(before + size_t(n * c.vocabSize));
     d.copyToHost(logits.data() + before, reinterpret_cast<const uint8_t*>(out),

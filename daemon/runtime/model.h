@@ -11,9 +11,13 @@
 // result is exactly what it would get alone (every kernel computes a token's row independently of
 // the others in the batch).
 //
+// A unit's device changes only through a LiveMigration (live_migration.h), which stages the unit
+// on its target between steps and flips it at a token boundary.
+//
 // Ownership: owns the file mapping, the bound weights and the KV pools; sessions it creates
 // borrow its pools and must be destroyed first. Devices are borrowed and must outlive the model.
-// Thread-safety: forward() and createSession() from one thread at a time (the model's step loop).
+// Thread-safety: forward(), createSession() and migrations from one thread at a time (the
+// model's step loop).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +37,8 @@
 
 namespace jitllm::runtime {
 
+struct BoundUnit;  // bound_unit.h (internal)
+
 struct ModelLoadOptions {
   std::vector<Device*> devices;  // at least one; blocks are spread over them in order
   // Optional explicit placement: one index into `devices` per unit (layers + 2). Empty: blocks
@@ -44,6 +50,14 @@ struct ModelLoadOptions {
 };
 
 // One session's share of a step: tokens to feed and which logits to return.
+// Where one unit stands (jitllmctl ps -l).
+struct UnitInfo {
+  Device* device = nullptr;
+  bool inDeviceMemory = false;  // weights copied into device memory; false: read in place from the file
+  size_t weightBytes = 0;
+  bool kernelsReady = false;  // its ops have run on `device` (kernels compiled, buffers sized)
+};
+
 struct SequenceInput {
   Session* session = nullptr;
   std::span<const int32_t> tokens;
@@ -70,9 +84,13 @@ class Model final {
 
   int unitCount() const;
   Device& unitDevice(int unit) const;
+  UnitInfo unitInfo(int unit) const;
   std::string unitName(int unit) const;  // "token_embd", "blk.3", "output"
   const KvLayout& kvLayout() const { return kvLayout_; }
   KvPagePool& kvPool(Device& device);
+  // Every KV pool the model has made, with its device (also those no layer uses any more).
+  std::vector<const KvPagePool*> kvPools() const;
+  const SessionRegistry& sessions() const { return sessions_; }
 
   // contextLimit 0: the model's trained context length.
   std::unique_ptr<Session> createSession(int64_t contextLimit = 0);
@@ -83,14 +101,21 @@ class Model final {
   void forward(std::span<const SequenceInput> inputs, std::vector<float>& logits);
 
  private:
-  struct BoundUnit;
+  friend class LiveMigration;
   struct Workspace;
 
   Model() = default;
   void bind(const ModelLoadOptions& options);
+  // The unit's weights made usable on `device` (copied there, or viewed in place on the CPU).
+  BoundUnit bindUnit(int unit, Device& device);
+  // Runs the unit's ops once on its device with one dummy token, so the kernels are compiled and
+  // the workspace sized before the first real step there.
+  void warmUp(int unit, BoundUnit& bound);
+  // Drops workspaces of devices no unit runs on any more.
+  void releaseIdleWorkspaces();
   Workspace& workspace(Device& device, int64_t tokens);
-  void runBlock(int layer, Workspace& ws, int64_t tokens, const int32_t* positions,
-                Session* const* sessions);
+  void runBlock(const BoundUnit& unit, Workspace& ws, int64_t tokens, const int32_t* positions, const KvSlot* slots,
+                const uint8_t* const* const* pageTables);
 
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;
@@ -101,6 +126,7 @@ class Model final {
   std::map<Device*, std::unique_ptr<KvPagePool>> pools_;
   std::map<Device*, std::unique_ptr<Workspace>> workspaces_;
   std::vector<float> ropeFactors_;
+  SessionRegistry sessions_;
   uint64_t nextSessionId_ = 1;
 };
 

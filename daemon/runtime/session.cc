@@ -1,17 +1,30 @@
 #include "daemon/runtime/session.h"
 
+#include <algorithm>
+
 #include "kernels/error.h"
 
 namespace jitllm::runtime {
 
-Session::Session(uint64_t id, int64_t contextLimit, std::vector<KvPagePool*> layerPools)
-    : id_(id), contextLimit_(contextLimit) {
+Session* SessionRegistry::find(uint64_t id) const {
+  for (Session* s : sessions_) {
+    if (s->id() == id) return s;
+  }
+  return nullptr;
+}
+
+void SessionRegistry::remove(Session* s) { std::erase(sessions_, s); }
+
+Session::Session(uint64_t id, int64_t contextLimit, std::vector<KvPagePool*> layerPools, SessionRegistry* registry)
+    : id_(id), contextLimit_(contextLimit), registry_(registry) {
   JITLLM_REQUIRE(contextLimit > 0, "session context limit must be positive");
   layers_.resize(layerPools.size());
   for (size_t i = 0; i < layerPools.size(); i++) layers_[i].pool = layerPools[i];
+  if (registry_) registry_->add(this);
 }
 
 Session::~Session() {
+  if (registry_) registry_->remove(this);
   for (auto& layer : layers_) {
     for (PageId p : layer.pages) layer.pool->free(p);
   }
@@ -20,8 +33,8 @@ Session::~Session() {
 void Session::reserve(int64_t tokens) {
   JITLLM_REQUIRE(tokens >= 0, "negative token count");
   const int64_t needed = length_ + tokens;
-  JITLLM_REQUIRE(needed <= contextLimit_, "context limit exceeded: the session holds ", length_, " tokens, ",
-                 tokens, " more would pass its limit of ", contextLimit_);
+  JITLLM_REQUIRE(needed <= contextLimit_, "context limit exceeded: the session holds ", length_, " tokens, ", tokens,
+                 " more would pass its limit of ", contextLimit_);
   for (auto& layer : layers_) {
     const int64_t pageTokens = layer.pool->layout().pageTokens;
     const size_t pagesNeeded = size_t((needed + pageTokens - 1) / pageTokens);
@@ -39,8 +52,8 @@ void Session::advance(int64_t tokens) {
 }
 
 void Session::truncate(int64_t length) {
-  JITLLM_REQUIRE(length >= 0 && length <= length_, "cannot truncate a session of ", length_, " tokens to ",
-                 length);
+  JITLLM_REQUIRE(length >= 0 && length <= length_, "cannot truncate a session of ", length_, " tokens to ", length);
+  if (length < length_) rewinds_++;
   length_ = length;
 }
 
@@ -56,6 +69,15 @@ size_t Session::pageCount() const {
   size_t n = 0;
   for (const auto& l : layers_) n += l.pages.size();
   return n;
+}
+
+void Session::rebindLayer(int layer, KvPagePool& pool, std::vector<PageId> pages) noexcept {
+  LayerPages& l = layers_[size_t(layer)];
+  JITLLM_ASSERT(pages.size() == l.pages.size());
+  for (PageId p : l.pages) l.pool->free(p);
+  l.pool = &pool;
+  l.pages = std::move(pages);
+  for (size_t i = 0; i < l.pages.size(); i++) l.addresses[i] = pool.address(l.pages[i]);
 }
 
 }  // namespace jitllm::runtime

@@ -68,8 +68,7 @@ constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 }  // namespace
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options)
-    : isa_(options.isa.value_or(bestIsa())),
-      pool_(options.threads > 0 ? options.threads : onlineCores()) {
+    : isa_(options.isa.value_or(bestIsa())), pool_(options.threads > 0 ? options.threads : onlineCores()) {
   info_.id = "cpu:" + std::to_string(options.index);
   info_.backend = Backend::kCpu;
   info_.name = std::string("CPU (") + isaName(isa_) + ")";
@@ -85,8 +84,7 @@ std::unique_ptr<DeviceBuffer> CpuDevice::allocate(size_t bytes) {
   do {
     if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
       JITLLM_FAIL(kOverloaded, info_.id, ": out of memory: ", rounded, " bytes requested, ",
-                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget,
-                  " free");
+                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget, " free");
     }
   } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
   const bool mapped = rounded >= kMapThreshold;
@@ -107,13 +105,15 @@ std::unique_ptr<DeviceBuffer> CpuDevice::adoptHostBytes(const uint8_t* bytes, si
 
 void CpuDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuDevice::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) {
+  target.copyFromHost(dst, src, bytes);
+}
 
 void CpuDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
   for (int64_t i = 0; i < n; i++) {
     JITLLM_REQUIRE(ids[i] >= 0 && ids[i] < table.rows, "token id ", ids[i], " is outside the vocabulary of ",
                    table.rows);
-    quant::dequantizeRow(table.type, table.data + size_t(ids[i]) * table.rowStride, out + i * table.cols,
-                         table.cols);
+    quant::dequantizeRow(table.type, table.data + size_t(ids[i]) * table.rowStride, out + i * table.cols, table.cols);
   }
 }
 
@@ -178,8 +178,7 @@ void CpuDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int
   });
 }
 
-void CpuDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
-                        const KvLayout& layout) {
+void CpuDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) {
   const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
   for (int64_t t = 0; t < tokens; t++) {
     uint8_t* kDst = slots[t].page + size_t(slots[t].slot) * layout.tokenBytes();

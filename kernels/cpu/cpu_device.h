@@ -40,16 +40,15 @@ class CpuDevice final : public Device {
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
   void copyFromHost(uint8_t* dst, const void* src, size_t bytes) override;
   void copyToHost(void* dst, const uint8_t* src, size_t bytes) override;
+  // CPU memory is host memory: one copy straight into the target.
+  void copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) override;
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
-  void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim,
-               float eps) override;
-  void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y,
-              const float* bias) override;
+  void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
+  void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) override;
   void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
             const RopeParams& params) override;
-  void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
-               const KvLayout& layout) override;
+  void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) override;
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;

@@ -1,0 +1,201 @@
+#include "daemon/runtime/live_migration.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "daemon/runtime/bound_unit.h"
+#include "kernels/error.h"
+
+namespace jitllm::runtime {
+namespace {
+
+double msSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+LiveMigration::LiveMigration(Model& model, MigrationOptions options)
+    : model_(model), options_(options), started_(std::chrono::steady_clock::now()) {
+  JITLLM_REQUIRE(options_.target != nullptr, "a migration needs a target device");
+  const UnitRange& r = options_.units;
+  JITLLM_REQUIRE(r.first >= 0 && r.first <= r.last && r.last < model_.unitCount(), "units ", r.first, "-", r.last,
+                 " are not a range of this model's ", model_.unitCount(), " units");
+  std::vector<std::string> sources;
+  for (int u = r.first; u <= r.last; u++) {
+    Device* source = model_.units_[size_t(u)].device;
+    if (source == options_.target) continue;
+    movingUnits_.push_back(u);
+    if (u > 0 && u < model_.unitCount() - 1) movingLayers_.push_back(u - 1);
+    if (std::find(sources.begin(), sources.end(), source->info().id) == sources.end()) {
+      sources.push_back(source->info().id);
+    }
+  }
+  for (const std::string& s : sources) stats_.from += (stats_.from.empty() ? "" : ",") + s;
+  stats_.units = int(movingUnits_.size());
+  if (!movingLayers_.empty()) targetPool_ = &model_.kvPool(*options_.target);
+}
+
+LiveMigration::~LiveMigration() {
+  if (committed_) return;
+  releaseTargetPages();
+  staged_.clear();  // frees the weights staged on the target
+  // The warm-up sized a workspace on the target; nothing runs there if nothing else is placed there.
+  model_.releaseIdleWorkspaces();
+}
+
+void LiveMigration::releaseTargetPages() {
+  for (auto& [id, copy] : copies_) {
+    for (auto& pages : copy.pages) {
+      for (PageId p : pages) targetPool_->free(p);
+      pages.clear();
+    }
+  }
+  copies_.clear();
+}
+
+void LiveMigration::reconcileSessions() {
+  if (movingLayers_.empty()) return;
+  // Sessions that ended give their target pages back; new ones start with nothing copied.
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    if (model_.sessions_.find(it->first) == nullptr) {
+      for (auto& pages : it->second.pages) {
+        for (PageId p : pages) targetPool_->free(p);
+      }
+      it = copies_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (Session* s : model_.sessions_.all()) {
+    auto [it, fresh] = copies_.try_emplace(s->id());
+    SessionCopy& c = it->second;
+    if (fresh) {
+      c.pages.resize(movingLayers_.size());
+      c.copied.assign(movingLayers_.size(), 0);
+      c.rewinds = s->rewinds();
+    } else if (c.rewinds != s->rewinds()) {
+      // A rewind may have rewritten positions we copied: copy them again.
+      std::fill(c.copied.begin(), c.copied.end(), size_t(0));
+      c.rewinds = s->rewinds();
+    }
+  }
+}
+
+bool LiveMigration::precopy(size_t budget) {
+  const size_t pageBytes = model_.kvLayout().pageBytes();
+  const int64_t pageTokens = model_.kvLayout().pageTokens;
+  size_t spent = 0;
+  bool done = true;
+  for (Session* s : model_.sessions_.all()) {
+    SessionCopy& c = copies_.at(s->id());
+    const size_t sealed = size_t(s->length() / pageTokens);
+    for (size_t i = 0; i < movingLayers_.size(); i++) {
+      const int layer = movingLayers_[i];
+      Device& source = s->layerPool(layer).device();
+      while (c.copied[i] < sealed) {
+        if (spent + pageBytes > budget && spent > 0) return false;
+        if (c.pages[i].size() <= c.copied[i]) c.pages[i].push_back(targetPool_->allocate());
+        const size_t p = c.copied[i];
+        source.copyToDevice(*options_.target, targetPool_->address(c.pages[i][p]), s->pageAddresses(layer)[p],
+                            pageBytes);
+        c.copied[i]++;
+        spent += pageBytes;
+        stats_.bytesPrecopied += pageBytes;
+      }
+    }
+  }
+  return done;
+}
+
+bool LiveMigration::prepareStep() {
+  JITLLM_REQUIRE(!committed_, "this migration has already committed");
+  reconcileSessions();
+  // Weights first, one unit per step: a GPU upload of a big block is the longest single piece.
+  for (int u : movingUnits_) {
+    if (staged_.count(u)) continue;
+    auto bound = std::make_unique<BoundUnit>(model_.bindUnit(u, *options_.target));
+    model_.warmUp(u, *bound);
+    stats_.weightBytes += bound->weightBytes;
+    staged_.emplace(u, std::move(bound));
+    return false;
+  }
+  if (!options_.precopy || movingLayers_.empty()) return true;
+  return precopy(options_.stepBytes);
+}
+
+void LiveMigration::commit() {
+  JITLLM_REQUIRE(!committed_, "this migration has already committed");
+  // Whatever prepare has not done yet happens now (in the pause: a commit without pre-copy, or
+  // one asked for before prepare finished).
+  reconcileSessions();
+  for (int u : movingUnits_) {
+    if (staged_.count(u)) continue;
+    auto bound = std::make_unique<BoundUnit>(model_.bindUnit(u, *options_.target));
+    model_.warmUp(u, *bound);
+    stats_.weightBytes += bound->weightBytes;
+    staged_.emplace(u, std::move(bound));
+  }
+  stats_.prepareMs = msSince(started_);
+  const auto pauseStart = std::chrono::steady_clock::now();
+
+  // Every session gets all its pages on the target; the ones not yet valid there are gathered
+  // per source device into one buffer and scattered in one transfer.
+  const KvLayout& kv = model_.kvLayout();
+  const size_t pageBytes = kv.pageBytes();
+  struct Transfer {
+    std::vector<const uint8_t*> from;
+    std::vector<uint8_t*> to;
+  };
+  std::map<Device*, Transfer> transfers;
+  for (Session* s : model_.sessions_.all()) {
+    SessionCopy& c = copies_.at(s->id());
+    // Pages past the written length hold nothing yet: allocate them, copy nothing.
+    const size_t written = size_t((s->length() + kv.pageTokens - 1) / kv.pageTokens);
+    for (size_t i = 0; i < movingLayers_.size(); i++) {
+      const int layer = movingLayers_[i];
+      const size_t count = s->layerPageCount(layer);
+      while (c.pages[i].size() < count) c.pages[i].push_back(targetPool_->allocate());  // may throw OVERLOADED
+      Transfer& t = transfers[&s->layerPool(layer).device()];
+      for (size_t p = c.copied[i]; p < std::min(count, written); p++) {
+        t.from.push_back(s->pageAddresses(layer)[p]);
+        t.to.push_back(targetPool_->address(c.pages[i][p]));
+      }
+    }
+  }
+  std::vector<uint8_t> staging;
+  for (auto& [source, t] : transfers) {
+    if (t.from.empty()) continue;
+    staging.resize(t.from.size() * pageBytes);
+    source->gatherToHost(staging.data(), t.from.data(), t.from.size(), pageBytes);
+    options_.target->scatterFromHost(t.to.data(), staging.data(), t.to.size(), pageBytes);
+    stats_.bytesInPause += staging.size();
+  }
+
+  // The flip: nothing below throws.
+  for (int u : movingUnits_) model_.units_[size_t(u)] = std::move(*staged_.at(u));
+  staged_.clear();
+  for (Session* s : model_.sessions_.all()) {
+    SessionCopy& c = copies_.at(s->id());
+    for (size_t i = 0; i < movingLayers_.size(); i++) {
+      s->rebindLayer(movingLayers_[i], *targetPool_, std::move(c.pages[i]));
+    }
+  }
+  stats_.sessions = movingLayers_.empty() ? 0 : int(copies_.size());
+  copies_.clear();
+  model_.releaseIdleWorkspaces();
+  committed_ = true;
+  stats_.pauseMs = msSince(pauseStart);
+}
+
+std::string LiveMigration::describe() const {
+  const int layers = int(model_.config().layers);
+  char kv[64];
+  std::snprintf(kv, sizeof kv, "%.1f MB", double(stats_.bytesPrecopied) / 1e6);
+  return unitRangeName(options_.units, layers) + " " + (stats_.from.empty() ? "-" : stats_.from) + " -> " +
+         options_.target->info().id + ": " + std::to_string(staged_.size()) + "/" + std::to_string(stats_.units) +
+         " units staged, " + kv + " KV pre-copied";
+}
+
+}  // namespace jitllm::runtime
