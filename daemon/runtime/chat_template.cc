@@ -6,9 +6,12 @@ namespace jitllm::runtime {
 
 const char* chatTemplateName(ChatTemplate t) {
   switch (t) {
-    case ChatTemplate::kLlama3: return "llama3";
-    case ChatTemplate::kChatMl: return "chatml";
-    case ChatTemplate::kLlama2: return "llama2";
+    case ChatTemplate::kLlama3:
+      return "llama3";
+    case ChatTemplate::kChatMl:
+      return "chatml";
+    case ChatTemplate::kLlama2:
+      return "llama2";
   }
   return "unknown";
 }

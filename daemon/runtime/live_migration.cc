@@ -38,7 +38,10 @@ LiveMigration::LiveMigration(Model& model, MigrationOptions options)
 }
 
 LiveMigration::~LiveMigration() {
-  if (committed_) return;
+  if (committed_) {
+    releaseSource();
+    return;
+  }
   releaseTargetPages();
   staged_.clear();  // frees the weights staged on the target
   // The warm-up sized a workspace on the target; nothing runs there if nothing else is placed there.
@@ -46,6 +49,7 @@ LiveMigration::~LiveMigration() {
 }
 
 void LiveMigration::releaseTargetPages() {
+  // (Only before a commit: afterwards the sessions own these pages.)
   for (auto& [id, copy] : copies_) {
     for (auto& pages : copy.pages) {
       for (PageId p : pages) targetPool_->free(p);
@@ -73,6 +77,7 @@ void LiveMigration::reconcileSessions() {
     SessionCopy& c = it->second;
     if (fresh) {
       c.pages.resize(movingLayers_.size());
+      c.addresses.resize(movingLayers_.size());
       c.copied.assign(movingLayers_.size(), 0);
       c.rewinds = s->rewinds();
     } else if (c.rewinds != s->rewinds()) {
@@ -96,10 +101,9 @@ bool LiveMigration::precopy(size_t budget) {
       Device& source = s->layerPool(layer).device();
       while (c.copied[i] < sealed) {
         if (spent + pageBytes > budget && spent > 0) return false;
-        if (c.pages[i].size() <= c.copied[i]) c.pages[i].push_back(targetPool_->allocate());
+        if (c.pages[i].size() <= c.copied[i]) addTargetPage(c, i);
         const size_t p = c.copied[i];
-        source.copyToDevice(*options_.target, targetPool_->address(c.pages[i][p]), s->pageAddresses(layer)[p],
-                            pageBytes);
+        source.copyToDevice(*options_.target, c.addresses[i][p], s->pageAddresses(layer)[p], pageBytes);
         c.copied[i]++;
         spent += pageBytes;
         stats_.bytesPrecopied += pageBytes;
@@ -156,11 +160,11 @@ void LiveMigration::commit() {
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       const int layer = movingLayers_[i];
       const size_t count = s->layerPageCount(layer);
-      while (c.pages[i].size() < count) c.pages[i].push_back(targetPool_->allocate());  // may throw OVERLOADED
+      while (c.pages[i].size() < count) addTargetPage(c, i);  // may throw OVERLOADED
       Transfer& t = transfers[&s->layerPool(layer).device()];
       for (size_t p = c.copied[i]; p < std::min(count, written); p++) {
         t.from.push_back(s->pageAddresses(layer)[p]);
-        t.to.push_back(targetPool_->address(c.pages[i][p]));
+        t.to.push_back(c.addresses[i][p]);
       }
     }
   }
@@ -173,20 +177,40 @@ void LiveMigration::commit() {
     stats_.bytesInPause += staging.size();
   }
 
-  // The flip: nothing below throws.
-  for (int u : movingUnits_) model_.units_[size_t(u)] = std::move(*staged_.at(u));
+  // The flip: nothing below throws, and nothing is freed yet (releaseSource).
+  for (int u : movingUnits_) {
+    auto old = std::make_unique<BoundUnit>(std::move(model_.units_[size_t(u)]));
+    model_.units_[size_t(u)] = std::move(*staged_.at(u));
+    retiredUnits_.push_back(std::move(old));
+  }
   staged_.clear();
   for (Session* s : model_.sessions_.all()) {
     SessionCopy& c = copies_.at(s->id());
     for (size_t i = 0; i < movingLayers_.size(); i++) {
-      s->rebindLayer(movingLayers_[i], *targetPool_, std::move(c.pages[i]));
+      KvPagePool& from = s->layerPool(movingLayers_[i]);
+      retiredPages_.emplace_back(
+          &from, s->rebindLayer(movingLayers_[i], *targetPool_, std::move(c.pages[i]), std::move(c.addresses[i])));
     }
   }
   stats_.sessions = movingLayers_.empty() ? 0 : int(copies_.size());
   copies_.clear();
-  model_.releaseIdleWorkspaces();
   committed_ = true;
   stats_.pauseMs = msSince(pauseStart);
+}
+
+void LiveMigration::releaseSource() noexcept {
+  for (auto& [pool, pages] : retiredPages_) {
+    for (PageId p : pages) pool->free(p);
+  }
+  retiredPages_.clear();
+  retiredUnits_.clear();
+  model_.releaseIdleWorkspaces();
+}
+
+void LiveMigration::addTargetPage(SessionCopy& c, size_t layer) {
+  const PageId page = targetPool_->allocate();
+  c.pages[layer].push_back(page);
+  c.addresses[layer].push_back(targetPool_->address(page));
 }
 
 std::string LiveMigration::describe() const {

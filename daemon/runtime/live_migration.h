@@ -14,7 +14,9 @@
 //    exactly what it would have computed on the target all along.
 // Everything that can fail (target memory, a vanished device, a cancel) fails before the flip;
 // the model then runs where it was, and destroying the migration returns every target page and
-// buffer it took. Units already on the target are left alone.
+// buffer it took. The commit does work proportional to the sessions and moving layers, plus the
+// open pages' bytes - not to the context length - so with pre-copy its pause stays flat. Units already on the target
+// are left alone.
 //
 // Ownership: borrows the Model (which must outlive it) and the target Device.
 // Thread-safety: every method on the model's step-loop thread, between forward() calls.
@@ -67,7 +69,11 @@ class LiveMigration final {
   // the target failed); the migration is then dead and only to be destroyed.
   bool prepareStep();
   // Prepares whatever is left, then commits. All or nothing: on an Error nothing has moved.
+  // The source pages and weights are not freed here - returning them costs time that grows with
+  // the context (chunks going back to the device) - but by releaseSource(), which the step loop
+  // calls after its next step, or by the destructor.
   void commit();
+  void releaseSource() noexcept;
 
   bool committed() const { return committed_; }
   const MigrationOptions& options() const { return options_; }
@@ -79,15 +85,17 @@ class LiveMigration final {
  private:
   // One session's pages on the target for the moving layers, in the order of movingLayers_.
   struct SessionCopy {
-    uint64_t rewinds = 0;                    // the session's rewinds() when its pages were copied
-    std::vector<std::vector<PageId>> pages;  // per moving layer: target pages, in position order
-    std::vector<size_t> copied;              // per moving layer: leading pages holding valid KV
+    uint64_t rewinds = 0;                          // the session's rewinds() when its pages were copied
+    std::vector<std::vector<PageId>> pages;        // per moving layer: target pages, in position order
+    std::vector<std::vector<uint8_t*>> addresses;  // their addresses
+    std::vector<size_t> copied;                    // per moving layer: leading pages holding valid KV
   };
 
   void reconcileSessions();
   // Copies sealed pages up to `budget` bytes; true when none is left.
   bool precopy(size_t budget);
   void releaseTargetPages();
+  void addTargetPage(SessionCopy& c, size_t layer);  // may throw OVERLOADED
 
   Model& model_;
   MigrationOptions options_;
@@ -96,6 +104,9 @@ class LiveMigration final {
   std::vector<int> movingLayers_;  // block indices among movingUnits_
   std::map<int, std::unique_ptr<BoundUnit>> staged_;
   std::map<uint64_t, SessionCopy> copies_;  // by session id (ids are never reused)
+  // What the commit replaced, until releaseSource().
+  std::vector<std::unique_ptr<BoundUnit>> retiredUnits_;
+  std::vector<std::pair<KvPagePool*, std::vector<PageId>>> retiredPages_;
   std::chrono::steady_clock::time_point started_;
   MigrationStats stats_;
   bool committed_ = false;

@@ -7,8 +7,10 @@ namespace jitllm::runtime {
 
 const char* architectureName(Architecture arch) {
   switch (arch) {
-    case Architecture::kLlama: return "llama";
-    case Architecture::kQwen2: return "qwen2";
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kQwen2:
+      return "qwen2";
   }
   return "unknown";
 }
@@ -22,8 +24,8 @@ constexpr int64_t kMaxLayers = 4096;
 int64_t requireInt(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi) {
   auto v = f.getInt(key);
   JITLLM_REQUIRE(v.has_value(), f.name(), ": missing metadata key '", key, "'");
-  JITLLM_REQUIRE(*v >= lo && *v <= hi, f.name(), ": metadata key '", key, "' is ", *v, ", outside [", lo, ", ",
-                 hi, "]");
+  JITLLM_REQUIRE(*v >= lo && *v <= hi, f.name(), ": metadata key '", key, "' is ", *v, ", outside [", lo, ", ", hi,
+                 "]");
   return *v;
 }
 
@@ -40,8 +42,7 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
     c.ropeNeox = true;
     c.qkvBias = true;
   } else {
-    JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch,
-                "' (supported: llama, qwen2)");
+    JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch, "' (supported: llama, qwen2)");
   }
   c.archKey = *arch;
   const std::string p = c.archKey + ".";
@@ -49,8 +50,8 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
   c.embedding = requireInt(f, p + "embedding_length", 1, kMaxDim);
   c.layers = requireInt(f, p + "block_count", 1, kMaxLayers);
   c.heads = requireInt(f, p + "attention.head_count", 1, kMaxDim);
-  c.kvHeads = f.find(p + "attention.head_count_kv") ? requireInt(f, p + "attention.head_count_kv", 1, c.heads)
-                                                     : c.heads;
+  c.kvHeads =
+      f.find(p + "attention.head_count_kv") ? requireInt(f, p + "attention.head_count_kv", 1, c.heads) : c.heads;
   c.feedForward = requireInt(f, p + "feed_forward_length", 1, kMaxDim * 4);
   c.contextLength = f.find(p + "context_length") ? requireInt(f, p + "context_length", 1, int64_t(1) << 24) : 2048;
   JITLLM_REQUIRE(c.embedding % c.heads == 0, f.name(), ": embedding_length ", c.embedding,
@@ -63,8 +64,8 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
     JITLLM_REQUIRE(kl == c.headDim, f.name(), ": attention.key_length ", kl, " differs from embedding/heads ",
                    c.headDim, " (unsupported)");
   }
-  c.rotaryDims = f.find(p + "rope.dimension_count") ? requireInt(f, p + "rope.dimension_count", 2, c.headDim)
-                                                    : c.headDim;
+  c.rotaryDims =
+      f.find(p + "rope.dimension_count") ? requireInt(f, p + "rope.dimension_count", 2, c.headDim) : c.headDim;
   JITLLM_REQUIRE(c.rotaryDims % 2 == 0, f.name(), ": rope.dimension_count ", c.rotaryDims, " is odd");
   c.ropeFreqBase = float(f.getFloat(p + "rope.freq_base").value_or(10000.0));
   JITLLM_REQUIRE(c.ropeFreqBase > 0, f.name(), ": rope.freq_base must be positive");

@@ -14,8 +14,8 @@ class TensorFinder final {
   // A 2-D weight [cols (row length), rows] of a type the kernels compute with.
   const gguf::TensorInfo* matrix(const std::string& name, int64_t cols, int64_t rows) const {
     const gguf::TensorInfo* t = require(name);
-    JITLLM_REQUIRE(t->dims.size() == 2 && t->dims[0] == cols && t->dims[1] == rows, file_.name(), ": tensor '",
-                   name, "' has shape ", t->shapeString(), ", expected [", cols, ", ", rows, "]");
+    JITLLM_REQUIRE(t->dims.size() == 2 && t->dims[0] == cols && t->dims[1] == rows, file_.name(), ": tensor '", name,
+                   "' has shape ", t->shapeString(), ", expected [", cols, ", ", rows, "]");
     JITLLM_REQUIRE(quant::typeTraits(t->type).computable, file_.name(), ": tensor '", name, "' has type ",
                    quant::typeName(t->type), ", which jitllm cannot compute with yet");
     return t;
@@ -64,13 +64,13 @@ ModelTensors ModelTensors::find(const gguf::GgufFile& file, ModelConfig& c) {
   ModelTensors m;
   const gguf::TensorInfo* embd = file.findTensor("token_embd.weight");
   JITLLM_REQUIRE(embd != nullptr, file.name(), ": missing tensor 'token_embd.weight'");
-  JITLLM_REQUIRE(embd->dims.size() == 2, file.name(), ": tensor 'token_embd.weight' has shape ",
-                 embd->shapeString(), ", expected 2 dimensions");
+  JITLLM_REQUIRE(embd->dims.size() == 2, file.name(), ": tensor 'token_embd.weight' has shape ", embd->shapeString(),
+                 ", expected 2 dimensions");
   c.vocabSize = embd->dims[1];
   m.tokenEmbedding = find.matrix("token_embd.weight", c.embedding, c.vocabSize);
   m.outputNorm = find.vector("output_norm.weight", c.embedding);
-  m.output = file.findTensor("output.weight") ? find.matrix("output.weight", c.embedding, c.vocabSize)
-                                              : m.tokenEmbedding;
+  m.output =
+      file.findTensor("output.weight") ? find.matrix("output.weight", c.embedding, c.vocabSize) : m.tokenEmbedding;
   m.ropeFreqs = find.optionalVector("rope_freqs.weight", c.rotaryDims / 2);
   const int64_t qDim = c.heads * c.headDim;
   const int64_t kvDim = c.kvHeads * c.headDim;

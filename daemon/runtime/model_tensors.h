@@ -34,7 +34,7 @@ struct BlockTensors {
 struct ModelTensors {
   const gguf::TensorInfo* tokenEmbedding = nullptr;
   const gguf::TensorInfo* outputNorm = nullptr;
-  const gguf::TensorInfo* output = nullptr;  // == tokenEmbedding when tied
+  const gguf::TensorInfo* output = nullptr;     // == tokenEmbedding when tied
   const gguf::TensorInfo* ropeFreqs = nullptr;  // llama3 frequency divisors, optional
   std::vector<BlockTensors> blocks;
 

@@ -13,8 +13,7 @@ void SamplingParams::validate() const {
   JITLLM_REQUIRE(topK >= 0, "top-k must be >= 0, not ", topK);
   JITLLM_REQUIRE(topP > 0 && topP <= 1, "top-p must be in (0, 1], not ", topP);
   JITLLM_REQUIRE(minP >= 0 && minP < 1, "min-p must be in [0, 1), not ", minP);
-  JITLLM_REQUIRE(std::isfinite(repeatPenalty) && repeatPenalty > 0, "repeat penalty must be > 0, not ",
-                 repeatPenalty);
+  JITLLM_REQUIRE(std::isfinite(repeatPenalty) && repeatPenalty > 0, "repeat penalty must be > 0, not ", repeatPenalty);
   JITLLM_REQUIRE(repeatLastN >= 0, "repeat-last-n must be >= 0, not ", repeatLastN);
 }
 

@@ -16,12 +16,12 @@
 namespace jitllm::runtime {
 
 struct SamplingParams {
-  float temperature = 0.0f;   // <= 0: greedy
-  int32_t topK = 0;           // <= 0: off
-  float topP = 1.0f;          // >= 1: off
-  float minP = 0.0f;          // <= 0: off
-  float repeatPenalty = 1.0f; // 1: off
-  int32_t repeatLastN = 64;   // tokens of history the penalty looks at
+  float temperature = 0.0f;    // <= 0: greedy
+  int32_t topK = 0;            // <= 0: off
+  float topP = 1.0f;           // >= 1: off
+  float minP = 0.0f;           // <= 0: off
+  float repeatPenalty = 1.0f;  // 1: off
+  int32_t repeatLastN = 64;    // tokens of history the penalty looks at
   uint64_t seed = 0;
 
   // Error(FAILED) naming the parameter when a value is out of range.

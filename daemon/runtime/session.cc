@@ -71,13 +71,15 @@ size_t Session::pageCount() const {
   return n;
 }
 
-void Session::rebindLayer(int layer, KvPagePool& pool, std::vector<PageId> pages) noexcept {
+std::vector<PageId> Session::rebindLayer(int layer, KvPagePool& pool, std::vector<PageId> pages,
+                                         std::vector<uint8_t*> addresses) noexcept {
   LayerPages& l = layers_[size_t(layer)];
-  JITLLM_ASSERT(pages.size() == l.pages.size());
-  for (PageId p : l.pages) l.pool->free(p);
+  JITLLM_ASSERT(pages.size() == l.pages.size() && addresses.size() == pages.size());
+  std::vector<PageId> old = std::move(l.pages);
   l.pool = &pool;
   l.pages = std::move(pages);
-  for (size_t i = 0; i < l.pages.size(); i++) l.addresses[i] = pool.address(l.pages[i]);
+  l.addresses = std::move(addresses);
+  return old;
 }
 
 }  // namespace jitllm::runtime

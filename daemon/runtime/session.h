@@ -65,9 +65,11 @@ class Session final {
   KvSlot slotFor(int layer, int64_t position) const;
   size_t pageCount() const;  // over all layers
 
-  // Replaces layer `layer`'s pages with `pages` of `pool` (as many, holding the same KV) and
-  // returns the old ones to their pool. Does not throw.
-  void rebindLayer(int layer, KvPagePool& pool, std::vector<PageId> pages) noexcept;
+  // Replaces layer `layer`'s pages with `pages` of `pool` (as many, holding the same KV; their
+  // `addresses` from pool.address()) and returns the old ones, which the caller gives back to
+  // their pool (a migration does so after its pause). O(1): no page is touched.
+  std::vector<PageId> rebindLayer(int layer, KvPagePool& pool, std::vector<PageId> pages,
+                                  std::vector<uint8_t*> addresses) noexcept;
 
  private:
   struct LayerPages {

@@ -165,6 +165,15 @@ void DaemonCore::unload(const std::string& name) {
   events_.emit({0, EventKind::kModel, "model.unloaded", name, "", 0, ""});
 }
 
+Device& DaemonCore::device(const std::string& id) const {
+  std::string known;
+  for (const auto& d : devices_) {
+    if (d->info().id == id) return *d;
+    known += (known.empty() ? "" : ", ") + d->info().id;
+  }
+  JITLLM_FAIL(kFailed, "no device '", id, "' in this daemon; it has ", known, " (jitllmctl devices)");
+}
+
 std::shared_ptr<ModelHost> DaemonCore::find(const std::string& name) const {
   std::lock_guard lock(mutex_);
   auto it = models_.find(name);
@@ -197,7 +206,8 @@ size_t DaemonCore::drain(std::chrono::milliseconds grace) {
   const auto deadline = std::chrono::steady_clock::now() + grace;
   size_t cancelled = 0;
   for (auto& host : models()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (!host->waitIdle(std::max(left, std::chrono::milliseconds(0)))) cancelled += host->jobCount();
   }
   std::map<std::string, std::shared_ptr<ModelHost>> models;

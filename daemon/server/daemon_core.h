@@ -31,7 +31,7 @@ struct LoadRequest {
   int fd = -1;       // an open descriptor the client passed (still owned by the caller)
   std::string name;  // empty: from the file
   int64_t contextSize = 0;
-  std::string devices;  // placement hint, e.g. "cpu:0,cpu:1"; empty: all the daemon's devices
+  std::string devices;      // placement hint, e.g. "cpu:0,cpu:1"; empty: all the daemon's devices
   std::string kvPrecision;  // "", "f32", "f16"
 };
 
@@ -50,6 +50,8 @@ class DaemonCore final {
   EventHub& events() { return events_; }
   const AccessPolicy& access() const { return access_; }
   const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
+  // Error(FAILED) naming the devices there are when none is called `id`.
+  Device& device(const std::string& id) const;
 
   std::shared_ptr<ModelHost> load(const LoadRequest& request, const LoadProgress& progress);
   void unload(const std::string& name);

@@ -19,12 +19,12 @@
 
 namespace jitllm::server {
 
-enum class EventKind { kDaemon, kDevice, kModel, kSession };
+enum class EventKind { kDaemon, kDevice, kModel, kSession, kMigration };
 
 struct DaemonEvent {
   int64_t unixMs = 0;
   EventKind kind = EventKind::kDaemon;
-  std::string what;     // "loaded", "session.finished", ...
+  std::string what;  // "loaded", "session.finished", ...
   std::string model;
   std::string device;
   uint64_t sessionId = 0;

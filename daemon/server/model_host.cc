@@ -6,6 +6,7 @@
 #include <set>
 
 #include "daemon/runtime/stop_strings.h"
+#include "daemon/runtime/unit_range.h"
 #include "daemon/tokenizer/streaming_detokenizer.h"
 
 namespace jitllm::server {
@@ -36,6 +37,26 @@ struct ModelHost::Active {
         started(Clock::now()) {}
 };
 
+// The migration the worker is running, with its ticket. Worker thread only.
+struct ModelHost::RunningMigration {
+  std::shared_ptr<MigrationTicket> ticket;
+  std::unique_ptr<runtime::LiveMigration> migration;
+  bool prepared = false;
+};
+
+namespace {
+
+// Migration ids are unique in the daemon, so events of two models' migrations never mix.
+std::atomic<uint64_t> nextMigrationId{1};
+
+std::string megabytes(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
 ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime::Model> model,
                      ModelHostOptions options, EventHub& events)
     : name_(std::move(name)),
@@ -44,9 +65,10 @@ ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime
       options_(options),
       events_(events),
       chatTemplate_(runtime::detectChatTemplate(model_->file().getString("tokenizer.chat_template"))),
-      loadedUnixMs_(std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count()) {
+      loadedUnixMs_(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count()),
+      pins_(size_t(model_->unitCount())) {
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -94,6 +116,187 @@ bool ModelHost::cancelSession(uint64_t sessionId, uint32_t requesterUid, bool ad
   return false;
 }
 
+std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
+  JITLLM_REQUIRE(request.target != nullptr, "a migration needs a target device");
+  const int layers = int(model_->config().layers);
+  const runtime::UnitRange range = runtime::parseUnitRange(request.layers, layers);
+  MigrationResult identity;
+  identity.model = name_;
+  identity.firstName = runtime::unitName(range.first, layers);
+  identity.lastName = runtime::unitName(range.last, layers);
+  identity.to = request.target->info().id;
+  std::shared_ptr<MigrationTicket> ticket;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) JITLLM_FAIL(kDisconnected, "model '", name_, "' is being unloaded");
+    JITLLM_REQUIRE(!migrating_, "model '", name_, "' is already migrating (",
+                   publishedMigration_.empty() ? "starting" : publishedMigration_,
+                   "); wait for it to finish or cancel it");
+    for (int u = range.first; u <= range.last && !request.force; u++) {
+      const std::string& pin = pins_[size_t(u)];
+      JITLLM_REQUIRE(pin.empty() || pin == identity.to, runtime::unitName(u, layers), " of '", name_, "' is pinned to ",
+                     pin, "; unpin it (jitllmctl unpin ", name_, ":",
+                     range.first == range.last ? runtime::unitName(u, layers) : request.layers,
+                     ") or force the migration (--force)");
+    }
+    identity.id = nextMigrationId.fetch_add(1);
+    ticket = std::make_shared<MigrationTicket>(identity, request);
+    pendingMigration_ = ticket;
+    migrating_ = true;
+    pokes_ = true;
+  }
+  changed_.notify_all();
+  return ticket;
+}
+
+void ModelHost::unpin(const std::string& layers) {
+  const runtime::UnitRange range = runtime::parseUnitRange(layers, int(model_->config().layers));
+  {
+    std::lock_guard lock(mutex_);
+    for (int u = range.first; u <= range.last; u++) pins_[size_t(u)].clear();
+  }
+  events_.emit({0, EventKind::kMigration, "layers.unpinned", name_, "", 0,
+                "unpinned " + runtime::unitRangeName(range, int(model_->config().layers)) + " of " + name_});
+  wake();
+}
+
+void ModelHost::serviceMigration() {
+  const int layers = int(model_->config().layers);
+  if (!running_) {
+    std::shared_ptr<MigrationTicket> ticket;
+    {
+      std::lock_guard lock(mutex_);
+      ticket.swap(pendingMigration_);
+    }
+    if (!ticket) return;
+    const MigrationRequest& r = ticket->request();
+    runtime::MigrationOptions o;
+    o.units = runtime::parseUnitRange(r.layers, layers);  // checked in migrate()
+    o.target = r.target;
+    o.precopy = r.precopy;
+    auto started = std::make_unique<RunningMigration>();
+    started->ticket = ticket;
+    try {
+      started->migration = std::make_unique<runtime::LiveMigration>(*model_, o);
+    } catch (const Error& e) {
+      ticket->fail(e);
+      std::lock_guard lock(mutex_);
+      migrating_ = pendingMigration_ != nullptr;
+      return;
+    }
+    running_ = std::move(started);
+    const auto& st = running_->migration->stats();
+    events_.emit({0, EventKind::kMigration, "migration.preparing", name_, o.target->info().id, 0,
+                  "migration " + std::to_string(ticket->id()) + ": " + running_->migration->describe() + " (" +
+                      std::to_string(st.units) + " units to move" + (r.precopy ? ", pre-copying KV" : "") + ")"});
+  }
+  RunningMigration& m = *running_;
+  const std::string target = m.ticket->request().target->info().id;
+  auto finishRunning = [&] {
+    running_.reset();
+    std::lock_guard lock(mutex_);
+    migrating_ = pendingMigration_ != nullptr;
+  };
+  if (m.ticket->cancelled()) {
+    m.ticket->fail(Error(ErrorKind::kFailed, "migration " + std::to_string(m.ticket->id()) + " was cancelled"));
+    events_.emit({0, EventKind::kMigration, "migration.cancelled", name_, target, 0,
+                  "migration " + std::to_string(m.ticket->id()) + " cancelled while preparing; " + name_ +
+                      " stays where it was"});
+    finishRunning();
+    return;
+  }
+  try {
+    if (!m.prepared) {
+      m.prepared = m.migration->prepareStep();
+      if (m.prepared) {
+        events_.emit({0, EventKind::kMigration, "migration.prepared", name_, target, 0,
+                      "migration " + std::to_string(m.ticket->id()) + ": " + m.migration->describe()});
+      }
+      return;
+    }
+    m.migration->commit();
+  } catch (const Error& e) {
+    spdlog::warn("model '{}': migration {} failed: {}", name_, m.ticket->id(), e.what());
+    m.ticket->fail(e);
+    events_.emit({0, EventKind::kMigration, "migration.failed", name_, target, 0,
+                  "migration " + std::to_string(m.ticket->id()) + " failed: " + e.what() + "; " + name_ +
+                      " stays where it was"});
+    finishRunning();
+    return;
+  }
+  // Committed: pins follow the units that were forced off theirs; pin() pins the whole range.
+  const MigrationRequest& r = m.ticket->request();
+  const runtime::UnitRange range = m.migration->options().units;
+  {
+    std::lock_guard lock(mutex_);
+    for (int u = range.first; u <= range.last; u++) {
+      std::string& pin = pins_[size_t(u)];
+      if (r.pinAfter || !pin.empty()) pin = target;
+    }
+  }
+  const runtime::MigrationStats& st = m.migration->stats();
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "pause %.3f ms, prepare %.1f ms, %s pre-copied, %s in the pause, %d sessions, 0 tokens recomputed",
+                st.pauseMs, st.prepareMs, megabytes(st.bytesPrecopied).c_str(), megabytes(st.bytesInPause).c_str(),
+                st.sessions);
+  events_.emit({0, EventKind::kMigration, "migration.committed", name_, target, 0,
+                "migrated " + runtime::unitRangeName(range, layers) + " of " + name_ + " " +
+                    (st.from.empty() ? target : st.from) + "->" + target + ": " + line});
+  if (r.pinAfter) {
+    events_.emit({0, EventKind::kMigration, "layers.pinned", name_, target, 0,
+                  "pinned " + runtime::unitRangeName(range, layers) + " of " + name_ + " to " + target});
+  }
+  // The requester hears of it once ps shows the new placement (after this iteration's publish).
+  committed_ = {m.ticket, st};
+  retiring_ = std::move(m.migration);
+  finishRunning();
+}
+
+void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
+  std::vector<SessionSnapshot> sessions;
+  for (const auto& a : active) {
+    sessions.push_back({a->session->id(), a->job->request().ownerUid, a->session->length(), a->session->contextLimit(),
+                        a->job->throttled() ? "waiting" : (a->generated == 0 ? "prefill" : "decode")});
+  }
+  const size_t pageBytes = model_->kvLayout().pageBytes();
+  std::vector<std::pair<std::string, size_t>> kv;
+  std::vector<UnitSnapshot> units(size_t(model_->unitCount()));
+  for (int u = 0; u < model_->unitCount(); u++) {
+    const runtime::UnitInfo info = model_->unitInfo(u);
+    UnitSnapshot& s = units[size_t(u)];
+    s.name = model_->unitName(u);
+    s.device = info.device->info().id;
+    s.residency = info.inDeviceMemory ? "device" : "file";
+    s.weightBytes = info.weightBytes;
+    s.kernelsReady = info.kernelsReady;
+    if (running_ && running_->migration->staged(u)) s.stagedOn = running_->migration->options().target->info().id;
+    if (u == 0 || u + 1 == model_->unitCount()) continue;
+    for (const auto& a : active) {
+      const size_t pages = a->session->layerPageCount(u - 1);
+      s.kvPages += pages;
+      s.sessionPages.emplace_back(a->session->id(), uint32_t(pages));
+    }
+    s.kvBytes = s.kvPages * pageBytes;
+    auto it = std::find_if(kv.begin(), kv.end(), [&](const auto& e) { return e.first == s.device; });
+    if (it == kv.end()) {
+      kv.emplace_back(s.device, s.kvBytes);
+    } else {
+      it->second += s.kvBytes;
+    }
+  }
+  std::string migration =
+      running_ ? "migration " + std::to_string(running_->ticket->id()) + ": " + running_->migration->describe()
+               : std::string();
+  std::lock_guard lock(mutex_);
+  for (size_t u = 0; u < units.size(); u++) units[u].pinned = pins_[u];
+  published_ = std::move(sessions);
+  publishedKv_ = std::move(kv);
+  publishedUnits_ = std::move(units);
+  publishedMigration_ = std::move(migration);
+  activeCount_ = active.size();
+}
+
 ModelSnapshot ModelHost::snapshot() const {
   std::lock_guard lock(mutex_);
   ModelSnapshot s;
@@ -101,6 +304,9 @@ ModelSnapshot ModelHost::snapshot() const {
   s.path = path_;
   s.sessions = published_;
   s.kvBytesByDevice = publishedKv_;
+  s.units = publishedUnits_;
+  for (size_t u = 0; u < s.units.size(); u++) s.units[u].pinned = pins_[u];
+  s.migration = publishedMigration_;
   return s;
 }
 
@@ -164,14 +370,14 @@ void ModelHost::finishActive(Active& a, StopReason reason) {
   a.job->finish(st);
   a.done = true;
   events_.emit({0, EventKind::kSession, "session.finished", name_, "", st.sessionId,
-                std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) +
-                    " tok/s"});
+                std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) + " tok/s"});
 }
 
 void ModelHost::workerLoop() {
   std::vector<std::unique_ptr<Active>> active;
   std::vector<float> logits;
   const auto& tok = model_->tokenizer();
+  publish(active);
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> arrivals;
     std::set<uint64_t> cancels;
@@ -184,7 +390,7 @@ void ModelHost::workerLoop() {
         }
         return false;
       };
-      changed_.wait(lock, [&] { return pokes_ || stopping_ || !incoming_.empty() || runnable(); });
+      changed_.wait(lock, [&] { return pokes_ || stopping_ || !incoming_.empty() || runnable() || migrating_; });
       pokes_ = false;
       arrivals.swap(incoming_);
       cancels.swap(cancelRequests_);
@@ -198,6 +404,11 @@ void ModelHost::workerLoop() {
       std::lock_guard lock(mutex_);
       for (auto& j : incoming_) j->fail(gone);
       incoming_.clear();
+      const Error unloaded(ErrorKind::kDisconnected, "model '" + name_ + "' was unloaded before the migration ended");
+      if (pendingMigration_) pendingMigration_->fail(unloaded);
+      if (running_) running_->ticket->fail(unloaded);
+      pendingMigration_.reset();
+      migrating_ = false;
       activeCount_ = 0;
       published_.clear();
       changed_.notify_all();
@@ -214,6 +425,9 @@ void ModelHost::workerLoop() {
         a->done = true;
       }
     }
+
+    // A migration prepares between steps and commits at this token boundary.
+    serviceMigration();
 
     // Build one step.
     std::vector<runtime::SequenceInput> inputs;
@@ -270,29 +484,18 @@ void ModelHost::workerLoop() {
       }
     }
 
+    // The step after a commit has run: the migration's source memory can go back now.
+    if (retiring_ && !running_) retiring_.reset();
+
     // Retire finished sessions (their pages return to the pools) and publish what ps shows.
     const bool hadSessions = !active.empty();
     std::erase_if(active, [](const auto& a) { return a->done; });
     // A burst just ended: hand the heap's free memory back to the OS rather than keep the peak.
     if (hadSessions && active.empty()) ::malloc_trim(0);
-    std::vector<SessionSnapshot> sessions;
-    for (const auto& a : active) {
-      sessions.push_back({a->session->id(), a->job->request().ownerUid, a->session->length(),
-                          a->session->contextLimit(),
-                          a->job->throttled() ? "waiting" : (a->generated == 0 ? "prefill" : "decode")});
-    }
-    std::vector<std::pair<std::string, size_t>> kv;
-    std::set<Device*> seen;
-    for (int u = 1; u + 1 < model_->unitCount(); u++) {
-      Device& d = model_->unitDevice(u);
-      if (!seen.insert(&d).second) continue;
-      kv.emplace_back(d.info().id, model_->kvPool(d).pagesInUse() * model_->kvLayout().pageBytes());
-    }
-    {
-      std::lock_guard lock(mutex_);
-      published_ = std::move(sessions);
-      publishedKv_ = std::move(kv);
-      activeCount_ = active.size();
+    publish(active);
+    if (committed_.first) {
+      committed_.first->succeed(committed_.second);
+      committed_ = {};
     }
     changed_.notify_all();
   }

@@ -7,8 +7,14 @@
 // tokens it would get alone. Jobs join and leave between iterations; a cancelled job's session
 // (and so its KV pages) is dropped at the next one.
 //
+// Migrations run on the same worker: between iterations it prepares one slice of the migration
+// in progress and, once prepared, commits it before the next step (live_migration.h), so the
+// replies keep streaming and stand still only for the commit. One migration per model at a time:
+// a second request is refused while one is running. Pins (per unit) keep units where they are.
+//
 // Ownership: owns the Model and the worker thread; the devices and the EventHub are borrowed and
-// must outlive it. Destruction (or shutdown()) fails waiting and running jobs with DISCONNECTED.
+// must outlive it. Destruction (or shutdown()) fails waiting and running jobs and a pending
+// migration with DISCONNECTED.
 // Thread-safety: public methods may be called from any thread.
 #pragma once
 
@@ -25,6 +31,7 @@
 #include "daemon/runtime/model.h"
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
+#include "daemon/server/migration_ticket.h"
 
 namespace jitllm::server {
 
@@ -42,10 +49,26 @@ struct SessionSnapshot {
   std::string state;  // "prefill", "decode", "waiting"
 };
 
+// One unit as ps -l shows it.
+struct UnitSnapshot {
+  std::string name;
+  std::string device;
+  std::string residency;  // "device" | "file"
+  std::string stagedOn;   // the target of the migration that has staged it; "" if none
+  size_t weightBytes = 0;
+  bool kernelsReady = false;
+  std::string pinned;  // device id, "" when not pinned
+  size_t kvPages = 0;
+  size_t kvBytes = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> sessionPages;  // (session id, pages)
+};
+
 struct ModelSnapshot {
   std::string name, path;
   std::vector<SessionSnapshot> sessions;
   std::vector<std::pair<std::string, size_t>> kvBytesByDevice;
+  std::vector<UnitSnapshot> units;
+  std::string migration;  // the one in progress, one line; "" when none
 };
 
 class ModelHost final {
@@ -73,6 +96,14 @@ class ModelHost final {
   // Ends one session (cancel semantics); false when no job has that session id.
   bool cancelSession(uint64_t sessionId, uint32_t requesterUid, bool admin);
 
+  // Starts moving a range of units to request.target (see migration_ticket.h for waiting on it).
+  // Checked here, at once: the range (Error(FAILED) saying the syntax), pins (a unit pinned to
+  // another device is refused unless request.force), and that no migration of this model is
+  // running. Error(DISCONNECTED) after shutdown().
+  std::shared_ptr<MigrationTicket> migrate(MigrationRequest request);
+  // Removes the pins of a range; pins of units outside it stay.
+  void unpin(const std::string& layers);
+
   ModelSnapshot snapshot() const;
   size_t jobCount() const;
   // Stops accepting jobs; running ones fail with DISCONNECTED; joins the worker.
@@ -82,7 +113,11 @@ class ModelHost final {
 
  private:
   struct Active;
+  struct RunningMigration;
   void workerLoop();
+  // One slice of the migration in progress (or its start or commit); worker thread only.
+  void serviceMigration();
+  void publish(const std::vector<std::unique_ptr<Active>>& active);
   void admit(std::shared_ptr<GenerationJob> job, std::vector<std::unique_ptr<Active>>& active);
   void finishActive(Active& a, StopReason reason);
   void wake();
@@ -102,6 +137,16 @@ class ModelHost final {
   std::vector<SessionSnapshot> published_;  // what snapshot() reports, refreshed each iteration
   std::vector<std::pair<std::string, size_t>> publishedKv_;
   size_t activeCount_ = 0;
+  std::vector<UnitSnapshot> publishedUnits_;
+  std::string publishedMigration_;
+  std::vector<std::string> pins_;                      // per unit: device id or ""
+  std::shared_ptr<MigrationTicket> pendingMigration_;  // requested, not yet started by the worker
+  bool migrating_ = false;                             // pending or running
+  std::unique_ptr<RunningMigration> running_;          // worker thread only
+  // A committed migration whose source pages and weights go back after the next step, so the
+  // streams do not wait for that (worker thread only).
+  std::unique_ptr<runtime::LiveMigration> retiring_;
+  std::pair<std::shared_ptr<MigrationTicket>, runtime::MigrationStats> committed_;  // to succeed after publish
   bool stopping_ = false;
   bool pokes_ = false;  // something happened the worker should look at
   std::thread worker_;

@@ -1,13 +1,14 @@
 #include "daemon/server/rpc_service.h"
 
+#include <capnp/message.h>
 #include <fcntl.h>
+#include <kj/vector.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <capnp/message.h>
-#include <kj/vector.h>
-
+#include <algorithm>
 #include <deque>
-#include <spdlog/spdlog.h>
+#include <set>
 
 #include "daemon/runtime/chat_template.h"
 #include "daemon/server/kj_errors.h"
@@ -26,20 +27,30 @@ std::pair<kj::Promise<void>, std::function<void()>> crossThreadWaker() {
 
 rpc::StopReason toRpc(StopReason r) {
   switch (r) {
-    case StopReason::kMaxTokens: return rpc::StopReason::MAX_TOKENS;
-    case StopReason::kEndOfGeneration: return rpc::StopReason::END_OF_GENERATION;
-    case StopReason::kStopString: return rpc::StopReason::STOP_STRING;
-    case StopReason::kContextFull: return rpc::StopReason::CONTEXT_FULL;
+    case StopReason::kMaxTokens:
+      return rpc::StopReason::MAX_TOKENS;
+    case StopReason::kEndOfGeneration:
+      return rpc::StopReason::END_OF_GENERATION;
+    case StopReason::kStopString:
+      return rpc::StopReason::STOP_STRING;
+    case StopReason::kContextFull:
+      return rpc::StopReason::CONTEXT_FULL;
   }
   return rpc::StopReason::MAX_TOKENS;
 }
 
 rpc::EventKind toRpc(EventKind k) {
   switch (k) {
-    case EventKind::kDaemon: return rpc::EventKind::DAEMON;
-    case EventKind::kDevice: return rpc::EventKind::DEVICE;
-    case EventKind::kModel: return rpc::EventKind::MODEL;
-    case EventKind::kSession: return rpc::EventKind::SESSION;
+    case EventKind::kDaemon:
+      return rpc::EventKind::DAEMON;
+    case EventKind::kDevice:
+      return rpc::EventKind::DEVICE;
+    case EventKind::kModel:
+      return rpc::EventKind::MODEL;
+    case EventKind::kSession:
+      return rpc::EventKind::SESSION;
+    case EventKind::kMigration:
+      return rpc::EventKind::MIGRATION;
   }
   return rpc::EventKind::DAEMON;
 }
@@ -87,10 +98,13 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
   b.setContextSize(uint32_t(host.options().defaultContext));
   b.setChatTemplate(runtime::chatTemplateName(host.chatTemplate()));
   b.setLoadedUnixMs(host.loadedUnixMs());
+  // Everything that changes with migrations comes from the worker's snapshot, not the model.
+  const ModelSnapshot snap = host.snapshot();
+  const auto& units = snap.units;
   // Placement: runs of consecutive units on one device.
   std::vector<std::pair<int, int>> runs;
-  for (int u = 0; u < m.unitCount(); u++) {
-    if (runs.empty() || &m.unitDevice(u) != &m.unitDevice(runs.back().first)) {
+  for (int u = 0; u < int(units.size()); u++) {
+    if (runs.empty() || units[size_t(u)].device != units[size_t(runs.back().first)].device) {
       runs.push_back({u, u});
     } else {
       runs.back().second = u;
@@ -101,28 +115,20 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
     auto r = placement[uint32_t(i)];
     r.setFirst(uint32_t(runs[i].first));
     r.setLast(uint32_t(runs[i].second));
-    r.setDevice(text(m.unitDevice(runs[i].first).info().id));
-    r.setFirstName(text(m.unitName(runs[i].first)));
-    r.setLastName(text(m.unitName(runs[i].second)));
+    r.setDevice(text(units[size_t(runs[i].first)].device));
+    r.setFirstName(text(units[size_t(runs[i].first)].name));
+    r.setLastName(text(units[size_t(runs[i].second)].name));
   }
-  // Weight bytes per device.
+  // Weight and KV bytes per device.
   std::vector<std::pair<std::string, uint64_t>> weights;
-  auto addWeights = [&](const std::string& device, uint64_t bytes) {
-    for (auto& [d, n] : weights) {
-      if (d == device) {
-        n += bytes;
-        return;
-      }
+  for (const UnitSnapshot& u : units) {
+    auto it = std::find_if(weights.begin(), weights.end(), [&](const auto& w) { return w.first == u.device; });
+    if (it == weights.end()) {
+      weights.emplace_back(u.device, u.weightBytes);
+    } else {
+      it->second += u.weightBytes;
     }
-    weights.emplace_back(device, bytes);
-  };
-  const auto& t = m.tensors();
-  addWeights(m.unitDevice(0).info().id, t.tokenEmbedding->nbytes);
-  for (int l = 0; l < c.layers; l++) addWeights(m.unitDevice(l + 1).info().id, t.blocks[size_t(l)].bytes());
-  const int head = m.unitCount() - 1;
-  addWeights(m.unitDevice(head).info().id,
-             t.outputNorm->nbytes + (t.output != t.tokenEmbedding ? t.output->nbytes : 0));
-  const ModelSnapshot snap = host.snapshot();
+  }
   auto memory = b.initMemory(uint32_t(weights.size()));
   for (size_t i = 0; i < weights.size(); i++) {
     memory[uint32_t(i)].setDevice(text(weights[i].first));
@@ -131,6 +137,35 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
       if (d == weights[i].first) memory[uint32_t(i)].setKvBytes(kv);
     }
   }
+  std::set<uint64_t> visibleIds;
+  for (const auto& s : snap.sessions) {
+    if (admin || s.ownerUid == peer.uid) visibleIds.insert(s.id);
+  }
+  auto layers = b.initLayerStates(uint32_t(units.size()));
+  for (size_t i = 0; i < units.size(); i++) {
+    const UnitSnapshot& u = units[i];
+    auto l = layers[uint32_t(i)];
+    l.setUnit(uint32_t(i));
+    l.setName(text(u.name));
+    l.setDevice(text(u.device));
+    l.setResidency(text(u.residency));
+    l.setStagedOn(text(u.stagedOn));
+    l.setWeightBytes(u.weightBytes);
+    l.setKernelsReady(u.kernelsReady);
+    l.setPinned(text(u.pinned));
+    l.setKvPages(uint32_t(u.kvPages));
+    l.setKvBytes(u.kvBytes);
+    std::vector<std::pair<uint64_t, uint32_t>> shown;
+    for (const auto& sp : u.sessionPages) {
+      if (visibleIds.count(sp.first)) shown.push_back(sp);
+    }
+    auto list = l.initSessions(uint32_t(shown.size()));
+    for (size_t j = 0; j < shown.size(); j++) {
+      list[uint32_t(j)].setSessionId(shown[j].first);
+      list[uint32_t(j)].setPages(shown[j].second);
+    }
+  }
+  b.setMigration(text(snap.migration));
   std::vector<SessionSnapshot> visible;
   for (const auto& s : snap.sessions) {
     if (admin || s.ownerUid == peer.uid) visible.push_back(s);
@@ -234,11 +269,13 @@ class EventSubscription final : public rpc::Subscription::Server {
       fillEvent(e, request.initEvent());
       sent = sent.then([request = kj::mv(request)]() mutable { return request.send(); });
     }
-    return sent.then([this] {
-      auto [more, waker] = crossThreadWaker();
-      box_->setWaker(waker);
-      return kj::mv(more);
-    }).then([this] { return run(); });
+    return sent
+        .then([this] {
+          auto [more, waker] = crossThreadWaker();
+          box_->setWaker(waker);
+          return kj::mv(more);
+        })
+        .then([this] { return run(); });
   }
 
   std::shared_ptr<EventMailbox> box_;
@@ -314,14 +351,13 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
     if (source.isPath()) {
       request->path = source.getPath();
       JITLLM_REQUIRE(!request->path.empty() && request->path[0] == '/', "load: the path must be absolute");
-      JITLLM_REQUIRE(core_.access().canRead(request->path, peer_.uid), "load: you (uid ", peer_.uid,
-                     ") cannot read '", request->path, "'");
+      JITLLM_REQUIRE(core_.access().canRead(request->path, peer_.uid), "load: you (uid ", peer_.uid, ") cannot read '",
+                     request->path, "'");
     } else {
       ready = source.getFile().getFd().then([request](kj::Maybe<int> fd) {
-        KJ_IF_MAYBE(f, fd) {
+        KJ_IF_MAYBE (f, fd) {
           request->fd = dupFd(*f);
-        }
-        else {
+        } else {
           JITLLM_FAIL(kFailed, "load: no file descriptor came with the request");
         }
       });
@@ -353,7 +389,7 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
             auto host = core_.load(*request, [&](const std::string& stage, uint64_t done, uint64_t total) {
               executor.executeSync([&] {
                 if (relay->sink == nullptr) return;
-                KJ_IF_MAYBE(s, *relay->sink) {
+                KJ_IF_MAYBE (s, *relay->sink) {
                   auto r = s->progressRequest();
                   r.setStage(text(stage));
                   r.setDone(done);
@@ -367,7 +403,8 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
           return background_.run(work);
         })
         .then([this, context](std::string name) mutable {
-          return translateErrors([&] { fillModelInfo(*core_.find(name), context.getResults().initModel(), peer_, true); });
+          return translateErrors(
+              [&] { fillModelInfo(*core_.find(name), context.getResults().initModel(), peer_, true); });
         })
         .attach(kj::mv(unhook), kj::mv(sinkHolder));
   });
@@ -378,10 +415,12 @@ kj::Promise<void> DaemonService::unload(UnloadContext context) {
     core_.access().requireAdmin(peer_.uid, "unload");
     std::string name = context.getParams().getName();
     core_.find(name);  // a clear error for an unknown name
-    return background_.run(std::function<bool()>([this, name] {
-      core_.unload(name);
-      return true;
-    })).ignoreResult();
+    return background_
+        .run(std::function<bool()>([this, name] {
+          core_.unload(name);
+          return true;
+        }))
+        .ignoreResult();
   });
 }
 
@@ -487,6 +526,99 @@ kj::Promise<void> DaemonService::events(EventsContext context) {
   }
   return replayed.then([context, box = std::move(box), sink]() mutable {
     context.getResults().setSubscription(kj::heap<EventSubscription>(std::move(box), kj::mv(sink)));
+  });
+}
+
+namespace {
+
+void fillMigrationStats(const MigrationResult& r, rpc::MigrationStats::Builder b) {
+  b.setId(r.id);
+  b.setModel(text(r.model));
+  b.setFirstName(text(r.firstName));
+  b.setLastName(text(r.lastName));
+  b.setFrom(text(r.stats.from));
+  b.setTo(text(r.to));
+  b.setUnits(uint32_t(r.stats.units));
+  b.setCommitted(r.committed);
+  b.setPrepareMs(r.stats.prepareMs);
+  b.setPauseMs(r.stats.pauseMs);
+  b.setBytesPrecopied(r.stats.bytesPrecopied);
+  b.setBytesInPause(r.stats.bytesInPause);
+  b.setWeightBytes(r.stats.weightBytes);
+  b.setRecomputedTokens(uint32_t(r.stats.recomputedTokens));
+  b.setSessions(uint32_t(r.stats.sessions));
+}
+
+// Waits for a migration on the RPC loop without blocking it. Dropping the promise (the client
+// cancelled the call or went away) cancels a migration that has not committed yet.
+kj::Promise<MigrationResult> whenDone(std::shared_ptr<MigrationTicket> ticket) {
+  struct CancelIfDropped {
+    explicit CancelIfDropped(std::shared_ptr<MigrationTicket> t) : ticket(std::move(t)) {}
+    CancelIfDropped(const CancelIfDropped&) = delete;
+    std::shared_ptr<MigrationTicket> ticket;
+    ~CancelIfDropped() {
+      if (!ticket->done()) ticket->cancel();
+    }
+  };
+  auto [done, waker] = crossThreadWaker();
+  ticket->setWaker(waker);
+  return done
+      .then([ticket]() -> MigrationResult {
+        if (auto error = ticket->error()) kj::throwFatalException(toKjException(*error));
+        return ticket->result();
+      })
+      .attach(kj::heap<CancelIfDropped>(ticket));
+}
+
+}  // namespace
+
+kj::Promise<void> DaemonService::migrate(MigrateContext context) {
+  context.allowCancellation();
+  return translateErrors([&]() -> kj::Promise<void> {
+    core_.access().requireAdmin(peer_.uid, "migrate");
+    auto r = context.getParams().getRequest();
+    auto host = core_.find(r.getModel());
+    MigrationRequest request;
+    request.layers = r.getLayers();
+    request.target = &core_.device(r.getDevice());
+    request.precopy = r.getPrecopy();
+    request.force = r.getForce();
+    auto ticket = host->migrate(request);
+    if (!r.getWait()) {
+      fillMigrationStats(ticket->result(), context.getResults().initStats());
+      return kj::READY_NOW;
+    }
+    return whenDone(ticket)
+        .then(
+            [context](MigrationResult result) mutable { fillMigrationStats(result, context.getResults().initStats()); })
+        .attach(kj::mv(host));
+  });
+}
+
+kj::Promise<void> DaemonService::pin(PinContext context) {
+  context.allowCancellation();
+  return translateErrors([&]() -> kj::Promise<void> {
+    core_.access().requireAdmin(peer_.uid, "pin");
+    auto params = context.getParams();
+    auto host = core_.find(params.getModel());
+    MigrationRequest request;
+    request.layers = params.getLayers();
+    request.target = &core_.device(params.getDevice());
+    request.force = true;  // pinning somewhere is the explicit word that overrides older pins
+    request.pinAfter = true;
+    return whenDone(host->migrate(request))
+        .then(
+            [context](MigrationResult result) mutable { fillMigrationStats(result, context.getResults().initStats()); })
+        .attach(kj::mv(host));
+  });
+}
+
+kj::Promise<void> DaemonService::unpin(UnpinContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    core_.access().requireAdmin(peer_.uid, "unpin");
+    auto params = context.getParams();
+    core_.find(params.getModel())->unpin(params.getLayers());
+    return kj::READY_NOW;
   });
 }
 

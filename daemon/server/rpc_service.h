@@ -31,6 +31,9 @@ class DaemonService final : public rpc::Daemon::Server {
   kj::Promise<void> chat(ChatContext context) override;
   kj::Promise<void> events(EventsContext context) override;
   kj::Promise<void> cancelSession(CancelSessionContext context) override;
+  kj::Promise<void> migrate(MigrateContext context) override;
+  kj::Promise<void> pin(PinContext context) override;
+  kj::Promise<void> unpin(UnpinContext context) override;
 
   // Where a finished generation's results go (generate and chat have different contexts).
   struct Reply;

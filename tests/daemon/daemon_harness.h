@@ -5,18 +5,18 @@
 // Every wait is bounded, so a regression fails the test instead of hanging CI.
 #pragma once
 
+#include <capnp/rpc-twoparty.h>
 #include <fcntl.h>
+#include <kj/async-io.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <capnp/rpc-twoparty.h>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <kj/async-io.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,8 +100,15 @@ class DaemonProcess {
     } else {
       args.insert(args.begin(), {"--socket", socket_});
     }
-    std::vector<std::string> argv = {binPath("jitllmd"), "--devices", "cpu:0", "--threads", "1", "--model-dir",
-                                     std::string(JITLLM_SHARED_DIR) + "/models", "--log-level", "debug"};
+    std::vector<std::string> argv = {binPath("jitllmd"),
+                                     "--devices",
+                                     "cpu:0",
+                                     "--threads",
+                                     "1",
+                                     "--model-dir",
+                                     std::string(JITLLM_SHARED_DIR) + "/models",
+                                     "--log-level",
+                                     "debug"};
     argv.insert(argv.end(), args.begin(), args.end());
     logPath_ = (dir_ / "jitllmd.log").string();
     pid_ = ::fork();

@@ -2,85 +2,12 @@
 #include <gtest/gtest.h>
 #include <pwd.h>
 
-#include "tests/daemon/daemon_harness.h"
+#include "tests/daemon/daemon_calls.h"
 
 namespace jitllm::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-struct GenerateResult {
-  std::vector<int32_t> streamedIds, ids;
-  std::string streamedText, text;
-  rpc::GenerationStats::Reader stats;
-  uint32_t generated = 0;
-  double ttftMs = 0;
-  uint64_t session = 0;
-};
-
-void loadStories(kj::AsyncIoContext& io, RpcConnection& c, const std::string& name = "stories") {
-  auto req = c.daemon().loadRequest();
-  const int fd = ::open(sharedPath("models/stories260K.gguf").c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  req.initSource().setFile(kj::heap<FdFile>(fd));
-  req.initOptions().setName(name);
-  auto resp = req.send().wait(io.waitScope);
-  EXPECT_EQ(std::string(resp.getModel().getName().cStr()), name);
-  EXPECT_EQ(resp.getModel().getLayers(), 5u);
-}
-
-kj::Promise<GenerateResult> generate(RpcConnection& c, const std::string& prompt, uint32_t n,
-                                     std::shared_ptr<CollectingSink::State> state = nullptr,
-                                     kj::Timer* timer = nullptr, kj::Duration delay = 0 * kj::MILLISECONDS) {
-  if (!state) state = std::make_shared<CollectingSink::State>();
-  auto req = c.daemon().generateRequest();
-  auto r = req.initRequest();
-  r.setModel("stories");
-  r.initPrompt().setText(prompt);
-  r.setMaxTokens(n);
-  req.setSink(kj::heap<CollectingSink>(state, timer, delay));
-  return req.send().then([state](capnp::Response<rpc::Daemon::GenerateResults>&& resp) {
-    GenerateResult out;
-    out.streamedIds = state->ids;
-    out.streamedText = state->text;
-    for (int32_t id : resp.getTokens()) out.ids.push_back(id);
-    out.text = resp.getText();
-    out.generated = resp.getStats().getGeneratedTokens();
-    out.ttftMs = resp.getStats().getTimeToFirstTokenMs();
-    out.session = resp.getStats().getSessionId();
-    return out;
-  });
-}
-
-std::string errorOf(kj::Promise<void>&& p, kj::WaitScope& ws) {
-  try {
-    p.wait(ws);
-  } catch (const kj::Exception& e) {
-    return e.getDescription().cStr();
-  }
-  return "(no error)";
-}
-
-// Sessions and KV bytes the daemon reports for a model.
-std::pair<size_t, uint64_t> sessionsAndKv(kj::AsyncIoContext& io, RpcConnection& c) {
-  auto resp = c.daemon().modelsRequest().send().wait(io.waitScope);
-  size_t sessions = 0;
-  uint64_t kv = 0;
-  for (auto m : resp.getModels()) {
-    sessions += m.getSessions().size();
-    for (auto d : m.getMemory()) kv += d.getKvBytes();
-  }
-  return {sessions, kv};
-}
-
-// Polls (bounded) until the daemon reports no sessions and no KV pages in use.
-bool becomesIdle(kj::AsyncIoContext& io, RpcConnection& c) {
-  for (int i = 0; i < 200; i++) {
-    if (sessionsAndKv(io, c) == std::pair<size_t, uint64_t>{0, 0}) return true;
-    io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(io.waitScope);
-  }
-  return false;
-}
 
 TEST(Daemon, SignalsReadyLoadsAModelByDescriptorAndGeneratesExactlyTheEnginesTokens) {
   DaemonProcess d;
@@ -300,8 +227,9 @@ TEST(Daemon, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
   unknown.initRequest().setModel("nope");
   unknown.getRequest().initPrompt().setText("hi");
   unknown.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
-  EXPECT_NE(errorOf(unknown.send().ignoreResult(), io.waitScope).find("no model named 'nope' is loaded (loaded: stories)"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf(unknown.send().ignoreResult(), io.waitScope).find("no model named 'nope' is loaded (loaded: stories)"),
+      std::string::npos);
 
   auto badSampling = c.daemon().generateRequest();
   badSampling.initRequest().setModel("stories");
@@ -436,13 +364,15 @@ TEST(Daemon, SighupRereadsTheConfigFileAndKeepsServing) {
   std::ofstream(config, std::ios::trunc) << "max_sessions = 8\ndevices = cpu:0,cpu:1\n";
   ::kill(d.pid(), SIGHUP);
   EXPECT_TRUE(d.notify().waitFor("RELOADING=1", 5s));
-  for (int i = 0; i < 250 && d.log().find("daemon.reloaded") == std::string::npos; i++) std::this_thread::sleep_for(20ms);
+  for (int i = 0; i < 250 && d.log().find("daemon.reloaded") == std::string::npos; i++)
+    std::this_thread::sleep_for(20ms);
   EXPECT_NE(d.log().find("daemon.reloaded"), std::string::npos) << d.log();
   EXPECT_NE(d.log().find("'devices' changes only on restart"), std::string::npos) << d.log();
   // A broken file keeps the old settings.
   std::ofstream(config, std::ios::trunc) << "max_sessions = lots\n";
   ::kill(d.pid(), SIGHUP);
-  for (int i = 0; i < 250 && d.log().find("config reload failed") == std::string::npos; i++) std::this_thread::sleep_for(20ms);
+  for (int i = 0; i < 250 && d.log().find("config reload failed") == std::string::npos; i++)
+    std::this_thread::sleep_for(20ms);
   EXPECT_NE(d.log().find("config reload failed, keeping the old settings"), std::string::npos) << d.log();
   auto io = kj::setupAsyncIo();
   RpcConnection c(io, d.socket());
@@ -450,19 +380,6 @@ TEST(Daemon, SighupRereadsTheConfigFileAndKeepsServing) {
   EXPECT_EQ(d.stop(), 0);
   std::filesystem::remove(config);
 }
-
-class EventCollector final : public rpc::EventSink::Server {
- public:
-  explicit EventCollector(std::shared_ptr<std::vector<std::string>> seen) : seen_(std::move(seen)) {}
-  kj::Promise<void> event(EventContext context) override {
-    auto e = context.getParams().getEvent();
-    seen_->push_back(std::string(e.getWhat().cStr()) + " " + e.getModel().cStr());
-    return kj::READY_NOW;
-  }
-
- private:
-  std::shared_ptr<std::vector<std::string>> seen_;
-};
 
 TEST(Daemon, EventsStreamModelAndSessionChangesToSubscribers) {
   DaemonProcess d;

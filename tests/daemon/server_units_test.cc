@@ -33,7 +33,8 @@ log_level = debug
 max_sessions = 8
 max_queued_tokens = 16
 preload = s=/m/s.gguf
-)", "test.conf");
+)",
+          "test.conf");
   EXPECT_EQ(c.socketPath, "/tmp/x.sock");
   EXPECT_EQ(c.devices, "cpu:0, cpu:1");
   EXPECT_EQ(c.cpuThreads, 2);
@@ -75,8 +76,8 @@ TEST(ChatTemplate, IsRecognisedFromTheModelsJinjaMarkers) {
 
 TEST(ChatTemplate, RendersEachFamilyAsItsModelsWereTrained) {
   using runtime::ChatTemplate;
-  const std::vector<runtime::ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"},
-                                               {"user", "Bye"}};
+  const std::vector<runtime::ChatMessage> m = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
   EXPECT_EQ(runtime::renderChat(ChatTemplate::kLlama3, m),
             "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"

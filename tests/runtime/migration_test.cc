@@ -375,6 +375,7 @@ TEST_F(LiveMigrationFailures, SessionsThatStartOrEndDuringPrepareAreHandled) {
   stepAll(*ref.model, refSessions, refTokens);
   while (!migration.prepareStep()) stepAll(*m.model, sessions, tokens), stepAll(*ref.model, refSessions, refTokens);
   migration.commit();
+  migration.releaseSource();
   EXPECT_EQ(migration.stats().sessions, 2);
   size_t held = 0;
   for (const auto& s : sessions) held += s->pageCount();

@@ -1,0 +1,99 @@
+// Calls the daemon tests make over raw Cap'n Proto: load stories260K, generate with a collecting
+// (optionally slow) sink, collect events, poll until idle, read an error.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "tests/daemon/daemon_harness.h"
+
+namespace jitllm::testing {
+
+struct GenerateResult {
+  std::vector<int32_t> streamedIds, ids;
+  std::string streamedText, text;
+  rpc::GenerationStats::Reader stats;
+  uint32_t generated = 0;
+  double ttftMs = 0;
+  uint64_t session = 0;
+};
+
+inline void loadStories(kj::AsyncIoContext& io, RpcConnection& c, const std::string& name = "stories",
+                        const std::string& devices = "") {
+  auto req = c.daemon().loadRequest();
+  const int fd = ::open(sharedPath("models/stories260K.gguf").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  req.initSource().setFile(kj::heap<FdFile>(fd));
+  req.initOptions().setName(name);
+  req.getOptions().setDevices(devices);
+  auto resp = req.send().wait(io.waitScope);
+  EXPECT_EQ(std::string(resp.getModel().getName().cStr()), name);
+  EXPECT_EQ(resp.getModel().getLayers(), 5u);
+}
+
+inline kj::Promise<GenerateResult> generate(RpcConnection& c, const std::string& prompt, uint32_t n,
+                                            std::shared_ptr<CollectingSink::State> state = nullptr,
+                                            kj::Timer* timer = nullptr, kj::Duration delay = 0 * kj::MILLISECONDS) {
+  if (!state) state = std::make_shared<CollectingSink::State>();
+  auto req = c.daemon().generateRequest();
+  auto r = req.initRequest();
+  r.setModel("stories");
+  r.initPrompt().setText(prompt);
+  r.setMaxTokens(n);
+  req.setSink(kj::heap<CollectingSink>(state, timer, delay));
+  return req.send().then([state](capnp::Response<rpc::Daemon::GenerateResults>&& resp) {
+    GenerateResult out;
+    out.streamedIds = state->ids;
+    out.streamedText = state->text;
+    for (int32_t id : resp.getTokens()) out.ids.push_back(id);
+    out.text = resp.getText();
+    out.generated = resp.getStats().getGeneratedTokens();
+    out.ttftMs = resp.getStats().getTimeToFirstTokenMs();
+    out.session = resp.getStats().getSessionId();
+    return out;
+  });
+}
+
+inline std::string errorOf(kj::Promise<void>&& p, kj::WaitScope& ws) {
+  try {
+    p.wait(ws);
+  } catch (const kj::Exception& e) {
+    return e.getDescription().cStr();
+  }
+  return "(no error)";
+}
+
+// Sessions and KV bytes the daemon reports for a model.
+inline std::pair<size_t, uint64_t> sessionsAndKv(kj::AsyncIoContext& io, RpcConnection& c) {
+  auto resp = c.daemon().modelsRequest().send().wait(io.waitScope);
+  size_t sessions = 0;
+  uint64_t kv = 0;
+  for (auto m : resp.getModels()) {
+    sessions += m.getSessions().size();
+    for (auto d : m.getMemory()) kv += d.getKvBytes();
+  }
+  return {sessions, kv};
+}
+
+// Polls (bounded) until the daemon reports no sessions and no KV pages in use.
+inline bool becomesIdle(kj::AsyncIoContext& io, RpcConnection& c) {
+  for (int i = 0; i < 200; i++) {
+    if (sessionsAndKv(io, c) == std::pair<size_t, uint64_t>{0, 0}) return true;
+    io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  return false;
+}
+
+class EventCollector final : public rpc::EventSink::Server {
+ public:
+  explicit EventCollector(std::shared_ptr<std::vector<std::string>> seen) : seen_(std::move(seen)) {}
+  kj::Promise<void> event(EventContext context) override {
+    auto e = context.getParams().getEvent();
+    seen_->push_back(std::string(e.getWhat().cStr()) + " " + e.getModel().cStr());
+    return kj::READY_NOW;
+  }
+
+ private:
+  std::shared_ptr<std::vector<std::string>> seen_;
+};
+
+}  // namespace jitllm::testing

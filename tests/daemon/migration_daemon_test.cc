@@ -1,0 +1,214 @@
+// Live migration end to end: jitllmd with two CPU devices moves a model's layers while replies
+// stream to slow readers; the replies must be token for token those of an undisturbed run.
+#include <gtest/gtest.h>
+
+#include "tests/daemon/daemon_calls.h"
+
+namespace jitllm::testing {
+namespace {
+
+// Every reply generates at the pace its reader takes it: two unsent tokens throttle a session.
+std::unique_ptr<DaemonProcess> startTwoCpuDaemon() {
+  const auto config =
+      std::filesystem::temp_directory_path() / ("jitllmd-migrate-" + std::to_string(::getpid()) + ".conf");
+  std::ofstream(config) << "max_queued_tokens = 2\n";
+  auto d = std::make_unique<DaemonProcess>(
+      std::vector<std::string>{"--devices", "cpu:0,cpu:1", "--config", config.string()});
+  std::filesystem::remove(config);
+  return d;
+}
+
+struct Migrated {
+  std::string error;
+  uint32_t units = 0, sessions = 0, recomputed = 0;
+  bool committed = false;
+  double pauseMs = 0, prepareMs = 0;
+  uint64_t precopied = 0, inPause = 0;
+  std::string from, to;
+};
+
+Migrated migrate(kj::AsyncIoContext& io, RpcConnection& c, const std::string& layers, const std::string& device,
+                 bool force = false) {
+  auto req = c.daemon().migrateRequest();
+  auto r = req.initRequest();
+  r.setModel("stories");
+  r.setLayers(layers);
+  r.setDevice(device);
+  r.setForce(force);
+  Migrated out;
+  try {
+    auto s = req.send().wait(io.waitScope).getStats();
+    out.units = s.getUnits();
+    out.sessions = s.getSessions();
+    out.recomputed = s.getRecomputedTokens();
+    out.committed = s.getCommitted();
+    out.pauseMs = s.getPauseMs();
+    out.prepareMs = s.getPrepareMs();
+    out.precopied = s.getBytesPrecopied();
+    out.inPause = s.getBytesInPause();
+    out.from = s.getFrom();
+    out.to = s.getTo();
+  } catch (const kj::Exception& e) {
+    out.error = e.getDescription().cStr();
+  }
+  return out;
+}
+
+// Per unit: (device, pinned).
+std::vector<std::pair<std::string, std::string>> units(kj::AsyncIoContext& io, RpcConnection& c) {
+  auto resp = c.daemon().modelsRequest().send().wait(io.waitScope);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto l : resp.getModels()[0].getLayerStates()) out.emplace_back(l.getDevice(), l.getPinned());
+  return out;
+}
+
+const std::vector<std::string> kPrompts = {"Once upon a time", "Lily wanted to", "The little dog"};
+
+TEST(DaemonMigration, LayersMoveWhileRepliesStreamAndNoReplyChangesByOneToken) {
+  auto d = startTwoCpuDaemon();
+  ASSERT_TRUE(d->ready()) << d->log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d->socket());
+  auto seen = std::make_shared<std::vector<std::string>>();
+  auto sub = c.daemon().eventsRequest();
+  sub.setSink(kj::heap<EventCollector>(seen));
+  auto subscription = sub.send().wait(io.waitScope).getSubscription();
+  loadStories(io, c, "stories", "cpu:0");
+  for (const auto& [device, pin] : units(io, c)) EXPECT_EQ(device, "cpu:0");
+
+  std::vector<GenerateResult> undisturbed;
+  for (const auto& p : kPrompts) undisturbed.push_back(generate(c, p, 120).wait(io.waitScope));
+
+  std::vector<std::unique_ptr<RpcConnection>> readers;
+  std::vector<std::shared_ptr<CollectingSink::State>> states;
+  std::vector<kj::Promise<GenerateResult>> replies;
+  for (const auto& p : kPrompts) {
+    readers.push_back(std::make_unique<RpcConnection>(io, d->socket()));
+    states.push_back(std::make_shared<CollectingSink::State>());
+    replies.push_back(generate(*readers.back(), p, 120, states.back(), &io.provider->getTimer(), 8 * kj::MILLISECONDS));
+  }
+  // Migrate at about token 20, 40 and 60 of the replies.
+  auto waitForTokens = [&](size_t n) {
+    for (int i = 0; i < 2000; i++) {
+      bool all = true;
+      for (const auto& s : states) all = all && s->ids.size() >= n;
+      if (all) return;
+      io.provider->getTimer().afterDelay(2 * kj::MILLISECONDS).wait(io.waitScope);
+    }
+    ADD_FAILURE() << "the replies did not reach " << n << " tokens";
+  };
+  waitForTokens(20);
+  const Migrated there = migrate(io, c, "", "cpu:1");
+  waitForTokens(40);
+  const Migrated back = migrate(io, c, "", "cpu:0");
+  waitForTokens(60);
+  const Migrated part = migrate(io, c, "1-2", "cpu:1");
+  for (size_t i = 0; i < replies.size(); i++) {
+    const GenerateResult r = replies[i].wait(io.waitScope);
+    EXPECT_EQ(r.ids, undisturbed[i].ids) << kPrompts[i];
+    EXPECT_EQ(r.streamedText, undisturbed[i].text) << kPrompts[i];
+  }
+  for (const Migrated* m : {&there, &back, &part}) {
+    EXPECT_EQ(m->error, "");
+    EXPECT_TRUE(m->committed);
+    EXPECT_EQ(m->recomputed, 0u);
+    EXPECT_EQ(m->sessions, 3u) << "the migration happened while the three replies streamed";
+    EXPECT_GT(m->pauseMs, 0);
+    EXPECT_GT(m->precopied, 0u);
+  }
+  EXPECT_EQ(there.units, 7u);
+  EXPECT_EQ(there.from, "cpu:0");
+  EXPECT_EQ(there.to, "cpu:1");
+  EXPECT_EQ(back.units, 7u);
+  EXPECT_EQ(part.units, 2u);
+  const auto placed = units(io, c);
+  ASSERT_EQ(placed.size(), 7u);
+  for (size_t u = 0; u < placed.size(); u++) EXPECT_EQ(placed[u].first, u == 2 || u == 3 ? "cpu:1" : "cpu:0") << u;
+  EXPECT_TRUE(becomesIdle(io, c));
+  auto count = [&](const std::string& what) { return std::count(seen->begin(), seen->end(), what + " stories"); };
+  for (int i = 0; i < 200 && count("migration.committed") < 3; i++) {
+    io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  EXPECT_EQ(count("migration.preparing"), 3);
+  EXPECT_EQ(count("migration.prepared"), 3);
+  EXPECT_EQ(count("migration.committed"), 3);
+}
+
+TEST(DaemonMigration, PinnedLayersStayUnlessForcedAndBadRequestsAreClearErrors) {
+  auto d = startTwoCpuDaemon();
+  ASSERT_TRUE(d->ready()) << d->log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d->socket());
+  loadStories(io, c, "stories", "cpu:0");
+
+  auto pin = c.daemon().pinRequest();
+  pin.setModel("stories");
+  pin.setLayers("0-1");
+  pin.setDevice("cpu:1");
+  auto pinned = pin.send().wait(io.waitScope).getStats();
+  EXPECT_EQ(pinned.getUnits(), 2u);
+  EXPECT_TRUE(pinned.getCommitted());
+  auto placed = units(io, c);
+  EXPECT_EQ(placed[1], std::make_pair(std::string("cpu:1"), std::string("cpu:1")));
+  EXPECT_EQ(placed[2], std::make_pair(std::string("cpu:1"), std::string("cpu:1")));
+  EXPECT_EQ(placed[3], std::make_pair(std::string("cpu:0"), std::string()));
+
+  const Migrated refused = migrate(io, c, "", "cpu:0");
+  EXPECT_NE(refused.error.find("blk.0 of 'stories' is pinned to cpu:1"), std::string::npos) << refused.error;
+  EXPECT_NE(refused.error.find("--force"), std::string::npos) << refused.error;
+  EXPECT_EQ(units(io, c)[1].first, "cpu:1") << "a refused migration moves nothing";
+  // Outside the pinned range nothing is refused.
+  EXPECT_EQ(migrate(io, c, "2-output", "cpu:1").error, "");
+
+  const Migrated forced = migrate(io, c, "", "cpu:0", true);
+  EXPECT_EQ(forced.error, "");
+  EXPECT_EQ(forced.units, 6u) << "token_embd was on cpu:0 already";
+  placed = units(io, c);
+  EXPECT_EQ(placed[1], std::make_pair(std::string("cpu:0"), std::string("cpu:0"))) << "the pin follows a forced move";
+
+  auto unpin = c.daemon().unpinRequest();
+  unpin.setModel("stories");
+  unpin.setLayers("0-1");
+  unpin.send().wait(io.waitScope);
+  for (const auto& [device, pinnedTo] : units(io, c)) EXPECT_EQ(pinnedTo, "");
+
+  EXPECT_NE(migrate(io, c, "", "cuda:7").error.find("no device 'cuda:7'"), std::string::npos);
+  EXPECT_NE(migrate(io, c, "9", "cpu:1").error.find("layer 9 does not exist"), std::string::npos);
+  EXPECT_NE(migrate(io, c, "3-1", "cpu:1").error.find("runs backwards"), std::string::npos);
+  // The daemon still serves, and the model still generates.
+  EXPECT_EQ(generate(c, "Once upon a time", 10).wait(io.waitScope).ids.size(), 10u);
+}
+
+TEST(DaemonMigration, ASecondMigrationOfAModelWhileOneRunsIsRefused) {
+  auto d = startTwoCpuDaemon();
+  ASSERT_TRUE(d->ready()) << d->log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d->socket());
+  loadStories(io, c, "stories", "cpu:0");
+  // Two requests sent back to back: the second reaches the daemon while the first prepares,
+  // unless the first was quicker than one message - so try until it does not.
+  int refusals = 0;
+  for (int attempt = 0; attempt < 20 && refusals == 0; attempt++) {
+    auto first = c.daemon().migrateRequest();
+    first.initRequest().setModel("stories");
+    first.getRequest().setDevice(attempt % 2 ? "cpu:0" : "cpu:1");
+    auto second = c.daemon().migrateRequest();
+    second.initRequest().setModel("stories");
+    second.getRequest().setDevice(attempt % 2 ? "cpu:0" : "cpu:1");
+    auto a = first.send();
+    auto b = second.send();
+    a.wait(io.waitScope);
+    try {
+      b.wait(io.waitScope);
+    } catch (const kj::Exception& e) {
+      EXPECT_NE(std::string(e.getDescription().cStr()).find("is already migrating"), std::string::npos)
+          << e.getDescription().cStr();
+      refusals++;
+    }
+  }
+  EXPECT_GT(refusals, 0);
+  EXPECT_EQ(generate(c, "Once upon a time", 10).wait(io.waitScope).ids.size(), 10u);
+}
+
+}  // namespace
+}  // namespace jitllm::testing
