@@ -1,15 +1,17 @@
 // Whole models on the tested GPU backend's device 0 (testedBackend()) against the CPU backend and
 // llama.cpp's goldens. Compiled into each GPU test binary, which instantiates the suites.
+#include "daemon/runtime/model.h"
+
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "daemon/runtime/generation.h"
-#include "daemon/runtime/model.h"
 #include "tests/gpu/gpu_model_tests.h"
+#include "tests/runtime/migration_harness.h"
 #include "tools/random_model.h"
 
 namespace jitllm::testing {
@@ -123,8 +125,8 @@ TEST_P(GpuModels, PrefillAndTokenByTokenDecodeGiveBitIdenticalLogits) {
   const std::string path = sharedPath("models/stories260K.gguf");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   auto gpu = load(path, {"gpu"});
-  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
-                                    401, 396, 267};
+  const std::vector<int32_t> ids = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376,
+                                    298, 315, 421, 395, 317, 426, 338, 401, 396, 267};
   const auto all = scoreAll(*gpu.model, ids);
   auto session = gpu.model->createSession(int64_t(ids.size()));
   std::vector<float> stepwise;
@@ -168,8 +170,10 @@ TEST_P(GpuTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
   const auto shape = tools::findShape("tiny");
   ASSERT_TRUE(shape);
   if (!std::filesystem::exists(sharedPath(shape->vocabFile))) GTEST_SKIP() << "no " << sharedPath(shape->vocabFile);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("jitllm-" + std::string(testedBackend().name) + "-tiny-" + mix + "-" + std::to_string(getpid()) + ".gguf")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("jitllm-" + std::string(testedBackend().name) + "-tiny-" + mix + "-" + std::to_string(getpid()) + ".gguf"))
+          .string();
   tools::writeRandomModel({*shape, *tools::findMix(mix), 7, JITLLM_SHARED_DIR}, path);
   auto gpu = load(path, {"gpu"});
   auto cpu = load(path, {"cpu"});
@@ -190,6 +194,74 @@ TEST_P(GpuTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
   const double e16 = nmse(scoreAll(*gpu16.model, ids), scoreAll(*cpu16.model, ids));
   std::printf("tiny %-7s %s vs cpu with fp16 KV: nmse %.3e\n", mix.c_str(), testedBackend().name, e16);
   EXPECT_LE(e16, 1e-6);
+}
+
+// Live migration across backends, mid-reply: all units CPU -> GPU at step 20, back at 40, two
+// blocks to the GPU at 60, with three sessions decoding. Greedy tokens must be those of a run that
+// stayed on the CPU, and every step's logits within the backends' tolerance of it.
+void expectMigrationKeepsTheCpusTokens(const std::string& path, const std::vector<std::vector<int32_t>>& prompts) {
+  auto ref = load(path, {"cpu"});
+  const MigratedRun want = runWithMigrations(*ref.model, prompts, 80, {});
+  const int units = ref.model->unitCount();
+  auto m = load(path, {"cpu", "gpu"}, std::vector<int>(size_t(units), 0));
+  Device* cpu = m.devices[0].get();
+  Device* gpu = m.devices[1].get();
+  const MigratedRun got = runWithMigrations(*m.model, prompts, 80, {{20, "", gpu}, {40, "", cpu}, {60, "1-2", gpu}});
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.stats.size(), 3u);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (size_t step = 0; step < want.logits.size(); step++) {
+    // Before the first move everything ran on the CPU; afterwards the KV holds the GPU's rounding,
+    // also once back on the CPU.
+    if (step < size_t(got.commitSteps[0])) {
+      EXPECT_EQ(
+          0, std::memcmp(got.logits[step].data(), want.logits[step].data(), want.logits[step].size() * sizeof(float)))
+          << "step " << step << " ran on the CPU";
+    } else {
+      EXPECT_LE(nmse(got.logits[step], want.logits[step]), 1e-6) << "step " << step;
+    }
+  }
+  for (size_t i = 0; i < got.stats.size(); i++) {
+    EXPECT_EQ(got.stats[i].recomputedTokens, 0);
+    EXPECT_EQ(got.stats[i].sessions, int(prompts.size()));
+    EXPECT_TRUE(got.poolsBalanced[i]);
+    std::printf(
+        "%s migration %zu (%s -> %s): %d units, pause %.3f ms, prepare %.1f ms, %zu B pre-copied, %zu B in the pause\n",
+        testedBackend().name, i, got.stats[i].from.c_str(), i == 1 ? "cpu" : testedBackend().name, got.stats[i].units,
+        got.stats[i].pauseMs, got.stats[i].prepareMs, got.stats[i].bytesPrecopied, got.stats[i].bytesInPause);
+  }
+  for (int u = 0; u < units; u++) EXPECT_EQ(&m.model->unitDevice(u), u == 2 || u == 3 ? gpu : cpu) << u;
+  EXPECT_EQ(pagesInUse(*m.model), 0u);
+}
+
+TEST_P(GpuModels, LayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAToken) {
+  JITLLM_REQUIRE_GPU();
+  const std::string path = sharedPath("models/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const auto goldens = readGreedyGoldens();
+  ASSERT_GE(goldens.size(), 3u);
+  expectMigrationKeepsTheCpusTokens(path, {goldens[0].promptTokens, goldens[1].promptTokens, goldens[2].promptTokens});
+}
+
+TEST_P(GpuModels, TinyQ4KMLayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAToken) {
+  JITLLM_REQUIRE_GPU();
+  const std::string mix = "q4_k_m";
+  const auto shape = tools::findShape("tiny");
+  if (!std::filesystem::exists(sharedPath(shape->vocabFile))) GTEST_SKIP() << "no " << sharedPath(shape->vocabFile);
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("jitllm-" + std::string(testedBackend().name) + "-migrate-tiny-" + std::to_string(getpid()) + ".gguf"))
+          .string();
+  tools::writeRandomModel({*shape, *tools::findMix(mix), 7, JITLLM_SHARED_DIR}, path);
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t n : {5, 19, 37}) {
+    std::vector<int32_t> p{1};
+    while (p.size() < n) p.push_back(int32_t(rng() % 32000));
+    prompts.push_back(p);
+  }
+  expectMigrationKeepsTheCpusTokens(path, prompts);
+  std::filesystem::remove(path);
 }
 
 }  // namespace
