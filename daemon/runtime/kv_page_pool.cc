@@ -14,13 +14,14 @@ KvPagePool::~KvPagePool() = default;
 
 PageId KvPagePool::allocate() {
   std::lock_guard lock(mutex_);
-  for (auto& c : chunks_) {
-    if (c.buffer && !c.freePages.empty()) {
-      const PageId page = c.freePages.back();
-      c.freePages.pop_back();
-      inUse_++;
-      return page;
-    }
+  if (!withFreePages_.empty()) {
+    const size_t slot = *withFreePages_.begin();
+    Chunk& c = chunks_[slot];
+    const PageId page = c.freePages.back();
+    c.freePages.pop_back();
+    if (c.freePages.empty()) withFreePages_.erase(withFreePages_.begin());
+    inUse_++;
+    return page;
   }
   // No free page: take a chunk slot (a given-back one first, so ids stay dense) and fill it.
   size_t slot = 0;
@@ -30,6 +31,7 @@ PageId KvPagePool::allocate() {
   c.buffer = device_.allocate(layout_.pageBytes() * kPagesPerChunk);  // may throw OVERLOADED
   c.freePages.clear();
   for (size_t i = kPagesPerChunk; i-- > 1;) c.freePages.push_back(PageId(slot * kPagesPerChunk + i));
+  withFreePages_.insert(slot);
   inUse_++;
   return PageId(slot * kPagesPerChunk);
 }
@@ -40,10 +42,12 @@ void KvPagePool::free(PageId page) {
   JITLLM_ASSERT(slot < chunks_.size() && chunks_[slot].buffer);
   Chunk& c = chunks_[slot];
   c.freePages.push_back(page);
+  withFreePages_.insert(slot);
   inUse_--;
   if (c.freePages.size() == kPagesPerChunk) {
     c.buffer.reset();  // nothing in it is used: the memory goes back to the device
     c.freePages.clear();
+    withFreePages_.erase(slot);
   }
 }
 

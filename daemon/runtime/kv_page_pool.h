@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "kernels/device.h"
@@ -54,6 +55,7 @@ class KvPagePool final {
   KvLayout layout_;
   mutable std::mutex mutex_;
   std::vector<Chunk> chunks_;
+  std::set<size_t> withFreePages_;  // chunks holding a free page, lowest first: O(log n) allocation
   size_t inUse_ = 0;
 };
 

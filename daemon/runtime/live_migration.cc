@@ -78,11 +78,11 @@ void LiveMigration::reconcileSessions() {
     if (fresh) {
       c.pages.resize(movingLayers_.size());
       c.addresses.resize(movingLayers_.size());
-      c.copied.assign(movingLayers_.size(), 0);
+      c.valid.assign(movingLayers_.size(), 0);
       c.rewinds = s->rewinds();
     } else if (c.rewinds != s->rewinds()) {
       // A rewind may have rewritten positions we copied: copy them again.
-      std::fill(c.copied.begin(), c.copied.end(), size_t(0));
+      std::fill(c.valid.begin(), c.valid.end(), int64_t(0));
       c.rewinds = s->rewinds();
     }
   }
@@ -95,16 +95,16 @@ bool LiveMigration::precopy(size_t budget) {
   bool done = true;
   for (Session* s : model_.sessions_.all()) {
     SessionCopy& c = copies_.at(s->id());
-    const size_t sealed = size_t(s->length() / pageTokens);
+    const int64_t sealed = s->length() / pageTokens * pageTokens;  // positions in full pages
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       const int layer = movingLayers_[i];
       Device& source = s->layerPool(layer).device();
-      while (c.copied[i] < sealed) {
+      while (c.valid[i] < sealed) {
         if (spent + pageBytes > budget && spent > 0) return false;
-        if (c.pages[i].size() <= c.copied[i]) addTargetPage(c, i);
-        const size_t p = c.copied[i];
+        const size_t p = size_t(c.valid[i] / pageTokens);
+        while (c.pages[i].size() <= p) addTargetPage(c, i);
         source.copyToDevice(*options_.target, c.addresses[i][p], s->pageAddresses(layer)[p], pageBytes);
-        c.copied[i]++;
+        c.valid[i] = int64_t(p + 1) * pageTokens;
         spent += pageBytes;
         stats_.bytesPrecopied += pageBytes;
       }
@@ -126,7 +126,37 @@ bool LiveMigration::prepareStep() {
     return false;
   }
   if (!options_.precopy || movingLayers_.empty()) return true;
-  return precopy(options_.stepBytes);
+  if (!precopy(options_.stepBytes)) return false;
+  warmTail();
+  return true;
+}
+
+void LiveMigration::warmTail() {
+  // The pause will copy each session's open pages: give them their target pages now and copy
+  // them once already (the pause copies them again, as they change meanwhile), so the pause
+  // takes no allocation and no first-touch page faults. The staging buffer likewise.
+  const KvLayout& kv = model_.kvLayout();
+  size_t tailPages = 0;
+  for (Session* s : model_.sessions_.all()) {
+    SessionCopy& c = copies_.at(s->id());
+    const size_t written = size_t((s->length() + kv.pageTokens - 1) / kv.pageTokens);
+    for (size_t i = 0; i < movingLayers_.size(); i++) {
+      const int layer = movingLayers_[i];
+      const size_t count = s->layerPageCount(layer);
+      while (c.pages[i].size() < count) addTargetPage(c, i);
+      for (size_t p = size_t(c.valid[i] / kv.pageTokens); p < std::min(count, written); p++) {
+        s->layerPool(layer).device().copyToDevice(*options_.target, c.addresses[i][p], s->pageAddresses(layer)[p],
+                                                  kv.pageBytes());
+        tailPages++;
+      }
+      c.valid[i] = s->length();  // every written position is on the target now
+    }
+  }
+  const size_t staging = 2 * std::max(tailPages, copies_.size() * movingLayers_.size()) * kv.pageBytes();
+  if (staging_.size() < staging) staging_.assign(staging, 0);
+  // Room for what the flip retires, likewise (a session or two may still join).
+  retiredPages_.reserve((copies_.size() + 2) * movingLayers_.size());
+  retiredUnits_.reserve(movingUnits_.size());
 }
 
 void LiveMigration::commit() {
@@ -144,10 +174,15 @@ void LiveMigration::commit() {
   stats_.prepareMs = msSince(started_);
   const auto pauseStart = std::chrono::steady_clock::now();
 
-  // Every session gets all its pages on the target; the ones not yet valid there are gathered
-  // per source device into one buffer and scattered in one transfer.
+  // Every session gets all its pages on the target, and the positions not yet valid there are
+  // copied: between host-memory devices just the tokens written since (a K span and a V span per
+  // open page); otherwise whole pages, gathered per source device into one buffer and scattered
+  // in one transfer.
   const KvLayout& kv = model_.kvLayout();
+  const int64_t P = kv.pageTokens;
   const size_t pageBytes = kv.pageBytes();
+  const size_t tokenBytes = kv.tokenBytes();
+  const bool hostToHost = options_.target->info().backend == Backend::kCpu;
   struct Transfer {
     std::vector<const uint8_t*> from;
     std::vector<uint8_t*> to;
@@ -155,33 +190,46 @@ void LiveMigration::commit() {
   std::map<Device*, Transfer> transfers;
   for (Session* s : model_.sessions_.all()) {
     SessionCopy& c = copies_.at(s->id());
-    // Pages past the written length hold nothing yet: allocate them, copy nothing.
-    const size_t written = size_t((s->length() + kv.pageTokens - 1) / kv.pageTokens);
+    const int64_t length = s->length();
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       const int layer = movingLayers_[i];
       const size_t count = s->layerPageCount(layer);
       while (c.pages[i].size() < count) addTargetPage(c, i);  // may throw OVERLOADED
-      Transfer& t = transfers[&s->layerPool(layer).device()];
-      for (size_t p = c.copied[i]; p < std::min(count, written); p++) {
-        t.from.push_back(s->pageAddresses(layer)[p]);
-        t.to.push_back(c.addresses[i][p]);
+      Device& source = s->layerPool(layer).device();
+      // Pages past the written length hold nothing yet: they are allocated, nothing is copied.
+      for (int64_t p = c.valid[i] / P; p * P < length; p++) {
+        const uint8_t* from = s->pageAddresses(layer)[size_t(p)];
+        uint8_t* to = c.addresses[i][size_t(p)];
+        if (hostToHost && source.info().backend == Backend::kCpu) {
+          const size_t first = size_t(std::max(c.valid[i], p * P) - p * P);
+          const size_t end = size_t(std::min(length, (p + 1) * P) - p * P);
+          const size_t offset = first * tokenBytes, bytes = (end - first) * tokenBytes;
+          const size_t v = size_t(P) * tokenBytes;  // where the page's V half starts
+          source.copyToDevice(*options_.target, to + offset, from + offset, bytes);
+          source.copyToDevice(*options_.target, to + v + offset, from + v + offset, bytes);
+          stats_.bytesInPause += 2 * bytes;
+        } else {
+          Transfer& t = transfers[&source];
+          t.from.push_back(from);
+          t.to.push_back(to);
+        }
       }
     }
   }
-  std::vector<uint8_t> staging;
   for (auto& [source, t] : transfers) {
-    if (t.from.empty()) continue;
-    staging.resize(t.from.size() * pageBytes);
-    source->gatherToHost(staging.data(), t.from.data(), t.from.size(), pageBytes);
-    options_.target->scatterFromHost(t.to.data(), staging.data(), t.to.size(), pageBytes);
-    stats_.bytesInPause += staging.size();
+    const size_t bytes = t.from.size() * pageBytes;
+    if (staging_.size() < bytes) staging_.resize(bytes);
+    source->gatherToHost(staging_.data(), t.from.data(), t.from.size(), pageBytes);
+    options_.target->scatterFromHost(t.to.data(), staging_.data(), t.to.size(), pageBytes);
+    stats_.bytesInPause += bytes;
   }
 
   // The flip: nothing below throws, and nothing is freed yet (releaseSource).
   for (int u : movingUnits_) {
-    auto old = std::make_unique<BoundUnit>(std::move(model_.units_[size_t(u)]));
-    model_.units_[size_t(u)] = std::move(*staged_.at(u));
-    retiredUnits_.push_back(std::move(old));
+    // The staged holder takes the old binding in exchange: no allocation in the pause.
+    std::unique_ptr<BoundUnit>& holder = staged_.at(u);
+    std::swap(model_.units_[size_t(u)], *holder);
+    retiredUnits_.push_back(std::move(holder));
   }
   staged_.clear();
   for (Session* s : model_.sessions_.all()) {

@@ -88,13 +88,14 @@ class LiveMigration final {
     uint64_t rewinds = 0;                          // the session's rewinds() when its pages were copied
     std::vector<std::vector<PageId>> pages;        // per moving layer: target pages, in position order
     std::vector<std::vector<uint8_t*>> addresses;  // their addresses
-    std::vector<size_t> copied;                    // per moving layer: leading pages holding valid KV
+    std::vector<int64_t> valid;                    // per moving layer: leading positions whose KV is on the target
   };
 
   void reconcileSessions();
   // Copies sealed pages up to `budget` bytes; true when none is left.
   bool precopy(size_t budget);
   void releaseTargetPages();
+  void warmTail();
   void addTargetPage(SessionCopy& c, size_t layer);  // may throw OVERLOADED
 
   Model& model_;
@@ -104,6 +105,7 @@ class LiveMigration final {
   std::vector<int> movingLayers_;  // block indices among movingUnits_
   std::map<int, std::unique_ptr<BoundUnit>> staged_;
   std::map<uint64_t, SessionCopy> copies_;  // by session id (ids are never reused)
+  std::vector<uint8_t> staging_;            // host buffer the pause gathers open pages into
   // What the commit replaced, until releaseSource().
   std::vector<std::unique_ptr<BoundUnit>> retiredUnits_;
   std::vector<std::pair<KvPagePool*, std::vector<PageId>>> retiredPages_;

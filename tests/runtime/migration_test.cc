@@ -128,7 +128,7 @@ TEST_P(LiveMigrationOnCpu, AllLayersThereAndBackThenAPartialRangeChangeNoLogitBi
   for (const runtime::KvPagePool* pool : m.model->kvPools()) EXPECT_EQ(pool->pagesReserved(), 0u);
 }
 
-TEST_P(LiveMigrationOnCpu, WithoutPrecopyEveryWrittenPageMovesInThePause) {
+TEST_P(LiveMigrationOnCpu, WithoutPrecopyEveryWrittenTokenMovesInThePause) {
   LoadedModel ref = loadOnCpu0(path_);
   const auto p = prompts(ref.model->config().vocabSize);
   const MigratedRun undisturbed = runWithMigrations(*ref.model, p, 30, {});
@@ -138,14 +138,12 @@ TEST_P(LiveMigrationOnCpu, WithoutPrecopyEveryWrittenPageMovesInThePause) {
   expectBitwiseEqual(undisturbed, moved);
   ASSERT_EQ(moved.stats.size(), 1u);
   EXPECT_EQ(moved.stats[0].bytesPrecopied, 0u);
-  // Each session's written pages, in every layer: prompt + decoded tokens before the commit.
+  // Between CPU devices the pause copies exactly the written tokens' K and V, in every layer:
+  // prompt + decoded tokens before the commit.
   const auto& kv = m.model->kvLayout();
-  size_t pages = 0;
-  for (const auto& prompt : p) {
-    const int64_t written = int64_t(prompt.size()) + moved.commitSteps[0] - 1;
-    pages += size_t((written + kv.pageTokens - 1) / kv.pageTokens);
-  }
-  EXPECT_EQ(moved.stats[0].bytesInPause, pages * size_t(m.model->config().layers) * kv.pageBytes());
+  size_t tokens = 0;
+  for (const auto& prompt : p) tokens += prompt.size() + size_t(moved.commitSteps[0]) - 1;
+  EXPECT_EQ(moved.stats[0].bytesInPause, tokens * size_t(m.model->config().layers) * 2 * kv.tokenBytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LiveMigrationOnCpu, ::testing::Values("stories260K", "tiny-q4_k_m"),
