@@ -107,12 +107,38 @@ ParsedCommandLine parseCommandLine(std::span<const std::string> args, std::span<
   if (out.help || out.version || out.command == nullptr) return out;
   const CommandSpec& c = *out.command;
   if (out.arguments.size() < c.minArguments) {
-    throw UsageError(std::string(c.name) + " needs " + std::string(c.arguments), commandName());
+    std::string message = std::string(c.name) + " needs " + std::string(c.arguments);
+    // Some given: name what is missing ("migrate needs NAME[:LAYERS] DEVICE (DEVICE is missing)").
+    std::vector<std::string_view> names;
+    for (size_t start = 0; start < c.arguments.size();) {
+      const size_t end = std::min(c.arguments.find(' ', start), c.arguments.size());
+      if (end > start) names.push_back(c.arguments.substr(start, end - start));
+      start = end + 1;
+    }
+    if (!out.arguments.empty() && names.size() >= c.minArguments) {
+      std::string missing;
+      for (size_t i = out.arguments.size(); i < c.minArguments; i++)
+        (missing += missing.empty() ? "" : " ") += names[i];
+      message += " (" + missing + (c.minArguments - out.arguments.size() == 1 ? " is" : " are") + " missing)";
+    }
+    throw UsageError(message, commandName());
   }
   if (out.arguments.size() > c.maxArguments) {
     throw UsageError("too many arguments for '" + commandName() + "': " + out.arguments[c.maxArguments] +
                          (c.maxArguments > 0 ? " (quote an argument that has spaces)" : ""),
                      commandName());
+  }
+  return out;
+}
+
+ModelLayers parseModelLayers(std::string_view argument, std::string_view command) {
+  ModelLayers out;
+  const size_t colon = argument.rfind(':');
+  out.model = std::string(argument.substr(0, colon));
+  if (colon != std::string_view::npos) out.layers = std::string(argument.substr(colon + 1));
+  if (out.model.empty()) {
+    throw UsageError("NAME[:LAYERS]: '" + std::string(argument) + "' names no model (e.g. stories:0-5)",
+                     std::string(command));
   }
   return out;
 }
@@ -123,6 +149,7 @@ std::string commandUsage(const CommandSpec& c) {
   if (!c.arguments.empty()) (out += ' ') += c.arguments;
   if (!c.options.empty()) out += " [options]";
   out += "\n  " + std::string(c.summary) + "\n";
+  out += c.details;
   size_t width = std::string_view("--socket PATH").size();
   for (const OptionSpec& o : c.options) width = std::max(width, o.name.size() + 1 + o.valueName.size());
   auto line = [&](std::string left, std::string_view help) {

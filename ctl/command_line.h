@@ -45,6 +45,7 @@ struct CommandSpec {
   size_t minArguments = 0;
   size_t maxArguments = 0;
   std::string_view summary = {};
+  std::string_view details = {};  // more lines for `COMMAND --help` (each ends with '\n')
   std::vector<OptionSpec> options = {};
   CommandHandler run = nullptr;
   // Non-empty: the name is kept for a later version (what it will do); using it is a usage error.
@@ -75,6 +76,16 @@ struct ParsedCommandLine {
 // Parses argv[1..]. UsageError for an unknown command or option, a missing option value, the
 // wrong number of arguments, or a reserved command.
 ParsedCommandLine parseCommandLine(std::span<const std::string> args, std::span<const CommandSpec> table);
+
+// A NAME[:LAYERS] argument (migrate, pin, unpin): the model and the layer range the daemon parses
+// ("" = every unit, "3", "0-5", "20-output"). Split at the last ':', so that a model whose name
+// has a ':' is written "NAME:" for every unit or "NAME:LAYERS". UsageError naming `command` when
+// the name is empty.
+struct ModelLayers {
+  std::string model;
+  std::string layers;
+};
+ModelLayers parseModelLayers(std::string_view argument, std::string_view command);
 
 // Usage texts built from the table.
 std::string generalUsage(std::span<const CommandSpec> table);

@@ -17,6 +17,14 @@ const OptionSpec kTopK{"--top-k", "K", "sample from the K most likely tokens onl
 const OptionSpec kTopP{"--top-p", "P", "nucleus sampling threshold (default 1: off)"};
 const OptionSpec kStop{"--stop", "TEXT", "stop before this text (repeatable)", true};
 const OptionSpec kContext{"--ctx", "N", "context limit of the session (default: the model's)"};
+const OptionSpec kReadDelay{"--read-delay-ms", "N",
+                            "read slowly: wait N ms after each chunk (demos; tests of the daemon's flow control)"};
+constexpr std::string_view kMigrateHelp =
+    "  LAYERS: none = every unit; 3 = blk.3; 0-5 = blk.0..blk.5; an end may also be token_embd (embd)\n"
+    "  or output (head), e.g. token_embd-output, 20-output. A NAME with ':' in it: NAME: or NAME:LAYERS.\n"
+    "  Interrupted (Ctrl-C) before its commit, the migration is cancelled and nothing moves.\n";
+// pin and unpin: the LAYERS lines alone.
+constexpr std::string_view kLayersHelp = kMigrateHelp.substr(0, kMigrateHelp.find("  Interrupted"));
 
 const std::vector<CommandSpec>& table() {
   static const std::vector<CommandSpec> kTable = {
@@ -24,7 +32,12 @@ const std::vector<CommandSpec>& table() {
        .summary = "is jitllmd running: its version, socket and what it holds",
        .run = runStatus},
       {.name = "devices", .summary = "the devices jitllmd owns, their memory and telemetry", .run = runDevices},
-      {.name = "ps", .summary = "resident models: layer placement by device, memory, sessions", .run = runPs},
+      {.name = "ps",
+       .arguments = "[NAME]",
+       .maxArguments = 1,
+       .summary = "resident models (or model NAME): layer placement by device, memory, sessions",
+       .options = {{"-l", "", "the state of each unit: device, residency, weights, kernels, pin, KV pages"}},
+       .run = runPs},
       {.name = "load",
        .arguments = "FILE",
        .minArguments = 1,
@@ -47,7 +60,7 @@ const std::vector<CommandSpec>& table() {
        .minArguments = 2,
        .maxArguments = 2,
        .summary = "generate from PROMPT, streaming the text as it comes",
-       .options = {kMaxTokens, kTemperature, kSeed, kTopK, kTopP, kStop, kContext},
+       .options = {kMaxTokens, kTemperature, kSeed, kTopK, kTopP, kStop, kContext, kReadDelay},
        .run = runRun},
       {.name = "chat",
        .arguments = "NAME",
@@ -58,7 +71,7 @@ const std::vector<CommandSpec>& table() {
                    kContext},
        .run = runChat},
       {.name = "events",
-       .summary = "recent daemon, device, model and session events",
+       .summary = "recent daemon, device, model, session and migration events",
        .options = {{"--follow", "", "keep printing new events until interrupted"},
                    {"--replay", "N", "how many recent events first (default 100; 10 with --follow)"}},
        .run = runEvents},
@@ -68,10 +81,31 @@ const std::vector<CommandSpec>& table() {
        .maxArguments = 1,
        .summary = "cancel a running session (yours; any, for an admin)",
        .run = runCancel},
-      // Names kept for the migration and scheduler work, so that scripts get a clear message today.
-      {.name = "migrate", .reservedFor = "live migration of layers arrives with the migration work"},
-      {.name = "pin", .reservedFor = "pinning layers to devices arrives with the scheduler work"},
-      {.name = "unpin", .reservedFor = "pinning layers to devices arrives with the scheduler work"},
+      {.name = "migrate",
+       .arguments = "NAME[:LAYERS] DEVICE",
+       .minArguments = 2,
+       .maxArguments = 2,
+       .summary = "move layers of a model to DEVICE while its sessions keep generating (admin)",
+       .details = kMigrateHelp,
+       .options = {{"--no-wait", "", "return once it has started; the outcome appears in `jitllmctl events`"},
+                   {"--no-precopy", "", "copy all of the KV cache in the pause (default: most of it before)"},
+                   {"--force", "", "move layers pinned elsewhere too; their pins follow them"}},
+       .run = runMigrate},
+      {.name = "pin",
+       .arguments = "NAME[:LAYERS] DEVICE",
+       .minArguments = 2,
+       .maxArguments = 2,
+       .summary = "pin layers of a model to DEVICE, moving them there first (admin)",
+       .details = kLayersHelp,
+       .run = runPin},
+      {.name = "unpin",
+       .arguments = "NAME[:LAYERS]",
+       .minArguments = 1,
+       .maxArguments = 1,
+       .summary = "let pinned layers of a model move again (admin)",
+       .details = kLayersHelp,
+       .run = runUnpin},
+      // A name kept for the scheduler work, so that scripts get a clear message today.
       {.name = "policy", .reservedFor = "placement policies arrive with the scheduler work"},
   };
   return kTable;

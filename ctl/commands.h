@@ -43,7 +43,7 @@ int runJitllmctl(std::span<const std::string> args, std::istream& in, std::ostre
                  Terminal terminal);
 
 // The handlers, grouped by what they touch (info_commands.cc, model_commands.cc,
-// generation_commands.cc).
+// generation_commands.cc, migration_commands.cc).
 int runStatus(Context& c);
 int runDevices(Context& c);
 int runPs(Context& c);
@@ -53,5 +53,8 @@ int runUnload(Context& c);
 int runRun(Context& c);
 int runChat(Context& c);
 int runCancel(Context& c);
+int runMigrate(Context& c);
+int runPin(Context& c);
+int runUnpin(Context& c);
 
 }  // namespace jitllm::ctl

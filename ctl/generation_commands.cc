@@ -1,6 +1,8 @@
 // run, chat and cancel.
+#include <chrono>
 #include <istream>
 #include <ostream>
+#include <thread>
 
 #include "ctl/commands.h"
 #include "ctl/json_views.h"
@@ -21,15 +23,33 @@ client::SamplingParams samplingFrom(const ParsedCommandLine& a) {
   return s;
 }
 
-// Streams reply text to `out` as it arrives, remembering whether the line is still open.
+// --read-delay-ms: how long the token callback sleeps after each chunk, a deliberately slow reader
+// (the daemon's flow control then holds the session back: `waiting` in `ps`). A minute at most.
+std::chrono::milliseconds readDelayFrom(const ParsedCommandLine& a) {
+  const std::string command(a.command->name);
+  uint32_t ms = 0;
+  try {
+    ms = a.number<uint32_t>("--read-delay-ms", 0);
+  } catch (const UsageError& e) {
+    throw UsageError(e.what(), command);
+  }
+  if (ms > 60000) throw UsageError("--read-delay-ms must be at most 60000 (a minute per chunk)", command);
+  return std::chrono::milliseconds(ms);
+}
+
+// Streams reply text to `out` as it arrives, remembering whether the line is still open; with a
+// read delay, takes its time over each chunk.
 struct TextStream {
   std::ostream& out;
+  std::chrono::milliseconds readDelay{0};
   bool lineOpen = false;
 
   bool operator()(std::span<const int32_t>, std::string_view text) {
-    if (text.empty()) return true;
-    out << text << std::flush;
-    lineOpen = text.back() != '\n';
+    if (!text.empty()) {
+      out << text << std::flush;
+      lineOpen = text.back() != '\n';
+    }
+    if (readDelay.count() > 0) std::this_thread::sleep_for(readDelay);
     return bool(out);  // stdout gone (a closed pipe): stop generating
   }
   void endLine() {
@@ -48,9 +68,17 @@ int runRun(Context& c) {
   request.sampling = samplingFrom(c.args);
   request.stop = c.args.values("--stop");
   request.contextSize = c.args.number<uint32_t>("--ctx", 0);
+  const std::chrono::milliseconds readDelay = readDelayFrom(c.args);
   auto client = c.connect();
   if (c.args.json) {
-    const client::GenerateResult result = client.generate(request);
+    client::ChunkCallback slowReader;  // none unless asked: the reply comes at the end anyway
+    if (readDelay.count() > 0) {
+      slowReader = [readDelay](std::span<const int32_t>, std::string_view) {
+        std::this_thread::sleep_for(readDelay);
+        return true;
+      };
+    }
+    const client::GenerateResult result = client.generate(request, slowReader);
     JsonWriter j;
     j.beginObject().field("model", request.model);
     writeResultFields(j, result);
@@ -58,7 +86,7 @@ int runRun(Context& c) {
     c.out << j.str() << "\n";
     return 0;
   }
-  TextStream stream{c.out};
+  TextStream stream{c.out, readDelay};
   client::GenerateResult result;
   try {
     result = client.generate(request, std::ref(stream));

@@ -1,5 +1,6 @@
 // status, devices, ps, events: what the daemon holds and what happens in it.
 #include <ostream>
+#include <vector>
 
 #include "ctl/commands.h"
 #include "ctl/json_views.h"
@@ -71,7 +72,17 @@ int runDevices(Context& c) {
 
 int runPs(Context& c) {
   auto client = c.connect();
-  const auto models = client.models();
+  auto models = client.models();
+  if (!c.args.arguments.empty()) {
+    const std::string& name = c.args.arguments[0];
+    std::string loaded;
+    for (const auto& m : models) loaded += (loaded.empty() ? "" : ", ") + m.name;
+    std::erase_if(models, [&](const client::ModelInfo& m) { return m.name != name; });
+    if (models.empty()) {
+      throw client::Error(client::ErrorKind::kFailed, "no model named '" + name + "' is loaded (" +
+                                                          (loaded.empty() ? "none is" : "loaded: " + loaded) + ")");
+    }
+  }
   if (c.args.json) {
     JsonWriter j;
     j.beginObject().key("models").beginArray();
@@ -82,6 +93,16 @@ int runPs(Context& c) {
   }
   if (models.empty()) {
     c.out << "no models loaded (load one with `jitllmctl load FILE`)\n";
+    return 0;
+  }
+  if (c.args.has("-l")) {
+    for (size_t i = 0; i < models.size(); i++) {
+      const auto& m = models[i];
+      if (i > 0) c.out << "\n";
+      c.out << m.name << " (" << m.architecture << ", " << m.layers << " layers): " << placementSummary(m) << "\n";
+      if (!m.migration.empty()) c.out << "migration: " << m.migration << "\n";
+      c.out << layerTable(m);
+    }
     return 0;
   }
   TextTable t({"MODEL", "ARCH", "LAYERS", "CTX", "SESSIONS", "MEMORY", "PLACEMENT"});

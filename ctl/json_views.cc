@@ -49,6 +49,31 @@ void writeJson(JsonWriter& j, const client::ModelInfo& m) {
   }
   j.endArray();
   j.field("chatTemplate", m.chatTemplate).field("loadedUnixMs", m.loadedUnixMs);
+  j.key("layerStates").beginArray();
+  for (const auto& l : m.layerStates) writeJson(j, l);
+  j.endArray();
+  j.field("migration", m.migration);
+  j.endObject();
+}
+
+void writeJson(JsonWriter& j, const client::LayerState& l) {
+  j.beginObject();
+  j.field("unit", l.unit).field("name", l.name).field("device", l.device).field("residency", l.residency);
+  j.field("stagedOn", l.stagedOn).field("weightBytes", l.weightBytes).field("kernelsReady", l.kernelsReady);
+  j.field("pinned", l.pinned).field("kvPages", l.kvPages).field("kvBytes", l.kvBytes);
+  j.key("sessions").beginArray();
+  for (const auto& s : l.sessions) j.beginObject().field("sessionId", s.sessionId).field("pages", s.pages).endObject();
+  j.endArray();
+  j.endObject();
+}
+
+void writeJson(JsonWriter& j, const client::MigrationStats& s) {
+  j.beginObject();
+  j.field("id", s.id).field("model", s.model).field("first_name", s.firstName).field("last_name", s.lastName);
+  j.field("from", s.from).field("to", s.to).field("units", s.units).field("committed", s.committed);
+  j.field("prepare_ms", s.prepareMs).field("pause_ms", s.pauseMs);
+  j.field("bytes_precopied", s.bytesPrecopied).field("bytes_in_pause", s.bytesInPause);
+  j.field("weight_bytes", s.weightBytes).field("recomputed_tokens", s.recomputedTokens).field("sessions", s.sessions);
   j.endObject();
 }
 

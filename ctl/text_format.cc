@@ -58,10 +58,11 @@ std::string placementSummary(const client::ModelInfo& m) {
 }
 
 std::string eventLine(const client::Event& e) {
-  // "model.loaded" whether the daemon says "loaded" or "model.loaded".
+  // "model.loaded" whether the daemon says "loaded" or "model.loaded"; a name with a prefix of its
+  // own ("layers.pinned", of kind migration) as it is.
   const std::string kind = client::eventKindName(e.kind);
   std::string out = isoTime(e.unixMs) + "  ";
-  if (e.what.rfind(kind + ".", 0) != 0) out += kind + ".";
+  if (e.what.find('.') == std::string::npos) out += kind + ".";
   out += e.what;
   if (!e.model.empty()) out += " model=" + e.model;
   if (!e.device.empty()) out += " device=" + e.device;
@@ -80,6 +81,57 @@ std::string statsLine(const client::GenerationStats& s) {
                   client::stopReasonName(s.stopReason), static_cast<unsigned long long>(s.sessionId));
   }
   return buf;
+}
+
+std::string unitRange(const std::string& model, const std::string& firstName, const std::string& lastName) {
+  if (firstName.empty() && lastName.empty()) return model;
+  std::string out = model + ":" + (firstName.empty() ? lastName : firstName);
+  if (!lastName.empty() && lastName != firstName && !firstName.empty()) out += "-" + lastName;
+  return out;
+}
+
+std::string migrationSummary(const client::MigrationStats& s) {
+  std::string out = unitRange(s.model, s.firstName, s.lastName);
+  out += " (" + std::to_string(s.units) + (s.units == 1 ? " unit) " : " units) ");
+  out += (s.from.empty() ? "?" : s.from) + " -> " + s.to;
+  out += ", " + humanBytes(s.weightBytes) + " of weights";
+  return out;
+}
+
+std::string migrationStarted(const client::MigrationStats& s) {
+  std::string out = "migration " + std::to_string(s.id) + " started: " + unitRange(s.model, s.firstName, s.lastName);
+  if (s.units > 0) out += " (" + std::to_string(s.units) + (s.units == 1 ? " unit)" : " units)");
+  if (!s.from.empty()) out += " " + s.from;
+  return out + " -> " + s.to;
+}
+
+std::string migrationStatsLine(const client::MigrationStats& s) {
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "pause_ms %.3f  prepare_ms %.1f  bytes_precopied %llu  bytes_in_pause %llu  recomputed_tokens %u  "
+                "sessions %u",
+                s.pauseMs, s.prepareMs, static_cast<unsigned long long>(s.bytesPrecopied),
+                static_cast<unsigned long long>(s.bytesInPause), s.recomputedTokens, s.sessions);
+  return buf;
+}
+
+std::string layerTable(const client::ModelInfo& m) {
+  if (m.layerStates.empty()) return "(this jitllmd reports no per-layer state: it is older than jitllmctl)\n";
+  TextTable t(
+      {"UNIT", "NAME", "DEVICE", "RESIDENCY", "WEIGHTS", "KERNELS", "PINNED", "KV PAGES", "KV BYTES", "SESSION:PAGES"});
+  for (const auto& l : m.layerStates) {
+    std::string residency = l.residency.empty() ? "-" : l.residency;
+    if (!l.stagedOn.empty()) residency += " staged on " + l.stagedOn;
+    std::string sessions;
+    for (const auto& s : l.sessions) {
+      if (!sessions.empty()) sessions += ' ';
+      sessions += std::to_string(s.sessionId) + ":" + std::to_string(s.pages);
+    }
+    t.add({std::to_string(l.unit), l.name, l.device.empty() ? "-" : l.device, residency, humanBytes(l.weightBytes),
+           l.kernelsReady ? "yes" : "no", l.pinned.empty() ? "-" : l.pinned, std::to_string(l.kvPages),
+           humanBytes(l.kvBytes), sessions.empty() ? "-" : sessions});
+  }
+  return t.render();
 }
 
 }  // namespace jitllm::ctl

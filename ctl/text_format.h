@@ -29,4 +29,19 @@ std::string placementSummary(const client::ModelInfo& m);  // "cpu:0 token_embd.
 std::string eventLine(const client::Event& e);
 std::string statsLine(const client::GenerationStats& s);  // "32 tokens, first after 4.1 ms, 812.3 tok/s"
 
+// A model and a range of its units: "stories:token_embd-output", "stories:blk.3"; "stories" alone
+// when both names are empty.
+std::string unitRange(const std::string& model, const std::string& firstName, const std::string& lastName);
+// What a migration moved: "stories:token_embd-output (7 units) cpu:0 -> cpu:1, 1.2 MiB of weights".
+std::string migrationSummary(const client::MigrationStats& s);
+// A migration started without waiting: "migration 4 started: stories:blk.0-blk.1 (2 units) cpu:0
+// -> cpu:1", leaving out what the daemon did not know yet (units 0, no source).
+std::string migrationStarted(const client::MigrationStats& s);
+// Its numbers, as scripts grep them: "pause_ms 0.412  prepare_ms 12.3  bytes_precopied 524288
+// bytes_in_pause 8192  recomputed_tokens 0  sessions 3" (one line).
+std::string migrationStatsLine(const client::MigrationStats& s);
+// `jitllmctl ps -l`: one row per unit (unit, name, device, residency and staging, weights,
+// kernels, pin, KV pages and bytes, pages per session), or a line saying the daemon sent none.
+std::string layerTable(const client::ModelInfo& m);
+
 }  // namespace jitllm::ctl

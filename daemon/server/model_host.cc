@@ -69,6 +69,8 @@ ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count()),
       pins_(size_t(model_->unitCount())) {
+  // What ps shows is there before load() returns, not only after the worker's first iteration.
+  publish({});
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -135,8 +137,7 @@ std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
     for (int u = range.first; u <= range.last && !request.force; u++) {
       const std::string& pin = pins_[size_t(u)];
       JITLLM_REQUIRE(pin.empty() || pin == identity.to, runtime::unitName(u, layers), " of '", name_, "' is pinned to ",
-                     pin, "; unpin it (jitllmctl unpin ", name_, ":",
-                     range.first == range.last ? runtime::unitName(u, layers) : request.layers,
+                     pin, "; unpin it (jitllmctl unpin ", name_, ":", runtime::unitName(u, layers),
                      ") or force the migration (--force)");
     }
     identity.id = nextMigrationId.fetch_add(1);
@@ -377,7 +378,6 @@ void ModelHost::workerLoop() {
   std::vector<std::unique_ptr<Active>> active;
   std::vector<float> logits;
   const auto& tok = model_->tokenizer();
-  publish(active);
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> arrivals;
     std::set<uint64_t> cancels;

@@ -11,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "jitllm/client_capnp.h"
 #include "schema_convert.h"
@@ -189,6 +190,20 @@ class Client::Impl final {
                                                   error.message());
       }
       throw error;
+    }
+  }
+
+  // run() for a method added to protocol 1 after its first daemons: one of those answers with Cap'n
+  // Proto's own "Method not implemented.", which would leave the user guessing.
+  template <typename F>
+  auto runNewer(const char* method, F&& body) -> decltype(body()) {
+    try {
+      return run(std::forward<F>(body));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUnimplemented || e.message().rfind("Method not implemented.", 0) != 0) throw;
+      throw Error(ErrorKind::kUnimplemented, "jitllmd at " + connection_->socketPath() + " does not implement " +
+                                                 method + " (it is older than this client, libjitllmclient " +
+                                                 libraryVersion() + "): use a jitllmd from the same release");
     }
   }
 
@@ -420,6 +435,35 @@ void Client::cancelSession(uint64_t sessionId) {
     auto request = impl_->daemon().cancelSessionRequest();
     request.setSessionId(sessionId);
     request.send().wait(impl_->waitScope());
+  });
+}
+
+MigrationStats Client::migrate(const MigrateRequest& request) {
+  return impl_->runNewer("migrate", [&] {
+    auto call = impl_->daemon().migrateRequest();
+    convert::toSchema(request, call.initRequest());
+    auto response = call.send().wait(impl_->waitScope());
+    return convert::fromSchema(response.getStats());
+  });
+}
+
+MigrationStats Client::pin(const std::string& model, const std::string& layers, const std::string& device) {
+  return impl_->runNewer("pin", [&] {
+    auto call = impl_->daemon().pinRequest();
+    call.setModel(model);
+    call.setLayers(layers);
+    call.setDevice(device);
+    auto response = call.send().wait(impl_->waitScope());
+    return convert::fromSchema(response.getStats());
+  });
+}
+
+void Client::unpin(const std::string& model, const std::string& layers) {
+  impl_->runNewer("unpin", [&] {
+    auto call = impl_->daemon().unpinRequest();
+    call.setModel(model);
+    call.setLayers(layers);
+    call.send().wait(impl_->waitScope());
   });
 }
 

@@ -20,6 +20,7 @@ const char* eventKindName(EventKind kind) {
     case EventKind::kDevice: return "device";
     case EventKind::kModel: return "model";
     case EventKind::kSession: return "session";
+    case EventKind::kMigration: return "migration";
   }
   return "daemon";
 }

@@ -50,7 +50,25 @@ ModelInfo fromSchema(rpc::ModelInfo::Reader r) {
   }
   m.chatTemplate = str(r.getChatTemplate());
   m.loadedUnixMs = r.getLoadedUnixMs();
+  for (auto l : r.getLayerStates()) m.layerStates.push_back(fromSchema(l));
+  m.migration = str(r.getMigration());
   return m;
+}
+
+LayerState fromSchema(rpc::LayerState::Reader r) {
+  LayerState l;
+  l.unit = r.getUnit();
+  l.name = str(r.getName());
+  l.device = str(r.getDevice());
+  l.residency = str(r.getResidency());
+  l.stagedOn = str(r.getStagedOn());
+  l.weightBytes = r.getWeightBytes();
+  l.kernelsReady = r.getKernelsReady();
+  l.pinned = str(r.getPinned());
+  l.kvPages = r.getKvPages();
+  l.kvBytes = r.getKvBytes();
+  for (auto s : r.getSessions()) l.sessions.push_back({s.getSessionId(), s.getPages()});
+  return l;
 }
 
 Event fromSchema(rpc::Event::Reader r) {
@@ -61,6 +79,7 @@ Event fromSchema(rpc::Event::Reader r) {
     case rpc::EventKind::DEVICE: e.kind = EventKind::kDevice; break;
     case rpc::EventKind::MODEL: e.kind = EventKind::kModel; break;
     case rpc::EventKind::SESSION: e.kind = EventKind::kSession; break;
+    case rpc::EventKind::MIGRATION: e.kind = EventKind::kMigration; break;
   }
   e.what = str(r.getWhat());
   e.model = str(r.getModel());
@@ -84,6 +103,26 @@ GenerationStats fromSchema(rpc::GenerationStats::Reader r) {
     case rpc::StopReason::CONTEXT_FULL: s.stopReason = StopReason::kContextFull; break;
   }
   s.sessionId = r.getSessionId();
+  return s;
+}
+
+MigrationStats fromSchema(rpc::MigrationStats::Reader r) {
+  MigrationStats s;
+  s.id = r.getId();
+  s.model = str(r.getModel());
+  s.firstName = str(r.getFirstName());
+  s.lastName = str(r.getLastName());
+  s.from = str(r.getFrom());
+  s.to = str(r.getTo());
+  s.units = r.getUnits();
+  s.committed = r.getCommitted();
+  s.prepareMs = r.getPrepareMs();
+  s.pauseMs = r.getPauseMs();
+  s.bytesPrecopied = r.getBytesPrecopied();
+  s.bytesInPause = r.getBytesInPause();
+  s.weightBytes = r.getWeightBytes();
+  s.recomputedTokens = r.getRecomputedTokens();
+  s.sessions = r.getSessions();
   return s;
 }
 
@@ -132,6 +171,15 @@ void toSchema(const ChatRequest& in, rpc::ChatRequest::Builder out) {
   toSchema(in.sampling, out.initSampling());
   setStrings(out.initStop(unsigned(in.stop.size())), in.stop);
   out.setContextSize(in.contextSize);
+}
+
+void toSchema(const MigrateRequest& in, rpc::MigrateRequest::Builder out) {
+  out.setModel(in.model);
+  out.setLayers(in.layers);
+  out.setDevice(in.device);
+  out.setWait(in.wait);
+  out.setPrecopy(in.precopy);
+  out.setForce(in.force);
 }
 
 }  // namespace jitllm::client::convert

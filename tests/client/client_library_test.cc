@@ -360,6 +360,237 @@ TEST_F(ClientLibrary, CancelSessionPassesTheIdAndTheDaemonsRefusal) {
   }
 }
 
+TEST_F(ClientLibrary, ModelsReportEachUnitsLayerStateAndTheMigrationInProgress) {
+  FakeDaemon daemon(socket(), {.tokenDelay = std::chrono::milliseconds(20)});
+  auto client = Client::connect(socket());
+  client.load(gguf());
+  ModelInfo m = client.models().at(0);
+  ASSERT_EQ(m.layerStates.size(), 7u);
+  EXPECT_EQ(m.layers, 5u);  // the block count is still there beside the units
+  EXPECT_EQ(m.layerStates[0].name, "token_embd");
+  EXPECT_EQ(m.layerStates[0].residency, "file");
+  EXPECT_FALSE(m.layerStates[0].kernelsReady);
+  EXPECT_EQ(m.layerStates[3].unit, 3u);
+  EXPECT_EQ(m.layerStates[3].name, "blk.2");
+  EXPECT_EQ(m.layerStates[3].device, "cpu:0");
+  EXPECT_EQ(m.layerStates[3].residency, "device");
+  EXPECT_TRUE(m.layerStates[3].kernelsReady);
+  EXPECT_EQ(m.layerStates[3].weightBytes, 128u * 1024);
+  EXPECT_EQ(m.layerStates[6].name, "output");
+  EXPECT_EQ(m.migration, "");
+  // Started without waiting, a migration shows where it stages the weights.
+  MigrateRequest request;
+  request.model = "model";
+  request.layers = "1-2";
+  request.device = "cpu:1";
+  request.wait = false;
+  const MigrationStats started = client.migrate(request);
+  EXPECT_FALSE(started.committed);
+  EXPECT_EQ(started.units, 2u);
+  m = client.models().at(0);
+  EXPECT_EQ(m.layerStates[2].stagedOn, "cpu:1");
+  EXPECT_EQ(m.layerStates[3].stagedOn, "cpu:1");
+  EXPECT_EQ(m.layerStates[2].device, "cpu:0");  // not moved yet
+  EXPECT_EQ(m.layerStates[1].stagedOn, "");
+  EXPECT_EQ(m.migration, "migration 1: blk.1-blk.2 cpu:0 -> cpu:1, preparing");
+}
+
+TEST_F(ClientLibrary, LayerStatesCountTheKvPagesOfEachRunningSession) {
+  FakeDaemon daemon(socket(), {.tokenDelay = std::chrono::milliseconds(10)});
+  auto client = Client::connect(socket());
+  client.load(gguf());
+  std::thread generating([&] {
+    auto other = Client::connect(socket());  // a client per thread
+    GenerateRequest request;
+    request.model = "model";
+    request.maxTokens = 40;
+    other.generate(request);
+  });
+  SessionInfo session;
+  std::vector<LayerState> seen;
+  for (int i = 0; i < 1000 && seen.empty(); i++) {
+    const ModelInfo m = client.models().at(0);
+    if (!m.sessions.empty() && m.sessions[0].tokens >= 8) {
+      session = m.sessions[0];
+      seen = m.layerStates;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  generating.join();
+  ASSERT_EQ(seen.size(), 7u);
+  EXPECT_EQ(seen[0].kvPages, 0u);  // token_embd and output hold no KV
+  EXPECT_TRUE(seen[6].sessions.empty());
+  for (unsigned u = 1; u <= 5; u++) {
+    ASSERT_EQ(seen[u].sessions.size(), 1u) << seen[u].name;
+    EXPECT_EQ(seen[u].sessions[0].sessionId, session.id);
+    EXPECT_EQ(seen[u].sessions[0].pages, (session.tokens + 3) / 4) << "4 tokens a page";
+    EXPECT_EQ(seen[u].kvPages, seen[u].sessions[0].pages);
+    EXPECT_EQ(seen[u].kvBytes, uint64_t(seen[u].kvPages) * 4096);
+  }
+}
+
+TEST_F(ClientLibrary, MigrateSendsEveryRequestFieldAndReturnsEveryStat) {
+  FakeDaemon daemon(socket());
+  auto client = Client::connect(socket());
+  LoadOptions options;
+  options.name = "stories";
+  client.load(gguf(), options);
+  MigrateRequest request;
+  request.model = "stories";
+  request.layers = "2-output";
+  request.device = "cpu:1";
+  request.precopy = false;
+  request.force = true;
+  const MigrationStats s = client.migrate(request);
+  ASSERT_EQ(daemon.record().migrations.size(), 1u);
+  const testing::FakeMigrateCall sent = daemon.record().migrations[0];
+  EXPECT_EQ(sent.model, "stories");
+  EXPECT_EQ(sent.layers, "2-output");
+  EXPECT_EQ(sent.device, "cpu:1");
+  EXPECT_TRUE(sent.wait);
+  EXPECT_FALSE(sent.precopy);
+  EXPECT_TRUE(sent.force);
+  EXPECT_EQ(s.id, 1u);
+  EXPECT_EQ(s.model, "stories");
+  EXPECT_EQ(s.firstName, "blk.2");
+  EXPECT_EQ(s.lastName, "output");
+  EXPECT_EQ(s.from, "cpu:0");
+  EXPECT_EQ(s.to, "cpu:1");
+  EXPECT_EQ(s.units, 4u);
+  EXPECT_TRUE(s.committed);
+  EXPECT_DOUBLE_EQ(s.prepareMs, 12.34);
+  EXPECT_DOUBLE_EQ(s.pauseMs, 0.412);
+  EXPECT_EQ(s.bytesPrecopied, 0u);  // no precopy: everything in the pause
+  EXPECT_EQ(s.bytesInPause, 524288u + 8192);
+  EXPECT_EQ(s.weightBytes, 4u * 128 * 1024);
+  EXPECT_EQ(s.recomputedTokens, 0u);
+  EXPECT_EQ(s.sessions, 3u);
+  const auto placement = client.models().at(0).placement;
+  ASSERT_EQ(placement.size(), 2u);
+  EXPECT_EQ(placement[1].device, "cpu:1");
+  EXPECT_EQ(placement[1].firstName, "blk.2");
+}
+
+TEST_F(ClientLibrary, AMigrateRequestsDefaultsAreTheSchemas) {
+  FakeDaemon daemon(socket());
+  auto client = Client::connect(socket());
+  client.load(gguf());
+  MigrateRequest request;
+  request.model = "model";
+  request.device = "cpu:1";
+  const MigrationStats s = client.migrate(request);
+  const testing::FakeMigrateCall sent = daemon.record().migrations.at(0);
+  EXPECT_EQ(sent.layers, "");  // every unit
+  EXPECT_TRUE(sent.wait);
+  EXPECT_TRUE(sent.precopy);
+  EXPECT_FALSE(sent.force);
+  EXPECT_EQ(s.units, 7u);
+  EXPECT_EQ(s.firstName, "token_embd");
+  EXPECT_EQ(s.bytesPrecopied, 524288u);
+}
+
+TEST_F(ClientLibrary, PinMovesWhatIsElsewhereAMigrateOfAPinnedUnitFailsAndUnpinLetsItMove) {
+  FakeDaemon daemon(socket());
+  auto client = Client::connect(socket());
+  client.load(gguf());
+  const MigrationStats moved = client.pin("model", "0-1", "cpu:1");
+  EXPECT_EQ(moved.units, 2u);
+  EXPECT_EQ(moved.to, "cpu:1");
+  EXPECT_TRUE(moved.committed);
+  const MigrationStats stayed = client.pin("model", "0-1", "cpu:1");
+  EXPECT_EQ(stayed.units, 0u);  // already there
+  ASSERT_EQ(daemon.record().pins.size(), 2u);
+  EXPECT_EQ(daemon.record().pins[0].layers, "0-1");
+  EXPECT_EQ(daemon.record().pins[0].device, "cpu:1");
+  EXPECT_EQ(client.models().at(0).layerStates.at(2).pinned, "cpu:1");
+  MigrateRequest request;
+  request.model = "model";
+  request.layers = "1";
+  request.device = "cpu:0";
+  try {
+    client.migrate(request);
+    FAIL() << "a pinned unit moved";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFailed);
+    EXPECT_EQ(e.message(), "blk.1 of 'model' is pinned to cpu:1: unpin it (jitllmctl unpin model:1) or pass --force");
+  }
+  client.unpin("model", "1");
+  EXPECT_EQ(daemon.record().unpins, (std::vector<std::pair<std::string, std::string>>{{"model", "1"}}));
+  EXPECT_EQ(client.migrate(request).units, 1u);
+  EXPECT_EQ(client.models().at(0).layerStates.at(2).device, "cpu:0");
+}
+
+TEST_F(ClientLibrary, MigrationErrorsKeepTheDaemonsKindAndMessage) {
+  FakeDaemon daemon(socket());
+  auto client = Client::connect(socket());
+  client.load(gguf());
+  auto errorOf = [&](const std::string& model, const std::string& layers, const std::string& device) {
+    MigrateRequest request;
+    request.model = model;
+    request.layers = layers;
+    request.device = device;
+    try {
+      client.migrate(request);
+    } catch (const Error& e) {
+      return std::make_pair(e.kind(), e.message());
+    }
+    return std::make_pair(ErrorKind::kFailed, std::string("(no error)"));
+  };
+  EXPECT_EQ(errorOf("nosuch", "", "cpu:1").second, "no model named 'nosuch' is loaded");
+  EXPECT_EQ(errorOf("model", "", "gpu:7").second, "no device 'gpu:7' (devices: cpu:0, cpu:1)");
+  EXPECT_EQ(errorOf("model", "9", "cpu:1").second,
+            "bad layer range '9': '9' is not a block (0-4), token_embd or output");
+  EXPECT_EQ(errorOf("overloaded", "", "cpu:1").first, ErrorKind::kOverloaded);
+  EXPECT_THROW(client.pin("nosuch", "", "cpu:1"), Error);
+  EXPECT_THROW(client.unpin("nosuch", ""), Error);
+}
+
+TEST_F(ClientLibrary, MigrationEventsArriveWithTheirOwnKind) {
+  FakeDaemon daemon(socket());
+  auto client = Client::connect(socket());
+  client.load(gguf());
+  MigrateRequest request;
+  request.model = "model";
+  request.layers = "embd-head";
+  request.device = "cpu:1";
+  client.migrate(request);
+  client.pin("model", "3", "cpu:1");
+  const auto events = client.recentEvents(100);
+  std::vector<std::string> whats;
+  for (const auto& e : events) {
+    if (e.kind == EventKind::kMigration) whats.push_back(e.what);
+  }
+  EXPECT_EQ(whats, (std::vector<std::string>{"migration.preparing", "migration.committed", "layers.pinned"}));
+  EXPECT_EQ(events.back().device, "cpu:1");
+  EXPECT_STREQ(eventKindName(EventKind::kMigration), "migration");
+}
+
+TEST_F(ClientLibrary, ADaemonWithoutMigrationSaysSoInsteadOfCapnpsMethodNotImplemented) {
+  FakeDaemon daemon(socket(), {.migration = false});
+  auto client = Client::connect(socket());
+  MigrateRequest request;
+  request.model = "model";
+  request.device = "cpu:1";
+  try {
+    client.migrate(request);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnimplemented);
+    EXPECT_EQ(
+        e.message().rfind("jitllmd at " + socket() + " does not implement migrate (it is older than this client", 0),
+        0u)
+        << e.message();
+  }
+  try {
+    client.unpin("model", "");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("does not implement unpin"), std::string::npos) << e.message();
+  }
+  EXPECT_EQ(client.version().protocol, kProtocolVersion);  // the connection survives
+}
+
 TEST_F(ClientLibrary, LosingTheDaemonMidStreamIsADisconnectedErrorNamingTheSocket) {
   FakeDaemon daemon(socket());
   auto client = Client::connect(socket());

@@ -22,7 +22,8 @@ std::string usageErrorOf(std::vector<std::string> args) {
 }
 
 TEST(CommandLine, EveryCommandOfTheDaemonIssueIsInTheTableWithAHandler) {
-  for (const char* name : {"status", "devices", "ps", "load", "unload", "run", "chat", "events", "cancel"}) {
+  for (const char* name :
+       {"status", "devices", "ps", "load", "unload", "run", "chat", "events", "cancel", "migrate", "pin", "unpin"}) {
     bool found = false;
     for (const auto& c : commandTable()) {
       if (c.name == name) found = c.run != nullptr && c.reservedFor.empty();
@@ -32,7 +33,7 @@ TEST(CommandLine, EveryCommandOfTheDaemonIssueIsInTheTableWithAHandler) {
 }
 
 TEST(CommandLine, LaterCommandsAreReservedWithAMessageSayingWhenTheyArrive) {
-  for (const char* name : {"migrate", "pin", "unpin", "policy"}) {
+  for (const char* name : {"policy"}) {
     const std::string e = usageErrorOf({name});
     EXPECT_NE(e.find("not available in this version"), std::string::npos) << name << ": " << e;
   }
@@ -59,6 +60,46 @@ TEST(CommandLine, RunTakesItsArgumentsAndOptionsInAnyOrder) {
   EXPECT_EQ(a.number<uint64_t>("--seed", 0), 7u);
   EXPECT_EQ(a.values("--stop"), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(a.number<uint32_t>("--ctx", 42), 42u);  // absent: the fallback
+}
+
+TEST(CommandLine, MigrateTakesNameLayersDeviceAndItsFlags) {
+  auto a = parse({"migrate", "stories:20-output", "cpu:1", "--no-wait", "--no-precopy", "--force"});
+  EXPECT_EQ(a.arguments, (std::vector<std::string>{"stories:20-output", "cpu:1"}));
+  EXPECT_TRUE(a.has("--no-wait"));
+  EXPECT_TRUE(a.has("--no-precopy"));
+  EXPECT_TRUE(a.has("--force"));
+  EXPECT_FALSE(parse({"migrate", "s", "cpu:1"}).has("--force"));
+  EXPECT_TRUE(parse({"ps", "-l", "stories"}).has("-l"));
+  EXPECT_EQ(parse({"ps", "-l", "stories"}).arguments, std::vector<std::string>{"stories"});
+  EXPECT_TRUE(parse({"ps", "-l"}).arguments.empty());
+}
+
+TEST(CommandLine, NameAndLayersSplitAtTheLastColon) {
+  auto split = [](std::string_view arg) {
+    const ModelLayers m = parseModelLayers(arg, "migrate");
+    return m.model + "|" + m.layers;
+  };
+  EXPECT_EQ(split("stories"), "stories|");
+  EXPECT_EQ(split("stories:3"), "stories|3");
+  EXPECT_EQ(split("stories:token_embd-output"), "stories|token_embd-output");
+  EXPECT_EQ(split("stories:"), "stories|");
+  EXPECT_EQ(split("llama3:8b:0-5"), "llama3:8b|0-5");
+  EXPECT_EQ(split("llama3:8b:"), "llama3:8b|");
+  EXPECT_THROW(parseModelLayers(":3", "migrate"), UsageError);
+  EXPECT_THROW(parseModelLayers("", "pin"), UsageError);
+  try {
+    parseModelLayers(":0-5", "pin");
+  } catch (const UsageError& e) {
+    EXPECT_EQ(e.command(), "pin");  // its usage is shown
+    EXPECT_NE(std::string(e.what()).find("':0-5' names no model"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CommandLine, AMissingArgumentIsNamed) {
+  EXPECT_EQ(usageErrorOf({"migrate", "stories"}), "migrate needs NAME[:LAYERS] DEVICE (DEVICE is missing)");
+  EXPECT_EQ(usageErrorOf({"migrate"}), "migrate needs NAME[:LAYERS] DEVICE");
+  EXPECT_EQ(usageErrorOf({"pin", "stories:3"}), "pin needs NAME[:LAYERS] DEVICE (DEVICE is missing)");
+  EXPECT_EQ(usageErrorOf({"unpin"}), "unpin needs NAME[:LAYERS]");
 }
 
 TEST(CommandLine, DoubleDashLetsAPromptStartWithADash) {

@@ -3,6 +3,7 @@
 //
 // Each test starts its own daemon:
 //   jitllmd --socket <tmp>/s.sock --devices cpu:0 --model-dir <shared>/models
+// (--devices cpu:0,cpu:1 for the migration tests)
 // and gives it a bounded time to come up, so a regression fails here instead of hanging CI.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -70,7 +71,7 @@ class DaemonIntegration : public ::testing::Test {
     socket_ = dir_.path() + "/s.sock";
     daemon_ = std::make_unique<BackgroundProcess>(
         kBinDir + "/jitllmd",
-        std::vector<std::string>{"--socket", socket_, "--devices", "cpu:0", "--model-dir", kModelsDir},
+        std::vector<std::string>{"--socket", socket_, "--devices", devices_, "--model-dir", kModelsDir},
         dir_.path() + "/jitllmd.log");
     const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
     while (true) {
@@ -114,7 +115,14 @@ class DaemonIntegration : public ::testing::Test {
 
   TempDir dir_;
   std::string socket_;
+  std::string devices_ = "cpu:0";
   std::unique_ptr<BackgroundProcess> daemon_;
+};
+
+// The same with two CPU devices, for migrations between them.
+class DaemonMigrationIntegration : public DaemonIntegration {
+ protected:
+  DaemonMigrationIntegration() { devices_ = "cpu:0,cpu:1"; }
 };
 
 TEST_F(DaemonIntegration, GenerateThroughLibclientGivesExactlyTheTokensOfJitllmRun) {
@@ -322,6 +330,73 @@ TEST_F(DaemonIntegration, ASecondDaemonOnTheSameSocketRefusesClearly) {
   EXPECT_NE(r.exitCode, 0);
   EXPECT_NE((r.out + r.err).find(socket_), std::string::npos) << r.out << r.err;
   EXPECT_EQ(connect().version().protocol, client::kProtocolVersion);  // the first one still serves
+}
+
+TEST_F(DaemonMigrationIntegration, JitllmctlMigratesEveryUnitUnderASlowReaderAndTheReplyIsUnchanged) {
+  const Reference ref = referenceRun(600);
+  ASSERT_GT(ref.tokens.size(), 128u) << "the reply must outlast the daemon's 64 queued tokens";
+  const auto load = ctl({"load", kStories, "--name", "stories", "--devices", "cpu:0"});
+  ASSERT_EQ(load.exitCode, 0) << load.err;
+  // A slow reader: the daemon throttles its session (`waiting`), so the move happens mid-reply.
+  ProcessResult slow;
+  std::thread reader([&] { slow = ctl({"--json", "run", "stories", kPrompt, "-n", "600", "--read-delay-ms", "100"}); });
+  bool waiting = false;
+  ProcessResult moved;
+  try {
+    for (int i = 0; i < 1000 && !waiting; i++) {
+      const auto ps = ctl({"--json", "ps", "stories"});
+      if (ps.exitCode == 0) {
+        const JsonValue models = JsonReader::parse(ps.out)["models"];
+        for (const auto& session : models.array.at(0)["sessions"].array) {
+          waiting = waiting || session["state"].string == "waiting";
+        }
+      }
+      if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    moved = ctl({"migrate", "stories", "cpu:1"});
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  reader.join();
+  ASSERT_TRUE(waiting) << "the slow reader's session was never throttled";
+  EXPECT_EQ(moved.exitCode, 0) << moved.err;
+  EXPECT_EQ(moved.out.rfind("migrated stories:token_embd-output (7 units) cpu:0 -> cpu:1, ", 0), 0u) << moved.out;
+  for (const char* key : {"\npause_ms ", "  prepare_ms ", "  bytes_precopied ", "  bytes_in_pause ",
+                          "  recomputed_tokens 0  ", "  sessions 1\n"}) {
+    EXPECT_NE(moved.out.find(key), std::string::npos) << key << " in:\n" << moved.out;
+  }
+  ASSERT_EQ(slow.exitCode, 0) << slow.err;
+  EXPECT_EQ(JsonReader::parse(slow.out)["tokens"].ints(), ref.tokens) << "the reply changed when its layers moved";
+
+  const auto ps = ctl({"--json", "ps", "-l", "stories"});
+  const auto layers = JsonReader::parse(ps.out)["models"][0]["layerStates"];
+  ASSERT_EQ(layers.array.size(), 7u) << ps.out;
+  for (const auto& l : layers.array) EXPECT_EQ(l["device"].string, "cpu:1") << l["name"].string;
+  EXPECT_NE(ctl({"events"}).out.find("migration.committed model=stories device=cpu:1"), std::string::npos);
+}
+
+TEST_F(DaemonMigrationIntegration, APinnedUnitStaysUntilUnpinnedOrForced) {
+  auto c = connect();
+  client::LoadOptions options;
+  options.name = "stories";
+  options.devices = "cpu:0";
+  c.load(kStories, options);
+  const auto pinned = ctl({"pin", "stories:output", "cpu:1"});
+  ASSERT_EQ(pinned.exitCode, 0) << pinned.err;
+  EXPECT_NE(pinned.out.find("pinned stories:output to cpu:1\n"), std::string::npos) << pinned.out;
+  EXPECT_EQ(c.models().at(0).layerStates.at(6).pinned, "cpu:1");
+  const auto refused = ctl({"migrate", "stories", "cpu:0"});
+  EXPECT_EQ(refused.exitCode, 1);
+  EXPECT_NE(refused.err.find("pinned to cpu:1"), std::string::npos) << refused.err;
+  EXPECT_EQ(c.models().at(0).layerStates.at(6).device, "cpu:1");  // nothing moved
+  EXPECT_EQ(ctl({"unpin", "stories:output"}).exitCode, 0);
+  EXPECT_EQ(c.models().at(0).layerStates.at(6).pinned, "");
+  const auto moved = ctl({"--json", "migrate", "stories", "cpu:0"});
+  ASSERT_EQ(moved.exitCode, 0) << moved.err;
+  const auto j = JsonReader::parse(moved.out);
+  EXPECT_TRUE(j["committed"].boolean);
+  EXPECT_EQ(j["units"].number, 1);
+  EXPECT_EQ(j["to"].string, "cpu:0");
 }
 
 }  // namespace

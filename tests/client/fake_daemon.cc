@@ -7,6 +7,8 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
+#include <charconv>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <list>
@@ -33,17 +35,63 @@ void update(Shared& shared, F&& f) {
   shared.changed.notify_all();
 }
 
+constexpr unsigned kUnits = 7;  // token_embd, blk.0..blk.4, output
+constexpr uint64_t kUnitWeightBytes = 128 * 1024;
+constexpr uint32_t kTokensPerPage = 4;
+constexpr uint64_t kPageBytes = 4096;
+
+std::string unitName(unsigned unit) {
+  if (unit == 0) return "token_embd";
+  if (unit == kUnits - 1) return "output";
+  return "blk." + std::to_string(unit - 1);
+}
+
 struct FakeModel {
   std::string name;
   std::string path;
   std::map<uint64_t, uint32_t> sessions;  // id -> tokens so far
+  std::vector<std::string> device = std::vector<std::string>(kUnits, "cpu:0");  // per unit
+  std::vector<std::string> pinned = std::vector<std::string>(kUnits);
+  std::vector<std::string> stagedOn = std::vector<std::string>(kUnits);
+  std::string migration = {};  // the one in progress (a --no-wait one never ends here)
 };
 
 struct StoredEvent {
   rpc::EventKind kind;
   std::string what, model, message;
   uint64_t sessionId = 0;
+  std::string device = {};
 };
+
+// A parsed layer range: units first..last, inclusive.
+struct UnitRange {
+  unsigned first = 0;
+  unsigned last = kUnits - 1;
+};
+
+// One end of a range, as the daemon reads it: a block number or a named end.
+unsigned parseUnit(const std::string& text, const std::string& range) {
+  if (text == "token_embd" || text == "embd") return 0;
+  if (text == "output" || text == "head") return kUnits - 1;
+  unsigned block = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), block);
+  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || block >= kUnits - 2) {
+    fail(kj::Exception::Type::FAILED, kj::str("bad layer range '", range.c_str(), "': '", text.c_str(),
+                                              "' is not a block (0-4), token_embd or output"));
+  }
+  return block + 1;
+}
+
+UnitRange parseRange(const std::string& range) {
+  if (range.empty()) return {};
+  const size_t dash = range.find('-');
+  UnitRange r;
+  r.first = parseUnit(range.substr(0, dash), range);
+  r.last = dash == std::string::npos ? r.first : parseUnit(range.substr(dash + 1), range);
+  if (r.first > r.last)
+    fail(kj::Exception::Type::FAILED, kj::str("bad layer range '", range.c_str(), "': it runs backwards"));
+  return r;
+}
 
 class FakeDaemonServer;
 
@@ -213,6 +261,94 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     });
   }
 
+  kj::Promise<void> migrate(MigrateContext context) override {
+    if (!options_.migration) return rpc::Daemon::Server::migrate(context);
+    auto request = context.getParams().getRequest();
+    FakeMigrateCall call{request.getModel(), request.getLayers(), request.getDevice()};
+    call.wait = request.getWait();
+    call.precopy = request.getPrecopy();
+    call.force = request.getForce();
+    update(shared_, [&](FakeDaemonRecord& r) { r.migrations.push_back(call); });
+    FakeModel& m = modelForMigration(call.model, call.device);
+    if (!m.migration.empty()) {
+      fail(kj::Exception::Type::FAILED, kj::str("a migration of '", call.model.c_str(), "' is already running (",
+                                                m.migration.c_str(), "): wait for its outcome in `jitllmctl events`"));
+    }
+    const UnitRange range = parseRange(call.layers);
+    for (unsigned u = range.first; u <= range.last; u++) {
+      if (!m.pinned[u].empty() && m.pinned[u] != call.device && !call.force) {
+        fail(kj::Exception::Type::FAILED, kj::str(unitName(u).c_str(), " of '", call.model.c_str(), "' is pinned to ",
+                                                  m.pinned[u].c_str(), ": unpin it (jitllmctl unpin ",
+                                                  call.model.c_str(), ":", call.layers.c_str(), ") or pass --force"));
+      }
+    }
+    auto stats = context.initResults().initStats();
+    const unsigned moving = plan(m, range, call.device, stats);
+    if (moving > 0 && !call.wait) {
+      for (unsigned u = range.first; u <= range.last; u++) {
+        if (m.device[u] != call.device) m.stagedOn[u] = call.device;
+      }
+      m.migration = "migration " + std::to_string(stats.getId()) + ": " + unitName(range.first) + "-" +
+                    unitName(range.last) + " " + stats.getFrom().cStr() + " -> " + call.device + ", preparing";
+      emit({rpc::EventKind::MIGRATION, "migration.preparing", call.model, m.migration, 0, call.device});
+      return kj::READY_NOW;
+    }
+    if (moving == 0) return kj::READY_NOW;
+    for (unsigned u = range.first; u <= range.last; u++) {
+      m.device[u] = call.device;
+      if (!m.pinned[u].empty()) m.pinned[u] = call.device;  // with --force, pins follow
+    }
+    stats.setCommitted(true);
+    stats.setPrepareMs(12.34);
+    stats.setPauseMs(0.412);
+    stats.setBytesPrecopied(call.precopy ? 524288 : 0);
+    stats.setBytesInPause(call.precopy ? 8192 : 524288 + 8192);
+    stats.setRecomputedTokens(0);
+    stats.setSessions(3);
+    emit({rpc::EventKind::MIGRATION, "migration.preparing", call.model, "migration " + std::to_string(stats.getId()), 0,
+          call.device});
+    emit({rpc::EventKind::MIGRATION, "migration.committed", call.model,
+          "migration " + std::to_string(stats.getId()) + ": " + unitName(range.first) + "-" + unitName(range.last) +
+              " moved in a 0.412 ms pause",
+          0, call.device});
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> pin(PinContext context) override {
+    if (!options_.migration) return rpc::Daemon::Server::pin(context);
+    auto params = context.getParams();
+    FakeMigrateCall call{params.getModel(), params.getLayers(), params.getDevice()};
+    update(shared_, [&](FakeDaemonRecord& r) { r.pins.push_back(call); });
+    FakeModel& m = modelForMigration(call.model, call.device);
+    const UnitRange range = parseRange(call.layers);
+    auto stats = context.initResults().initStats();
+    if (plan(m, range, call.device, stats) > 0) {
+      stats.setCommitted(true);
+      stats.setPrepareMs(3.5);
+      stats.setPauseMs(0.25);
+    }
+    for (unsigned u = range.first; u <= range.last; u++) {
+      m.device[u] = call.device;
+      m.pinned[u] = call.device;
+    }
+    emit({rpc::EventKind::MIGRATION, "layers.pinned", call.model,
+          unitName(range.first) + "-" + unitName(range.last) + " pinned to " + call.device, 0, call.device});
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> unpin(UnpinContext context) override {
+    if (!options_.migration) return rpc::Daemon::Server::unpin(context);
+    auto params = context.getParams();
+    const std::string model = params.getModel(), layers = params.getLayers();
+    update(shared_, [&](FakeDaemonRecord& r) { r.unpins.emplace_back(model, layers); });
+    FakeModel* m = findModel(model);
+    if (m == nullptr) fail(kj::Exception::Type::FAILED, kj::str("no model named '", model.c_str(), "' is loaded"));
+    const UnitRange range = parseRange(layers);
+    for (unsigned u = range.first; u <= range.last; u++) m->pinned[u].clear();
+    emit({rpc::EventKind::MIGRATION, "layers.unpinned", model, unitName(range.first) + "-" + unitName(range.last)});
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> cancelSession(CancelSessionContext context) override {
     const uint64_t id = context.getParams().getSessionId();
     if (id == 999) fail(kj::Exception::Type::FAILED, "no session 999 is yours (see `jitllmctl ps`)");
@@ -245,6 +381,40 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
       if (m.name == name) return &m;
     }
     return nullptr;
+  }
+
+  // The model a migrate or pin names, once the target device is known to exist.
+  FakeModel& modelForMigration(const std::string& model, const std::string& device) {
+    checkModel(model);
+    FakeModel* m = findModel(model);
+    if (m == nullptr) fail(kj::Exception::Type::FAILED, kj::str("no model named '", model.c_str(), "' is loaded"));
+    if (device != "cpu:0" && device != "cpu:1") {
+      fail(kj::Exception::Type::FAILED, kj::str("no device '", device.c_str(), "' (devices: cpu:0, cpu:1)"));
+    }
+    return *m;
+  }
+
+  // Fills what a move of `range` to `device` would do (id, names, devices, units, weights) and
+  // returns how many units it moves.
+  unsigned plan(const FakeModel& m, UnitRange range, const std::string& device, rpc::MigrationStats::Builder stats) {
+    unsigned moving = 0;
+    std::string from;
+    for (unsigned u = range.first; u <= range.last; u++) {
+      if (m.device[u] == device) continue;
+      moving++;
+      if (("," + from + ",").find("," + m.device[u] + ",") == std::string::npos) {
+        from += (from.empty() ? "" : ",") + m.device[u];
+      }
+    }
+    stats.setModel(m.name);
+    stats.setFirstName(unitName(range.first));
+    stats.setLastName(unitName(range.last));
+    stats.setFrom(from);
+    stats.setTo(device);
+    stats.setUnits(moving);
+    stats.setWeightBytes(moving * kUnitWeightBytes);
+    if (moving > 0) stats.setId(nextMigration_++);
+    return moving;
   }
 
   // Marks a generation cancelled if it is destroyed before it completed.
@@ -287,7 +457,11 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
         req.initIds(1).set(0, int32_t(100 + i));
         req.setText(piece);
         // Each chunk waits for the client's answer (the contract's flow control, at its tightest).
-        kj::Promise<void> delivered = req.send().ignoreResult();
+        const auto sentAt = std::chrono::steady_clock::now();
+        kj::Promise<void> delivered = req.send().ignoreResult().then([this, sentAt]() {
+          const std::chrono::duration<double, std::milli> answered = std::chrono::steady_clock::now() - sentAt;
+          update(shared_, [&](FakeDaemonRecord& r) { r.chunkAnswerMs.push_back(answered.count()); });
+        });
         if (options_.tokenDelay.count() == 0) return delivered;
         return delivered.then([this]() { return timer_.afterDelay(options_.tokenDelay.count() * kj::MILLISECONDS); });
       });
@@ -324,12 +498,19 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     out.setVocabSize(512);
     out.setContextLength(2048);
     out.setContextSize(2048);
-    auto placement = out.initPlacement(1);
-    placement[0].setFirst(0);
-    placement[0].setLast(6);
-    placement[0].setDevice("cpu:0");
-    placement[0].setFirstName("token_embd");
-    placement[0].setLastName("output");
+    std::vector<std::pair<unsigned, unsigned>> runs;  // consecutive units on one device
+    for (unsigned u = 0; u < kUnits; u++) {
+      if (runs.empty() || m.device[u] != m.device[runs.back().first]) runs.push_back({u, u});
+      runs.back().second = u;
+    }
+    auto placement = out.initPlacement(unsigned(runs.size()));
+    for (unsigned i = 0; i < runs.size(); i++) {
+      placement[i].setFirst(runs[i].first);
+      placement[i].setLast(runs[i].second);
+      placement[i].setDevice(m.device[runs[i].first]);
+      placement[i].setFirstName(unitName(runs[i].first));
+      placement[i].setLastName(unitName(runs[i].second));
+    }
     auto memory = out.initMemory(1);
     memory[0].setDevice("cpu:0");
     memory[0].setWeightBytes(1 << 20);
@@ -346,6 +527,33 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     }
     out.setChatTemplate("llama2");
     out.setLoadedUnixMs(1700000000000);
+    auto layers = out.initLayerStates(kUnits);
+    for (unsigned u = 0; u < kUnits; u++) {
+      auto l = layers[u];
+      l.setUnit(u);
+      l.setName(unitName(u));
+      l.setDevice(m.device[u]);
+      l.setResidency(u == 0 ? "file" : "device");  // the embedding table is read in place
+      l.setStagedOn(m.stagedOn[u]);
+      l.setWeightBytes(kUnitWeightBytes);
+      l.setKernelsReady(u != 0);  // a lookup needs no compiled kernel
+      l.setPinned(m.pinned[u]);
+      const bool block = u > 0 && u < kUnits - 1;
+      auto pages = l.initSessions(block ? unsigned(m.sessions.size()) : 0);
+      uint32_t total = 0;
+      unsigned i = 0;
+      for (const auto& [id, tokens] : m.sessions) {
+        if (!block) break;
+        const uint32_t n = (tokens + kTokensPerPage - 1) / kTokensPerPage;
+        pages[i].setSessionId(id);
+        pages[i].setPages(n);
+        total += n;
+        i++;
+      }
+      l.setKvPages(total);
+      l.setKvBytes(total * kPageBytes);
+    }
+    out.setMigration(m.migration);
   }
 
   void emit(StoredEvent e) {
@@ -360,6 +568,7 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     ev.setKind(e.kind);
     ev.setWhat(e.what);
     ev.setModel(e.model);
+    ev.setDevice(e.device);
     ev.setSessionId(e.sessionId);
     ev.setMessage(e.message);
     return req.send();
@@ -373,6 +582,7 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
   std::vector<StoredEvent> history_ = {{rpc::EventKind::DAEMON, "started", "", "fake daemon started"}};
   std::list<rpc::EventSink::Client> subscribers_;
   uint64_t nextSession_ = 1;
+  uint64_t nextMigration_ = 1;
   kj::TaskSet tasks_;
 };
 

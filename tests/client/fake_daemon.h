@@ -9,7 +9,18 @@
 //   - chat answers "you said: <last user message>" and records the history it was given;
 //   - a model named "overloaded" / "unimplemented" / "failed" fails with that kind; "hangup"
 //     makes the daemon drop every connection after two tokens;
-//   - events replays what load/unload emitted, then streams new ones.
+//   - events replays what load/unload emitted, then streams new ones;
+//   - a model has 7 units (token_embd, blk.0..blk.4, output), all on cpu:0 when loaded, each of
+//     128 KiB of weights; ModelInfo.layerStates reports them, with 1 KV page per 4 tokens of each
+//     running session on every block;
+//   - migrate moves a range ("", "3", "0-4", "embd-head", "2-output", as the daemon parses them)
+//     to "cpu:0" or "cpu:1" with canned stats (pause 0.412 ms, prepare 12.34 ms, 512 KiB
+//     pre-copied and 8 KiB in the pause, or all 520 KiB in the pause without precopy, 3 sessions)
+//     and emits migration.preparing and migration.committed; without `wait` it only stages the
+//     range (LayerState.stagedOn, ModelInfo.migration) and the model's next migrate fails as
+//     "already running"; a unit pinned to another device fails it unless `force`;
+//   - pin moves what is elsewhere, then pins (layers.pinned); unpin lifts pins (layers.unpinned);
+//   - with Options::migration false, migrate, pin and unpin are unimplemented (an older daemon).
 //
 // Thread-safety: the public methods may be called from the test thread while it serves.
 #pragma once
@@ -21,9 +32,20 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace jitllm::testing {
+
+// A migrate or pin call as the daemon received it (pin leaves wait, precopy and force alone).
+struct FakeMigrateCall {
+  std::string model;
+  std::string layers;
+  std::string device;
+  bool wait = false;
+  bool precopy = false;
+  bool force = false;
+};
 
 struct FakeDaemonRecord {
   std::vector<std::string> loadedPaths;   // ModelSource.path values
@@ -39,6 +61,11 @@ struct FakeDaemonRecord {
   float lastTemperature = -1;
   uint64_t lastSeed = 0;
   uint32_t lastMaxTokens = 0;
+  std::vector<FakeMigrateCall> migrations;  // every migrate call, refused ones included
+  std::vector<FakeMigrateCall> pins;
+  std::vector<std::pair<std::string, std::string>> unpins;  // (model, layers)
+  // For each streamed chunk: milliseconds from sending it to the client's answer (flow control).
+  std::vector<double> chunkAnswerMs;
 };
 
 class FakeDaemon final {
@@ -46,6 +73,7 @@ class FakeDaemon final {
   struct Options {
     uint32_t protocol = 1;
     std::chrono::milliseconds tokenDelay{0};
+    bool migration = true;  // false: migrate, pin and unpin are unimplemented (an older daemon)
   };
 
   // Starts serving on `socketPath`; returns once it listens.

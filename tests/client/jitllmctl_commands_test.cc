@@ -2,6 +2,8 @@
 // as text and as --json, and the exit status.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -226,6 +228,265 @@ TEST_F(JitllmctlCommands, CancelPassesTheSessionAndReportsARefusal) {
   const auto r = ctl({"cancel", "999"});
   EXPECT_EQ(r.exitCode, 1);
   EXPECT_EQ(r.err, "jitllmctl: no session 999 is yours (see `jitllmctl ps`)\n");
+}
+
+TEST_F(JitllmctlCommands, MigratePassesTheModelLayersDeviceAndFlagsToTheDaemon) {
+  load();
+  EXPECT_EQ(ctl({"migrate", "stories:20-output", "cpu:1", "--no-precopy", "--force"}).exitCode, 1);  // no blk.20
+  ASSERT_EQ(ctl({"migrate", "stories:2-output", "cpu:1", "--no-precopy", "--force"}).exitCode, 0);
+  ASSERT_EQ(ctl({"migrate", "stories", "cpu:0"}).exitCode, 0);
+  ASSERT_EQ(ctl({"migrate", "stories:embd", "cpu:1", "--no-wait"}).exitCode, 0);
+  const auto calls = daemon_->record().migrations;
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0].layers, "20-output");  // passed through as typed: the daemon parses it
+  EXPECT_EQ(calls[1].model, "stories");
+  EXPECT_EQ(calls[1].layers, "2-output");
+  EXPECT_EQ(calls[1].device, "cpu:1");
+  EXPECT_TRUE(calls[1].wait);
+  EXPECT_FALSE(calls[1].precopy);
+  EXPECT_TRUE(calls[1].force);
+  EXPECT_EQ(calls[2].layers, "");  // NAME alone: every unit
+  EXPECT_EQ(calls[2].device, "cpu:0");
+  EXPECT_TRUE(calls[2].wait);
+  EXPECT_TRUE(calls[2].precopy);
+  EXPECT_FALSE(calls[2].force);
+  EXPECT_EQ(calls[3].layers, "embd");
+  EXPECT_FALSE(calls[3].wait);
+}
+
+TEST_F(JitllmctlCommands, AModelNameWithAColonIsWrittenWithATrailingColon) {
+  load("llama3:8b");
+  ASSERT_EQ(ctl({"migrate", "llama3:8b:", "cpu:1"}).exitCode, 0);
+  ASSERT_EQ(ctl({"migrate", "llama3:8b:3", "cpu:0"}).exitCode, 0);
+  const auto calls = daemon_->record().migrations;
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].model, "llama3:8b");
+  EXPECT_EQ(calls[0].layers, "");
+  EXPECT_EQ(calls[1].model, "llama3:8b");
+  EXPECT_EQ(calls[1].layers, "3");
+}
+
+TEST_F(JitllmctlCommands, MigratePrintsWhatMovedThenEveryNumberAsScriptsGrepThem) {
+  load();
+  const auto r = ctl({"migrate", "stories", "cpu:1"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "migrated stories:token_embd-output (7 units) cpu:0 -> cpu:1, 896.0 KiB of weights\n"
+            "pause_ms 0.412  prepare_ms 12.3  bytes_precopied 524288  bytes_in_pause 8192  recomputed_tokens 0  "
+            "sessions 3\n");
+  EXPECT_EQ(r.err, "");
+  const auto one = ctl({"migrate", "stories:3", "cpu:0", "--no-precopy"});
+  EXPECT_EQ(one.out.substr(0, one.out.find('\n')),
+            "migrated stories:blk.3 (1 unit) cpu:1 -> cpu:0, 128.0 KiB of weights");
+  EXPECT_NE(one.out.find("  bytes_precopied 0  bytes_in_pause 532480  "), std::string::npos) << one.out;
+  const auto none = ctl({"migrate", "stories:3", "cpu:0"});
+  EXPECT_EQ(none.exitCode, 0);
+  EXPECT_EQ(none.out.substr(0, none.out.find('\n')), "nothing to migrate: stories:3 is on cpu:0 already");
+  EXPECT_NE(none.out.find("\npause_ms "), std::string::npos) << none.out;
+}
+
+TEST_F(JitllmctlCommands, MigrateJsonIsOneObjectWithEveryStatInSnakeCase) {
+  load();
+  const auto r = ctl({"--json", "migrate", "stories:0-1", "cpu:1"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  const auto j = JsonReader::parse(r.out);
+  EXPECT_EQ(j.object.size(), 15u) << "one key per MigrationStats field: " << r.out;
+  EXPECT_EQ(j["id"].number, 1);
+  EXPECT_EQ(j["model"].string, "stories");
+  EXPECT_EQ(j["first_name"].string, "blk.0");
+  EXPECT_EQ(j["last_name"].string, "blk.1");
+  EXPECT_EQ(j["from"].string, "cpu:0");
+  EXPECT_EQ(j["to"].string, "cpu:1");
+  EXPECT_EQ(j["units"].number, 2);
+  EXPECT_TRUE(j["committed"].boolean);
+  EXPECT_EQ(j["prepare_ms"].number, 12.34);
+  EXPECT_EQ(j["pause_ms"].number, 0.412);
+  EXPECT_EQ(j["bytes_precopied"].number, 524288);
+  EXPECT_EQ(j["bytes_in_pause"].number, 8192);
+  EXPECT_EQ(j["weight_bytes"].number, 2 * 131072);
+  EXPECT_EQ(j["recomputed_tokens"].number, 0);
+  EXPECT_EQ(j["sessions"].number, 3);
+}
+
+TEST_F(JitllmctlCommands, MigrateWithoutWaitingSaysItStartedAndWhereItsOutcomeAppears) {
+  load();
+  const auto r = ctl({"migrate", "stories:1-2", "cpu:1", "--no-wait"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "migration 1 started: stories:blk.1-blk.2 (2 units) cpu:0 -> cpu:1; its outcome will appear in "
+            "`jitllmctl events` (migration.committed or migration.failed)\n");
+  const auto j = JsonReader::parse(ctl({"--json", "ps", "stories"}).out);
+  EXPECT_EQ(j["models"][0]["migration"].string, "migration 1: blk.1-blk.2 cpu:0 -> cpu:1, preparing");
+  // The fake never finishes it: the next one is refused, and says why.
+  const auto again = ctl({"migrate", "stories", "cpu:1"});
+  EXPECT_EQ(again.exitCode, 1);
+  EXPECT_EQ(again.err,
+            "jitllmctl: a migration of 'stories' is already running (migration 1: blk.1-blk.2 cpu:0 -> cpu:1, "
+            "preparing): wait for its outcome in `jitllmctl events`\n");
+}
+
+TEST_F(JitllmctlCommands, PinMovesThenPinsAMigrateOfThePinnedRangeFailsAndUnpinLiftsIt) {
+  load();
+  const auto pinned = ctl({"pin", "stories:0-1", "cpu:1"});
+  EXPECT_EQ(pinned.exitCode, 0) << pinned.err;
+  EXPECT_EQ(pinned.out,
+            "migrated stories:blk.0-blk.1 (2 units) cpu:0 -> cpu:1, 256.0 KiB of weights\n"
+            "pause_ms 0.250  prepare_ms 3.5  bytes_precopied 0  bytes_in_pause 0  recomputed_tokens 0  sessions 0\n"
+            "pinned stories:0-1 to cpu:1\n");
+  EXPECT_EQ(ctl({"pin", "stories:0-1", "cpu:1"}).out, "pinned stories:0-1 to cpu:1\n");  // nothing to move
+  ASSERT_EQ(daemon_->record().pins.size(), 2u);
+  EXPECT_EQ(daemon_->record().pins[0].layers, "0-1");
+  EXPECT_EQ(daemon_->record().pins[0].device, "cpu:1");
+
+  const auto refused = ctl({"migrate", "stories:0", "cpu:0"});
+  EXPECT_EQ(refused.exitCode, 1);
+  EXPECT_EQ(refused.out, "");
+  EXPECT_EQ(refused.err,
+            "jitllmctl: blk.0 of 'stories' is pinned to cpu:1: unpin it (jitllmctl unpin stories:0) or pass --force\n");
+  const auto json = ctl({"migrate", "stories:0", "cpu:0", "--json"});
+  EXPECT_EQ(json.exitCode, 1);
+  EXPECT_EQ(JsonReader::parse(json.out)["error"]["kind"].string, "failed");
+
+  const auto unpinned = ctl({"unpin", "stories:0"});
+  EXPECT_EQ(unpinned.exitCode, 0);
+  EXPECT_EQ(unpinned.out, "unpinned stories:0\n");
+  EXPECT_EQ(ctl({"unpin", "stories"}).out, "unpinned stories (every unit)\n");
+  EXPECT_EQ(daemon_->record().unpins,
+            (std::vector<std::pair<std::string, std::string>>{{"stories", "0"}, {"stories", ""}}));
+  EXPECT_EQ(ctl({"migrate", "stories:0", "cpu:0"}).exitCode, 0);
+}
+
+TEST_F(JitllmctlCommands, PinAndUnpinJson) {
+  load();
+  const auto j = JsonReader::parse(ctl({"--json", "pin", "stories:3", "cpu:1"}).out);
+  EXPECT_EQ(j["model"].string, "stories");
+  EXPECT_EQ(j["layers"].string, "3");
+  EXPECT_EQ(j["pinned"].string, "cpu:1");
+  EXPECT_EQ(j["migration"]["units"].number, 1);
+  EXPECT_EQ(j["migration"]["first_name"].string, "blk.3");
+  const auto u = JsonReader::parse(ctl({"--json", "unpin", "stories:3"}).out);
+  EXPECT_EQ(u["layers"].string, "3");
+  EXPECT_TRUE(u["unpinned"].boolean);
+}
+
+TEST_F(JitllmctlCommands, PsLongShowsARowPerUnitWithStagingPinsAndTheMigration) {
+  load();
+  ASSERT_EQ(ctl({"pin", "stories:output", "cpu:1"}).exitCode, 0);
+  ASSERT_EQ(ctl({"migrate", "stories:0-1", "cpu:1", "--no-wait"}).exitCode, 0);
+  const auto r = ctl({"ps", "-l", "stories"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "stories (llama, 5 layers): cpu:0 token_embd..blk.4, cpu:1 output\n"
+            "migration: migration 2: blk.0-blk.1 cpu:0 -> cpu:1, preparing\n"
+            "UNIT  NAME        DEVICE  RESIDENCY               WEIGHTS    KERNELS  PINNED  KV PAGES  KV BYTES  "
+            "SESSION:PAGES\n"
+            "0     token_embd  cpu:0   file                    128.0 KiB  no       -       0         0 B       -\n"
+            "1     blk.0       cpu:0   device staged on cpu:1  128.0 KiB  yes      -       0         0 B       -\n"
+            "2     blk.1       cpu:0   device staged on cpu:1  128.0 KiB  yes      -       0         0 B       -\n"
+            "3     blk.2       cpu:0   device                  128.0 KiB  yes      -       0         0 B       -\n"
+            "4     blk.3       cpu:0   device                  128.0 KiB  yes      -       0         0 B       -\n"
+            "5     blk.4       cpu:0   device                  128.0 KiB  yes      -       0         0 B       -\n"
+            "6     output      cpu:1   device                  128.0 KiB  yes      cpu:1   0         0 B       -\n");
+  EXPECT_EQ(ctl({"ps", "stories", "-l"}).out, r.out);  // -l before or after NAME
+  const auto plain = ctl({"ps"});
+  EXPECT_EQ(plain.out.find("UNIT"), std::string::npos) << "plain ps keeps its summary table: " << plain.out;
+  EXPECT_NE(plain.out.find("cpu:0 token_embd..blk.4, cpu:1 output"), std::string::npos) << plain.out;
+}
+
+TEST_F(JitllmctlCommands, PsLongJsonCarriesEveryLayerStateField) {
+  load();
+  ASSERT_EQ(ctl({"pin", "stories:4", "cpu:1"}).exitCode, 0);
+  const auto r = ctl({"--json", "ps", "-l", "stories"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  const auto j = JsonReader::parse(r.out);
+  ASSERT_EQ(j["models"].array.size(), 1u);
+  const auto& layers = j["models"][0]["layerStates"];
+  ASSERT_EQ(layers.array.size(), 7u);
+  const auto& l = layers[5];
+  EXPECT_EQ(l.object.size(), 11u) << "one key per LayerState field";
+  EXPECT_EQ(l["unit"].number, 5);
+  EXPECT_EQ(l["name"].string, "blk.4");
+  EXPECT_EQ(l["device"].string, "cpu:1");
+  EXPECT_EQ(l["residency"].string, "device");
+  EXPECT_EQ(l["stagedOn"].string, "");
+  EXPECT_EQ(l["weightBytes"].number, 131072);
+  EXPECT_TRUE(l["kernelsReady"].boolean);
+  EXPECT_EQ(l["pinned"].string, "cpu:1");
+  EXPECT_EQ(l["kvPages"].number, 0);
+  EXPECT_EQ(l["kvBytes"].number, 0);
+  EXPECT_EQ(l["sessions"].type, testing::JsonValue::Type::kArray);
+  EXPECT_EQ(j["models"][0]["migration"].string, "");
+}
+
+TEST_F(JitllmctlCommands, PsOfAModelThatIsNotLoadedExits1SayingWhatIs) {
+  load();
+  const auto r = ctl({"ps", "-l", "nosuch"});
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_EQ(r.err, "jitllmctl: no model named 'nosuch' is loaded (loaded: stories)\n");
+}
+
+TEST_F(JitllmctlCommands, EventsPrintMigrationEventsLikeTheOthers) {
+  load();
+  ASSERT_EQ(ctl({"migrate", "stories:3", "cpu:1"}).exitCode, 0);
+  ASSERT_EQ(ctl({"pin", "stories:3", "cpu:1"}).exitCode, 0);
+  const auto r = ctl({"events"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(
+      r.out.find(
+          "  migration.committed model=stories device=cpu:1: migration 1: blk.3-blk.3 moved in a 0.412 ms pause\n"),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  layers.pinned model=stories device=cpu:1: blk.3-blk.3 pinned to cpu:1\n"), std::string::npos)
+      << r.out;
+  const auto j = JsonReader::parse(ctl({"events", "--json"}).out);
+  const auto& last = j["events"][j["events"].array.size() - 1];
+  EXPECT_EQ(last["kind"].string, "migration");
+  EXPECT_EQ(last["what"].string, "layers.pinned");
+}
+
+TEST_F(JitllmctlCommands, ReadDelayMakesTheTokenCallbackASlowReader) {
+  load();
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = ctl({"run", "stories", "hi", "-n", "5", "--read-delay-ms", "20"});
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out, "t0 t1 t2 t3 t4 \n");
+  EXPECT_GE(elapsed, std::chrono::milliseconds(100));
+  // The daemon saw each chunk answered only after the reader's delay: that is what flow control
+  // acts on.
+  const auto answers = daemon_->record().chunkAnswerMs;
+  ASSERT_EQ(answers.size(), 5u);
+  for (double ms : answers) EXPECT_GE(ms, 19.0);
+  // In --json mode too, though nothing is printed until the end.
+  const auto jsonStart = std::chrono::steady_clock::now();
+  EXPECT_EQ(ctl({"--json", "run", "stories", "hi", "-n", "5", "--read-delay-ms=20"}).exitCode, 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - jsonStart, std::chrono::milliseconds(100));
+}
+
+TEST_F(JitllmctlCommands, MigrationUsageMistakesExit2WithTheCommandsUsage) {
+  load();
+  const auto noDevice = ctl({"migrate", "stories:3"});
+  EXPECT_EQ(noDevice.exitCode, 2);
+  EXPECT_EQ(noDevice.out, "");
+  EXPECT_NE(noDevice.err.find("jitllmctl: migrate needs NAME[:LAYERS] DEVICE (DEVICE is missing)\n"), std::string::npos)
+      << noDevice.err;
+  EXPECT_NE(noDevice.err.find("usage: jitllmctl migrate NAME[:LAYERS] DEVICE"), std::string::npos) << noDevice.err;
+  EXPECT_NE(noDevice.err.find("LAYERS: none = every unit"), std::string::npos) << noDevice.err;
+  EXPECT_NE(noDevice.err.find("Interrupted (Ctrl-C) before its commit"), std::string::npos) << noDevice.err;
+  EXPECT_EQ(ctl({"pin", "stories"}).exitCode, 2);
+  EXPECT_EQ(ctl({"migrate", ":3", "cpu:1"}).exitCode, 2);
+  EXPECT_EQ(ctl({"migrate", "stories", ""}).exitCode, 2);
+  EXPECT_EQ(ctl({"unpin", "stories", "cpu:1"}).exitCode, 2);
+  EXPECT_EQ(ctl({"migrate", "stories", "cpu:1", "--wait"}).exitCode, 2);
+  for (const char* bad : {"abc", "-5", "1.5", "60001"}) {
+    const auto r = ctl({"run", "stories", "hi", "--read-delay-ms", bad});
+    EXPECT_EQ(r.exitCode, 2) << bad;
+    EXPECT_NE(r.err.find("--read-delay-ms"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("usage: jitllmctl run NAME PROMPT"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(daemon_->record().migrations.empty()) << "a usage error must not reach the daemon";
+  EXPECT_TRUE(daemon_->record().prompts.empty());
 }
 
 }  // namespace

@@ -24,8 +24,20 @@ ProcessResult ctl(const std::vector<std::string>& args, ProcessOptions options =
 }
 
 TEST(JitllmctlBinary, BadUsageExitsWith2AndSaysWhatIsWrong) {
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {}, {"frobnicate"}, {"run"}, {"run", "m"}, {"ps", "--bogus"}, {"load"}, {"cancel", "x"}, {"migrate"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"frobnicate"},
+                                             {"run"},
+                                             {"run", "m"},
+                                             {"ps", "--bogus"},
+                                             {"load"},
+                                             {"cancel", "x"},
+                                             {"migrate"},
+                                             {"migrate", "m"},
+                                             {"pin", "m:3"},
+                                             {"unpin"},
+                                             {"run", "m", "p", "--read-delay-ms", "soon"},
+                                             {"policy"}}) {
     const auto r = ctl(args);
     EXPECT_EQ(r.exitCode, 2) << "args: " << (args.empty() ? "" : args[0]) << "\n" << r.err;
     EXPECT_NE(r.err.find("jitllmctl: "), std::string::npos) << r.err;
@@ -36,8 +48,16 @@ TEST(JitllmctlBinary, BadUsageExitsWith2AndSaysWhatIsWrong) {
 TEST(JitllmctlBinary, WithoutADaemonEveryCommandExitsWith1AndTheNotRunningMessage) {
   TempDir dir;
   const std::string socket = dir.path() + "/jitllmd.sock";
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"status"}, {"devices"}, {"ps"}, {"events"}, {"unload", "m"}, {"run", "m", "p"}, {"cancel", "1"}}) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"status"},
+                                                                                    {"devices"},
+                                                                                    {"ps"},
+                                                                                    {"events"},
+                                                                                    {"unload", "m"},
+                                                                                    {"run", "m", "p"},
+                                                                                    {"cancel", "1"},
+                                                                                    {"migrate", "m:0-5", "cpu:1"},
+                                                                                    {"pin", "m", "cpu:1"},
+                                                                                    {"unpin", "m"}}) {
     auto withSocket = args;
     withSocket.push_back("--socket");
     withSocket.push_back(socket);

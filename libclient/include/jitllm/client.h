@@ -101,6 +101,20 @@ class JITLLM_CLIENT_API Client final {
   // Cancels a running session (its owner, or an admin, may).
   void cancelSession(uint64_t sessionId);
 
+  // Moves request.layers of a model to request.device while its sessions keep generating (admin
+  // only). With request.wait (the default) returns once the move is committed, with its stats;
+  // without, returns at once (committed false) and the outcome arrives as events ("migration.*").
+  // Throws Error(kFailed) for an unknown model, device or range, a unit pinned elsewhere (unless
+  // request.force), a migration of the model already running, or a non-admin; Error(kOverloaded)
+  // when the target lacks memory. The model keeps running where it was after any error.
+  MigrationStats migrate(const MigrateRequest& request);
+  // Pins a model's `layers` (MigrateRequest::layers syntax; empty: every unit) to `device`, first
+  // moving those that are elsewhere (admin only). Returns that move's stats: units 0 when nothing
+  // had to move. Pinned units never move on their own. Errors as migrate().
+  MigrationStats pin(const std::string& model, const std::string& layers, const std::string& device);
+  // Lifts the pins of a model's `layers` (empty: every unit) (admin only).
+  void unpin(const std::string& model, const std::string& layers);
+
  private:
   class Impl;
   friend CapnpAccess capnpAccess(Client& client);

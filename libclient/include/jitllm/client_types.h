@@ -60,6 +60,28 @@ struct SessionInfo {
   std::string state;  // "prefill" | "decode" | "waiting"
 };
 
+// KV pages one session holds for one unit.
+struct SessionPages {
+  uint64_t sessionId = 0;
+  uint32_t pages = 0;
+};
+
+// One schedulable unit of a model and where its state lives: the data behind `jitllmctl ps -l`.
+struct LayerState {
+  uint32_t unit = 0;      // 0 = token_embd, 1..L = blk.0..blk.L-1, L+1 = output
+  std::string name;       // "token_embd", "blk.3", "output"
+  std::string device;     // where it runs now
+  std::string residency;  // its weights: "device" (in device memory) | "file" (read in place from
+                          // the mapped file) | "host" (paged out to host RAM)
+  std::string stagedOn;   // a migration has staged its weights on this device; empty if none
+  uint64_t weightBytes = 0;
+  bool kernelsReady = false;  // its kernels are compiled (and warmed) for `device`
+  std::string pinned;         // the device it is pinned to; empty when not pinned
+  uint32_t kvPages = 0;       // over all sessions (blocks only)
+  uint64_t kvBytes = 0;
+  std::vector<SessionPages> sessions;
+};
+
 // One resident model: the data behind `jitllmctl ps`.
 struct ModelInfo {
   std::string name;
@@ -75,6 +97,8 @@ struct ModelInfo {
   std::vector<SessionInfo> sessions;
   std::string chatTemplate;  // "llama3" | "chatml" | "llama2"
   int64_t loadedUnixMs = 0;
+  std::vector<LayerState> layerStates;  // one per unit, in order (schema: ModelInfo.layerStates)
+  std::string migration;                // the migration in progress, one line; empty when none
 };
 
 struct LoadOptions {
@@ -161,17 +185,51 @@ struct GenerateResult {
   bool cancelled = false;
 };
 
-enum class EventKind { kDaemon, kDevice, kModel, kSession };
-JITLLM_CLIENT_API const char* eventKindName(EventKind kind);  // "daemon", "device", "model", "session"
+enum class EventKind { kDaemon, kDevice, kModel, kSession, kMigration };
+// "daemon", "device", "model", "session", "migration"
+JITLLM_CLIENT_API const char* eventKindName(EventKind kind);
 
 struct Event {
   int64_t unixMs = 0;
   EventKind kind = EventKind::kDaemon;
-  std::string what;  // "loaded", "session.finished", ...
+  std::string what;  // "model.loaded", "session.finished", "migration.committed", ...
   std::string model;
   std::string device;
   uint64_t sessionId = 0;
   std::string message;  // one human-readable line
+};
+
+// Moves a range of a model's units to a device while its sessions keep generating (admin only;
+// Client::migrate). docs/api.md describes the layer ranges and the errors.
+struct MigrateRequest {
+  std::string model;
+  // The units to move: empty = every unit; "3" = blk.3; "0-5" = blk.0..blk.5; an end may also be
+  // "token_embd" (or "embd") and "output" (or "head"), e.g. "token_embd-output", "20-output".
+  // The daemon parses it.
+  std::string layers;
+  std::string device;   // the target, e.g. "cpu:1", "vulkan:0"
+  bool wait = true;     // return once committed; false: return at once, the outcome comes as events
+  bool precopy = true;  // copy sealed KV pages while tokens stream (false: all of it in the pause)
+  bool force = false;   // move units pinned elsewhere too (their pins follow them)
+};
+
+// What a migration did (or, without `wait`, what it is about to do).
+struct MigrationStats {
+  uint64_t id = 0;  // this migration, as named in its events
+  std::string model;
+  std::string firstName;  // the range moved, e.g. "token_embd" .. "output"
+  std::string lastName;
+  std::string from;  // source device(s), comma-separated
+  std::string to;
+  uint32_t units = 0;  // units that moved (those already on the target are skipped)
+  bool committed = false;
+  double prepareMs = 0;           // from the request to the commit point, while tokens streamed
+  double pauseMs = 0;             // how long the model's step loop stood still for the commit
+  uint64_t bytesPrecopied = 0;    // KV bytes copied during prepare
+  uint64_t bytesInPause = 0;      // KV bytes copied during the pause
+  uint64_t weightBytes = 0;       // weights brought to the target
+  uint32_t recomputedTokens = 0;  // always 0: the KV cache moves, it is never recomputed
+  uint32_t sessions = 0;          // sessions whose KV moved
 };
 
 }  // namespace jitllm::client
