@@ -147,6 +147,7 @@ void LiveMigration::warmTail() {
       for (size_t p = size_t(c.valid[i] / kv.pageTokens); p < std::min(count, written); p++) {
         s->layerPool(layer).device().copyToDevice(*options_.target, c.addresses[i][p], s->pageAddresses(layer)[p],
                                                   kv.pageBytes());
+        stats_.bytesPrecopied += kv.pageBytes();
         tailPages++;
       }
       c.valid[i] = s->length();  // every written position is on the target now
@@ -264,7 +265,8 @@ void LiveMigration::addTargetPage(SessionCopy& c, size_t layer) {
 std::string LiveMigration::describe() const {
   const int layers = int(model_.config().layers);
   char kv[64];
-  std::snprintf(kv, sizeof kv, "%.1f MB", double(stats_.bytesPrecopied) / 1e6);
+  const double b = double(stats_.bytesPrecopied);
+  std::snprintf(kv, sizeof kv, b < 1e6 ? "%.1f KB" : "%.1f MB", b < 1e6 ? b / 1e3 : b / 1e6);
   return unitRangeName(options_.units, layers) + " " + (stats_.from.empty() ? "-" : stats_.from) + " -> " +
          options_.target->info().id + ": " + std::to_string(staged_.size()) + "/" + std::to_string(stats_.units) +
          " units staged, " + kv + " KV pre-copied";

@@ -49,9 +49,13 @@ namespace {
 // Migration ids are unique in the daemon, so events of two models' migrations never mix.
 std::atomic<uint64_t> nextMigrationId{1};
 
-std::string megabytes(size_t bytes) {
+std::string humanBytes(size_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
+  if (bytes < 1000000) {
+    std::snprintf(buf, sizeof buf, "%.1f KB", double(bytes) / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
+  }
   return buf;
 }
 
@@ -239,7 +243,7 @@ void ModelHost::serviceMigration() {
   char line[256];
   std::snprintf(line, sizeof line,
                 "pause %.3f ms, prepare %.1f ms, %s pre-copied, %s in the pause, %d sessions, 0 tokens recomputed",
-                st.pauseMs, st.prepareMs, megabytes(st.bytesPrecopied).c_str(), megabytes(st.bytesInPause).c_str(),
+                st.pauseMs, st.prepareMs, humanBytes(st.bytesPrecopied).c_str(), humanBytes(st.bytesInPause).c_str(),
                 st.sessions);
   events_.emit({0, EventKind::kMigration, "migration.committed", name_, target, 0,
                 "migrated " + runtime::unitRangeName(range, layers) + " of " + name_ + " " +
