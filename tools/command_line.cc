@@ -1,5 +1,6 @@
 #include "tools/command_line.h"
 
+#include <cstdio>
 #include <sstream>
 
 namespace jitllm::tools {
@@ -19,6 +20,18 @@ std::vector<int32_t> parseTokenIds(const std::string& text) {
     i = size_t(p - text.data());
   }
   return ids;
+}
+
+int runTool(const char* tool, const char* usage, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n%s", tool, e.what(), usage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    return 1;
+  }
 }
 
 }  // namespace jitllm::tools

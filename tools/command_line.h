@@ -47,6 +47,10 @@ class CommandLine final {
   size_t next_ = 0;
 };
 
+// A tool's main(): runs `body`, turning a UsageError into "TOOL: message" plus the usage text
+// and exit 2, any other exception into "TOOL: error: message" and exit 1.
+int runTool(const char* tool, const char* usage, int (*body)(int, char**), int argc, char** argv);
+
 // "1 2 3" -> {1, 2, 3}; a UsageError for anything that is not a list of integers.
 std::vector<int32_t> parseTokenIds(const std::string& text);
 

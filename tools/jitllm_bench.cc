@@ -59,15 +59,25 @@ int run(int argc, char** argv) {
   runtime::DeviceSpecOptions deviceOptions;
   while (!cl.done()) {
     const std::string a = cl.take();
-    if (a == "-t") deviceOptions.cpuThreads = cl.number<int>(a);
-    else if (a == "-p") nPrompt = cl.number<int64_t>(a);
-    else if (a == "-n") nGen = cl.number<int64_t>(a);
-    else if (a == "-r") reps = cl.number<int>(a);
-    else if (a == "--device") deviceSpec = cl.value(a);
-    else if (a == "-h" || a == "--help") { std::cout << kUsage; return 0; }
-    else if (!a.empty() && a[0] == '-') throw tools::UsageError("unknown option " + a);
-    else if (modelPath.empty()) modelPath = a;
-    else throw tools::UsageError("unexpected argument " + a);
+    if (a == "-t")
+      deviceOptions.cpuThreads = cl.number<int>(a);
+    else if (a == "-p")
+      nPrompt = cl.number<int64_t>(a);
+    else if (a == "-n")
+      nGen = cl.number<int64_t>(a);
+    else if (a == "-r")
+      reps = cl.number<int>(a);
+    else if (a == "--device")
+      deviceSpec = cl.value(a);
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (!a.empty() && a[0] == '-')
+      throw tools::UsageError("unknown option " + a);
+    else if (modelPath.empty())
+      modelPath = a;
+    else
+      throw tools::UsageError("unexpected argument " + a);
   }
   if (modelPath.empty()) throw tools::UsageError("no model given");
   if (nPrompt < 0 || nGen < 0 || reps < 1) throw tools::UsageError("-p and -n must be >= 0, -r >= 1");
@@ -78,8 +88,8 @@ int run(int argc, char** argv) {
   auto model = runtime::Model::load(modelPath, options);
   const auto& c = model->config();
   std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d\n", modelPath.c_str(),
-              runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding,
-              (long long)c.vocabSize, deviceSpec.c_str(), devices.front()->info().threads);
+              runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding, (long long)c.vocabSize,
+              deviceSpec.c_str(), devices.front()->info().threads);
   for (auto& d : devices) std::printf("device %s: %s\n", d->info().id.c_str(), d->info().name.c_str());
 
   using Clock = std::chrono::steady_clock;
@@ -115,21 +125,12 @@ int run(int argc, char** argv) {
     }
     results.emplace_back("tg" + std::to_string(nGen), summarize(rates));
   }
-  for (const auto& [name, r] : results) std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, reps);
+  for (const auto& [name, r] : results)
+    std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, reps);
   for (const auto& [name, r] : results) std::printf("%s %.2f\n", name.c_str(), r.mean);
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const tools::UsageError& e) {
-    std::fprintf(stderr, "jitllm-bench: %s\n%s", e.what(), kUsage);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "jitllm-bench: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tools::runTool("jitllm-bench", kUsage, run, argc, argv); }

@@ -171,14 +171,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const tools::UsageError& e) {
-    std::fprintf(stderr, "jitllm-migrate-bench: %s\n%s", e.what(), kUsage);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "jitllm-migrate-bench: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tools::runTool("jitllm-migrate-bench", kUsage, run, argc, argv); }

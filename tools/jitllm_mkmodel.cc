@@ -24,11 +24,17 @@ int run(int argc, char** argv) {
   spec.sharedDir = "../shared";
   while (!cl.done()) {
     const std::string a = cl.take();
-    if (a == "--seed") spec.seed = cl.number<uint64_t>(a);
-    else if (a == "--shared") spec.sharedDir = cl.value(a);
-    else if (a == "-h" || a == "--help") { std::cout << kUsage; return 0; }
-    else if (!a.empty() && a[0] == '-') throw tools::UsageError("unknown option " + a);
-    else positional.push_back(a);
+    if (a == "--seed")
+      spec.seed = cl.number<uint64_t>(a);
+    else if (a == "--shared")
+      spec.sharedDir = cl.value(a);
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (!a.empty() && a[0] == '-')
+      throw tools::UsageError("unknown option " + a);
+    else
+      positional.push_back(a);
   }
   if (positional.size() != 3) throw tools::UsageError("expected SHAPE TYPE OUT.gguf");
   auto shape = tools::findShape(positional[0]);
@@ -45,14 +51,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const tools::UsageError& e) {
-    std::fprintf(stderr, "jitllm-mkmodel: %s\n%s", e.what(), kUsage);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "jitllm-mkmodel: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tools::runTool("jitllm-mkmodel", kUsage, run, argc, argv); }

@@ -54,30 +54,49 @@ int run(int argc, char** argv) {
   runtime::SamplingParams sampling;
   while (!cl.done()) {
     const std::string a = cl.take();
-    if (a == "-p") text = cl.value(a), haveText = true;
-    else if (a == "-t") ids = cl.value(a), haveIds = true;
-    else if (a == "-n") nPredict = cl.number<int32_t>(a);
-    else if (a == "--threads") deviceOptions.cpuThreads = cl.number<int>(a);
-    else if (a == "--device") deviceSpec = cl.value(a);
-    else if (a == "--ctx") ctx = cl.number<int64_t>(a);
+    if (a == "-p")
+      text = cl.value(a), haveText = true;
+    else if (a == "-t")
+      ids = cl.value(a), haveIds = true;
+    else if (a == "-n")
+      nPredict = cl.number<int32_t>(a);
+    else if (a == "--threads")
+      deviceOptions.cpuThreads = cl.number<int>(a);
+    else if (a == "--device")
+      deviceSpec = cl.value(a);
+    else if (a == "--ctx")
+      ctx = cl.number<int64_t>(a);
     else if (a == "--kv") {
       const std::string v = cl.value(a);
       if (v != "f32" && v != "f16") throw tools::UsageError("--kv takes f32 or f16, not '" + v + "'");
       kvPrecision = v == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
-    }
-    else if (a == "--temp") sampling.temperature = cl.number<float>(a);
-    else if (a == "--top-k") sampling.topK = cl.number<int32_t>(a);
-    else if (a == "--top-p") sampling.topP = cl.number<float>(a);
-    else if (a == "--min-p") sampling.minP = cl.number<float>(a);
-    else if (a == "--repeat-penalty") sampling.repeatPenalty = cl.number<float>(a);
-    else if (a == "--repeat-last-n") sampling.repeatLastN = cl.number<int32_t>(a);
-    else if (a == "--seed") sampling.seed = cl.number<uint64_t>(a);
-    else if (a == "--logits") logitsPath = cl.value(a);
-    else if (a == "--score") score = true;
-    else if (a == "-h" || a == "--help") { std::cout << kUsage; return 0; }
-    else if (!a.empty() && a[0] == '-') throw tools::UsageError("unknown option " + a);
-    else if (modelPath.empty()) modelPath = a;
-    else throw tools::UsageError("unexpected argument " + a);
+    } else if (a == "--temp")
+      sampling.temperature = cl.number<float>(a);
+    else if (a == "--top-k")
+      sampling.topK = cl.number<int32_t>(a);
+    else if (a == "--top-p")
+      sampling.topP = cl.number<float>(a);
+    else if (a == "--min-p")
+      sampling.minP = cl.number<float>(a);
+    else if (a == "--repeat-penalty")
+      sampling.repeatPenalty = cl.number<float>(a);
+    else if (a == "--repeat-last-n")
+      sampling.repeatLastN = cl.number<int32_t>(a);
+    else if (a == "--seed")
+      sampling.seed = cl.number<uint64_t>(a);
+    else if (a == "--logits")
+      logitsPath = cl.value(a);
+    else if (a == "--score")
+      score = true;
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (!a.empty() && a[0] == '-')
+      throw tools::UsageError("unknown option " + a);
+    else if (modelPath.empty())
+      modelPath = a;
+    else
+      throw tools::UsageError("unexpected argument " + a);
   }
   if (modelPath.empty()) throw tools::UsageError("no model given");
   if (haveText == haveIds) throw tools::UsageError("give exactly one of -p TEXT and -t IDS");
@@ -144,17 +163,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const tools::UsageError& e) {
-    std::fprintf(stderr, "jitllm-run: %s\n%s", e.what(), kUsage);
-    return 2;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "jitllm-run: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "jitllm-run: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return tools::runTool("jitllm-run", kUsage, run, argc, argv); }

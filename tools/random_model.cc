@@ -29,8 +29,7 @@ class Random final {
   // make, and weights need the right scale, not exact Gaussian tails.
   float normal() {
     const uint64_t r = next();
-    const double sum = double(r & 0xffff) + double((r >> 16) & 0xffff) + double((r >> 32) & 0xffff) +
-                       double(r >> 48);
+    const double sum = double(r & 0xffff) + double((r >> 16) & 0xffff) + double((r >> 32) & 0xffff) + double(r >> 48);
     return float((sum / 65536.0 - 2.0) * 1.7320508075688772);
   }
 
@@ -50,10 +49,14 @@ TensorType fitType(TensorType type, int64_t cols) {
   if (cols % quant::typeTraits(type).blockElems == 0) return type;
   if (cols % 32 != 0) return TensorType::kF16;
   switch (type) {
-    case TensorType::kQ4_K: return TensorType::kQ5_0;
-    case TensorType::kQ5_K: return TensorType::kQ5_1;
-    case TensorType::kQ6_K: return TensorType::kQ8_0;
-    default: return type;
+    case TensorType::kQ4_K:
+      return TensorType::kQ5_0;
+    case TensorType::kQ5_K:
+      return TensorType::kQ5_1;
+    case TensorType::kQ6_K:
+      return TensorType::kQ8_0;
+    default:
+      return type;
   }
 }
 
@@ -125,10 +128,10 @@ const std::vector<ModelShape>& knownShapes() {
       // name, arch, embd, layers, heads, kv, ff, vocab, theta, llama3, tied, ctx, eps
       {"micro", "llama", 256, 2, 4, 2, 512, "models/stories260K.gguf", 10000.0f, false, false, 2048, 1e-5f},
       {"tiny", "llama", 256, 4, 8, 4, 688, "vocab/ggml-vocab-llama-spm.gguf", 10000.0f, false, false, 2048, 1e-5f},
-      {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true,
-       131072, 1e-5f},
-      {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true,
-       131072, 1e-5f},
+      {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true, 131072,
+       1e-5f},
+      {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true, 131072,
+       1e-5f},
       {"llama-3.1-8b", "llama", 4096, 32, 32, 8, 14336, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, false,
        131072, 1e-5f},
       {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, "vocab/ggml-vocab-qwen2.gguf", 1000000.0f, false, true, 32768,

@@ -113,16 +113,20 @@ bool LiveMigration::precopy(size_t budget) {
   return done;
 }
 
+void LiveMigration::stageUnit(int unit) {
+  auto bound = std::make_unique<BoundUnit>(model_.bindUnit(unit, *options_.target));
+  model_.warmUp(unit, *bound);
+  stats_.weightBytes += bound->weightBytes;
+  staged_.emplace(unit, std::move(bound));
+}
+
 bool LiveMigration::prepareStep() {
   JITLLM_REQUIRE(!committed_, "this migration has already committed");
   reconcileSessions();
   // Weights first, one unit per step: a GPU upload of a big block is the longest single piece.
   for (int u : movingUnits_) {
     if (staged_.count(u)) continue;
-    auto bound = std::make_unique<BoundUnit>(model_.bindUnit(u, *options_.target));
-    model_.warmUp(u, *bound);
-    stats_.weightBytes += bound->weightBytes;
-    staged_.emplace(u, std::move(bound));
+    stageUnit(u);
     return false;
   }
   if (!options_.precopy || movingLayers_.empty()) return true;
@@ -166,11 +170,7 @@ void LiveMigration::commit() {
   // one asked for before prepare finished).
   reconcileSessions();
   for (int u : movingUnits_) {
-    if (staged_.count(u)) continue;
-    auto bound = std::make_unique<BoundUnit>(model_.bindUnit(u, *options_.target));
-    model_.warmUp(u, *bound);
-    stats_.weightBytes += bound->weightBytes;
-    staged_.emplace(u, std::move(bound));
+    if (!staged_.count(u)) stageUnit(u);
   }
   stats_.prepareMs = msSince(started_);
   const auto pauseStart = std::chrono::steady_clock::now();

@@ -92,6 +92,7 @@ class LiveMigration final {
   };
 
   void reconcileSessions();
+  void stageUnit(int unit);  // binds the unit's weights on the target and warms its kernels
   // Copies sealed pages up to `budget` bytes; true when none is left.
   bool precopy(size_t budget);
   void releaseTargetPages();
