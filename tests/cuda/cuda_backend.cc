@@ -5,8 +5,10 @@
 namespace jitllm::testing {
 
 const GpuBackend& testedBackend() {
-  static const GpuBackend backend{"cuda", &cuda::CudaDevice::unavailableReason,
-                                  []() -> std::unique_ptr<Device> { return makeCudaDevice(); }};
+  static const GpuBackend backend{
+      "cuda", &cuda::CudaDevice::unavailableReason,
+      [](int index) -> std::unique_ptr<Device> { return makeCudaDevice(index); },
+      []() { return cuda::CudaDevice::unavailableReason().empty() ? cuda::CudaDevice::count() : 0; }};
   return backend;
 }
 

@@ -20,7 +20,8 @@ namespace jitllm::testing {
 struct GpuBackend {
   const char* name;                     // "vulkan", "cuda": the device spec's backend
   std::string (*unavailableReason)();   // empty when a device can be made here
-  std::unique_ptr<Device> (*make)();    // the backend's device 0
+  std::unique_ptr<Device> (*make)(int index);  // the backend's device `index`
+  int (*deviceCount)();                 // usable devices of the backend here
 };
 
 // Defined once in each GPU test binary (tests/vulkan/vulkan_backend.cc, tests/cuda/cuda_backend.cc).

@@ -57,7 +57,7 @@ Loaded load(const std::string& path, const std::vector<std::string>& kinds, std:
     if (k == "cpu") {
       l.devices.push_back(makeCpuDevice(int(l.devices.size())));
     } else {
-      l.devices.push_back(testedBackend().make());
+      l.devices.push_back(testedBackend().make(k == "gpu1" ? 1 : 0));
     }
     o.devices.push_back(l.devices.back().get());
   }
@@ -241,6 +241,40 @@ TEST_P(GpuModels, LayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAToken) {
   const auto goldens = readGreedyGoldens();
   ASSERT_GE(goldens.size(), 3u);
   expectMigrationKeepsTheCpusTokens(path, {goldens[0].promptTokens, goldens[1].promptTokens, goldens[2].promptTokens});
+}
+
+// Between two GPUs of one backend (cuda:0 and cuda:1 on the two-GPU machine) the kernels are the
+// same deterministic code: every step's logits must be bitwise those of a run that never moved.
+TEST_P(GpuModels, LayersMigrateBetweenTwoGpusMidReplyWithBitwiseIdenticalLogits) {
+  JITLLM_REQUIRE_GPU();
+  if (testedBackend().deviceCount() < 2) {
+    GTEST_SKIP() << "one " << testedBackend().name << " device here; this test needs two";
+  }
+  const std::string path = sharedPath("models/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const auto goldens = readGreedyGoldens();
+  ASSERT_GE(goldens.size(), 3u);
+  const std::vector<std::vector<int32_t>> prompts{goldens[0].promptTokens, goldens[1].promptTokens,
+                                                  goldens[2].promptTokens};
+  auto ref = load(path, {"gpu"});
+  const MigratedRun want = runWithMigrations(*ref.model, prompts, 80, {});
+  auto m = load(path, {"gpu", "gpu1"}, std::vector<int>(size_t(ref.model->unitCount()), 0));
+  Device* gpu0 = m.devices[0].get();
+  Device* gpu1 = m.devices[1].get();
+  const MigratedRun got = runWithMigrations(*m.model, prompts, 80, {{20, "", gpu1}, {40, "", gpu0}, {60, "1-2", gpu1}});
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (size_t step = 0; step < want.logits.size(); step++) {
+    ASSERT_EQ(0, std::memcmp(got.logits[step].data(), want.logits[step].data(), want.logits[step].size() * sizeof(float)))
+        << "step " << step;
+  }
+  ASSERT_EQ(got.stats.size(), 3u);
+  for (size_t i = 0; i < got.stats.size(); i++) {
+    EXPECT_EQ(got.stats[i].recomputedTokens, 0);
+    EXPECT_TRUE(got.poolsBalanced[i]);
+    std::printf("%s migration %zu between two GPUs: %d units, pause %.3f ms, %zu B in the pause\n", testedBackend().name,
+                i, got.stats[i].units, got.stats[i].pauseMs, got.stats[i].bytesInPause);
+  }
 }
 
 TEST_P(GpuModels, TinyQ4KMLayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAToken) {

@@ -5,8 +5,16 @@
 namespace jitllm::testing {
 
 const GpuBackend& testedBackend() {
-  static const GpuBackend backend{"vulkan", &vulkanUnavailableReason,
-                                  []() -> std::unique_ptr<Device> { return makeVulkanDevice(); }};
+  static const GpuBackend backend{
+      "vulkan", &vulkanUnavailableReason,
+      [](int index) -> std::unique_ptr<Device> { return makeVulkanDevice(index); },
+      []() -> int {
+        try {
+          return int(vulkan::VulkanInstance::create()->usableDevices().size());
+        } catch (const Error&) {
+          return 0;
+        }
+      }};
   return backend;
 }
 
