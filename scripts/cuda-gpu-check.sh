@@ -2,7 +2,9 @@
 # One call on a lent GPU machine (the device tool's `run`): build, run the CUDA tests, a memory
 # check of the ops, and the decode/prefill benchmark on a random-weight Llama-3.2-1B Q4_K_M.
 # Logs go to $OUT. Needs the vocab files and stories260K in .devshared/ (carried; see docs/cuda.md).
-#   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b]
+#   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b|migrate]
+# migrate: the migration tests (CPU and CUDA) and jitllm-migrate-bench between the GPUs found
+# (cuda:0,cuda:1 on a two-GPU machine) and between cuda:0 and the CPU.
 set -o pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/jitllm-gpu-out}
@@ -14,9 +16,31 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 start=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITLLM_FUZZ=OFF -DJITLLM_VULKAN=OFF \
   -DJITLLM_SHARED_DIR="$SHARED" -DCMAKE_CXX_FLAGS="-include cstdint" > "$OUT/build.log" 2>&1 &&
-  cmake --build $B -j16 --target cuda_tests runtime_tests jitllm-bench jitllm-mkmodel jitllm-run >> "$OUT/build.log" 2>&1 ||
+  cmake --build $B -j16 --target cuda_tests runtime_tests migration_tests jitllm-bench jitllm-mkmodel jitllm-run \
+    jitllm-migrate-bench >> "$OUT/build.log" 2>&1 ||
   { tail -60 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
+if [ "$what" = migrate ]; then
+  $B/bin/cuda_tests --gtest_filter='*Migrat*' 2>&1 | tee "$OUT/cuda_migration_tests.log" |
+    grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |migration|Failure|Expected|Which is" | head -60
+  $B/bin/migration_tests 2>&1 | tail -3
+  $B/bin/jitllm-mkmodel tiny q4_k_m /tmp/tiny.gguf --shared "$SHARED" > /dev/null
+  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null
+  gpus=$(nvidia-smi -L | wc -l)
+  if [ "$gpus" -ge 2 ]; then
+    echo "== tiny cuda:0,cuda:1"
+    timeout 120 $B/bin/jitllm-migrate-bench /tmp/tiny.gguf --devices cuda:0,cuda:1 --sessions 4 --repeat 4 \
+      2>&1 | tee "$OUT/migrate-tiny-cuda-cuda.txt"
+    echo "== 1b cuda:0,cuda:1"
+    timeout 150 $B/bin/jitllm-migrate-bench /tmp/1b.gguf --devices cuda:0,cuda:1 --sessions 1 --repeat 2 \
+      --contexts 512,2048,8192 2>&1 | tee "$OUT/migrate-1b-cuda-cuda.txt"
+  fi
+  echo "== tiny cuda:0,cpu:0"
+  timeout 100 $B/bin/jitllm-migrate-bench /tmp/tiny.gguf --devices cuda:0,cpu:0 --sessions 4 --repeat 2 \
+    --contexts 512,2048,8192 2>&1 | tee "$OUT/migrate-tiny-cuda-cpu.txt"
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
 if [ "$what" != bench ]; then
   $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |nmse|sm_|Failure|error|Expected|Which is|actual|differ|budget|compil" | head -150
   echo "tests: $(( $(date +%s) - start )) s"
