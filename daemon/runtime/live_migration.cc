@@ -50,6 +50,7 @@ LiveMigration::~LiveMigration() {
 
 void LiveMigration::releaseTargetPages() {
   // (Only before a commit: afterwards the sessions own these pages.)
+  releaseSpares();
   for (auto& [id, copy] : copies_) {
     for (auto& pages : copy.pages) {
       for (PageId p : pages) targetPool_->free(p);
@@ -159,6 +160,13 @@ void LiveMigration::warmTail() {
   }
   const size_t staging = 2 * std::max(tailPages, copies_.size() * movingLayers_.size()) * kv.pageBytes();
   if (staging_.size() < staging) staging_.assign(staging, 0);
+  // A step before the commit may open a new page in every moving layer: have a target page
+  // ready (and touched) for each, so the pause takes no first-touch faults for those either.
+  while (spares_.size() < copies_.size() * movingLayers_.size()) {
+    const PageId page = targetPool_->allocate();
+    spares_.push_back(page);
+    options_.target->copyFromHost(targetPool_->address(page), staging_.data(), kv.pageBytes());
+  }
   // Room for what the flip retires, likewise (a session or two may still join).
   retiredPages_.reserve((copies_.size() + 2) * movingLayers_.size());
   retiredUnits_.reserve(movingUnits_.size());
@@ -247,7 +255,13 @@ void LiveMigration::commit() {
   stats_.pauseMs = msSince(pauseStart);
 }
 
+void LiveMigration::releaseSpares() noexcept {
+  for (PageId p : spares_) targetPool_->free(p);
+  spares_.clear();
+}
+
 void LiveMigration::releaseSource() noexcept {
+  releaseSpares();
   for (auto& [pool, pages] : retiredPages_) {
     for (PageId p : pages) pool->free(p);
   }
@@ -257,7 +271,13 @@ void LiveMigration::releaseSource() noexcept {
 }
 
 void LiveMigration::addTargetPage(SessionCopy& c, size_t layer) {
-  const PageId page = targetPool_->allocate();
+  PageId page;
+  if (!spares_.empty()) {
+    page = spares_.back();
+    spares_.pop_back();
+  } else {
+    page = targetPool_->allocate();
+  }
   c.pages[layer].push_back(page);
   c.addresses[layer].push_back(targetPool_->address(page));
 }

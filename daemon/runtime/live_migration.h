@@ -97,6 +97,7 @@ class LiveMigration final {
   bool precopy(size_t budget);
   void releaseTargetPages();
   void warmTail();
+  void releaseSpares() noexcept;
   void addTargetPage(SessionCopy& c, size_t layer);  // may throw OVERLOADED
 
   Model& model_;
@@ -107,6 +108,7 @@ class LiveMigration final {
   std::map<int, std::unique_ptr<BoundUnit>> staged_;
   std::map<uint64_t, SessionCopy> copies_;  // by session id (ids are never reused)
   std::vector<uint8_t> staging_;            // host buffer the pause gathers open pages into
+  std::vector<PageId> spares_;  // touched target pages for pages a step opens just before the pause
   // What the commit replaced, until releaseSource().
   std::vector<std::unique_ptr<BoundUnit>> retiredUnits_;
   std::vector<std::pair<KvPagePool*, std::vector<PageId>>> retiredPages_;
