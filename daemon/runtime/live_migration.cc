@@ -148,6 +148,9 @@ void LiveMigration::warmTail() {
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       const int layer = movingLayers_[i];
       const size_t count = s->layerPageCount(layer);
+      // Room for a page or two more, so the pause does not grow (copy) a long page table.
+      c.pages[i].reserve(count + 2);
+      c.addresses[i].reserve(count + 2);
       while (c.pages[i].size() < count) addTargetPage(c, i);
       for (size_t p = size_t(c.valid[i] / kv.pageTokens); p < std::min(count, written); p++) {
         s->layerPool(layer).device().copyToDevice(*options_.target, c.addresses[i][p], s->pageAddresses(layer)[p],
@@ -167,7 +170,9 @@ void LiveMigration::warmTail() {
     spares_.push_back(page);
     options_.target->copyFromHost(targetPool_->address(page), staging_.data(), kv.pageBytes());
   }
-  // Room for what the flip retires, likewise (a session or two may still join).
+  // Room for the pause's copy list and for what the flip retires, likewise (a session or two
+  // may still join).
+  spans_.reserve(4 * (copies_.size() + 2) * movingLayers_.size());
   retiredPages_.reserve((copies_.size() + 2) * movingLayers_.size());
   retiredUnits_.reserve(movingUnits_.size());
 }
@@ -214,9 +219,8 @@ void LiveMigration::commit() {
           const size_t end = size_t(std::min(length, (p + 1) * P) - p * P);
           const size_t offset = first * tokenBytes, bytes = (end - first) * tokenBytes;
           const size_t v = size_t(P) * tokenBytes;  // where the page's V half starts
-          source.copyToDevice(*options_.target, to + offset, from + offset, bytes);
-          source.copyToDevice(*options_.target, to + v + offset, from + v + offset, bytes);
-          stats_.bytesInPause += 2 * bytes;
+          spans_.push_back({&source, from + offset, to + offset, bytes});
+          spans_.push_back({&source, from + v + offset, to + v + offset, bytes});
         } else {
           Transfer& t = transfers[&source];
           t.from.push_back(from);
@@ -225,6 +229,20 @@ void LiveMigration::commit() {
       }
     }
   }
+  // The spans are a few hundred bytes each, scattered over a KV cache that a long context has
+  // long pushed out of the caches: request every line first, so the misses overlap instead of
+  // following one another, then copy.
+  for (const Span& span : spans_) {
+    for (size_t off = 0; off < span.bytes; off += 64) {
+      __builtin_prefetch(span.from + off, 0);
+      __builtin_prefetch(span.to + off, 1);
+    }
+  }
+  for (const Span& span : spans_) {
+    span.source->copyToDevice(*options_.target, span.to, span.from, span.bytes);
+    stats_.bytesInPause += span.bytes;
+  }
+  spans_.clear();
   for (auto& [source, t] : transfers) {
     const size_t bytes = t.from.size() * pageBytes;
     if (staging_.size() < bytes) staging_.resize(bytes);
@@ -245,12 +263,11 @@ void LiveMigration::commit() {
     SessionCopy& c = copies_.at(s->id());
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       KvPagePool& from = s->layerPool(movingLayers_[i]);
-      retiredPages_.emplace_back(
-          &from, s->rebindLayer(movingLayers_[i], *targetPool_, std::move(c.pages[i]), std::move(c.addresses[i])));
+      s->rebindLayer(movingLayers_[i], *targetPool_, c.pages[i], c.addresses[i]);
+      retiredPages_.emplace_back(&from, std::move(c.pages[i]));  // (the old pages, now)
     }
   }
   stats_.sessions = movingLayers_.empty() ? 0 : int(copies_.size());
-  copies_.clear();
   committed_ = true;
   stats_.pauseMs = msSince(pauseStart);
 }
@@ -262,6 +279,7 @@ void LiveMigration::releaseSpares() noexcept {
 
 void LiveMigration::releaseSource() noexcept {
   releaseSpares();
+  copies_.clear();  // the old page tables' vectors; freeing them is not for the pause
   for (auto& [pool, pages] : retiredPages_) {
     for (PageId p : pages) pool->free(p);
   }

@@ -108,6 +108,13 @@ class LiveMigration final {
   std::map<int, std::unique_ptr<BoundUnit>> staged_;
   std::map<uint64_t, SessionCopy> copies_;  // by session id (ids are never reused)
   std::vector<uint8_t> staging_;            // host buffer the pause gathers open pages into
+  struct Span {                             // one contiguous copy between host-memory devices, in the pause
+    Device* source;
+    const uint8_t* from;
+    uint8_t* to;
+    size_t bytes;
+  };
+  std::vector<Span> spans_;
   std::vector<PageId> spares_;  // touched target pages for pages a step opens just before the pause
   // What the commit replaced, until releaseSource().
   std::vector<std::unique_ptr<BoundUnit>> retiredUnits_;

@@ -71,15 +71,13 @@ size_t Session::pageCount() const {
   return n;
 }
 
-std::vector<PageId> Session::rebindLayer(int layer, KvPagePool& pool, std::vector<PageId> pages,
-                                         std::vector<uint8_t*> addresses) noexcept {
+void Session::rebindLayer(int layer, KvPagePool& pool, std::vector<PageId>& pages,
+                          std::vector<uint8_t*>& addresses) noexcept {
   LayerPages& l = layers_[size_t(layer)];
   JITLLM_ASSERT(pages.size() == l.pages.size() && addresses.size() == pages.size());
-  std::vector<PageId> old = std::move(l.pages);
   l.pool = &pool;
-  l.pages = std::move(pages);
-  l.addresses = std::move(addresses);
-  return old;
+  l.pages.swap(pages);
+  l.addresses.swap(addresses);
 }
 
 }  // namespace jitllm::runtime

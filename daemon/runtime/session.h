@@ -66,10 +66,10 @@ class Session final {
   size_t pageCount() const;  // over all layers
 
   // Replaces layer `layer`'s pages with `pages` of `pool` (as many, holding the same KV; their
-  // `addresses` from pool.address()) and returns the old ones, which the caller gives back to
-  // their pool (a migration does so after its pause). O(1): no page is touched.
-  std::vector<PageId> rebindLayer(int layer, KvPagePool& pool, std::vector<PageId> pages,
-                                  std::vector<uint8_t*> addresses) noexcept;
+  // `addresses` from pool.address()). On return `pages` and `addresses` hold the old ones: the
+  // caller gives the pages back to their pool (a migration does so after its pause) and frees
+  // the vectors when it likes. O(1): no page is touched, no memory allocated or freed.
+  void rebindLayer(int layer, KvPagePool& pool, std::vector<PageId>& pages, std::vector<uint8_t*>& addresses) noexcept;
 
  private:
   struct LayerPages {
