@@ -387,7 +387,8 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
               }
             } closer{request->fd};
             auto host = core_.load(*request, [&](const std::string& stage, uint64_t done, uint64_t total) {
-              executor.executeSync([&] {
+              // `relay` by value: the RPC thread then reads its own copy, not this closure's.
+              executor.executeSync([&, relay] {
                 if (relay->sink == nullptr) return;
                 KJ_IF_MAYBE (s, *relay->sink) {
                   auto r = s->progressRequest();

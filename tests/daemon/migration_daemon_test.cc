@@ -37,7 +37,8 @@ Migrated migrate(kj::AsyncIoContext& io, RpcConnection& c, const std::string& la
   r.setForce(force);
   Migrated out;
   try {
-    auto s = req.send().wait(io.waitScope).getStats();
+    auto response = req.send().wait(io.waitScope);  // the readers below point into it
+    auto s = response.getStats();
     out.units = s.getUnits();
     out.sessions = s.getSessions();
     out.recomputed = s.getRecomputedTokens();
@@ -145,7 +146,8 @@ TEST(DaemonMigration, PinnedLayersStayUnlessForcedAndBadRequestsAreClearErrors) 
   pin.setModel("stories");
   pin.setLayers("0-1");
   pin.setDevice("cpu:1");
-  auto pinned = pin.send().wait(io.waitScope).getStats();
+  auto pinResponse = pin.send().wait(io.waitScope);
+  auto pinned = pinResponse.getStats();
   EXPECT_EQ(pinned.getUnits(), 2u);
   EXPECT_TRUE(pinned.getCommitted());
   auto placed = units(io, c);
