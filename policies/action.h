@@ -1,0 +1,27 @@
+// What a policy asks the scheduler to do. Each action carries the reason that jitllmctl events
+// shows with it ("migrated blk.0-27 of llama3b cuda:0->cuda:1: cuda:0 at 88 °C > 85 °C").
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <string>
+
+namespace jitllm::policies {
+
+enum class ActionKind {
+  kMigrate,  // move units [first, last] of `model` to `target`
+  kPageOut,  // move all of `model`'s weights and KV out of device memory (it stays loaded)
+};
+
+struct Action {
+  ActionKind kind = ActionKind::kMigrate;
+  std::string model;
+  int first = 0;  // unit numbers, inclusive (kMigrate)
+  int last = 0;
+  std::string target;  // device id (kMigrate)
+  std::string reason;
+
+  bool operator==(const Action&) const = default;
+};
+
+}  // namespace jitllm::policies

@@ -1,0 +1,78 @@
+#include "policies/pressure_policy.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "policies/moves.h"
+
+namespace jitllm::policies {
+namespace {
+
+std::string percent(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f%%", f * 100);
+  return buf;
+}
+
+size_t bytesOn(const ModelState& m, const std::string& device) {
+  size_t n = 0;
+  for (const UnitState& u : m.units) n += u.device == device ? u.bytes : 0;
+  return n;
+}
+
+bool pinnedOn(const ModelState& m, const std::string& device) {
+  for (const UnitState& u : m.units) {
+    if (u.device == device && !u.pinned.empty()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<Action> PressurePolicy::plan(const Snapshot& s) {
+  std::vector<Action> actions;
+  MoveBudget budget;
+  std::set<std::string> pagedOut;
+  for (const DeviceState& d : s.devices) {
+    if (d.memoryTotal == 0 || d.memoryFraction() <= config_.pressureHigh) continue;
+    const std::string reason =
+        d.id + " at " + percent(d.memoryFraction()) + " of its memory > " + percent(config_.pressureHigh);
+    const size_t goal = size_t(config_.pressureLow * double(d.memoryTotal));
+    size_t used = d.memoryUsed;
+    // Idle models first, least recently used first. A pinned layer keeps its model resident.
+    std::vector<const ModelState*> idle;
+    for (const ModelState& m : s.models) {
+      if (m.resident && !m.migrating && m.activeSessions == 0 && bytesOn(m, d.id) > 0 && !pinnedOn(m, d.id) &&
+          !pagedOut.count(m.name)) {
+        idle.push_back(&m);
+      }
+    }
+    std::sort(idle.begin(), idle.end(), [](const ModelState* a, const ModelState* b) {
+      return a->lastUsedMs != b->lastUsedMs ? a->lastUsedMs < b->lastUsedMs : a->name < b->name;
+    });
+    for (const ModelState* m : idle) {
+      if (used <= goal) break;
+      actions.push_back({ActionKind::kPageOut, m->name, 0, int(m->units.size()) - 1, "", reason});
+      pagedOut.insert(m->name);
+      used -= std::min(used, bytesOn(*m, d.id));
+    }
+    // Then layers of busy models move where there is room.
+    for (const ModelState& m : s.models) {
+      if (used <= goal) break;
+      if (!m.resident || m.migrating || pagedOut.count(m.name)) continue;
+      for (const UnitRun& run : movableRuns(m, d.id)) {
+        if (used <= goal) break;
+        const DeviceState* target = pickTarget(
+            s, d.id, run.bytes, config_.headroom,
+            [&](const DeviceState& t) { return t.memoryFraction() < config_.pressureLow; }, budget);
+        if (!target) continue;
+        actions.push_back({ActionKind::kMigrate, m.name, run.first, run.last, target->id, reason});
+        used -= std::min(used, run.bytes);
+      }
+    }
+  }
+  return actions;
+}
+
+}  // namespace jitllm::policies

@@ -1,0 +1,57 @@
+// What a policy sees: the devices with their telemetry, the resident models with where each unit
+// runs, and the time. Built by the scheduler from the daemon's state once per tick; policies only
+// read it.
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace jitllm::policies {
+
+struct DeviceState {
+  std::string id;             // "cuda:0", "vulkan:0", "cpu:0"
+  bool software = false;      // lavapipe and the like: placed last
+  double temperatureC = NAN;  // NaN: unknown (CPU devices, no NVML)
+  size_t memoryTotal = 0;     // bytes the device may hand out
+  size_t memoryUsed = 0;
+  double speed = 0;  // relative throughput from the placement probe; 0: unknown
+
+  size_t memoryFree() const { return memoryUsed < memoryTotal ? memoryTotal - memoryUsed : 0; }
+  double memoryFraction() const { return memoryTotal ? double(memoryUsed) / double(memoryTotal) : 0; }
+};
+
+struct UnitState {
+  std::string name;    // "token_embd", "blk.3", "output"
+  std::string device;  // where it runs
+  size_t bytes = 0;    // its weights on the device plus its KV pages there
+  std::string pinned;  // the device it is pinned to; "" when free to move
+};
+
+struct ModelState {
+  std::string name;
+  std::vector<UnitState> units;  // in unit order
+  int activeSessions = 0;
+  int64_t lastUsedMs = 0;  // when a session last ran a step (virtual clock)
+  bool resident = true;    // false: its weights are paged out to host RAM or the file
+  bool migrating = false;  // a migration of it is in progress: leave it alone this tick
+};
+
+struct Snapshot {
+  int64_t nowMs = 0;  // the scheduler's clock (virtual in tests)
+  std::vector<DeviceState> devices;
+  std::vector<ModelState> models;
+
+  const DeviceState* device(const std::string& id) const {
+    for (const auto& d : devices) {
+      if (d.id == id) return &d;
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace jitllm::policies

@@ -1,0 +1,245 @@
+// Scenario tests of the scheduling policies: scripted telemetry on a virtual clock (no sleeps),
+// each tick's plan applied to the snapshot the way the scheduler would, so sequences play out.
+#include <gtest/gtest.h>
+
+#include "policies/online_policy.h"
+#include "policies/policy.h"
+#include "policies/pressure_policy.h"
+#include "policies/thermal_policy.h"
+
+namespace jitllm::policies {
+namespace {
+
+constexpr size_t kGB = size_t(1) << 30;
+
+DeviceState device(const std::string& id, double speed, size_t totalGB, bool software = false) {
+  DeviceState d;
+  d.id = id;
+  d.speed = speed;
+  d.memoryTotal = totalGB * kGB;
+  d.software = software;
+  return d;
+}
+
+// A Llama-3.2-3B-like model: token_embd, 28 blocks, output; `unitBytes` each, all on `where`.
+ModelState model(const std::string& name, const std::string& where, size_t unitBytes, int blocks = 28) {
+  ModelState m;
+  m.name = name;
+  m.units.push_back({"token_embd", where, unitBytes, ""});
+  for (int b = 0; b < blocks; b++) m.units.push_back({"blk." + std::to_string(b), where, unitBytes, ""});
+  m.units.push_back({"output", where, unitBytes, ""});
+  return m;
+}
+
+// The world a scheduler would keep: it recomputes memory use from placement and applies plans.
+struct World {
+  Snapshot s;
+  size_t baseUsed(const std::string&) const { return 0; }
+  void recount() {
+    for (DeviceState& d : s.devices) {
+      d.memoryUsed = 0;
+      for (const ModelState& m : s.models) {
+        if (!m.resident) continue;
+        for (const UnitState& u : m.units) d.memoryUsed += u.device == d.id ? u.bytes : 0;
+      }
+    }
+  }
+  void apply(const std::vector<Action>& actions) {
+    for (const Action& a : actions) {
+      for (ModelState& m : s.models) {
+        if (m.name != a.model) continue;
+        if (a.kind == ActionKind::kPageOut) {
+          m.resident = false;
+        } else {
+          for (int u = a.first; u <= a.last; u++) {
+            ASSERT_TRUE(m.units[size_t(u)].pinned.empty()) << "a policy moved pinned " << m.units[size_t(u)].name;
+            m.units[size_t(u)].device = a.target;
+          }
+        }
+      }
+    }
+    recount();
+  }
+  void setTemperature(const std::string& id, double c) {
+    for (DeviceState& d : s.devices) {
+      if (d.id == id) d.temperatureC = c;
+    }
+  }
+  // One tick at `nowMs`: plan, apply, return the plan.
+  std::vector<Action> tick(Policy& p, int64_t nowMs) {
+    s.nowMs = nowMs;
+    auto actions = p.plan(s);
+    apply(actions);
+    return actions;
+  }
+  std::string where(const std::string& modelName, int unit) const {
+    for (const ModelState& m : s.models) {
+      if (m.name == modelName) return m.units[size_t(unit)].device;
+    }
+    return "";
+  }
+};
+
+World twoGpusAndACpu() {
+  World w;
+  w.s.devices = {device("cuda:0", 10, 80), device("cuda:1", 10, 80), device("cpu:0", 1, 64)};
+  w.s.devices[0].temperatureC = 60;
+  w.s.devices[1].temperatureC = 55;
+  w.s.models = {model("llama3b", "cuda:0", kGB / 10)};
+  w.recount();
+  return w;
+}
+
+TEST(ThermalPolicy, AHotDeviceLosesItsLayersAndGetsThemBackOnlyAfterCoolingLongEnough) {
+  World w = twoGpusAndACpu();
+  ThermalPolicy p({});
+  EXPECT_TRUE(w.tick(p, 0).empty());
+  w.setTemperature("cuda:0", 88);
+  auto away = w.tick(p, 1000);
+  ASSERT_EQ(away.size(), 1u);
+  EXPECT_EQ(away[0], (Action{ActionKind::kMigrate, "llama3b", 0, 29, "cuda:1", "cuda:0 at 88 °C > 85 °C"}));
+  // Between the thresholds nothing moves; below coolC it waits coolForMs (30 s) first.
+  w.setTemperature("cuda:0", 80);
+  EXPECT_TRUE(w.tick(p, 2000).empty());
+  w.setTemperature("cuda:0", 70);
+  EXPECT_TRUE(w.tick(p, 3000).empty());
+  EXPECT_TRUE(w.tick(p, 32000).empty());
+  auto back = w.tick(p, 33000);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0], (Action{ActionKind::kMigrate, "llama3b", 0, 29, "cuda:0", "cuda:0 back below 75 °C for 30 s"}));
+  EXPECT_EQ(w.where("llama3b", 15), "cuda:0");
+  EXPECT_TRUE(w.tick(p, 34000).empty());
+}
+
+TEST(ThermalPolicy, AnOscillatingTemperatureMovesLayersOnceAndNeverFlaps) {
+  World w = twoGpusAndACpu();
+  ThermalPolicy p({});
+  int moves = 0;
+  for (int64_t t = 0; t < 600000; t += 5000) {
+    w.setTemperature("cuda:0", (t / 5000) % 2 ? 70 : 90);  // 90 °C, then 70 °C, every 5 s
+    moves += int(w.tick(p, t).size());
+  }
+  EXPECT_EQ(moves, 1);
+  EXPECT_EQ(w.where("llama3b", 0), "cuda:1");
+}
+
+TEST(ThermalPolicy, PinnedLayersStayOnAHotDeviceAndTheRestMoveAroundThem) {
+  World w = twoGpusAndACpu();
+  for (int u = 1; u <= 4; u++) w.s.models[0].units[size_t(u)].pinned = "cuda:0";
+  ThermalPolicy p({});
+  w.setTemperature("cuda:0", 90);
+  auto away = w.tick(p, 0);
+  ASSERT_EQ(away.size(), 2u);
+  EXPECT_EQ(std::make_pair(away[0].first, away[0].last), std::make_pair(0, 0));
+  EXPECT_EQ(std::make_pair(away[1].first, away[1].last), std::make_pair(5, 29));
+  for (int u = 1; u <= 4; u++) EXPECT_EQ(w.where("llama3b", u), "cuda:0");
+}
+
+TEST(ThermalPolicy, LayersGoOnlyWhereItIsCoolAndThereIsRoom) {
+  World w = twoGpusAndACpu();
+  w.setTemperature("cuda:1", 92);
+  w.s.devices[2].memoryTotal = kGB;  // the CPU has no room for 3 GB
+  ThermalPolicy p({});
+  w.setTemperature("cuda:0", 90);
+  EXPECT_TRUE(w.tick(p, 0).empty()) << "both GPUs are hot and the CPU is full: nothing can move";
+  w.s.devices[2].memoryTotal = 64 * kGB;
+  auto away = w.tick(p, 1000);
+  ASSERT_EQ(away.size(), 1u);
+  EXPECT_EQ(away[0].target, "cpu:0");
+}
+
+World threeModelsOnOneGpu(int active) {
+  World w;
+  w.s.devices = {device("cuda:0", 10, 100), device("cuda:1", 10, 100)};
+  for (const char* n : {"a", "b", "c"}) w.s.models.push_back(model(n, "cuda:0", 32 * kGB / 30));
+  w.s.models[0].lastUsedMs = 100;
+  w.s.models[1].lastUsedMs = 500;
+  w.s.models[2].lastUsedMs = 900;
+  for (int i = 0; i < active; i++) w.s.models[size_t(2 - i)].activeSessions = 1;
+  // Everything else on cuda:1 fills it, so a move is not the easy way out.
+  w.recount();
+  return w;
+}
+
+TEST(PressurePolicy, AFullDevicePagesOutTheLeastRecentlyUsedIdleModelFirst) {
+  World w = threeModelsOnOneGpu(1);  // c is busy; a was used longest ago
+  PressurePolicy p({});
+  auto plan = w.tick(p, 1000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kPageOut);
+  EXPECT_EQ(plan[0].model, "a");
+  EXPECT_NE(plan[0].reason.find("cuda:0 at 96% of its memory > 92%"), std::string::npos) << plan[0].reason;
+  EXPECT_TRUE(w.tick(p, 2000).empty()) << "below the threshold now";
+}
+
+TEST(PressurePolicy, WithNoIdleModelLeftLayersOfBusyModelsMoveWhereThereIsRoom) {
+  World w = threeModelsOnOneGpu(3);
+  PressurePolicy p({});
+  auto plan = w.tick(p, 1000);
+  ASSERT_FALSE(plan.empty());
+  for (const Action& a : plan) {
+    EXPECT_EQ(a.kind, ActionKind::kMigrate);
+    EXPECT_EQ(a.target, "cuda:1");
+  }
+  EXPECT_LE(w.s.devices[0].memoryFraction(), 0.80);
+  EXPECT_TRUE(w.tick(p, 2000).empty());
+}
+
+TEST(PressurePolicy, APinnedLayerKeepsItsModelResident) {
+  World w = threeModelsOnOneGpu(0);
+  w.s.models[0].units[3].pinned = "cuda:0";  // a is the LRU model, but pinned
+  PressurePolicy p({});
+  auto plan = w.tick(p, 1000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].model, "b");
+}
+
+TEST(OnlinePolicy, ADeviceThatArrivesTakesTheLayersOfSlowerDevices) {
+  World w;
+  w.s.devices = {device("cpu:0", 1, 64)};
+  w.s.models = {model("llama3b", "cpu:0", kGB / 10)};
+  w.s.models[0].units[0].pinned = "cpu:0";
+  w.recount();
+  OnlinePolicy p({});
+  EXPECT_TRUE(w.tick(p, 0).empty()) << "the first snapshot only says what exists";
+  EXPECT_TRUE(w.tick(p, 1000).empty());
+  w.s.devices.push_back(device("cuda:0", 10, 80));
+  auto plan = w.tick(p, 2000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0],
+            (Action{ActionKind::kMigrate, "llama3b", 1, 29, "cuda:0", "cuda:0 arrived and is faster than cpu:0"}));
+  EXPECT_EQ(w.where("llama3b", 0), "cpu:0") << "pinned";
+  EXPECT_TRUE(w.tick(p, 3000).empty());
+  // It goes away and comes back: an arrival again, but nothing is slower-placed now.
+  w.s.devices.pop_back();
+  EXPECT_TRUE(w.tick(p, 4000).empty());
+}
+
+TEST(OnlinePolicy, ASoftwareDeviceArrivingTakesNothingFromARealOne) {
+  World w;
+  w.s.devices = {device("cuda:0", 10, 80)};
+  w.s.models = {model("m", "cuda:0", kGB / 10)};
+  w.recount();
+  OnlinePolicy p({});
+  w.tick(p, 0);
+  w.s.devices.push_back(device("vulkan:0", 100, 80, /*software=*/true));
+  EXPECT_TRUE(w.tick(p, 1000).empty());
+}
+
+TEST(Policies, NamedPoliciesExistAndNeverActTwiceOnOneModelInATick) {
+  for (const std::string& n : policyNames()) EXPECT_NE(makePolicy(n, {}), nullptr) << n;
+  EXPECT_EQ(makePolicy("fastest", {}), nullptr);
+  // Hot and full at once: the thermal composite moves the model once, not once per reason.
+  World w = threeModelsOnOneGpu(3);
+  auto p = makePolicy("thermal", {});
+  w.tick(*p, 0);
+  w.setTemperature("cuda:0", 95);
+  w.setTemperature("cuda:1", 50);
+  auto plan = w.tick(*p, 1000);
+  std::map<std::string, int> perModel;
+  for (const Action& a : plan) perModel[a.model]++;
+  for (const auto& [m, n] : perModel) EXPECT_EQ(n, 1) << m;
+}
+
+}  // namespace
+}  // namespace jitllm::policies
