@@ -194,6 +194,17 @@ TEST(Daemon, AdminOperationsAreRefusedToAnUnprivilegedUser) {
       auto unload = c.daemon().unloadRequest();
       unload.setName("anything");
       message += "\n" + errorOf(unload.send().ignoreResult(), io.waitScope);
+      auto migrate = c.daemon().migrateRequest();
+      migrate.initRequest().setModel("anything");
+      migrate.getRequest().setDevice("cpu:0");
+      message += "\n" + errorOf(migrate.send().ignoreResult(), io.waitScope);
+      auto pin = c.daemon().pinRequest();
+      pin.setModel("anything");
+      pin.setDevice("cpu:0");
+      message += "\n" + errorOf(pin.send().ignoreResult(), io.waitScope);
+      auto unpin = c.daemon().unpinRequest();
+      unpin.setModel("anything");
+      message += "\n" + errorOf(unpin.send().ignoreResult(), io.waitScope);
       // Listing is allowed.
       c.daemon().modelsRequest().send().wait(io.waitScope);
       message += "\nmodels ok";
@@ -213,6 +224,10 @@ TEST(Daemon, AdminOperationsAreRefusedToAnUnprivilegedUser) {
             std::string::npos)
       << message;
   EXPECT_NE(message.find("permission denied: unload"), std::string::npos) << message;
+  for (const char* op : {"migrate", "pin", "unpin"}) {
+    EXPECT_NE(message.find(std::string("permission denied: ") + op + " needs"), std::string::npos) << op << "\n"
+                                                                                                   << message;
+  }
   EXPECT_NE(message.find("models ok"), std::string::npos) << message;
 }
 
