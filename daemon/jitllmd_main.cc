@@ -1,6 +1,9 @@
 // jitllmd: the daemon. Owns the machine's devices and resident models and serves them over Cap'n
 // Proto RPC on a Unix socket. Runs in the foreground (systemd Type=notify); see docs/operations.md.
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -8,14 +11,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <capnp/rpc-twoparty.h>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <kj/async-io.h>
-#include <spdlog/spdlog.h>
 #include <thread>
 
+#include "daemon/scheduler/scheduler.h"
+#include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
 #include "daemon/server/listen_socket.h"
@@ -43,6 +45,9 @@ constexpr const char* kUsage = R"(usage: jitllmd [options]
   --grace-period S       on SIGTERM, let running generations finish this long (default 10)
   --admin-group NAME     group whose members may load/unload (default jitllm-admin)
   --log-level LEVEL      trace, debug, info, warn, error (default info)
+  --policy NAME          scheduling policy: balanced (default), thermal, pressure, online
+  --telemetry-script F   device telemetry from a script (tests, demos; docs/operations.md)
+  --scheduler-interval-ms N  how often the scheduler looks (default 1000; 0: never)
   --check-config         validate the settings, print them, exit 0 (or 1 with the error)
   --version, --help
 )";
@@ -99,6 +104,12 @@ std::optional<Arguments> parseArguments(int argc, char** argv, std::string* conf
       overrides.emplace_back("admin_group", value());
     } else if (arg == "--log-level") {
       overrides.emplace_back("log_level", value());
+    } else if (arg == "--policy") {
+      overrides.emplace_back("policy", value());
+    } else if (arg == "--telemetry-script") {
+      overrides.emplace_back("telemetry_script", value());
+    } else if (arg == "--scheduler-interval-ms") {
+      overrides.emplace_back("scheduler_interval_ms", value());
     } else {
       JITLLM_FAIL(kFailed, "unknown option '", arg, "' (see --help)");
     }
@@ -220,6 +231,38 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   status.expires_after(std::chrono::seconds(5));
   status.async_wait(onStatus);
 
+  // The scheduler ticks on this loop: telemetry in, the policy's plan out (daemon/scheduler).
+  std::unique_ptr<jitllm::scheduler::TelemetrySource> telemetry;
+  if (!config.telemetryScript.empty()) {
+    telemetry = std::make_unique<jitllm::scheduler::ScriptedTelemetry>(
+        jitllm::scheduler::ScriptedTelemetry::load(config.telemetryScript));
+  }
+  jitllm::policies::PolicyConfig policyConfig;
+  policyConfig.hotC = config.thermalHotC;
+  policyConfig.coolC = config.thermalCoolC;
+  policyConfig.coolForMs = config.thermalCoolForMs;
+  policyConfig.pressureHigh = config.pressureHigh;
+  policyConfig.pressureLow = config.pressureLow;
+  jitllm::scheduler::Scheduler scheduler(core, std::move(telemetry), policyConfig, config.policy);
+  const auto started = std::chrono::steady_clock::now();
+  boost::asio::steady_timer schedulerTimer(daemonLoop);
+  std::function<void(const boost::system::error_code&)> onTick = [&](const boost::system::error_code& ec) {
+    if (ec || stopping) return;
+    const int64_t now =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+    try {
+      scheduler.tick(now);
+    } catch (const std::exception& e) {
+      spdlog::error("scheduler: {}", e.what());
+    }
+    schedulerTimer.expires_after(std::chrono::milliseconds(config.schedulerIntervalMs));
+    schedulerTimer.async_wait(onTick);
+  };
+  if (config.schedulerIntervalMs > 0) {
+    schedulerTimer.expires_after(std::chrono::milliseconds(config.schedulerIntervalMs));
+    schedulerTimer.async_wait(onTick);
+  }
+
   std::thread daemonThread([&] { daemonLoop.run(); });
   notify("READY=1\nSTATUS=" + core.statusLine());
   core.events().emit({0, EventKind::kDaemon, "daemon.ready", "", "", 0, JITLLM_VERSION_STRING});
@@ -235,6 +278,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   for (int i = 0; i < 10; i++) io.waitScope.poll();
   watchdog.cancel();
   status.cancel();
+  schedulerTimer.cancel();
   signals.cancel();
   daemonLoop.stop();
   daemonThread.join();
@@ -261,10 +305,11 @@ int main(int argc, char** argv) {
     std::printf("config: %s\nsocket: %s\ndevices: %s\nmodel_dirs:", configPath.empty() ? "(none)" : configPath.c_str(),
                 (c.socketPath.empty() ? defaultSocketPath() : c.socketPath).c_str(), c.devices.c_str());
     for (const auto& d : c.modelDirs) std::printf(" %s", d.c_str());
-    std::printf("\ndefault_context: %lld\nadmin_group: %s\ngrace_period_seconds: %g\nmax_sessions: %zu\n"
-                "max_queued_tokens: %zu\nlog_level: %s\nok\n",
-                (long long)c.defaultContext, c.adminGroup.c_str(), c.gracePeriodSeconds, c.maxSessions,
-                c.maxQueuedTokens, c.logLevel.c_str());
+    std::printf(
+        "\ndefault_context: %lld\nadmin_group: %s\ngrace_period_seconds: %g\nmax_sessions: %zu\n"
+        "max_queued_tokens: %zu\nlog_level: %s\nok\n",
+        (long long)c.defaultContext, c.adminGroup.c_str(), c.gracePeriodSeconds, c.maxSessions, c.maxQueuedTokens,
+        c.logLevel.c_str());
     return 0;
   }
   try {

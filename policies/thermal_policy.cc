@@ -48,7 +48,9 @@ std::vector<Action> ThermalPolicy::plan(const Snapshot& s) {
       if (it == evacuated_.end()) continue;
       const UnitState& unit = m.units[size_t(u)];
       if (unit.device != it->second.where || !unit.pinned.empty()) {
-        evacuated_.erase(it);  // moved or pinned since, by someone else: no longer ours to bring back
+        // Back home (a return this policy planned has happened), or moved or pinned by someone
+        // else, or the move away never happened: either way no longer ours to bring back.
+        evacuated_.erase(it);
         continue;
       }
       const DeviceState* home = s.device(it->second.home);
@@ -67,7 +69,8 @@ std::vector<Action> ThermalPolicy::plan(const Snapshot& s) {
         actions.push_back({ActionKind::kMigrate, m.name, run.first, run.last, home,
                            home + " back below " + degrees(config_.coolC) + " for " +
                                std::to_string(config_.coolForMs / 1000) + " s"});
-        for (int u = run.first; u <= run.last; u++) evacuated_.erase({m.name, u});
+        // The records stay until the units are seen at home: the scheduler may carry out only
+        // part of a plan in one tick (one migration per model at a time).
       }
     }
   }

@@ -76,6 +76,28 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       maxQueuedTokens = number<size_t>(value, where, 1, 1 << 20);
     } else if (key == "preload") {
       preload = list(value);
+    } else if (key == "policy") {
+      JITLLM_REQUIRE(value == "balanced" || value == "thermal" || value == "pressure" || value == "online", where,
+                     ": policy must be balanced, thermal, pressure or online");
+      policy = value;
+    } else if (key == "scheduler_interval_ms") {
+      schedulerIntervalMs = number<int64_t>(value, where, 0, 3600000);
+    } else if (key == "telemetry_script") {
+      telemetryScript = value;
+    } else if (key == "thermal_hot_c") {
+      thermalHotC = number<double>(value, where, 20.0, 150.0);
+    } else if (key == "thermal_cool_c") {
+      thermalCoolC = number<double>(value, where, 0.0, 150.0);
+      JITLLM_REQUIRE(thermalCoolC < thermalHotC, where, ": thermal_cool_c must be below thermal_hot_c (", thermalHotC,
+                     ")");
+    } else if (key == "thermal_cool_for_ms") {
+      thermalCoolForMs = number<int64_t>(value, where, 0, 86400000);
+    } else if (key == "pressure_high") {
+      pressureHigh = number<double>(value, where, 0.1, 1.0);
+    } else if (key == "pressure_low") {
+      pressureLow = number<double>(value, where, 0.05, 1.0);
+      JITLLM_REQUIRE(pressureLow < pressureHigh, where, ": pressure_low must be below pressure_high (", pressureHigh,
+                     ")");
     } else {
       JITLLM_FAIL(kFailed, where, ": unknown key '", key, "'");
     }

@@ -17,17 +17,24 @@
 namespace jitllm::server {
 
 struct DaemonConfig {
-  std::string socketPath;              // empty: the default for how we run (system / user)
+  std::string socketPath;  // empty: the default for how we run (system / user)
   std::string devices = "cpu:0";
   int cpuThreads = 0;                  // per CPU device; 0: all cores
   std::vector<std::string> modelDirs;  // where `load` by path may look
   int64_t defaultContext = 4096;
   std::string adminGroup = "jitllm-admin";
-  double gracePeriodSeconds = 10;      // SIGTERM: running generations get this long to finish
+  double gracePeriodSeconds = 10;  // SIGTERM: running generations get this long to finish
   std::string logLevel = "info";
-  size_t maxSessions = 64;             // per model
-  size_t maxQueuedTokens = 64;         // per session, before a slow reader is throttled
-  std::vector<std::string> preload;    // models loaded at start ("path" or "name=path")
+  size_t maxSessions = 64;           // per model
+  size_t maxQueuedTokens = 64;       // per session, before a slow reader is throttled
+  std::vector<std::string> preload;  // models loaded at start ("path" or "name=path")
+  // The scheduler (daemon/scheduler, policies/).
+  std::string policy = "balanced";     // policies::policyNames()
+  int64_t schedulerIntervalMs = 1000;  // 0: no scheduler
+  std::string telemetryScript;         // scripted telemetry (tests, demos); empty: none
+  double thermalHotC = 85, thermalCoolC = 75;
+  int64_t thermalCoolForMs = 30000;
+  double pressureHigh = 0.92, pressureLow = 0.80;
 
   // Applies the settings in `text`; `origin` names it in errors. Error(FAILED) on a bad line.
   void parse(const std::string& text, const std::string& origin);

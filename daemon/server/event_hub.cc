@@ -8,11 +8,16 @@ namespace jitllm::server {
 
 const char* eventKindName(EventKind kind) {
   switch (kind) {
-    case EventKind::kDaemon: return "daemon";
-    case EventKind::kDevice: return "device";
-    case EventKind::kModel: return "model";
-    case EventKind::kSession: return "session";
-    case EventKind::kMigration: return "migration";
+    case EventKind::kDaemon:
+      return "daemon";
+    case EventKind::kDevice:
+      return "device";
+    case EventKind::kModel:
+      return "model";
+    case EventKind::kSession:
+      return "session";
+    case EventKind::kMigration:
+      return "migration";
   }
   return "unknown";
 }
@@ -56,9 +61,9 @@ void EventMailbox::push(const DaemonEvent& e) {
 
 void EventHub::emit(DaemonEvent e) {
   if (e.unixMs == 0) {
-    e.unixMs = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
+    e.unixMs =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
   }
   spdlog::info("[{}] {}{}{}", eventKindName(e.kind), e.what, e.message.empty() ? "" : ": ", e.message);
   std::vector<std::shared_ptr<EventMailbox>> live;

@@ -56,9 +56,9 @@ class GenerationJob final {
   struct Batch {
     std::vector<int32_t> ids;
     std::string text;
-    bool finished = false;          // no more will come
-    std::optional<Error> error;     // set when it finished with an error
-    GenerationStats stats;          // valid when finished without error
+    bool finished = false;       // no more will come
+    std::optional<Error> error;  // set when it finished with an error
+    GenerationStats stats;       // valid when finished without error
   };
   Batch take();
   // One-shot: called from the worker thread when something arrives, or at once if something

@@ -5,10 +5,18 @@ namespace jitllm::server {
 kj::Exception toKjException(const Error& e) {
   kj::Exception::Type type = kj::Exception::Type::FAILED;
   switch (e.kind()) {
-    case ErrorKind::kFailed: type = kj::Exception::Type::FAILED; break;
-    case ErrorKind::kOverloaded: type = kj::Exception::Type::OVERLOADED; break;
-    case ErrorKind::kDisconnected: type = kj::Exception::Type::DISCONNECTED; break;
-    case ErrorKind::kUnimplemented: type = kj::Exception::Type::UNIMPLEMENTED; break;
+    case ErrorKind::kFailed:
+      type = kj::Exception::Type::FAILED;
+      break;
+    case ErrorKind::kOverloaded:
+      type = kj::Exception::Type::OVERLOADED;
+      break;
+    case ErrorKind::kDisconnected:
+      type = kj::Exception::Type::DISCONNECTED;
+      break;
+    case ErrorKind::kUnimplemented:
+      type = kj::Exception::Type::UNIMPLEMENTED;
+      break;
   }
   return kj::Exception(type, __FILE__, __LINE__, kj::str(e.what()));
 }

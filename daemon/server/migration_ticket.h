@@ -28,6 +28,7 @@ struct MigrationRequest {
   bool precopy = true;
   bool force = false;     // also move units pinned elsewhere (their pins follow them)
   bool pinAfter = false;  // pin the whole range to the target once it is there
+  std::string reason;     // why (the scheduler's policy says), shown in its events
 };
 
 struct MigrationResult {

@@ -247,7 +247,8 @@ void ModelHost::serviceMigration() {
                 st.sessions);
   events_.emit({0, EventKind::kMigration, "migration.committed", name_, target, 0,
                 "migrated " + runtime::unitRangeName(range, layers) + " of " + name_ + " " +
-                    (st.from.empty() ? target : st.from) + "->" + target + ": " + line});
+                    (st.from.empty() ? target : st.from) + "->" + target +
+                    (r.reason.empty() ? "" : " (" + r.reason + ")") + ": " + line});
   if (r.pinAfter) {
     events_.emit({0, EventKind::kMigration, "layers.pinned", name_, target, 0,
                   "pinned " + runtime::unitRangeName(range, layers) + " of " + name_ + " to " + target});
@@ -299,6 +300,9 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   publishedKv_ = std::move(kv);
   publishedUnits_ = std::move(units);
   publishedMigration_ = std::move(migration);
+  if (!published_.empty()) {  // sessions ran (or wait) this iteration
+    lastActiveMs_ = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+  }
   activeCount_ = active.size();
 }
 
@@ -312,6 +316,8 @@ ModelSnapshot ModelHost::snapshot() const {
   s.units = publishedUnits_;
   for (size_t u = 0; u < s.units.size(); u++) s.units[u].pinned = pins_[u];
   s.migration = publishedMigration_;
+  s.lastActiveMs = lastActiveMs_;
+  s.migrating = migrating_;
   return s;
 }
 

@@ -68,7 +68,9 @@ struct ModelSnapshot {
   std::vector<SessionSnapshot> sessions;
   std::vector<std::pair<std::string, size_t>> kvBytesByDevice;
   std::vector<UnitSnapshot> units;
-  std::string migration;  // the one in progress, one line; "" when none
+  std::string migration;     // the one in progress, one line; "" when none
+  bool migrating = false;    // a migration is requested or in progress (also before it has started)
+  int64_t lastActiveMs = 0;  // steady-clock ms of the last step that ran a session (0: none yet)
 };
 
 class ModelHost final {
@@ -139,6 +141,7 @@ class ModelHost final {
   size_t activeCount_ = 0;
   std::vector<UnitSnapshot> publishedUnits_;
   std::string publishedMigration_;
+  int64_t lastActiveMs_ = 0;
   std::vector<std::string> pins_;                      // per unit: device id or ""
   std::shared_ptr<MigrationTicket> pendingMigration_;  // requested, not yet started by the worker
   bool migrating_ = false;                             // pending or running

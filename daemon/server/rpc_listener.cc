@@ -38,9 +38,8 @@ RpcListener::RpcListener(DaemonCore& core, BackgroundThreads& background, kj::Lo
       background_(background),
       listener_(lowLevel.wrapListenSocketFd(listenFd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP)),
       tasks_(errorHandler_),
-      accepting_(acceptLoop().eagerlyEvaluate([](kj::Exception&& e) {
-        spdlog::error("accepting connections failed: {}", e.getDescription().cStr());
-      })) {}
+      accepting_(acceptLoop().eagerlyEvaluate(
+          [](kj::Exception&& e) { spdlog::error("accepting connections failed: {}", e.getDescription().cStr()); })) {}
 
 RpcListener::~RpcListener() = default;
 
@@ -55,11 +54,13 @@ kj::Promise<void> RpcListener::acceptLoop() {
     bool known = false;
     if (auto* local = dynamic_cast<kj::LocalPeerIdentity*>(accepted.peerIdentity.get())) {
       auto creds = local->getCredentials();
-      KJ_IF_MAYBE(uid, creds.uid) {
+      KJ_IF_MAYBE (uid, creds.uid) {
         peer.uid = *uid;
         known = true;
       }
-      KJ_IF_MAYBE(pid, creds.pid) { peer.pid = *pid; }
+      KJ_IF_MAYBE (pid, creds.pid) {
+        peer.pid = *pid;
+      }
     }
     if (!known) {
       spdlog::warn("refusing a connection whose peer credentials are unknown");
@@ -70,13 +71,17 @@ kj::Promise<void> RpcListener::acceptLoop() {
       connections_++;
       spdlog::debug("client connected: uid {} pid {}", peer.uid, peer.pid);
       auto& network = connection->network;
-      tasks_.add(network.onDisconnect().attach(kj::mv(connection)).then([this, peer] {
-        connections_--;
-        spdlog::debug("client disconnected: uid {} pid {}", peer.uid, peer.pid);
-      }, [this](kj::Exception&& e) {
-        connections_--;
-        kj::throwFatalException(kj::mv(e));
-      }));
+      tasks_.add(network.onDisconnect()
+                     .attach(kj::mv(connection))
+                     .then(
+                         [this, peer] {
+                           connections_--;
+                           spdlog::debug("client disconnected: uid {} pid {}", peer.uid, peer.pid);
+                         },
+                         [this](kj::Exception&& e) {
+                           connections_--;
+                           kj::throwFatalException(kj::mv(e));
+                         }));
     }
     return acceptLoop();
   });

@@ -22,8 +22,7 @@ class RpcListener final {
   // 64 MiB: far above any real request (a 100k-token prompt is ~400 KB), far below harm.
   static constexpr uint64_t kMaxMessageWords = 8 * 1024 * 1024;
 
-  RpcListener(DaemonCore& core, BackgroundThreads& background, kj::LowLevelAsyncIoProvider& lowLevel,
-              int listenFd);
+  RpcListener(DaemonCore& core, BackgroundThreads& background, kj::LowLevelAsyncIoProvider& lowLevel, int listenFd);
   ~RpcListener();
 
   // Stops taking new connections; existing ones continue.
