@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -100,6 +101,36 @@ TEST_F(SchedulerTest, AHotDevicesLayersMoveAwayAndComeBackAfterCoolingAndPinsHol
       << log;
   EXPECT_NE(log.find("(cpu:0 at 90 °C > 85 °C): pause"), std::string::npos) << log;
   EXPECT_NE(log.find("back below 75 °C for 5 s"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace jitllm::scheduler
+
+namespace jitllm::scheduler {
+namespace {
+
+TEST(ScriptedTelemetry, ValuesHoldUntilALaterLineChangesThemAndBadLinesNameTheirLine) {
+  auto t = ScriptedTelemetry::parse(
+      "# c\n100 cuda:0 temp=50 mem_used=1G\n300 cuda:0 temp=90\n200 cuda:1 mem_total=2M\n", "s");
+  EXPECT_TRUE(std::isnan(t.read("cuda:0", 99).temperatureC));
+  EXPECT_EQ(t.read("cuda:0", 100).temperatureC, 50);
+  EXPECT_EQ(t.read("cuda:0", 299).memoryUsed, size_t(1) << 30);
+  EXPECT_EQ(t.read("cuda:0", 300).temperatureC, 90);
+  EXPECT_EQ(t.read("cuda:0", 300).memoryUsed, size_t(1) << 30) << "a key not on the later line keeps its value";
+  EXPECT_EQ(t.read("cuda:1", 250).memoryTotal, size_t(2) << 20);
+  for (const auto& [text, message] :
+       std::vector<std::pair<std::string, std::string>>{{"x cuda:0 temp=1", "s:1: 'x' is not a number"},
+                                                        {"\n10 cuda:0", "s:2: no values for cuda:0"},
+                                                        {"10 cuda:0 heat=3", "unknown key 'heat'"},
+                                                        {"10 cuda:0 temp", "'temp' is not KEY=VALUE"},
+                                                        {"10 cuda:0 mem_used=3T", "not a number of bytes"}}) {
+    try {
+      ScriptedTelemetry::parse(text, "s");
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -33,6 +33,14 @@ log_level = debug
 max_sessions = 8
 max_queued_tokens = 16
 preload = s=/m/s.gguf
+policy = thermal
+scheduler_interval_ms = 250
+telemetry_script = /t.script
+thermal_hot_c = 90
+thermal_cool_c = 70
+thermal_cool_for_ms = 5000
+pressure_high = 0.95
+pressure_low = 0.7
 )",
           "test.conf");
   EXPECT_EQ(c.socketPath, "/tmp/x.sock");
@@ -46,6 +54,14 @@ preload = s=/m/s.gguf
   EXPECT_EQ(c.maxSessions, 8u);
   EXPECT_EQ(c.maxQueuedTokens, 16u);
   EXPECT_EQ(c.preload, (std::vector<std::string>{"s=/m/s.gguf"}));
+  EXPECT_EQ(c.policy, "thermal");
+  EXPECT_EQ(c.schedulerIntervalMs, 250);
+  EXPECT_EQ(c.telemetryScript, "/t.script");
+  EXPECT_DOUBLE_EQ(c.thermalHotC, 90);
+  EXPECT_DOUBLE_EQ(c.thermalCoolC, 70);
+  EXPECT_EQ(c.thermalCoolForMs, 5000);
+  EXPECT_DOUBLE_EQ(c.pressureHigh, 0.95);
+  EXPECT_DOUBLE_EQ(c.pressureLow, 0.7);
 }
 
 TEST(DaemonConfig, BadLinesAreErrorsNamingFileAndLine) {
@@ -64,6 +80,9 @@ TEST(DaemonConfig, BadLinesAreErrorsNamingFileAndLine) {
   EXPECT_NE(error("default_context = 12abc").find("12abc"), std::string::npos);
   EXPECT_NE(error("log_level = loud").find("log_level must be"), std::string::npos);
   EXPECT_NE(error("just words").find("expected 'key = value'"), std::string::npos);
+  EXPECT_NE(error("policy = fastest").find("policy must be balanced, thermal, pressure or online"), std::string::npos);
+  EXPECT_NE(error("thermal_cool_c = 90").find("thermal_cool_c must be below thermal_hot_c"), std::string::npos);
+  EXPECT_NE(error("pressure_low = 0.95").find("pressure_low must be below pressure_high"), std::string::npos);
 }
 
 TEST(ChatTemplate, IsRecognisedFromTheModelsJinjaMarkers) {
