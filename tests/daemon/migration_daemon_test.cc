@@ -214,3 +214,41 @@ TEST(DaemonMigration, ASecondMigrationOfAModelWhileOneRunsIsRefused) {
 
 }  // namespace
 }  // namespace jitllm::testing
+
+namespace jitllm::testing {
+namespace {
+
+// The scheduler end to end: jitllmd's thermal policy with scripted telemetry moves a model off a
+// "hot" cpu:0 and back once it has cooled, and says why in its events.
+TEST(DaemonScheduler, AHotDeviceLosesItsLayersAndGetsThemBackWithScriptedTelemetry) {
+  const auto dir = std::filesystem::temp_directory_path() / ("jitllmd-sched-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "telemetry") << "0 cpu:0 temp=60\n3000 cpu:0 temp=95\n6000 cpu:0 temp=60\n";
+  std::ofstream(dir / "jitllmd.conf") << "policy = thermal\nthermal_cool_for_ms = 500\n";
+  DaemonProcess d({"--devices", "cpu:0,cpu:1", "--config", (dir / "jitllmd.conf").string(), "--telemetry-script",
+                   (dir / "telemetry").string(), "--scheduler-interval-ms", "100"});
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  loadStories(io, c, "stories", "cpu:0");
+  auto placementIs = [&](const std::string& device) {
+    for (int i = 0; i < 1500; i++) {
+      auto resp = c.daemon().modelsRequest().send().wait(io.waitScope);
+      bool all = true;
+      for (auto l : resp.getModels()[0].getLayerStates()) all = all && l.getDevice() == device;
+      if (all) return true;
+      io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+    }
+    return false;
+  };
+  EXPECT_TRUE(placementIs("cpu:1")) << d.log();
+  EXPECT_TRUE(placementIs("cpu:0")) << d.log();
+  const std::string log = d.log();
+  EXPECT_NE(log.find("scheduler.acted"), std::string::npos) << log;
+  EXPECT_NE(log.find("cpu:0 at 95 °C > 85 °C"), std::string::npos) << log;
+  EXPECT_NE(log.find("cpu:0 back below 75 °C"), std::string::npos) << log;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace jitllm::testing
