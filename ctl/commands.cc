@@ -28,9 +28,7 @@ constexpr std::string_view kLayersHelp = kMigrateHelp.substr(0, kMigrateHelp.fin
 
 const std::vector<CommandSpec>& table() {
   static const std::vector<CommandSpec> kTable = {
-      {.name = "status",
-       .summary = "is jitllmd running: its version, socket and what it holds",
-       .run = runStatus},
+      {.name = "status", .summary = "is jitllmd running: its version, socket and what it holds", .run = runStatus},
       {.name = "devices", .summary = "the devices jitllmd owns, their memory and telemetry", .run = runDevices},
       {.name = "ps",
        .arguments = "[NAME]",
@@ -67,7 +65,13 @@ const std::vector<CommandSpec>& table() {
        .minArguments = 1,
        .maxArguments = 1,
        .summary = "chat: each line read from stdin is a user turn; history is kept",
-       .options = {{"--system", "TEXT", "a system message first"}, kMaxTokens, kTemperature, kSeed, kTopK, kTopP, kStop,
+       .options = {{"--system", "TEXT", "a system message first"},
+                   kMaxTokens,
+                   kTemperature,
+                   kSeed,
+                   kTopK,
+                   kTopP,
+                   kStop,
                    kContext},
        .run = runChat},
       {.name = "events",
@@ -105,8 +109,12 @@ const std::vector<CommandSpec>& table() {
        .summary = "let pinned layers of a model move again (admin)",
        .details = kLayersHelp,
        .run = runUnpin},
-      // A name kept for the scheduler work, so that scripts get a clear message today.
-      {.name = "policy", .reservedFor = "placement policies arrive with the scheduler work"},
+      {.name = "policy",
+       .arguments = "[NAME]",
+       .minArguments = 0,
+       .maxArguments = 1,
+       .summary = "show the scheduler's policy, or switch to NAME (admin)",
+       .run = runPolicy},
   };
   return kTable;
 }
@@ -138,7 +146,10 @@ int runJitllmctl(std::span<const std::string> args, std::istream& in, std::ostre
   if (parsed.version) {
     if (parsed.json) {
       JsonWriter j;
-      j.beginObject().field("version", client::libraryVersion()).field("protocol", client::kProtocolVersion).endObject();
+      j.beginObject()
+          .field("version", client::libraryVersion())
+          .field("protocol", client::kProtocolVersion)
+          .endObject();
       out << j.str() << "\n";
     } else {
       out << "jitllmctl " << client::libraryVersion() << " (protocol " << client::kProtocolVersion << ")\n";

@@ -53,6 +53,7 @@ int runUnload(Context& c);
 int runRun(Context& c);
 int runChat(Context& c);
 int runCancel(Context& c);
+int runPolicy(Context& c);
 int runMigrate(Context& c);
 int runPin(Context& c);
 int runUnpin(Context& c);

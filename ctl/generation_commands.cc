@@ -17,7 +17,8 @@ client::SamplingParams samplingFrom(const ParsedCommandLine& a) {
   s.seed = a.number<uint64_t>("--seed", 0);
   s.topK = a.number<int32_t>("--top-k", 0);
   s.topP = a.number<float>("--top-p", 1.0f);
-  if (!(s.temperature >= 0)) throw UsageError("--temperature must be >= 0", a.command ? std::string(a.command->name) : "");
+  if (!(s.temperature >= 0))
+    throw UsageError("--temperature must be >= 0", a.command ? std::string(a.command->name) : "");
   if (s.topK < 0) throw UsageError("--top-k must be >= 0", std::string(a.command->name));
   if (!(s.topP > 0 && s.topP <= 1)) throw UsageError("--top-p must be in (0, 1]", std::string(a.command->name));
   return s;
@@ -110,8 +111,7 @@ int runChat(Context& c) {
   const bool interactive = c.terminal.stdinIsTty;
   auto client = c.connect();
   if (interactive) {
-    c.err << "chatting with " << request.model
-          << " (Ctrl-D ends; /reset forgets the conversation; /exit ends)\n";
+    c.err << "chatting with " << request.model << " (Ctrl-D ends; /reset forgets the conversation; /exit ends)\n";
   }
   std::string line;
   while (true) {

@@ -28,14 +28,18 @@ int runStatus(Context& c) {
     j.field("running", true).field("socket", client.socketPath());
     j.key("daemon");
     writeJson(j, v);
-    j.key("client").beginObject().field("version", client::libraryVersion()).field("protocol", client::kProtocolVersion).endObject();
+    j.key("client")
+        .beginObject()
+        .field("version", client::libraryVersion())
+        .field("protocol", client::kProtocolVersion)
+        .endObject();
     j.field("devices", devices.size()).field("models", models.size()).field("sessions", sessionCount(models));
     j.endObject();
     c.out << j.str() << "\n";
     return 0;
   }
-  c.out << "jitllmd " << v.major << "." << v.minor << "." << v.patch << " (protocol " << v.protocol << ") is running at "
-        << client.socketPath() << "\n";
+  c.out << "jitllmd " << v.major << "." << v.minor << "." << v.patch << " (protocol " << v.protocol
+        << ") is running at " << client.socketPath() << "\n";
   if (!v.build.empty()) c.out << "build: " << v.build << "\n";
   c.out << devices.size() << (devices.size() == 1 ? " device, " : " devices, ") << models.size()
         << (models.size() == 1 ? " model, " : " models, ") << sessionCount(models)

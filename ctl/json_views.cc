@@ -37,7 +37,11 @@ void writeJson(JsonWriter& j, const client::ModelInfo& m) {
   j.endArray();
   j.key("memory").beginArray();
   for (const auto& mem : m.memory) {
-    j.beginObject().field("device", mem.device).field("weightBytes", mem.weightBytes).field("kvBytes", mem.kvBytes).endObject();
+    j.beginObject()
+        .field("device", mem.device)
+        .field("weightBytes", mem.weightBytes)
+        .field("kvBytes", mem.kvBytes)
+        .endObject();
   }
   j.endArray();
   j.key("sessions").beginArray();

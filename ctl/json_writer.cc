@@ -41,14 +41,36 @@ std::string jsonQuote(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; i++; continue;
-      case '\\': out += "\\\\"; i++; continue;
-      case '\b': out += "\\b"; i++; continue;
-      case '\f': out += "\\f"; i++; continue;
-      case '\n': out += "\\n"; i++; continue;
-      case '\r': out += "\\r"; i++; continue;
-      case '\t': out += "\\t"; i++; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        i++;
+        continue;
+      case '\\':
+        out += "\\\\";
+        i++;
+        continue;
+      case '\b':
+        out += "\\b";
+        i++;
+        continue;
+      case '\f':
+        out += "\\f";
+        i++;
+        continue;
+      case '\n':
+        out += "\\n";
+        i++;
+        continue;
+      case '\r':
+        out += "\\r";
+        i++;
+        continue;
+      case '\t':
+        out += "\\t";
+        i++;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20) {
       out += "\\u00";

@@ -99,4 +99,22 @@ int runUnpin(Context& c) {
   return 0;
 }
 
+int runPolicy(Context& c) {
+  auto client = c.connect();
+  const std::string wanted = c.args.arguments.empty() ? std::string() : c.args.arguments[0];
+  const client::PolicyInfo info = client.policy(wanted);
+  if (c.args.json) {
+    JsonWriter j;
+    j.beginObject().field("policy", info.name).key("available").beginArray();
+    for (const auto& n : info.available) j.value(n);
+    j.endArray().endObject();
+    c.out << j.str() << "\n";
+  } else {
+    c.out << (wanted.empty() ? "policy " : "policy now ") << info.name << " (available:";
+    for (const auto& n : info.available) c.out << " " << n;
+    c.out << ")\n";
+  }
+  return 0;
+}
+
 }  // namespace jitllm::ctl

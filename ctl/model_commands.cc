@@ -36,7 +36,8 @@ int runLoad(Context& c) {
     return 0;
   }
   c.out << "loaded " << model.name << " (" << model.architecture << ", " << model.layers << " layers, "
-        << humanBytes(model.fileBytes) << ", context " << model.contextSize << ") on " << placementSummary(model) << "\n";
+        << humanBytes(model.fileBytes) << ", context " << model.contextSize << ") on " << placementSummary(model)
+        << "\n";
   return 0;
 }
 

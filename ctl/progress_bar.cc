@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <ostream>
 
-
 namespace jitllm::ctl {
 
 std::string ProgressBar::render(const client::LoadProgress& p, int width) {

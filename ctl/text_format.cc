@@ -32,8 +32,10 @@ std::string humanBytes(uint64_t bytes) {
     unit++;
   }
   char buf[32];
-  if (unit == 0) std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  if (unit == 0)
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
   return buf;
 }
 
@@ -76,9 +78,10 @@ std::string statsLine(const client::GenerationStats& s) {
   if (s.stopReason == client::StopReason::kCancelled) {
     std::snprintf(buf, sizeof(buf), "%u tokens, cancelled", s.generatedTokens);
   } else {
-    std::snprintf(buf, sizeof(buf), "%u prompt + %u generated tokens, first after %.1f ms, %.1f tok/s, %s (session %llu)",
-                  s.promptTokens, s.generatedTokens, s.timeToFirstTokenMs, s.tokensPerSecond,
-                  client::stopReasonName(s.stopReason), static_cast<unsigned long long>(s.sessionId));
+    std::snprintf(buf, sizeof(buf),
+                  "%u prompt + %u generated tokens, first after %.1f ms, %.1f tok/s, %s (session %llu)", s.promptTokens,
+                  s.generatedTokens, s.timeToFirstTokenMs, s.tokensPerSecond, client::stopReasonName(s.stopReason),
+                  static_cast<unsigned long long>(s.sessionId));
   }
   return buf;
 }

@@ -259,6 +259,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
     schedulerTimer.async_wait(onTick);
   };
   if (config.schedulerIntervalMs > 0) {
+    core.setPolicyControl(&scheduler);
     schedulerTimer.expires_after(std::chrono::milliseconds(config.schedulerIntervalMs));
     schedulerTimer.async_wait(onTick);
   }
@@ -279,6 +280,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   watchdog.cancel();
   status.cancel();
   schedulerTimer.cancel();
+  core.setPolicyControl(nullptr);
   signals.cancel();
   daemonLoop.stop();
   daemonThread.join();

@@ -256,7 +256,10 @@ interface Daemon {
   unpin @11 (model :Text, layers :Text) -> ();
   # Admin only.
 
-  # Reserved for the scheduler issue: policy.
+  policy @12 (name :Text) -> (name :Text, available :List(Text));
+  # The scheduler's policy (docs/operations.md): with an empty `name`, which one is active; with a
+  # name, switch to it (admin only; FAILED naming the available ones for an unknown name).
+  # UNIMPLEMENTED when the daemon runs without a scheduler (scheduler_interval_ms = 0).
 }
 
 struct MigrateRequest {

@@ -32,8 +32,16 @@ Scheduler::Scheduler(server::DaemonCore& core, std::unique_ptr<TelemetrySource> 
 void Scheduler::setPolicy(const std::string& name) {
   auto p = policies::makePolicy(name, config_);
   JITLLM_REQUIRE(p != nullptr, "no policy '", name, "'; there are ", knownPolicies());
-  std::lock_guard lock(mutex_);
-  policy_ = std::move(p);
+  std::string previous;
+  {
+    std::lock_guard lock(mutex_);
+    if (policy_) previous = policy_->name();
+    policy_ = std::move(p);
+  }
+  if (!previous.empty() && previous != name) {
+    core_.events().emit(
+        {0, server::EventKind::kDaemon, "scheduler.policy", "", "", 0, "policy " + previous + " -> " + name});
+  }
 }
 
 std::string Scheduler::policyName() const {

@@ -23,14 +23,14 @@
 
 namespace jitllm::scheduler {
 
-class Scheduler final {
+class Scheduler final : public server::PolicyControl {
  public:
   Scheduler(server::DaemonCore& core, std::unique_ptr<TelemetrySource> telemetry, policies::PolicyConfig config,
             const std::string& policy);
 
   // Error(FAILED) naming the known policies for an unknown name.
-  void setPolicy(const std::string& name);
-  std::string policyName() const;
+  void setPolicy(const std::string& name) override;
+  std::string policyName() const override;
 
   // One tick: snapshot, plan, act - at most one action per model (a model runs one migration at
   // a time; the policy plans the rest again next tick). Returns the actions it started.

@@ -165,6 +165,18 @@ void DaemonCore::unload(const std::string& name) {
   events_.emit({0, EventKind::kModel, "model.unloaded", name, "", 0, ""});
 }
 
+void DaemonCore::setPolicyControl(PolicyControl* control) {
+  std::lock_guard lock(mutex_);
+  policyControl_ = control;
+}
+
+PolicyControl& DaemonCore::policyControl() const {
+  std::lock_guard lock(mutex_);
+  if (policyControl_ == nullptr)
+    JITLLM_FAIL(kUnimplemented, "this jitllmd runs without a scheduler (scheduler_interval_ms = 0)");
+  return *policyControl_;
+}
+
 Device& DaemonCore::device(const std::string& id) const {
   std::string known;
   for (const auto& d : devices_) {

@@ -22,6 +22,7 @@
 #include "daemon/server/daemon_config.h"
 #include "daemon/server/event_hub.h"
 #include "daemon/server/model_host.h"
+#include "daemon/server/policy_control.h"
 #include "kernels/device.h"
 
 namespace jitllm::server {
@@ -81,6 +82,11 @@ class DaemonCore final {
   ReplyGuard replyStarted() { return ReplyGuard(activeReplies_); }
   int activeReplies() const { return activeReplies_.load(); }
 
+  // The scheduler, once it runs (null: none). The caller keeps it alive until it sets null again.
+  void setPolicyControl(PolicyControl* control);
+  // Error(UNIMPLEMENTED) when there is no scheduler.
+  PolicyControl& policyControl() const;
+
   // A one-line summary for sd_notify STATUS=.
   std::string statusLine() const;
 
@@ -96,6 +102,7 @@ class DaemonCore final {
   std::map<std::string, std::shared_ptr<ModelHost>> models_;
   bool accepting_ = true;
   std::atomic<int> activeReplies_{0};
+  PolicyControl* policyControl_ = nullptr;  // guarded by mutex_
 };
 
 }  // namespace jitllm::server

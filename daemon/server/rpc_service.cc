@@ -12,6 +12,7 @@
 
 #include "daemon/runtime/chat_template.h"
 #include "daemon/server/kj_errors.h"
+#include "policies/policy.h"
 
 namespace jitllm::server {
 namespace {
@@ -619,6 +620,23 @@ kj::Promise<void> DaemonService::unpin(UnpinContext context) {
     core_.access().requireAdmin(peer_.uid, "unpin");
     auto params = context.getParams();
     core_.find(params.getModel())->unpin(params.getLayers());
+    return kj::READY_NOW;
+  });
+}
+
+kj::Promise<void> DaemonService::policy(PolicyContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    const std::string name = context.getParams().getName();
+    PolicyControl& control = core_.policyControl();
+    if (!name.empty()) {
+      core_.access().requireAdmin(peer_.uid, "policy");
+      control.setPolicy(name);
+    }
+    auto results = context.getResults();
+    results.setName(text(control.policyName()));
+    const auto& names = policies::policyNames();
+    auto list = results.initAvailable(uint32_t(names.size()));
+    for (size_t i = 0; i < names.size(); i++) list.set(uint32_t(i), text(names[i]));
     return kj::READY_NOW;
   });
 }

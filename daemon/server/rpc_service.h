@@ -34,6 +34,7 @@ class DaemonService final : public rpc::Daemon::Server {
   kj::Promise<void> migrate(MigrateContext context) override;
   kj::Promise<void> pin(PinContext context) override;
   kj::Promise<void> unpin(UnpinContext context) override;
+  kj::Promise<void> policy(PolicyContext context) override;
 
   // Where a finished generation's results go (generate and chat have different contexts).
   struct Reply;

@@ -185,9 +185,9 @@ class Client::Impl final {
       const bool local = !e.getDescription().startsWith("remote exception: ");
       if (error.kind() == ErrorKind::kDisconnected && local &&
           error.message().find(connection_->socketPath()) == std::string::npos) {
-        throw Error(ErrorKind::kDisconnected, "lost the connection to jitllmd at " + connection_->socketPath() +
-                                                  " (it stopped, restarted or dropped this client): " +
-                                                  error.message());
+        throw Error(ErrorKind::kDisconnected,
+                    "lost the connection to jitllmd at " + connection_->socketPath() +
+                        " (it stopped, restarted or dropped this client): " + error.message());
       }
       throw error;
     }
@@ -216,9 +216,8 @@ class Client::Impl final {
   }
 
   kj::Promise<void> disconnected() {
-    return connection_->onDisconnect().then([path = connection_->socketPath()]() -> kj::Promise<void> {
-      return disconnectedException(path);
-    });
+    return connection_->onDisconnect().then(
+        [path = connection_->socketPath()]() -> kj::Promise<void> { return disconnectedException(path); });
   }
 
   template <typename Params, typename Results>
@@ -228,13 +227,14 @@ class Client::Impl final {
     KJ_DEFER(state->active = false);  // late chunks (after a cancel or an error) reach no callback
     request.setSink(kj::heap<TokenSinkServer>(state));
     // Dropping the request's promise (when the callback stops) cancels the call in the daemon.
-    auto outcome = request.send()
-                       .then([](capnp::Response<Results>&& r) -> kj::Maybe<capnp::Response<Results>> { return kj::mv(r); })
-                       .exclusiveJoin(stopped.promise.then([]() -> kj::Maybe<capnp::Response<Results>> { return nullptr; }));
+    auto outcome =
+        request.send()
+            .then([](capnp::Response<Results>&& r) -> kj::Maybe<capnp::Response<Results>> { return kj::mv(r); })
+            .exclusiveJoin(stopped.promise.then([]() -> kj::Maybe<capnp::Response<Results>> { return nullptr; }));
     auto response = outcome.wait(waitScope());
     if (state->callbackError) std::rethrow_exception(state->callbackError);
     GenerateResult result;
-    KJ_IF_MAYBE(r, response) {
+    KJ_IF_MAYBE (r, response) {
       for (int32_t id : r->getTokens()) result.tokens.push_back(id);
       result.text.assign(r->getText().cStr(), r->getText().size());
       result.stats = convert::fromSchema(r->getStats());
@@ -248,7 +248,8 @@ class Client::Impl final {
     return result;
   }
 
-  ModelInfo load(capnp::Request<rpc::Daemon::LoadParams, rpc::Daemon::LoadResults>&& request, const LoadOptions& options, const ProgressCallback& progress) {
+  ModelInfo load(capnp::Request<rpc::Daemon::LoadParams, rpc::Daemon::LoadResults>&& request,
+                 const LoadOptions& options, const ProgressCallback& progress) {
     convert::toSchema(options, request.initOptions());
     auto state = std::make_shared<ProgressState>();
     state->onProgress = &progress;
@@ -336,7 +337,8 @@ ModelInfo Client::load(const std::string& path, const LoadOptions& options, cons
 ModelInfo Client::loadFd(int fd, const LoadOptions& options, const ProgressCallback& progress) {
   return impl_->run([&] {
     kj::AutoCloseFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-    if (own.get() < 0) throw Error(ErrorKind::kFailed, "cannot use descriptor " + std::to_string(fd) + ": " + std::strerror(errno));
+    if (own.get() < 0)
+      throw Error(ErrorKind::kFailed, "cannot use descriptor " + std::to_string(fd) + ": " + std::strerror(errno));
     auto request = impl_->daemon().loadRequest();
     request.initSource().setFile(fileCapability(kj::mv(own)));
     return impl_->load(kj::mv(request), options, progress);
@@ -464,6 +466,18 @@ void Client::unpin(const std::string& model, const std::string& layers) {
     call.setModel(model);
     call.setLayers(layers);
     call.send().wait(impl_->waitScope());
+  });
+}
+
+PolicyInfo Client::policy(const std::string& name) {
+  return impl_->runNewer("policy", [&] {
+    auto call = impl_->daemon().policyRequest();
+    call.setName(name);
+    auto response = call.send().wait(impl_->waitScope());
+    PolicyInfo info;
+    info.name = response.getName();
+    for (auto n : response.getAvailable()) info.available.emplace_back(n);
+    return info;
   });
 }
 

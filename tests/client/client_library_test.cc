@@ -204,7 +204,8 @@ TEST_F(ClientLibrary, ReturningFalseFromTheChunkCallbackCancelsTheGenerationInTh
   request.maxTokens = 5000;  // 25 s at 5 ms a token if the cancel did not reach the daemon
   int chunks = 0;
   const auto start = std::chrono::steady_clock::now();
-  const GenerateResult r = client.generate(request, [&](std::span<const int32_t>, std::string_view) { return ++chunks < 3; });
+  const GenerateResult r =
+      client.generate(request, [&](std::span<const int32_t>, std::string_view) { return ++chunks < 3; });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_TRUE(r.cancelled);
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{100, 101, 102}));
@@ -215,7 +216,9 @@ TEST_F(ClientLibrary, ReturningFalseFromTheChunkCallbackCancelsTheGenerationInTh
       << "the daemon's generation was not cancelled";
   const auto sessions = client.models().at(0).sessions;
   EXPECT_EQ(sessions.size(), 0u);  // and its session is gone
-  if (!sessions.empty()) std::cerr << "DEBUG session tokens " << sessions[0].tokens << " completed " << daemon.record().generationsCompleted << "\n";
+  if (!sessions.empty())
+    std::cerr << "DEBUG session tokens " << sessions[0].tokens << " completed " << daemon.record().generationsCompleted
+              << "\n";
 }
 
 TEST_F(ClientLibrary, AnExceptionFromTheCallbackCancelsTheGenerationAndReachesTheCaller) {
@@ -225,9 +228,10 @@ TEST_F(ClientLibrary, AnExceptionFromTheCallbackCancelsTheGenerationAndReachesTh
   GenerateRequest request;
   request.model = "model";
   request.maxTokens = 5000;
-  EXPECT_THROW(client.generate(request, [](std::span<const int32_t>, std::string_view) -> bool {
-    throw std::runtime_error("the app's own failure");
-  }),
+  EXPECT_THROW(client.generate(request,
+                               [](std::span<const int32_t>, std::string_view) -> bool {
+                                 throw std::runtime_error("the app's own failure");
+                               }),
                std::runtime_error);
   EXPECT_TRUE(daemon.waitFor([](const FakeDaemonRecord& r) { return r.generationsCancelled == 1; }));
   EXPECT_EQ(client.version().protocol, kProtocolVersion);  // the client is still usable
@@ -264,7 +268,8 @@ TEST_F(ClientLibrary, ErrorKindsFollowTheDaemonsExceptionTypes) {
     }
     return std::make_pair(ErrorKind::kFailed, std::string("(no error)"));
   };
-  EXPECT_EQ(kindOf("overloaded"), std::make_pair(ErrorKind::kOverloaded, std::string("too many sessions: try again later")));
+  EXPECT_EQ(kindOf("overloaded"),
+            std::make_pair(ErrorKind::kOverloaded, std::string("too many sessions: try again later")));
   EXPECT_EQ(kindOf("unimplemented").first, ErrorKind::kUnimplemented);
   EXPECT_EQ(kindOf("failed").first, ErrorKind::kFailed);
   EXPECT_EQ(kindOf("nosuch"), std::make_pair(ErrorKind::kFailed, std::string("no model named 'nosuch' is loaded")));
@@ -682,8 +687,8 @@ TEST_F(ClientLibrary, DaemonConnectionRunsOnAnEventLoopTheProgramOwns) {
 }
 
 TEST_F(ClientLibrary, ToErrorStripsCapnpsRemotePrefixAndKeepsTheKind) {
-  const Error e = toError(kj::Exception(kj::Exception::Type::OVERLOADED, "x.c++", 1,
-                                        kj::str("remote exception: KV pool full on cpu:0")));
+  const Error e = toError(
+      kj::Exception(kj::Exception::Type::OVERLOADED, "x.c++", 1, kj::str("remote exception: KV pool full on cpu:0")));
   EXPECT_EQ(e.kind(), ErrorKind::kOverloaded);
   EXPECT_EQ(e.message(), "KV pool full on cpu:0");
 }

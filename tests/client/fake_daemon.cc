@@ -1,11 +1,10 @@
 #include "fake_daemon.h"
 
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <capnp/rpc-twoparty.h>
-#include <kj/async-io.h>
 
 #include <charconv>
 #include <chrono>
@@ -49,7 +48,7 @@ std::string unitName(unsigned unit) {
 struct FakeModel {
   std::string name;
   std::string path;
-  std::map<uint64_t, uint32_t> sessions;  // id -> tokens so far
+  std::map<uint64_t, uint32_t> sessions;                                        // id -> tokens so far
   std::vector<std::string> device = std::vector<std::string>(kUnits, "cpu:0");  // per unit
   std::vector<std::string> pinned = std::vector<std::string>(kUnits);
   std::vector<std::string> stagedOn = std::vector<std::string>(kUnits);
@@ -154,7 +153,8 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     auto options = params.getOptions();
     std::string name = options.getName().size() ? options.getName().cStr() : "model";
     for (const auto& m : models_) {
-      if (m.name == name) fail(kj::Exception::Type::FAILED, kj::str("a model named ", name.c_str(), " is loaded already"));
+      if (m.name == name)
+        fail(kj::Exception::Type::FAILED, kj::str("a model named ", name.c_str(), " is loaded already"));
     }
     auto path = std::make_shared<std::string>();
     kj::Promise<void> opened = kj::READY_NOW;
@@ -164,7 +164,9 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     } else {
       opened = params.getSource().getFile().getFd().then([this, path](kj::Maybe<int> fd) {
         int raw = -1;
-        KJ_IF_MAYBE(f, fd) { raw = *f; }
+        KJ_IF_MAYBE (f, fd) {
+          raw = *f;
+        }
         if (raw < 0) fail(kj::Exception::Type::FAILED, "the File capability carried no descriptor");
         char magic[4] = {};
         const ssize_t n = ::pread(raw, magic, 4, 0);
@@ -178,7 +180,7 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     if (params.hasProgress()) progress = params.getProgress();
     return opened.then([this, context, name, path, progress = kj::mv(progress)]() mutable -> kj::Promise<void> {
       kj::Promise<void> reported = kj::READY_NOW;
-      KJ_IF_MAYBE(sink, progress) {
+      KJ_IF_MAYBE (sink, progress) {
         for (uint64_t step = 1; step <= 3; step++) {
           reported = reported.then([sink = *sink, step]() mutable {
             auto req = sink.progressRequest();
@@ -214,8 +216,10 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     const std::string model = request.getModel().cStr();
     checkModel(model);
     update(shared_, [&](FakeDaemonRecord& r) {
-      if (request.getPrompt().isText()) r.prompts.push_back(request.getPrompt().getText().cStr());
-      else r.promptTokens.push_back(toVector(request.getPrompt().getTokens()));
+      if (request.getPrompt().isText())
+        r.prompts.push_back(request.getPrompt().getText().cStr());
+      else
+        r.promptTokens.push_back(toVector(request.getPrompt().getTokens()));
       r.lastTemperature = request.getSampling().getTemperature();
       r.lastSeed = request.getSampling().getSeed();
       r.lastMaxTokens = request.getMaxTokens();
@@ -227,7 +231,8 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
       piece += ' ';
       pieces.push_back(std::move(piece));
     }
-    return reply(context, model, std::move(pieces), request.getPrompt().isText() ? 5 : request.getPrompt().getTokens().size());
+    return reply(context, model, std::move(pieces),
+                 request.getPrompt().isText() ? 5 : request.getPrompt().getTokens().size());
   }
 
   kj::Promise<void> chat(ChatContext context) override {
@@ -425,7 +430,8 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     GenerationWatch& operator=(const GenerationWatch&) = delete;
     ~GenerationWatch() {
       if (FakeModel* m = server->findModel(model)) m->sessions.erase(session);
-      update(server->shared_, [&](FakeDaemonRecord& r) { (completed ? r.generationsCompleted : r.generationsCancelled)++; });
+      update(server->shared_,
+             [&](FakeDaemonRecord& r) { (completed ? r.generationsCompleted : r.generationsCancelled)++; });
     }
 
     FakeDaemonServer* server;
@@ -435,7 +441,8 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
   };
 
   template <typename Context>
-  kj::Promise<void> reply(Context context, const std::string& model, std::vector<std::string> pieces, uint32_t promptTokens) {
+  kj::Promise<void> reply(Context context, const std::string& model, std::vector<std::string> pieces,
+                          uint32_t promptTokens) {
     context.allowCancellation();  // capnp 0.9: without it a dropped call keeps running
     auto sink = context.getParams().getSink();
     const uint64_t session = nextSession_++;

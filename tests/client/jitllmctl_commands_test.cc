@@ -107,7 +107,8 @@ TEST_F(JitllmctlCommands, PsShowsModelsTheirPlacementAndRunningSessions) {
   EXPECT_EQ(ctl({"ps"}).out, "no models loaded (load one with `jitllmctl load FILE`)\n");
   load();
   // A generation in progress on another client, so that ps has a session to show.
-  auto slow = std::make_unique<FakeDaemon>(dir_.path() + "/slow.sock", FakeDaemon::Options{.tokenDelay = std::chrono::milliseconds(20)});
+  auto slow = std::make_unique<FakeDaemon>(dir_.path() + "/slow.sock",
+                                           FakeDaemon::Options{.tokenDelay = std::chrono::milliseconds(20)});
   std::thread generating([&] {
     std::istringstream in;
     std::ostringstream out, err;

@@ -37,7 +37,7 @@ TEST(JitllmctlBinary, BadUsageExitsWith2AndSaysWhatIsWrong) {
                                              {"pin", "m:3"},
                                              {"unpin"},
                                              {"run", "m", "p", "--read-delay-ms", "soon"},
-                                             {"policy"}}) {
+                                             {"policy", "thermal", "now"}}) {
     const auto r = ctl(args);
     EXPECT_EQ(r.exitCode, 2) << "args: " << (args.empty() ? "" : args[0]) << "\n" << r.err;
     EXPECT_NE(r.err.find("jitllmctl: "), std::string::npos) << r.err;
@@ -124,7 +124,8 @@ TEST(JitllmctlBinary, AUserOutsideTheSocketsGroupIsToldHowToGetAccess) {
   const auto r = ctl({"status", "--socket", path}, options);
   ::close(fd);
   if (r.exitCode == 126) GTEST_SKIP() << "cannot drop privileges here";
-  if (r.exitCode == 127) GTEST_SKIP() << "nobody cannot execute " << kJitllmctl << " (the checkout is not world-readable)";
+  if (r.exitCode == 127)
+    GTEST_SKIP() << "nobody cannot execute " << kJitllmctl << " (the checkout is not world-readable)";
   EXPECT_EQ(r.exitCode, 1) << r.err;
   EXPECT_NE(r.err.find("permission denied on " + path), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("usermod -aG"), std::string::npos) << r.err;

@@ -27,10 +27,12 @@ TEST(JsonWriter, EscapesQuotesBackslashesAndEveryControlCharacter) {
 TEST(JsonWriter, KeepsValidUtf8AndReplacesBytesThatAreNotUtf8) {
   EXPECT_EQ(jsonQuote("é😀中"), "\"é😀中\"");
   const std::string fffd = "\xEF\xBF\xBD";
-  EXPECT_EQ(jsonQuote("a\xff" "b"), "\"a" + fffd + "b\"");                 // not a lead byte
-  EXPECT_EQ(jsonQuote("\xC3"), "\"" + fffd + "\"");                         // truncated sequence
-  EXPECT_EQ(jsonQuote("\xC0\xAF"), "\"" + fffd + fffd + "\"");              // overlong '/'
-  EXPECT_EQ(jsonQuote("\xED\xA0\x80"), "\"" + fffd + fffd + fffd + "\"");   // a UTF-16 surrogate
+  EXPECT_EQ(jsonQuote("a\xff"
+                      "b"),
+            "\"a" + fffd + "b\"");                                                    // not a lead byte
+  EXPECT_EQ(jsonQuote("\xC3"), "\"" + fffd + "\"");                                   // truncated sequence
+  EXPECT_EQ(jsonQuote("\xC0\xAF"), "\"" + fffd + fffd + "\"");                        // overlong '/'
+  EXPECT_EQ(jsonQuote("\xED\xA0\x80"), "\"" + fffd + fffd + fffd + "\"");             // a UTF-16 surrogate
   EXPECT_EQ(jsonQuote("\xF4\x90\x80\x80"), "\"" + fffd + fffd + fffd + fffd + "\"");  // > U+10FFFF
 }
 

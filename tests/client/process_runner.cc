@@ -77,7 +77,8 @@ ProcessResult runProcess(const std::string& program, const std::vector<std::stri
   const auto deadline = std::chrono::steady_clock::now() + options.timeout;
   bool outOpen = true, errOpen = true;
   while (outOpen || errOpen) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       result.timedOut = true;
       ::kill(pid, SIGKILL);

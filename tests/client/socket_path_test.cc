@@ -70,8 +70,10 @@ TEST(SocketPath, DefaultSocketPathReadsThisProcesssEnvironment) {
   const std::string savedValue = saved ? saved : "";
   ::setenv("XDG_RUNTIME_DIR", dir.path().c_str(), 1);
   EXPECT_EQ(defaultSocketPath(), kSystemSocketPath);  // no user daemon there
-  if (saved) ::setenv("XDG_RUNTIME_DIR", savedValue.c_str(), 1);
-  else ::unsetenv("XDG_RUNTIME_DIR");
+  if (saved)
+    ::setenv("XDG_RUNTIME_DIR", savedValue.c_str(), 1);
+  else
+    ::unsetenv("XDG_RUNTIME_DIR");
 }
 
 TEST(SocketPath, TheNotRunningMessageNamesThePathAndHowToStartTheDaemon) {

@@ -205,6 +205,9 @@ TEST(Daemon, AdminOperationsAreRefusedToAnUnprivilegedUser) {
       auto unpin = c.daemon().unpinRequest();
       unpin.setModel("anything");
       message += "\n" + errorOf(unpin.send().ignoreResult(), io.waitScope);
+      auto policy = c.daemon().policyRequest();
+      policy.setName("thermal");
+      message += "\n" + errorOf(policy.send().ignoreResult(), io.waitScope);
       // Listing is allowed.
       c.daemon().modelsRequest().send().wait(io.waitScope);
       message += "\nmodels ok";
@@ -224,7 +227,7 @@ TEST(Daemon, AdminOperationsAreRefusedToAnUnprivilegedUser) {
             std::string::npos)
       << message;
   EXPECT_NE(message.find("permission denied: unload"), std::string::npos) << message;
-  for (const char* op : {"migrate", "pin", "unpin"}) {
+  for (const char* op : {"migrate", "pin", "unpin", "policy"}) {
     EXPECT_NE(message.find(std::string("permission denied: ") + op + " needs"), std::string::npos) << op << "\n"
                                                                                                    << message;
   }

@@ -250,5 +250,29 @@ TEST(DaemonScheduler, AHotDeviceLosesItsLayersAndGetsThemBackWithScriptedTelemet
   std::filesystem::remove_all(dir);
 }
 
+TEST(DaemonScheduler, ThePolicyIsShownSwitchedAtRunTimeAndUnknownNamesAreRefused) {
+  DaemonProcess d;
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  auto ask = [&](const std::string& name) {
+    auto req = c.daemon().policyRequest();
+    req.setName(name);
+    auto resp = req.send().wait(io.waitScope);
+    std::string all;
+    for (auto n : resp.getAvailable()) all += std::string(n.cStr()) + " ";
+    return std::string(resp.getName().cStr()) + " / " + all;
+  };
+  EXPECT_EQ(ask(""), "balanced / balanced thermal pressure online ");
+  EXPECT_EQ(ask("thermal"), "thermal / balanced thermal pressure online ");
+  EXPECT_EQ(ask(""), "thermal / balanced thermal pressure online ");
+  auto bad = c.daemon().policyRequest();
+  bad.setName("fastest");
+  EXPECT_NE(errorOf(bad.send().ignoreResult(), io.waitScope).find("no policy 'fastest'; there are balanced, thermal"),
+            std::string::npos);
+  EXPECT_EQ(ask(""), "thermal / balanced thermal pressure online ") << "a refused switch changes nothing";
+  EXPECT_NE(d.log().find("scheduler.policy"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace jitllm::testing

@@ -115,6 +115,10 @@ class JITLLM_CLIENT_API Client final {
   // Lifts the pins of a model's `layers` (empty: every unit) (admin only).
   void unpin(const std::string& model, const std::string& layers);
 
+  // The scheduler's policy: with `name` empty, which is active; otherwise switch to it (admin).
+  // Error(kUnimplemented) when the daemon runs without a scheduler.
+  PolicyInfo policy(const std::string& name = {});
+
  private:
   class Impl;
   friend CapnpAccess capnpAccess(Client& client);

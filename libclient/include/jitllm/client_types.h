@@ -232,4 +232,10 @@ struct MigrationStats {
   uint32_t sessions = 0;          // sessions whose KV moved
 };
 
+// The scheduler's policy and the ones the daemon knows (Client::policy).
+struct PolicyInfo {
+  std::string name;
+  std::vector<std::string> available;
+};
+
 }  // namespace jitllm::client
