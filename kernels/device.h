@@ -125,6 +125,9 @@ class Device {
   // block; a GPU backend gathers and scatters with one kernel and one transfer.
   virtual void gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes);
   virtual void scatterFromHost(uint8_t* const* blocks, const void* src, size_t count, size_t blockBytes);
+  // A hint before latency-critical host work between ops (a migration's pause): release what idles
+  // busily - the CPU's spinning workers - so it does not compete for the cores. Default: nothing.
+  virtual void quiesce() {}
 
   // Ops. Float activations are row-major [rows x dim] f32.
   virtual void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) = 0;

@@ -186,6 +186,10 @@ void LiveMigration::commit() {
     if (!staged_.count(u)) stageUnit(u);
   }
   stats_.prepareMs = msSince(started_);
+  // The devices' idle workers must not compete with the pause for the cores.
+  std::set<Device*> involved{options_.target};
+  for (const int u : movingUnits_) involved.insert(model_.units_[size_t(u)].device);
+  for (Device* d : involved) d->quiesce();
   const auto pauseStart = std::chrono::steady_clock::now();
 
   // Every session gets all its pages on the target, and the positions not yet valid there are

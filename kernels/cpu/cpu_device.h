@@ -42,6 +42,7 @@ class CpuDevice final : public Device {
   void copyToHost(void* dst, const uint8_t* src, size_t bytes) override;
   // CPU memory is host memory: one copy straight into the target.
   void copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  void quiesce() override { pool_.park(); }
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;

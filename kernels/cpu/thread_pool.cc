@@ -80,7 +80,7 @@ void ThreadPool::workerLoop() {
       for (int i = 1; g == seen; i++) {
         if ((i & 63) == 0) {
           const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
-          if (elapsed > kSpinMicros + kYieldMicros) break;
+          if (elapsed > kSpinMicros + kYieldMicros || parked_.load(std::memory_order_relaxed)) break;
           if (elapsed > kSpinMicros) sched_yield();
         }
         JITLLM_CPU_RELAX();
@@ -101,6 +101,8 @@ void ThreadPool::workerLoop() {
   }
 }
 
+void ThreadPool::park() { parked_.store(true, std::memory_order_relaxed); }
+
 void ThreadPool::parallelFor(int64_t n, int64_t minChunk, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   minChunk = std::max<int64_t>(1, minChunk);
@@ -116,6 +118,7 @@ void ThreadPool::parallelFor(int64_t n, int64_t minChunk, const std::function<vo
   error_ = nullptr;
   hasError_.store(false, std::memory_order_relaxed);
   chunksDone_.store(0, std::memory_order_relaxed);
+  parked_.store(false, std::memory_order_relaxed);
   const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
   work_.store(packWork(generation, uint32_t(chunks), 0), std::memory_order_release);
   generation_.store(generation, std::memory_order_seq_cst);

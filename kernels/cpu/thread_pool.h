@@ -43,6 +43,10 @@ class ThreadPool final {
   // two chunks' worth of work it runs fn(0, n) on the caller without touching the workers.
   // An exception thrown by fn is rethrown here after every chunk has finished.
   void parallelFor(int64_t n, int64_t minChunk, const std::function<void(int64_t, int64_t)>& fn);
+  // Sends idle workers to sleep now instead of after their spin and yield: for latency-critical
+  // host work between loops (a migration's pause) on a machine with few cores, where spinning
+  // workers would take the core from it. The next parallelFor wakes them as usual.
+  void park();
 
  private:
   // Idle workers poll for this long before yielding (two back-to-back ops of a decode step are
@@ -64,6 +68,7 @@ class ThreadPool final {
   std::atomic<uint32_t> generation_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> parked_{false};
   // generation (high 32 bits) | chunk count (16 bits) | next unclaimed chunk (low 16 bits).
   std::atomic<uint64_t> work_{0};
   std::atomic<int> chunksDone_{0};
