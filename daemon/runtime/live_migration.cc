@@ -51,13 +51,15 @@ LiveMigration::~LiveMigration() {
 void LiveMigration::releaseTargetPages() {
   // (Only before a commit: afterwards the sessions own these pages.)
   releaseSpares();
-  for (auto& [id, copy] : copies_) {
-    for (auto& pages : copy.pages) {
-      for (PageId p : pages) targetPool_->free(p);
-      pages.clear();
-    }
-  }
+  for (auto& [id, copy] : copies_) freeTargetPages(copy);
   copies_.clear();
+}
+
+void LiveMigration::freeTargetPages(SessionCopy& copy) {
+  for (auto& pages : copy.pages) {
+    for (PageId p : pages) targetPool_->free(p);
+    pages.clear();
+  }
 }
 
 void LiveMigration::reconcileSessions() {
@@ -65,9 +67,7 @@ void LiveMigration::reconcileSessions() {
   // Sessions that ended give their target pages back; new ones start with nothing copied.
   for (auto it = copies_.begin(); it != copies_.end();) {
     if (model_.sessions_.find(it->first) == nullptr) {
-      for (auto& pages : it->second.pages) {
-        for (PageId p : pages) targetPool_->free(p);
-      }
+      freeTargetPages(it->second);
       it = copies_.erase(it);
     } else {
       ++it;

@@ -96,6 +96,7 @@ class LiveMigration final {
   // Copies sealed pages up to `budget` bytes; true when none is left.
   bool precopy(size_t budget);
   void releaseTargetPages();
+  void freeTargetPages(SessionCopy& copy);  // a session's target pages, back to the pool
   void warmTail();
   void releaseSpares() noexcept;
   void addTargetPage(SessionCopy& c, size_t layer);  // may throw OVERLOADED

@@ -165,6 +165,12 @@ void ModelHost::unpin(const std::string& layers) {
   wake();
 }
 
+void ModelHost::migrationEnded() {
+  running_.reset();
+  std::lock_guard lock(mutex_);
+  migrating_ = pendingMigration_ != nullptr;
+}
+
 void ModelHost::serviceMigration() {
   const int layers = int(model_->config().layers);
   if (!running_) {
@@ -185,8 +191,7 @@ void ModelHost::serviceMigration() {
       started->migration = std::make_unique<runtime::LiveMigration>(*model_, o);
     } catch (const Error& e) {
       ticket->fail(e);
-      std::lock_guard lock(mutex_);
-      migrating_ = pendingMigration_ != nullptr;
+      migrationEnded();
       return;
     }
     running_ = std::move(started);
@@ -197,17 +202,12 @@ void ModelHost::serviceMigration() {
   }
   RunningMigration& m = *running_;
   const std::string target = m.ticket->request().target->info().id;
-  auto finishRunning = [&] {
-    running_.reset();
-    std::lock_guard lock(mutex_);
-    migrating_ = pendingMigration_ != nullptr;
-  };
   if (m.ticket->cancelled()) {
     m.ticket->fail(Error(ErrorKind::kFailed, "migration " + std::to_string(m.ticket->id()) + " was cancelled"));
     events_.emit({0, EventKind::kMigration, "migration.cancelled", name_, target, 0,
                   "migration " + std::to_string(m.ticket->id()) + " cancelled while preparing; " + name_ +
                       " stays where it was"});
-    finishRunning();
+    migrationEnded();
     return;
   }
   try {
@@ -226,7 +226,7 @@ void ModelHost::serviceMigration() {
     events_.emit({0, EventKind::kMigration, "migration.failed", name_, target, 0,
                   "migration " + std::to_string(m.ticket->id()) + " failed: " + e.what() + "; " + name_ +
                       " stays where it was"});
-    finishRunning();
+    migrationEnded();
     return;
   }
   // Committed: pins follow the units that were forced off theirs; pin() pins the whole range.
@@ -256,7 +256,7 @@ void ModelHost::serviceMigration() {
   // The requester hears of it once ps shows the new placement (after this iteration's publish).
   committed_ = {m.ticket, st};
   retiring_ = std::move(m.migration);
-  finishRunning();
+  migrationEnded();
 }
 
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {

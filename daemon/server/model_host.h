@@ -119,6 +119,9 @@ class ModelHost final {
   void workerLoop();
   // One slice of the migration in progress (or its start or commit); worker thread only.
   void serviceMigration();
+  // The running migration is over (done, failed or never started): drop it, and say whether
+  // another one waits.
+  void migrationEnded();
   void publish(const std::vector<std::unique_ptr<Active>>& active);
   void admit(std::shared_ptr<GenerationJob> job, std::vector<std::unique_ptr<Active>>& active);
   void finishActive(Active& a, StopReason reason);
