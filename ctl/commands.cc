@@ -45,6 +45,7 @@ const std::vector<CommandSpec>& table() {
                    {"--ctx", "N", "default context limit of its sessions"},
                    {"--devices", "SPEC", "where to place its layers, e.g. cpu:0 or cpu:0,cpu:1"},
                    {"--kv", "f32|f16", "KV cache precision (default f32)"},
+                   {"--max-vram", "SIZE", "at most this much of each GPU for it (weights + KV), e.g. 2G"},
                    {"--daemon-path", "", "send the path instead; the daemon opens it under its model directories"}},
        .run = runLoad},
       {.name = "unload",

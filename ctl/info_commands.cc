@@ -58,17 +58,21 @@ int runDevices(Context& c) {
     c.out << j.str() << "\n";
     return 0;
   }
-  TextTable t({"DEVICE", "BACKEND", "MEMORY USED", "TOTAL", "THREADS", "TEMP", "UTIL", "NAME"});
+  TextTable t({"DEVICE", "STATE", "BACKEND", "MEMORY USED", "TOTAL", "THREADS", "TEMP", "UTIL", "POWER", "NAME"});
   for (const auto& d : devices) {
-    char temp[16] = "-", util[16] = "-";
+    char temp[16] = "-", util[16] = "-", power[16] = "-";
     if (d.telemetry.temperatureC == d.telemetry.temperatureC && d.telemetry.temperatureC > 0) {
       std::snprintf(temp, sizeof(temp), "%.0f C", double(d.telemetry.temperatureC));
     }
     if (d.telemetry.utilization == d.telemetry.utilization) {
       std::snprintf(util, sizeof(util), "%.0f%%", double(d.telemetry.utilization) * 100);
     }
-    t.add({d.id, d.backend + (d.software ? " (software)" : ""), humanBytes(d.memoryUsed), humanBytes(d.memoryTotal),
-           d.threads ? std::to_string(d.threads) : "-", temp, util, d.name});
+    if (d.telemetry.powerWatts == d.telemetry.powerWatts) {
+      std::snprintf(power, sizeof(power), "%.0f W", double(d.telemetry.powerWatts));
+    }
+    t.add({d.id, d.online ? "online" : "gone: " + d.offlineReason, d.backend + (d.software ? " (software)" : ""),
+           humanBytes(d.memoryUsed), humanBytes(d.memoryTotal), d.threads ? std::to_string(d.threads) : "-", temp, util,
+           power, d.name});
   }
   c.out << t.render();
   return 0;

@@ -15,6 +15,7 @@ void writeJson(JsonWriter& j, const client::DeviceInfo& d) {
   j.field("id", d.id).field("backend", d.backend).field("name", d.name);
   j.field("memoryTotal", d.memoryTotal).field("memoryUsed", d.memoryUsed);
   j.field("threads", d.threads).field("software", d.software);
+  j.field("online", d.online).field("offlineReason", d.offlineReason);
   j.key("telemetry").beginObject();
   j.field("temperatureC", d.telemetry.temperatureC).field("utilization", d.telemetry.utilization);
   j.field("powerWatts", d.telemetry.powerWatts);

@@ -5,6 +5,7 @@
 #include "ctl/json_views.h"
 #include "ctl/progress_bar.h"
 #include "ctl/text_format.h"
+#include "daemon/runtime/byte_size.h"
 
 namespace jitllm::ctl {
 
@@ -17,6 +18,11 @@ int runLoad(Context& c) {
   options.kvPrecision = c.args.value("--kv");
   if (!options.kvPrecision.empty() && options.kvPrecision != "f32" && options.kvPrecision != "f16") {
     throw UsageError("--kv takes f32 or f16, not '" + options.kvPrecision + "'", "load");
+  }
+  if (c.args.has("--max-vram")) {
+    const auto cap = runtime::parseByteSize(c.args.value("--max-vram"));
+    if (!cap || *cap == 0) throw UsageError("--max-vram takes a size such as 512M or 2G", "load");
+    options.maxDeviceBytes = *cap;
   }
   options.sendPath = c.args.has("--daemon-path");
   auto client = c.connect();

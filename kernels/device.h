@@ -128,6 +128,10 @@ class Device {
   // A hint before latency-critical host work between ops (a migration's pause): release what idles
   // busily - the CPU's spinning workers - so it does not compete for the cores. Default: nothing.
   virtual void quiesce() {}
+  // False once the device has stopped answering (unplugged, lost, reset): the daemon asks after
+  // an op failed with DISCONNECTED, to know which device to re-place models from. May be called
+  // from any thread. Default: a device that cannot vanish (the CPU).
+  virtual bool responsive() { return true; }
 
   // Ops. Float activations are row-major [rows x dim] f32.
   virtual void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) = 0;

@@ -44,6 +44,8 @@ struct DeviceInfo {
   threads @5 :UInt32;           # CPU devices: worker threads
   software @6 :Bool;            # an emulated device (placed last)
   telemetry @7 :Telemetry;
+  online @8 :Bool;              # false: it went away (hot-plug); models were re-placed off it
+  offlineReason @9 :Text;       # why it is offline
 }
 
 struct LayerRange {
@@ -114,6 +116,7 @@ struct LoadOptions {
   contextSize @1 :UInt32;       # default session limit; 0: min(trained, daemon's default)
   devices @2 :Text;             # placement hint: "cpu:0" or "cpu:0,cpu:1" (layers spread in order)
   kvPrecision @3 :Text;         # "f32" (default) | "f16"
+  maxDeviceBytes @4 :UInt64;    # cap on the model's bytes per GPU (weights + KV); 0: none
 }
 
 struct ModelSource {

@@ -34,6 +34,31 @@ std::vector<Action> PressurePolicy::plan(const Snapshot& s) {
   std::vector<Action> actions;
   MoveBudget budget;
   std::set<std::string> pagedOut;
+  // A paged-out model someone uses again goes home, one run of units at a time, where the device
+  // is there and has room below the low mark.
+  for (const ModelState& m : s.models) {
+    if (m.resident || m.migrating || m.activeSessions == 0 || m.home.size() != m.units.size()) continue;
+    pagedOut.insert(m.name);  // not a candidate for paging out below
+    for (int u = 0; u < int(m.units.size()); u++) {
+      const std::string& home = m.home[size_t(u)];
+      if (m.units[size_t(u)].device == home || !m.units[size_t(u)].pinned.empty() || !s.device(home)) continue;
+      UnitRun run{u, u, m.units[size_t(u)].bytes + m.units[size_t(u)].weightBytes};
+      while (run.last + 1 < int(m.units.size()) && m.home[size_t(run.last + 1)] == home &&
+             m.units[size_t(run.last + 1)].device == m.units[size_t(u)].device &&
+             m.units[size_t(run.last + 1)].pinned.empty()) {
+        run.last++;
+        run.bytes += m.units[size_t(run.last)].bytes + m.units[size_t(run.last)].weightBytes;
+      }
+      const DeviceState* target = pickTarget(
+          s, m.units[size_t(u)].device, run.bytes, config_.headroom,
+          [&](const DeviceState& t) { return t.id == home && t.memoryFraction() < config_.pressureLow; }, budget);
+      if (target) {
+        actions.push_back({ActionKind::kMigrate, m.name, run.first, run.last, home,
+                           m.name + " is in use again: paging " + runName(m, run) + " back in"});
+      }
+      break;  // one run per tick; the next tick plans the rest from where things are then
+    }
+  }
   for (const DeviceState& d : s.devices) {
     if (d.memoryTotal == 0 || d.memoryFraction() <= config_.pressureHigh) continue;
     const std::string reason =

@@ -6,6 +6,10 @@
 // to devices with room. Paging out an idle model costs nothing until it is used again, a moved
 // layer costs every step a device crossing: hence that order.
 //
+// A paged-out model that has sessions again goes back to where it ran (ModelState::home), one run
+// of units per tick, once its device is there with room below config.pressureLow. It keeps
+// answering meanwhile: the units run where they were paged out to, and move home live.
+//
 // Thread-safety: one scheduler thread.
 #pragma once
 

@@ -26,19 +26,21 @@ struct DeviceState {
 };
 
 struct UnitState {
-  std::string name;    // "token_embd", "blk.3", "output"
-  std::string device;  // where it runs
-  size_t bytes = 0;    // its weights on the device plus its KV pages there
-  std::string pinned;  // the device it is pinned to; "" when free to move
+  std::string name;        // "token_embd", "blk.3", "output"
+  std::string device;      // where it runs
+  size_t bytes = 0;        // its weights on the device plus its KV pages there
+  std::string pinned;      // the device it is pinned to; "" when free to move
+  size_t weightBytes = 0;  // its weights' size, wherever they are (what a move to a GPU takes)
 };
 
 struct ModelState {
   std::string name;
   std::vector<UnitState> units;  // in unit order
   int activeSessions = 0;
-  int64_t lastUsedMs = 0;  // when a session last ran a step (virtual clock)
-  bool resident = true;    // false: its weights are paged out to host RAM or the file
-  bool migrating = false;  // a migration of it is in progress: leave it alone this tick
+  int64_t lastUsedMs = 0;         // when a session last ran a step (virtual clock)
+  bool resident = true;           // false: its weights are paged out to host RAM or the file
+  bool migrating = false;         // a migration of it is in progress: leave it alone this tick
+  std::vector<std::string> home;  // when paged out: each unit's device before (empty otherwise)
 };
 
 struct Snapshot {

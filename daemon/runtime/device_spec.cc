@@ -3,6 +3,7 @@
 #include <charconv>
 #include <set>
 
+#include "daemon/runtime/byte_size.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/error.h"
 #ifdef JITLLM_HAVE_VULKAN
@@ -23,8 +24,16 @@ std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, cons
   size_t start = 0;
   while (start <= spec.size()) {
     const size_t comma = spec.find(',', start);
-    const std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     start = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    // "cuda:0@2G": the device may hand out at most that much (tests, and sharing a GPU).
+    size_t budget = 0;
+    if (const size_t at = item.find('@'); at != std::string::npos) {
+      const auto cap = parseByteSize(std::string_view(item).substr(at + 1));
+      JITLLM_REQUIRE(cap && *cap > 0, "device '", item, "': after '@' comes a memory cap such as 512M or 2G");
+      budget = *cap;
+      item.resize(at);
+    }
     const size_t colon = item.find(':');
     const std::string backend = item.substr(0, colon);
     int index = 0;
@@ -40,6 +49,7 @@ std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, cons
       cpu::CpuDeviceOptions o;
       o.index = index;
       o.threads = options.cpuThreads;
+      o.memoryBudget = budget;
       devices.push_back(std::make_unique<cpu::CpuDevice>(o));
 #ifdef JITLLM_HAVE_VULKAN
     } else if (backend == "vulkan") {
@@ -47,12 +57,14 @@ std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, cons
       vulkan::VulkanDeviceOptions o;
       o.index = index;
       o.instance = vulkanInstance;
+      o.memoryBudget = budget;
       devices.push_back(vulkan::VulkanDevice::create(o));
 #endif
 #ifdef JITLLM_HAVE_CUDA
     } else if (backend == "cuda") {
       cuda::CudaDeviceOptions o;
       o.index = index;
+      o.memoryBudget = budget;
       devices.push_back(cuda::CudaDevice::create(o));
 #endif
     } else if (backend == "cuda" || backend == "vulkan") {

@@ -5,7 +5,8 @@
 // no GPU. "vulkan:N" is the N-th usable Vulkan device, real GPUs before software ones (lavapipe)
 // (kernels/vulkan/physical_devices.h); all vulkan:N of one spec share one Vulkan instance. CUDA
 // indices come with their backend; naming a backend this build lacks is an Error(UNIMPLEMENTED)
-// saying so.
+// saying so. "ID@SIZE" caps what the device hands out ("cuda:0@2G", "vulkan:0@256M"): how tests fill
+// a device, and how a GPU is shared with other programs.
 //
 // Thread-safety: pure function; the devices it returns are owned by the caller.
 #pragma once

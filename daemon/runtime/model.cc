@@ -78,6 +78,25 @@ void Model::bind(const ModelLoadOptions& options) {
   const int layers = int(config_.layers);
   const int units = layers + 2;
   std::vector<int> placement = options.placement;
+  if (placement.empty() && options.placer) {
+    std::vector<size_t> weightBytes;
+    for (int u = 0; u < units; u++) {
+      size_t bytes = 0;
+      auto add = [&](const gguf::TensorInfo* t) { bytes += t ? t->nbytes : 0; };
+      if (u == 0) {
+        add(tensors_.tokenEmbedding);
+      } else if (u == units - 1) {
+        add(tensors_.outputNorm);
+        // A tied head reads the embedding table: the device running it holds a copy.
+        add(tensors_.output);
+      } else {
+        bytes = tensors_.blocks[size_t(u - 1)].bytes();
+      }
+      weightBytes.push_back(bytes);
+    }
+    const size_t kvPerToken = 2 * size_t(kvLayout_.kvHeads) * size_t(kvLayout_.headDim) * kvLayout_.elementBytes();
+    placement = options.placer(weightBytes, kvPerToken);
+  }
   if (placement.empty()) {
     const int nd = int(options.devices.size());
     placement.resize(size_t(units));
@@ -168,6 +187,41 @@ void Model::releaseIdleWorkspaces() {
     }
     return true;
   });
+}
+
+void Model::rebindUnit(int unit, Device& device) {
+  JITLLM_REQUIRE(unit >= 0 && unit < unitCount(), "no unit ", unit, " in a model of ", unitCount());
+  if (unit > 0 && unit < unitCount() - 1) {
+    for (const Session* s : sessions_.all()) {
+      JITLLM_REQUIRE(s->layerPageCount(unit - 1) == 0, "session ", s->id(), " still holds KV of ", unitName(unit),
+                     "; it must end before the unit is re-placed");
+    }
+  }
+  BoundUnit fresh = bindUnit(unit, device);
+  warmUp(unit, fresh);
+  units_[size_t(unit)] = std::move(fresh);
+  if (unit > 0 && unit < unitCount() - 1) {
+    kvPool(device);
+    // Sessions that hold no KV of the layer yet (checked above) take their pages from the new pool.
+    for (Session* s : sessions_.all()) {
+      std::vector<PageId> none;
+      std::vector<uint8_t*> noAddresses;
+      s->rebindLayer(unit - 1, kvPool(device), none, noAddresses);
+    }
+  }
+}
+
+void Model::releaseDevice(Device& device) {
+  for (int u = 0; u < unitCount(); u++) {
+    JITLLM_REQUIRE(units_[size_t(u)].device != &device, unitName(u), " still runs on ", device.info().id);
+  }
+  auto it = pools_.find(&device);
+  if (it != pools_.end()) {
+    JITLLM_REQUIRE(it->second->pagesInUse() == 0, it->second->pagesInUse(), " KV pages are still in use on ",
+                   device.info().id);
+    pools_.erase(it);
+  }
+  workspaces_.erase(&device);
 }
 
 KvPagePool& Model::kvPool(Device& device) {

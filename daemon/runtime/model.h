@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -44,6 +45,10 @@ struct ModelLoadOptions {
   // Optional explicit placement: one index into `devices` per unit (layers + 2). Empty: blocks
   // split evenly in order, the embedding with the first block, the head with the last.
   std::vector<int> placement;
+  // Or a placer that chooses it once the file's unit sizes are known (the daemon's placement on
+  // load): given each unit's weight bytes and the KV bytes one token takes in one block, it
+  // returns one index into `devices` per unit. Used when `placement` is empty.
+  std::function<std::vector<int>(const std::vector<size_t>& unitWeightBytes, size_t kvBytesPerTokenPerBlock)> placer;
   int kvPageTokens = 16;
   // fp32 by default: attention then stays as exact as the rest of the pass (see KvPrecision).
   KvPrecision kvPrecision = KvPrecision::kF32;
@@ -91,6 +96,14 @@ class Model final {
   // Every KV pool the model has made, with its device (also those no layer uses any more).
   std::vector<const KvPagePool*> kvPools() const;
   const SessionRegistry& sessions() const { return sessions_; }
+
+  // Binds `unit` again on `device` from the file's weights and warms its kernels there: how a
+  // model is re-placed after the device it ran on went away. For a block, no session may hold
+  // KV pages of it any more (Error(FAILED) otherwise). Not during a migration.
+  void rebindUnit(int unit, Device& device);
+  // Forgets `device`: its KV pools (which must be empty) and its workspace. Error(FAILED) while a
+  // unit still runs there.
+  void releaseDevice(Device& device);
 
   // contextLimit 0: the model's trained context length.
   std::unique_ptr<Session> createSession(int64_t contextLimit = 0);

@@ -8,12 +8,6 @@
 namespace jitllm::scheduler {
 namespace {
 
-// Relative speed until the placement probe measures it: GPUs before the CPU, software last.
-double nominalSpeed(const DeviceInfo& d) {
-  if (d.software) return 0.1;
-  return d.backend == Backend::kCpu ? 1.0 : 10.0;
-}
-
 std::string knownPolicies() {
   std::string names;
   for (const auto& n : policies::policyNames()) names += (names.empty() ? "" : ", ") + n;
@@ -59,7 +53,7 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs) {
     state.software = info.software;
     state.memoryTotal = info.memoryBudget;
     state.memoryUsed = d->memoryUsed();
-    state.speed = nominalSpeed(info);
+    state.speed = server::DeviceTable::speed(info);
     const DeviceTelemetry t = telemetry_->read(info.id, nowMs);
     state.temperatureC = t.temperatureC;
     if (t.memoryUsed) state.memoryUsed = *t.memoryUsed;
@@ -73,10 +67,13 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs) {
     m.activeSessions = int(snap.sessions.size());
     m.lastUsedMs = snap.lastActiveMs;
     m.migrating = snap.migrating;
+    m.resident = !snap.pagedOut;
+    m.home = snap.home;
     for (const server::UnitSnapshot& u : snap.units) {
       // Weights read in place from the file take no device memory; KV always does.
       const size_t bytes = (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
-      m.units.push_back({u.name, u.device, bytes, u.pinned});
+      policies::UnitState unit{u.name, u.device, bytes, u.pinned, u.weightBytes};
+      m.units.push_back(unit);
     }
     s.models.push_back(std::move(m));
   }
@@ -95,13 +92,25 @@ void Scheduler::execute(const policies::Action& action) {
       request.layers = runtime::unitRangeName({action.first, action.last}, layers);
       request.target = &core_.device(action.target);
       what = "migrating " + request.layers + " of " + action.model + " to " + action.target;
+      // Moving a paged-out model's units home counts as paging it in; until all are, it stays out.
+      const server::ModelSnapshot snap = host->snapshot();
+      if (snap.pagedOut) {
+        bool allHome = true;
+        for (int u = 0; u < int(snap.units.size()) && u < int(snap.home.size()); u++) {
+          const bool moving = u >= action.first && u <= action.last;
+          allHome = allHome && (moving ? action.target : snap.units[size_t(u)].device) == snap.home[size_t(u)];
+        }
+        request.pageOut = !allHome;
+        what = "paging " + request.layers + " of " + action.model + " in to " + action.target;
+      }
     } else {
       // Paging out: the CPU reads weights in place from the mapped file, so moving there frees
       // the device memory and keeps the model usable.
       for (const auto& d : core_.devices()) {
-        if (d->info().backend == Backend::kCpu) request.target = d.get();
+        if (d->info().backend == Backend::kCpu) request.target = d;
       }
       JITLLM_REQUIRE(request.target != nullptr, "no CPU device to page ", action.model, " out to");
+      request.pageOut = true;
       what = "paging " + action.model + " out to " + request.target->info().id;
     }
     host->migrate(request);
@@ -113,7 +122,23 @@ void Scheduler::execute(const policies::Action& action) {
   }
 }
 
+void Scheduler::followDevices(int64_t nowMs) {
+  for (const server::DeviceStatus& status : core_.deviceTable().all()) {
+    const std::string& id = status.device->info().id;
+    const DeviceTelemetry t = telemetry_->read(id, nowMs);
+    if (t.present && !*t.present && status.online) {
+      core_.deviceLost(id, "the telemetry source reports it gone");
+    } else if (t.present && *t.present && !status.online) {
+      core_.deviceArrived(id, "the telemetry source reports it back");
+    }
+    if (status.online) {
+      core_.deviceTable().setReadings(id, {t.temperatureC, t.utilization, t.powerWatts, t.throttle});
+    }
+  }
+}
+
 std::vector<policies::Action> Scheduler::tick(int64_t nowMs) {
+  followDevices(nowMs);
   const policies::Snapshot s = snapshot(nowMs);
   std::vector<policies::Action> plan;
   {

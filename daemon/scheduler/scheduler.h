@@ -40,6 +40,9 @@ class Scheduler final : public server::PolicyControl {
 
  private:
   void execute(const policies::Action& action);
+  // Devices the telemetry says vanished or came back (hot-plug), and the readings `jitllmctl
+  // devices` shows.
+  void followDevices(int64_t nowMs);
 
   server::DaemonCore& core_;
   std::unique_ptr<TelemetrySource> telemetry_;

@@ -47,9 +47,15 @@ ScriptedTelemetry ScriptedTelemetry::parse(const std::string& text, const std::s
       const size_t eq = kv.find('=');
       JITLLM_REQUIRE(eq != std::string::npos, where, ": '", kv, "' is not KEY=VALUE");
       const std::string key = kv.substr(0, eq);
-      JITLLM_REQUIRE(key == "temp" || key == "mem_used" || key == "mem_total", where, ": unknown key '", key,
-                     "' (temp, mem_used, mem_total)");
-      e.values[key] = parseNumber(kv.substr(eq + 1), where, key != "temp");
+      JITLLM_REQUIRE(key == "temp" || key == "mem_used" || key == "mem_total" || key == "present", where,
+                     ": unknown key '", key, "' (temp, mem_used, mem_total, present)");
+      const std::string value = kv.substr(eq + 1);
+      if (key == "present") {
+        JITLLM_REQUIRE(value == "0" || value == "1", where, ": present is 0 or 1, not '", value, "'");
+        e.values[key] = value == "1" ? 1 : 0;
+        continue;
+      }
+      e.values[key] = parseNumber(value, where, key != "temp");
     }
     JITLLM_REQUIRE(!e.values.empty(), where, ": no values for ", e.device);
     t.entries_.push_back(std::move(e));
@@ -78,6 +84,7 @@ DeviceTelemetry ScriptedTelemetry::read(const std::string& deviceId, int64_t now
   if (current.count("temp")) t.temperatureC = current["temp"];
   if (current.count("mem_used")) t.memoryUsed = size_t(current["mem_used"]);
   if (current.count("mem_total")) t.memoryTotal = size_t(current["mem_total"]);
+  if (current.count("present")) t.present = current["present"] != 0;
   return t;
 }
 

@@ -2,12 +2,15 @@
 //
 // The file is lines "AT_MS DEVICE KEY=VALUE ...": from AT_MS milliseconds after the daemon
 // started, DEVICE reports these values, until a later line changes them. Keys: `temp` (degrees
-// Celsius), `mem_used` and `mem_total` (bytes, with an optional K, M or G suffix, powers of 1024).
+// Celsius), `mem_used` and `mem_total` (bytes, with an optional K, M or G suffix, powers of 1024),
+// `present` (0: the device is unplugged - its models are re-placed and the sessions that had KV on
+// it end with DISCONNECTED; 1: it is back, and the policies may use it again).
 // '#' starts a comment. For example:
 //
 //   0     cuda:0 temp=60
 //   5000  cuda:0 temp=88      # hot: layers move away
 //   40000 cuda:0 temp=70      # cool for coolForMs: they come back
+//   60000 cuda:1 present=0    # unplugged
 //
 // A malformed line is an Error(FAILED) naming the file and line.
 //

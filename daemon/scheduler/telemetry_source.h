@@ -17,6 +17,10 @@ struct DeviceTelemetry {
   double temperatureC = NAN;         // NaN: unknown
   std::optional<size_t> memoryUsed;  // overrides the device's own accounting when set
   std::optional<size_t> memoryTotal;
+  std::optional<bool> present;  // set: the source knows whether the device is there (hot-plug)
+  double utilization = NAN;     // 0..1
+  double powerWatts = NAN;
+  std::string throttle;  // why clocks are held down ("thermal", "power"), "" when not or unknown
 };
 
 class TelemetrySource {

@@ -2,19 +2,47 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <filesystem>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "daemon/runtime/device_spec.h"
 #include "kernels/error.h"
+#include "policies/placement.h"
 
 namespace jitllm::server {
 
-DaemonCore::DaemonCore(DaemonConfig config) : config_(std::move(config)), access_(config_.adminGroup) {
+namespace {
+
+std::vector<std::unique_ptr<Device>> openDevices(const DaemonConfig& config) {
   runtime::DeviceSpecOptions o;
-  o.cpuThreads = config_.cpuThreads;
-  devices_ = runtime::createDevices(config_.devices, o);
-  for (const auto& d : devices_) {
+  o.cpuThreads = config.cpuThreads;
+  return runtime::createDevices(config.devices, o);
+}
+
+std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
+
+policies::PlacementDevice placementView(const Device& d) {
+  policies::PlacementDevice p;
+  const DeviceInfo& info = d.info();
+  p.id = info.id;
+  p.speed = DeviceTable::speed(info);
+  p.software = info.software;
+  p.weightsInMemory = info.backend != Backend::kCpu;  // the CPU reads weights from the mapped file
+  p.memoryTotal = info.memoryBudget;
+  const size_t used = d.memoryUsed();
+  p.memoryFree = used < info.memoryBudget ? info.memoryBudget - used : 0;
+  return p;
+}
+
+}  // namespace
+
+DaemonCore::DaemonCore(DaemonConfig config)
+    : config_(std::move(config)), access_(config_.adminGroup), devices_(openDevices(config_)) {
+  for (Device* d : devices_.online()) {
     events_.emit({0, EventKind::kDevice, "device.added", "", d->info().id, 0,
                   d->info().name + ", " + std::to_string(d->info().memoryBudget >> 20) + " MiB"});
   }
@@ -27,6 +55,12 @@ DaemonCore::~DaemonCore() {
     models.swap(models_);
   }
   for (auto& [name, host] : models) host->shutdown();
+  std::vector<std::thread> faults;
+  {
+    std::lock_guard lock(mutex_);
+    faults.swap(faultThreads_);
+  }
+  for (auto& t : faults) t.join();
 }
 
 DaemonConfig DaemonCore::config() const {
@@ -104,18 +138,19 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
 
   runtime::ModelLoadOptions options;
   if (request.devices.empty()) {
-    for (const auto& d : devices_) options.devices.push_back(d.get());
+    options.devices = devices();
+    JITLLM_REQUIRE(!options.devices.empty(), "the daemon has no device online to place '", name, "' on");
   } else {
     std::stringstream in(request.devices);
-    for (std::string id; std::getline(in, id, ',');) {
-      Device* found = nullptr;
-      for (const auto& d : devices_) {
-        if (d->info().id == id) found = d.get();
-      }
-      JITLLM_REQUIRE(found != nullptr, "device '", id, "' is not one of the daemon's devices (see jitllmctl devices)");
-      options.devices.push_back(found);
-    }
+    for (std::string id; std::getline(in, id, ',');) options.devices.push_back(&device(id));
   }
+  // One device named, or none: placement chooses. Several named: blocks spread over them in order.
+  const bool evenSpread = options.devices.size() > 1 && !request.devices.empty();
+  const int64_t kvContext = request.contextSize > 0 ? request.contextSize : cfg.defaultContext;
+  options.placer = [&](const std::vector<size_t>& weightBytes, size_t kvPerToken) {
+    if (progress) progress("placing", 1, 3);
+    return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext, request.maxDeviceBytes);
+  };
   JITLLM_REQUIRE(request.kvPrecision.empty() || request.kvPrecision == "f32" || request.kvPrecision == "f16",
                  "kv precision must be f32 or f16, not '", request.kvPrecision, "'");
   if (request.kvPrecision == "f16") options.kvPrecision = KvPrecision::kF16;
@@ -136,6 +171,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
                  " is larger than the model's trained context of ", trained);
   hostOptions.maxSessions = cfg.maxSessions;
   hostOptions.maxQueuedTokens = cfg.maxQueuedTokens;
+  hostOptions.deviceFault = [this](const std::string& model) { deviceFault(model); };
   auto host = std::make_shared<ModelHost>(name, source, std::move(model), hostOptions, events_);
   {
     std::lock_guard lock(mutex_);
@@ -179,11 +215,230 @@ PolicyControl& DaemonCore::policyControl() const {
 
 Device& DaemonCore::device(const std::string& id) const {
   std::string known;
-  for (const auto& d : devices_) {
-    if (d->info().id == id) return *d;
-    known += (known.empty() ? "" : ", ") + d->info().id;
+  for (const DeviceStatus& s : devices_.all()) {
+    if (s.device->info().id == id) {
+      JITLLM_REQUIRE(s.online, "device '", id, "' is offline (", s.offlineReason, ")");
+      return *s.device;
+    }
+    if (s.online) known += (known.empty() ? "" : ", ") + s.device->info().id;
   }
-  JITLLM_FAIL(kFailed, "no device '", id, "' in this daemon; it has ", known, " (jitllmctl devices)");
+  JITLLM_FAIL(kFailed, "no device '", id, "' in this daemon; it has ", known.empty() ? "none online" : known,
+              " (jitllmctl devices)");
+}
+
+std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::vector<Device*>& candidates,
+                                           bool evenSpread, const std::vector<size_t>& weightBytes,
+                                           size_t kvPerTokenPerBlock, int64_t contextTokens, size_t maxDeviceBytes) {
+  const size_t units = weightBytes.size();
+  policies::PlacementRequest r;
+  r.weightBytes = weightBytes;
+  r.kvBytes.assign(units, kvPerTokenPerBlock * size_t(std::max<int64_t>(contextTokens, 1)));
+  r.kvBytes.front() = r.kvBytes.back() = 0;
+  r.maxDeviceBytes = maxDeviceBytes;
+  r.headroom = 0;  // the device budgets already keep their reserve
+  auto view = [&] {
+    std::vector<policies::PlacementDevice> v;
+    for (Device* d : candidates) v.push_back(placementView(*d));
+    return v;
+  };
+  auto evenly = [&] {
+    // Blocks spread over the named devices in order, the embedding with the first block and the
+    // head with the last (what a --device list has always meant).
+    std::vector<int> p(units);
+    const size_t layers = units - 2, nd = candidates.size();
+    for (size_t l = 0; l < layers; l++) p[l + 1] = int(l * nd / layers);
+    p.front() = p[1];
+    p.back() = p[layers];
+    return p;
+  };
+  auto shortfall = [&](const std::vector<int>& p, const std::vector<policies::PlacementDevice>& v) {
+    std::vector<size_t> need(v.size(), 0);
+    for (size_t u = 0; u < units; u++) need[size_t(p[u])] += policies::unitNeed(v[size_t(p[u])], r, u);
+    return need;
+  };
+
+  if (evenSpread) {
+    const std::vector<int> p = evenly();
+    std::vector<policies::PlacementDevice> v = view();
+    const std::vector<size_t> need = shortfall(p, v);
+    for (size_t d = 0; d < v.size(); d++) {
+      if (need[d] <= v[d].memoryFree) continue;
+      const size_t free = makeRoom(*candidates[d], need[d], name);
+      if (free < need[d])
+        JITLLM_FAIL(kOverloaded, "'", name, "' needs ", mib(need[d]), " on ", v[d].id, ", which has ", mib(free),
+                    " free even with the idle models paged out; name fewer devices or other ones, or "
+                    "unload a model");
+    }
+    return p;
+  }
+
+  // What the model would get if every idle model made room: when that is better than what it gets
+  // now (more of it on faster devices), the idle models go (least recently used first).
+  std::vector<policies::PlacementDevice> reclaimable = view();
+  for (const auto& host : models()) {
+    const ModelSnapshot snap = host->snapshot();
+    bool pinned = false;
+    for (const UnitSnapshot& u : snap.units) pinned = pinned || !u.pinned.empty();
+    if (!snap.sessions.empty() || snap.migrating || pinned) continue;
+    for (const UnitSnapshot& u : snap.units) {
+      for (auto& d : reclaimable) {
+        if (d.id == u.device) d.memoryFree += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
+      }
+    }
+  }
+  const policies::Placement ideal = policies::placeUnits(reclaimable, r);
+  policies::Placement now = policies::placeUnits(view(), r);
+  if (ideal.ok && (!now.ok || now.unitDevice != ideal.unitDevice)) {
+    const std::vector<policies::PlacementDevice> v = view();
+    for (size_t d = 0; d < v.size(); d++) {
+      if (ideal.bytesUsed[d] > v[d].memoryFree) makeRoom(*candidates[d], ideal.bytesUsed[d], name);
+    }
+    now = policies::placeUnits(view(), r);
+  }
+  if (!now.ok)
+    JITLLM_FAIL(kOverloaded, "'", name, "' does not fit: ", now.why,
+                " (idle models were paged out first); unload a model or load with a smaller context");
+  std::string where;
+  for (size_t d = 0; d < candidates.size(); d++) {
+    int first = -1, last = -1;
+    for (size_t u = 0; u < units; u++) {
+      if (now.unitDevice[u] != int(d)) continue;
+      if (first < 0) first = int(u);
+      last = int(u);
+    }
+    if (first >= 0) {
+      where += (where.empty() ? "" : ", ") + std::to_string(first) + "-" + std::to_string(last) + " on " +
+               candidates[d]->info().id + " (" + mib(now.bytesUsed[d]) + ")";
+    }
+  }
+  events_.emit({0, EventKind::kModel, "model.placed", name, "", 0, "units " + where});
+  return now.unitDevice;
+}
+
+size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& forModel) {
+  auto freeNow = [&] {
+    const size_t used = device.memoryUsed(), budget = device.info().memoryBudget;
+    return used < budget ? budget - used : 0;
+  };
+  Device* host = nullptr;
+  for (Device* d : devices()) {
+    if (d->info().backend == Backend::kCpu && d != &device) host = d;
+  }
+  if (!host) return freeNow();  // nowhere to page out to
+  struct Idle {
+    std::shared_ptr<ModelHost> model;
+    int64_t lastActiveMs;
+  };
+  std::vector<Idle> idle;
+  for (const auto& m : models()) {
+    const ModelSnapshot snap = m->snapshot();
+    bool onDevice = false, pinned = false;
+    for (const UnitSnapshot& u : snap.units) {
+      onDevice = onDevice || u.device == device.info().id;
+      pinned = pinned || !u.pinned.empty();
+    }
+    if (onDevice && !pinned && snap.sessions.empty() && !snap.migrating) idle.push_back({m, snap.lastActiveMs});
+  }
+  std::sort(idle.begin(), idle.end(), [](const Idle& a, const Idle& b) { return a.lastActiveMs < b.lastActiveMs; });
+  for (const Idle& i : idle) {
+    if (freeNow() >= bytes) break;
+    MigrationRequest request;
+    request.target = host;
+    request.pageOut = true;
+    request.reason = device.info().id + " has " + mib(freeNow()) + " free and '" + forModel + "' needs " + mib(bytes);
+    try {
+      auto ticket = i.model->migrate(request);
+      events_.emit({0, EventKind::kMigration, "scheduler.acted", i.model->name(), host->info().id, 0,
+                    "paging " + i.model->name() + " out to " + host->info().id + ": " + request.reason});
+      ticket->wait(std::chrono::minutes(5));
+      if (auto e = ticket->error()) {
+        events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id, 0,
+                      "could not page " + i.model->name() + " out: " + e->what()});
+      }
+    } catch (const Error& e) {
+      events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id, 0,
+                    "could not page " + i.model->name() + " out: " + e.what()});
+    }
+  }
+  return freeNow();
+}
+
+bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
+  Device* lost = devices_.find(id);
+  if (!lost || !devices_.setOnline(id, false, why)) return false;
+  events_.emit({0, EventKind::kDevice, "device.removed", "", id, 0, id + " went away: " + why});
+  spdlog::warn("device {} went away: {}", id, why);
+  const std::vector<Device*> left = devices();
+  std::vector<std::shared_ptr<ModelHost>> affected;
+  for (const auto& host : models()) {
+    for (const UnitSnapshot& u : host->snapshot().units) {
+      if (u.device == id) {
+        affected.push_back(host);
+        break;
+      }
+    }
+  }
+  if (affected.empty()) return true;
+  if (left.empty()) {
+    for (const auto& host : affected) {
+      events_.emit({0, EventKind::kModel, "model.replace_failed", host->name(), id, 0,
+                    "no device is left to run " + host->name() + " on; unloading it"});
+    }
+    for (const auto& host : affected) unload(host->name());
+    return true;
+  }
+  // Each model goes to the best device left with room for what ran on the lost one (weights from
+  // the file; the KV there is gone with its sessions); the CPU, reading the file in place, always has.
+  std::vector<std::pair<std::shared_ptr<ModelHost>, Device*>> plans;
+  for (const auto& host : affected) {
+    size_t weights = 0;
+    for (const UnitSnapshot& u : host->snapshot().units) weights += u.device == id ? u.weightBytes : 0;
+    std::vector<policies::PlacementDevice> v;
+    for (Device* d : left) v.push_back(placementView(*d));
+    Device* fallback = left.front();
+    for (int k : policies::preferenceOrder(v)) {
+      const auto& d = v[size_t(k)];
+      if (!d.weightsInMemory || d.memoryFree >= weights) {
+        fallback = left[size_t(k)];
+        break;
+      }
+    }
+    plans.emplace_back(host, fallback);
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  size_t pending = plans.size();
+  for (auto& [host, fallback] : plans) {
+    host->deviceLost(*lost, *fallback, why, [&] {
+      std::lock_guard lock(m);
+      if (--pending == 0) cv.notify_all();
+    });
+  }
+  std::unique_lock lock(m);
+  cv.wait(lock, [&] { return pending == 0; });
+  return true;
+}
+
+bool DaemonCore::deviceArrived(const std::string& id, const std::string& why) {
+  if (!devices_.setOnline(id, true, "")) return false;
+  events_.emit({0, EventKind::kDevice, "device.added", "", id, 0, id + " is online: " + why});
+  spdlog::info("device {} is online: {}", id, why);
+  return true;
+}
+
+void DaemonCore::deviceFault(const std::string& model) {
+  std::set<std::string> used;
+  try {
+    for (const UnitSnapshot& u : find(model)->snapshot().units) used.insert(u.device);
+  } catch (const Error&) {
+    return;  // unloaded meanwhile
+  }
+  for (Device* d : devices()) {
+    if (!used.count(d->info().id) || d->responsive()) continue;
+    // Re-placing runs on the model's worker, which is the thread calling: hand it to another.
+    std::lock_guard lock(mutex_);
+    faultThreads_.emplace_back([this, id = d->info().id] { deviceLost(id, "it stopped answering"); });
+  }
 }
 
 std::shared_ptr<ModelHost> DaemonCore::find(const std::string& name) const {
@@ -236,7 +491,7 @@ std::string DaemonCore::statusLine() const {
   size_t sessions = 0;
   for (const auto& h : hosts) sessions += h->jobCount();
   return std::to_string(hosts.size()) + " model(s), " + std::to_string(sessions) + " session(s), " +
-         std::to_string(devices_.size()) + " device(s)" + (accepting() ? "" : ", stopping");
+         std::to_string(devices().size()) + " device(s)" + (accepting() ? "" : ", stopping");
 }
 
 }  // namespace jitllm::server

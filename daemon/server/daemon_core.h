@@ -16,10 +16,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/server/access_policy.h"
 #include "daemon/server/daemon_config.h"
+#include "daemon/server/device_table.h"
 #include "daemon/server/event_hub.h"
 #include "daemon/server/model_host.h"
 #include "daemon/server/policy_control.h"
@@ -32,8 +34,9 @@ struct LoadRequest {
   int fd = -1;       // an open descriptor the client passed (still owned by the caller)
   std::string name;  // empty: from the file
   int64_t contextSize = 0;
-  std::string devices;      // placement hint, e.g. "cpu:0,cpu:1"; empty: all the daemon's devices
-  std::string kvPrecision;  // "", "f32", "f16"
+  std::string devices;        // placement hint, e.g. "cpu:0,cpu:1"; empty: all the daemon's devices
+  std::string kvPrecision;    // "", "f32", "f16"
+  size_t maxDeviceBytes = 0;  // cap on this model's bytes per GPU (--max-vram); 0: none
 };
 
 using LoadProgress = std::function<void(const std::string& stage, uint64_t done, uint64_t total)>;
@@ -50,9 +53,21 @@ class DaemonCore final {
 
   EventHub& events() { return events_; }
   const AccessPolicy& access() const { return access_; }
-  const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
-  // Error(FAILED) naming the devices there are when none is called `id`.
+  // The online devices (see DeviceTable for those that went away).
+  std::vector<Device*> devices() const { return devices_.online(); }
+  DeviceTable& deviceTable() { return devices_; }
+  // An online device; Error(FAILED) naming the devices there are when none is called `id`, or
+  // saying why it is offline.
   Device& device(const std::string& id) const;
+
+  // Hot-plug. A device went away: it goes offline, and every model with units on it is re-placed
+  // (ModelHost::deviceLost) on the best device left. Returns once every model has been re-placed;
+  // false when the device was already offline (or unknown).
+  bool deviceLost(const std::string& id, const std::string& why);
+  // A device (back) online: placement and the scheduler's policies may use it again.
+  bool deviceArrived(const std::string& id, const std::string& why);
+  // A step of `model` failed with DISCONNECTED: the devices it uses that stopped answering are lost.
+  void deviceFault(const std::string& model);
 
   std::shared_ptr<ModelHost> load(const LoadRequest& request, const LoadProgress& progress);
   void unload(const std::string& name);
@@ -93,16 +108,25 @@ class DaemonCore final {
  private:
   // Path validation for load-by-path: inside a model dir and readable by `uid`.
   std::string resolveModelPath(const std::string& path) const;
+  // Placement on load (policies/placement.h), paging idle models out first when that gives the new
+  // one faster devices or is the only way it fits.
+  std::vector<int> placeNewModel(const std::string& name, const std::vector<Device*>& candidates, bool evenSpread,
+                                 const std::vector<size_t>& weightBytes, size_t kvPerTokenPerBlock,
+                                 int64_t contextTokens, size_t maxDeviceBytes);
+  // Pages idle models (least recently used first, none with a pinned unit) out of `device` until
+  // `bytes` are free there or none is left; returns the bytes free then.
+  size_t makeRoom(Device& device, size_t bytes, const std::string& forModel);
 
   mutable std::mutex mutex_;
   DaemonConfig config_;
   EventHub events_;
   AccessPolicy access_;
-  std::vector<std::unique_ptr<Device>> devices_;
+  DeviceTable devices_;
   std::map<std::string, std::shared_ptr<ModelHost>> models_;
   bool accepting_ = true;
   std::atomic<int> activeReplies_{0};
   PolicyControl* policyControl_ = nullptr;  // guarded by mutex_
+  std::vector<std::thread> faultThreads_;   // deviceLost() calls deviceFault() started; guarded by mutex_
 };
 
 }  // namespace jitllm::server

@@ -29,6 +29,7 @@ struct MigrationRequest {
   bool force = false;     // also move units pinned elsewhere (their pins follow them)
   bool pinAfter = false;  // pin the whole range to the target once it is there
   std::string reason;     // why (the scheduler's policy says), shown in its events
+  bool pageOut = false;   // the scheduler pages the model out: once committed it counts as not resident
 };
 
 struct MigrationResult {

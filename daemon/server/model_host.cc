@@ -42,6 +42,7 @@ struct ModelHost::RunningMigration {
   std::shared_ptr<MigrationTicket> ticket;
   std::unique_ptr<runtime::LiveMigration> migration;
   bool prepared = false;
+  std::vector<std::string> before;  // each unit's device when it started
 };
 
 namespace {
@@ -165,6 +166,112 @@ void ModelHost::unpin(const std::string& layers) {
   wake();
 }
 
+void ModelHost::deviceLost(Device& lost, Device& fallback, const std::string& why, std::function<void()> done) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      lostDevices_.push_back({&lost, &fallback, why, std::move(done)});
+      pokes_ = true;
+      done = nullptr;
+    }
+  }
+  changed_.notify_all();
+  if (done) done();  // an unloaded model has nothing to re-place
+}
+
+void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) {
+  std::vector<LostDevice> requests;
+  {
+    std::lock_guard lock(mutex_);
+    requests.swap(lostDevices_);
+  }
+  const int layers = int(model_->config().layers);
+  for (LostDevice& l : requests) {
+    const std::string id = l.lost->info().id;
+    const std::string cause = id + " went away (" + l.why + ")";
+    // A migration to or from the device cannot finish; the model stays where it was, less the device.
+    if (running_) {
+      const runtime::UnitRange range = running_->migration->options().units;
+      bool involved = running_->migration->options().target == l.lost;
+      for (int u = range.first; u <= range.last; u++) involved = involved || &model_->unitDevice(u) == l.lost;
+      if (involved) {
+        running_->ticket->fail(Error(ErrorKind::kDisconnected, cause + " during the migration"));
+        events_.emit({0, EventKind::kMigration, "migration.failed", name_, id, 0,
+                      "migration " + std::to_string(running_->ticket->id()) + " failed: " + cause});
+        migrationEnded();
+      }
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (pendingMigration_ && pendingMigration_->request().target == l.lost) {
+        pendingMigration_->fail(Error(ErrorKind::kDisconnected, cause + " before the migration started"));
+        pendingMigration_.reset();
+        migrating_ = running_ != nullptr;
+      }
+    }
+    retiring_.reset();  // the last migration's source may be on the device: let it go now
+
+    std::vector<int> units;
+    bool holdsKv = false;
+    for (int u = 0; u < model_->unitCount(); u++) {
+      if (&model_->unitDevice(u) != l.lost) continue;
+      units.push_back(u);
+      holdsKv = holdsKv || (u > 0 && u <= layers);
+    }
+    if (units.empty()) {
+      if (l.done) l.done();
+      continue;
+    }
+    std::string moved;  // "blk.3-7, output": the runs of units that were there
+    for (size_t i = 0; i < units.size();) {
+      size_t j = i;
+      while (j + 1 < units.size() && units[j + 1] == units[j] + 1) j++;
+      moved += (moved.empty() ? "" : ", ") + runtime::unitRangeName({units[i], units[j]}, layers);
+      i = j + 1;
+    }
+    // Every session has KV in every block, so a block on the device takes all of them along; a
+    // device that ran only token_embd or output holds no session state and they carry on.
+    int ended = 0;
+    if (holdsKv) {
+      const Error gone(ErrorKind::kDisconnected, cause + " with the KV cache of " + moved + " of '" + name_ +
+                                                     "'; this session cannot continue without recomputing it: "
+                                                     "start it again");
+      for (auto& a : active) {
+        if (a->done) continue;
+        a->job->fail(gone);
+        events_.emit({0, EventKind::kSession, "session.disconnected", name_, id, a->session->id(),
+                      "after " + std::to_string(a->generated) + " tokens: " + cause});
+        a->done = true;
+        ended++;
+      }
+      std::erase_if(active, [](const auto& a) { return a->done; });  // their pages go back now
+    }
+    std::string outcome;
+    try {
+      for (int u : units) model_->rebindUnit(u, *l.fallback);
+      model_->releaseDevice(*l.lost);
+      outcome =
+          "re-placed " + moved + " of " + name_ + " on " + l.fallback->info().id + " from the file after " + cause;
+    } catch (const Error& e) {
+      outcome = "could not re-place " + moved + " of " + name_ + " after " + cause + ": " + e.what();
+      spdlog::error("model '{}': {}", name_, outcome);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      for (std::string& pin : pins_) {
+        if (pin == id) pin.clear();  // a pin to a device that is gone cannot win
+      }
+      for (std::string& h : home_) {
+        if (h == id) h = l.fallback->info().id;
+      }
+    }
+    events_.emit({0, EventKind::kModel, "model.replaced", name_, l.fallback->info().id, 0,
+                  outcome + "; " + std::to_string(ended) + " session(s) ended with DISCONNECTED"});
+    spdlog::warn("model '{}': {}; {} session(s) ended", name_, outcome, ended);
+    if (l.done) l.done();
+  }
+}
+
 void ModelHost::migrationEnded() {
   running_.reset();
   std::lock_guard lock(mutex_);
@@ -187,6 +294,7 @@ void ModelHost::serviceMigration() {
     o.precopy = r.precopy;
     auto started = std::make_unique<RunningMigration>();
     started->ticket = ticket;
+    for (int u = 0; u < model_->unitCount(); u++) started->before.push_back(model_->unitDevice(u).info().id);
     try {
       started->migration = std::make_unique<runtime::LiveMigration>(*model_, o);
     } catch (const Error& e) {
@@ -238,6 +346,14 @@ void ModelHost::serviceMigration() {
       std::string& pin = pins_[size_t(u)];
       if (r.pinAfter || !pin.empty()) pin = target;
     }
+    // A page-out remembers where the model ran, so a request for it can bring it home; any other
+    // migration makes its placement the model's own again.
+    if (r.pageOut && !pagedOut_) {
+      home_.clear();
+      home_ = m.before;
+    }
+    pagedOut_ = r.pageOut;
+    if (!pagedOut_) home_.clear();
   }
   const runtime::MigrationStats& st = m.migration->stats();
   char line[256];
@@ -318,6 +434,8 @@ ModelSnapshot ModelHost::snapshot() const {
   s.migration = publishedMigration_;
   s.lastActiveMs = lastActiveMs_;
   s.migrating = migrating_;
+  s.pagedOut = pagedOut_;
+  s.home = home_;
   return s;
 }
 
@@ -419,12 +537,17 @@ void ModelHost::workerLoop() {
       if (running_) running_->ticket->fail(unloaded);
       pendingMigration_.reset();
       migrating_ = false;
+      for (auto& l : lostDevices_) {
+        if (l.done) l.done();
+      }
+      lostDevices_.clear();
       activeCount_ = 0;
       published_.clear();
       changed_.notify_all();
       return;
     }
     for (auto& j : arrivals) admit(std::move(j), active);
+    handleLostDevices(active);
 
     // Drop cancelled sessions: destroying the Session returns its KV pages.
     for (auto& a : active) {
@@ -464,6 +587,8 @@ void ModelHost::workerLoop() {
         model_->forward(inputs, logits);
       } catch (const Error& e) {
         spdlog::error("model '{}': step failed: {}", name_, e.what());
+        // A device that stopped answering is the daemon's to find and re-place (deviceLost()).
+        if (e.kind() == ErrorKind::kDisconnected && options_.deviceFault) options_.deviceFault(name_);
         for (Active* a : stepping) {
           a->job->fail(e);
           a->done = true;

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -39,6 +40,9 @@ struct ModelHostOptions {
   int64_t defaultContext = 4096;  // session limit when a request names none
   size_t maxSessions = 64;        // running + waiting jobs; more is OVERLOADED
   size_t maxQueuedTokens = 64;    // per job, before it is throttled (see GenerationJob)
+  // Called on the worker when a step failed with DISCONNECTED: the daemon checks which device
+  // stopped answering and calls deviceLost(). May be empty.
+  std::function<void(const std::string& model)> deviceFault;
 };
 
 struct SessionSnapshot {
@@ -71,6 +75,10 @@ struct ModelSnapshot {
   std::string migration;     // the one in progress, one line; "" when none
   bool migrating = false;    // a migration is requested or in progress (also before it has started)
   int64_t lastActiveMs = 0;  // steady-clock ms of the last step that ran a session (0: none yet)
+  // Paged out by the scheduler: its units were moved off their devices to free memory (they
+  // still run where they are, from the file); `home` is where they ran before, per unit.
+  bool pagedOut = false;
+  std::vector<std::string> home;
 };
 
 class ModelHost final {
@@ -106,6 +114,13 @@ class ModelHost final {
   // Removes the pins of a range; pins of units outside it stay.
   void unpin(const std::string& layers);
 
+  // `lost` went away (unplugged, driver reset). Before its next step the worker ends the sessions
+  // that hold KV on it with DISCONNECTED naming the device, fails a migration to or from it, and
+  // binds the units that ran there again on `fallback` from the file's weights. Sessions with no
+  // KV there (the device ran only token_embd or output) carry on. Returns at once; `done` (may be
+  // empty) runs on the worker once the model is re-placed.
+  void deviceLost(Device& lost, Device& fallback, const std::string& why, std::function<void()> done = {});
+
   ModelSnapshot snapshot() const;
   size_t jobCount() const;
   // Stops accepting jobs; running ones fail with DISCONNECTED; joins the worker.
@@ -123,6 +138,8 @@ class ModelHost final {
   // another one waits.
   void migrationEnded();
   void publish(const std::vector<std::unique_ptr<Active>>& active);
+  // Carries out the deviceLost() requests; worker thread only.
+  void handleLostDevices(std::vector<std::unique_ptr<Active>>& active);
   void admit(std::shared_ptr<GenerationJob> job, std::vector<std::unique_ptr<Active>>& active);
   void finishActive(Active& a, StopReason reason);
   void wake();
@@ -153,6 +170,15 @@ class ModelHost final {
   // streams do not wait for that (worker thread only).
   std::unique_ptr<runtime::LiveMigration> retiring_;
   std::pair<std::shared_ptr<MigrationTicket>, runtime::MigrationStats> committed_;  // to succeed after publish
+  struct LostDevice {
+    Device* lost;
+    Device* fallback;
+    std::string why;
+    std::function<void()> done;
+  };
+  std::vector<LostDevice> lostDevices_;  // deviceLost() requests the worker has not handled yet
+  bool pagedOut_ = false;                // see ModelSnapshot::pagedOut
+  std::vector<std::string> home_;
   bool stopping_ = false;
   bool pokes_ = false;  // something happened the worker should look at
   std::thread worker_;

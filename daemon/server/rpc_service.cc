@@ -307,22 +307,25 @@ kj::Promise<void> DaemonService::version(VersionContext context) {
 }
 
 kj::Promise<void> DaemonService::devices(DevicesContext context) {
-  const auto& devices = core_.devices();
+  const auto devices = core_.deviceTable().all();
   auto list = context.getResults().initDevices(uint32_t(devices.size()));
   for (size_t i = 0; i < devices.size(); i++) {
-    const DeviceInfo& d = devices[i]->info();
+    const DeviceStatus& s = devices[i];
+    const DeviceInfo& d = s.device->info();
     auto b = list[uint32_t(i)];
     b.setId(text(d.id));
     b.setBackend(backendName(d.backend));
     b.setName(text(d.name));
     b.setMemoryTotal(d.memoryBudget);
-    b.setMemoryUsed(devices[i]->memoryUsed());
+    b.setMemoryUsed(s.device->memoryUsed());
     b.setThreads(uint32_t(d.threads));
     b.setSoftware(d.software);
+    b.setOnline(s.online);
+    b.setOfflineReason(text(s.offlineReason));
     auto t = b.initTelemetry();
-    t.setTemperatureC(NAN);
-    t.setUtilization(NAN);
-    t.setPowerWatts(NAN);
+    t.setTemperatureC(float(s.readings.temperatureC));
+    t.setUtilization(float(s.readings.utilization));
+    t.setPowerWatts(float(s.readings.powerWatts));
   }
   return kj::READY_NOW;
 }
@@ -345,6 +348,7 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
     request->contextSize = options.getContextSize();
     request->devices = options.getDevices();
     request->kvPrecision = options.getKvPrecision();
+    request->maxDeviceBytes = options.getMaxDeviceBytes();
     auto progress = params.hasProgress() ? kj::Maybe<rpc::ProgressSink::Client>(params.getProgress())
                                          : kj::Maybe<rpc::ProgressSink::Client>(nullptr);
     auto source = params.getSource();

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -48,10 +50,33 @@ class CpuBuffer final : public DeviceBuffer {
 
 namespace {
 
+// The memory.max of this process's cgroup (v2), the limit systemd's MemoryMax= sets; 0 when there
+// is none ("max") or no cgroup v2.
+size_t cgroupMemoryMax() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);  // the v2 hierarchy's line
+  }
+  if (path.empty()) return 0;
+  std::ifstream limit("/sys/fs/cgroup" + path + "/memory.max");
+  std::string value;
+  if (!(limit >> value) || value == "max") return 0;
+  try {
+    return size_t(std::stoull(value));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// What a CPU device may hand out by default: the machine's memory, or the service's cgroup limit
+// when that is lower.
 size_t physicalMemory() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long pageSize = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && pageSize > 0 ? size_t(pages) * size_t(pageSize) : size_t(1) << 32;
+  const size_t ram = pages > 0 && pageSize > 0 ? size_t(pages) * size_t(pageSize) : size_t(1) << 32;
+  const size_t cgroup = cgroupMemoryMax();
+  return cgroup ? std::min(ram, cgroup) : ram;
 }
 
 int onlineCores() {

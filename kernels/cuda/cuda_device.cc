@@ -72,8 +72,7 @@ std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options)
   }
   const int n = count();
   if (options.index < 0 || options.index >= n) {
-    JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device",
-                n == 1 ? "" : "s");
+    JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s");
   }
   return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options));
 }
@@ -89,8 +88,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   int major = 0, minor = 0;
   check(api_.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_), "attribute");
   check(api_.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_), "attribute");
-  check(api_.cuDeviceGetAttribute(&multiprocessors_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_),
-        "attribute");
+  check(api_.cuDeviceGetAttribute(&multiprocessors_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_), "attribute");
   arch_ = major * 10 + minor;
   char name[256] = {};
   check(api_.cuDeviceGetName(name, sizeof name, device_), "cuDeviceGetName");
@@ -146,6 +144,12 @@ CudaDevice::~CudaDevice() {
 void CudaDevice::check(CUresult r, const char* what) const { cuda::check(api_, r, what, info_.id); }
 
 void CudaDevice::makeCurrent() const { check(api_.cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
+
+bool CudaDevice::responsive() {
+  // After a GPU falls off the bus or its context hits a sticky error, every call fails.
+  size_t free = 0, total = 0;
+  return api_.cuCtxSetCurrent(context_) == CUDA_SUCCESS && api_.cuMemGetInfo(&free, &total) == CUDA_SUCCESS;
+}
 
 void CudaDevice::synchronize() {
   makeCurrent();
@@ -352,15 +356,15 @@ void CudaDevice::launch(const char* op, CUfunction f, unsigned gridX, unsigned g
 
 void CudaDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
   if (n == 0) return;
-  JITLLM_REQUIRE(cudaSupportsWeightType(table.type), info_.id, ": getRows: weight type ",
-                 quant::typeName(table.type), " is not supported");
+  JITLLM_REQUIRE(cudaSupportsWeightType(table.type), info_.id, ": getRows: weight type ", quant::typeName(table.type),
+                 " is not supported");
   for (int64_t i = 0; i < n; i++) {
     JITLLM_REQUIRE(ids[i] >= 0 && ids[i] < table.rows, "token id ", ids[i], " is outside the vocabulary of ",
                    table.rows);
   }
-  JITLLM_REQUIRE(table.cols % quant::typeTraits(table.type).blockElems == 0 && table.cols < (int64_t(1) << 30) &&
-                     n < 65536,
-                 info_.id, ": getRows: bad shape");
+  JITLLM_REQUIRE(
+      table.cols % quant::typeTraits(table.type).blockElems == 0 && table.cols < (int64_t(1) << 30) && n < 65536,
+      info_.id, ": getRows: bad shape");
   requireOwned(table.data, table.rowStride * size_t(table.rows - 1) + *quant::rowBytes(table.type, table.cols),
                "embedding table");
   requireOwned(out, size_t(n * table.cols) * sizeof(float), "getRows output");
@@ -420,10 +424,10 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   int rows = int(w.rows), t = int(tokens);
   void* args[] = {&wp, &stride, &rows, &xp, &t, &yp, &bp};
   char op[64] = "matmul";
-  if (profile_) std::snprintf(op, sizeof op, "matmul %s %lldx%lld t%d", std::string(quant::typeName(w.type)).c_str(),
-                (long long)w.rows, (long long)w.cols, perWarpTokens);
-  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0,
-         args);
+  if (profile_)
+    std::snprintf(op, sizeof op, "matmul %s %lldx%lld t%d", std::string(quant::typeName(w.type)).c_str(),
+                  (long long)w.rows, (long long)w.cols, perWarpTokens);
+  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, args);
 }
 
 void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
@@ -453,16 +457,15 @@ void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const in
   launch("rope", elementwise().rope, unsigned(tokens), 1, 128, size_t(2 * half) * sizeof(float), args);
 }
 
-void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots,
-                         const KvLayout& layout) {
+void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) {
   if (tokens == 0) return;
   const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
   JITLLM_REQUIRE(tokens < 65536 && width > 0 && width < (int64_t(1) << 30), info_.id, ": kvStore: bad shape");
   requireOwned(k, size_t(tokens * width) * 4, "kvStore K");
   requireOwned(v, size_t(tokens * width) * 4, "kvStore V");
   for (int64_t t = 0; t < tokens; t++) {
-    JITLLM_REQUIRE(slots[t].slot >= 0 && slots[t].slot < layout.pageTokens, info_.id, ": kvStore: slot ",
-                   slots[t].slot, " is outside a page of ", layout.pageTokens);
+    JITLLM_REQUIRE(slots[t].slot >= 0 && slots[t].slot < layout.pageTokens, info_.id, ": kvStore: slot ", slots[t].slot,
+                   " is outside a page of ", layout.pageTokens);
   }
   makeCurrent();
   const size_t pageBytes = size_t(tokens) * sizeof(uint64_t);

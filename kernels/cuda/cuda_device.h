@@ -52,6 +52,7 @@ class CudaDevice final : public Device {
 
   const DeviceInfo& info() const override { return info_; }
   size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
+  bool responsive() override;
   int computeCapability() const { return arch_; }  // 90 for sm_90
   const std::string& cacheDirectory() const { return cache_.directory(); }
   // Waits for everything queued so far.

@@ -89,8 +89,8 @@ void CommandStream::submit() {
 }
 
 void CommandStream::recycle(uint64_t completed) {
-  auto done = std::stable_partition(inFlight_.begin(), inFlight_.end(),
-                                    [&](const InFlight& f) { return f.value > completed; });
+  auto done =
+      std::stable_partition(inFlight_.begin(), inFlight_.end(), [&](const InFlight& f) { return f.value > completed; });
   for (auto it = done; it != inFlight_.end(); ++it) {
     ctx_.fn.vkResetCommandBuffer(it->commands, 0);
     spare_.push_back(it->commands);
@@ -128,6 +128,11 @@ CommandStream::Upload CommandStream::upload(VkDeviceSize bytes) {
   Upload u{arena_.host + arenaUsed_, arena_.address + arenaUsed_, arena_.buffer, arenaUsed_};
   arenaUsed_ += size;
   return u;
+}
+
+bool CommandStream::deviceAnswers() const {
+  uint64_t value = 0;
+  return ctx_.fn.vkGetSemaphoreCounterValue(ctx_.device, timeline_, &value) != VK_ERROR_DEVICE_LOST;
 }
 
 }  // namespace jitllm::vulkan

@@ -53,6 +53,9 @@ class CommandStream final {
 
   void submit();  // what is recorded starts on the device; no wait
   void finish();  // everything submitted has completed; the arena is recycled
+  // False once the device is lost. Reads the timeline semaphore only (no queue access), so any
+  // thread may ask.
+  bool deviceAnswers() const;
   bool idle() const { return !open_ && inFlight_.empty(); }
 
  private:

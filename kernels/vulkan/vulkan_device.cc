@@ -49,18 +49,30 @@ constexpr int kElementwiseWorkgroup = 256;
 const char* typeDefine(quant::TensorType type) {
   using quant::TensorType;
   switch (type) {
-    case TensorType::kF32: return "TYPE_F32";
-    case TensorType::kF16: return "TYPE_F16";
-    case TensorType::kBF16: return "TYPE_BF16";
-    case TensorType::kQ4_0: return "TYPE_Q4_0";
-    case TensorType::kQ4_1: return "TYPE_Q4_1";
-    case TensorType::kQ5_0: return "TYPE_Q5_0";
-    case TensorType::kQ5_1: return "TYPE_Q5_1";
-    case TensorType::kQ8_0: return "TYPE_Q8_0";
-    case TensorType::kQ4_K: return "TYPE_Q4_K";
-    case TensorType::kQ5_K: return "TYPE_Q5_K";
-    case TensorType::kQ6_K: return "TYPE_Q6_K";
-    default: return nullptr;
+    case TensorType::kF32:
+      return "TYPE_F32";
+    case TensorType::kF16:
+      return "TYPE_F16";
+    case TensorType::kBF16:
+      return "TYPE_BF16";
+    case TensorType::kQ4_0:
+      return "TYPE_Q4_0";
+    case TensorType::kQ4_1:
+      return "TYPE_Q4_1";
+    case TensorType::kQ5_0:
+      return "TYPE_Q5_0";
+    case TensorType::kQ5_1:
+      return "TYPE_Q5_1";
+    case TensorType::kQ8_0:
+      return "TYPE_Q8_0";
+    case TensorType::kQ4_K:
+      return "TYPE_Q4_K";
+    case TensorType::kQ5_K:
+      return "TYPE_Q5_K";
+    case TensorType::kQ6_K:
+      return "TYPE_Q6_K";
+    default:
+      return nullptr;
   }
 }
 
@@ -139,8 +151,9 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
     mainType = findMemoryType(ctx, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
   }
   if (mainType == UINT32_MAX) mainType = findMemoryType(ctx, 0, 0);
-  const uint32_t arenaType = findMemoryType(
-      ctx, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+  const uint32_t arenaType =
+      findMemoryType(ctx, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                     VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
   JITLLM_REQUIRE(mainType != UINT32_MAX && arenaType != UINT32_MAX, ctx.id,
                  ": no memory type for storage buffers with device addresses");
 
@@ -150,8 +163,8 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   d->info_.memoryBudget = options.memoryBudget ? options.memoryBudget : size_t(heap - heap / kHeapReserveDivisor);
   d->info_.threads = 0;
   d->info_.software = phys.software;
-  d->info_.name = phys.name + " (" + phys.driverName + " " + phys.driverInfo + (phys.software ? ", software" : "") +
-                  ", Vulkan)";
+  d->info_.name =
+      phys.name + " (" + phys.driverName + " " + phys.driverInfo + (phys.software ? ", software" : "") + ", Vulkan)";
   const VkDeviceSize block =
       std::clamp<VkDeviceSize>(d->info_.memoryBudget / 16, VkDeviceSize(16) << 20, VkDeviceSize(256) << 20);
   d->pool_ = std::make_unique<MemoryPool>(ctx, mainType, mapped, block);
@@ -184,9 +197,11 @@ VulkanDevice::~VulkanDevice() {
 
 void VulkanDevice::synchronize() { stream_->finish(); }
 
+bool VulkanDevice::responsive() { return stream_->deviceAnswers(); }
+
 std::unique_ptr<DeviceBuffer> VulkanDevice::allocate(size_t bytes) {
-  const size_t rounded = (std::max<size_t>(bytes, 1) + MemoryPool::kAlignment - 1) / MemoryPool::kAlignment *
-                         MemoryPool::kAlignment;
+  const size_t rounded =
+      (std::max<size_t>(bytes, 1) + MemoryPool::kAlignment - 1) / MemoryPool::kAlignment * MemoryPool::kAlignment;
   size_t used = used_.load(std::memory_order_relaxed);
   do {
     if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
@@ -317,8 +332,8 @@ void VulkanDevice::rmsNorm(const float* x, const float* weight, float* out, int6
     float eps;
   } push{address(x, bytes, "rmsNorm input"), address(weight, uint64_t(dim) * 4, "rmsNorm weight"),
          address(out, bytes, "rmsNorm output"), eps};
-  const VkPipeline p = pipelines_->get(
-      KernelSpec{"rms_norm.comp", {}}.define("DIM", dim).define("WG", int64_t(kNormWorkgroup)));
+  const VkPipeline p =
+      pipelines_->get(KernelSpec{"rms_norm.comp", {}}.define("DIM", dim).define("WG", int64_t(kNormWorkgroup)));
   dispatch(p, push, uint32_t(rows));
 }
 
@@ -327,8 +342,9 @@ void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, fl
   const char* type = typeDefine(w.type);
   JITLLM_REQUIRE(type != nullptr, info_.id, ": matmul: tensor type ", quant::typeName(w.type), " is not supported");
   const auto rowBytes = quant::rowBytes(w.type, w.cols);
-  JITLLM_REQUIRE(rowBytes && w.rowStride >= *rowBytes && w.rowStride <= UINT32_MAX, info_.id, ": matmul: ",
-                 quant::typeName(w.type), " rows of ", w.cols, " elements do not fit a row stride of ", w.rowStride);
+  JITLLM_REQUIRE(rowBytes && w.rowStride >= *rowBytes && w.rowStride <= UINT32_MAX, info_.id,
+                 ": matmul: ", quant::typeName(w.type), " rows of ", w.cols, " elements do not fit a row stride of ",
+                 w.rowStride);
   const size_t align = w.type == quant::TensorType::kF32 ? 4 : 2;
   JITLLM_REQUIRE(reinterpret_cast<uint64_t>(w.data) % align == 0 && w.rowStride % align == 0, info_.id,
                  ": matmul: weight rows must be ", align, "-byte aligned");
@@ -339,7 +355,9 @@ void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, fl
          address(x, uint64_t(tokens * w.cols) * 4, "matmul input"),
          address(y, uint64_t(tokens * w.rows) * 4, "matmul output"),
          bias ? address(bias, uint64_t(w.rows) * 4, "matmul bias") : 0,
-         uint32_t(w.rows), uint32_t(tokens), uint32_t(w.rowStride)};
+         uint32_t(w.rows),
+         uint32_t(tokens),
+         uint32_t(w.rowStride)};
   // Tuning knobs that leave the summation order alone (see shaders/matmul.comp): tokens per
   // workgroup grow with the batch up to 8; two row groups of two rows keep 64 invocations busy.
   const int tt = tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
@@ -364,13 +382,13 @@ void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const 
   const bool sameKey =
       r.rotaryDims == params.rotaryDims && r.freqBase == params.freqBase && r.freqScale == params.freqScale &&
       r.positions.size() == size_t(tokens) && std::equal(r.positions.begin(), r.positions.end(), positions) &&
-      (params.freqFactors ? r.factors.size() == size_t(half) &&
-                                std::equal(r.factors.begin(), r.factors.end(), params.freqFactors)
-                          : r.factors.empty());
+      (params.freqFactors
+           ? r.factors.size() == size_t(half) && std::equal(r.factors.begin(), r.factors.end(), params.freqFactors)
+           : r.factors.empty());
   if (!sameKey) {
     r.positions.assign(positions, positions + tokens);
-    r.factors = params.freqFactors ? std::vector<float>(params.freqFactors, params.freqFactors + half)
-                                   : std::vector<float>();
+    r.factors =
+        params.freqFactors ? std::vector<float>(params.freqFactors, params.freqFactors + half) : std::vector<float>();
     r.rotaryDims = params.rotaryDims;
     r.freqBase = params.freqBase;
     r.freqScale = params.freqScale;

@@ -39,9 +39,9 @@
 namespace jitllm::vulkan {
 
 struct VulkanDeviceOptions {
-  int index = 0;             // N of "vulkan:N": the N-th usable device, GPUs before software ones
-  size_t memoryBudget = 0;   // 0: the device-local heap's budget (VK_EXT_memory_budget) or size, less 1/16
-  std::optional<std::string> cacheRoot;      // unset: KernelCache::defaultRoot(); "": no disk cache
+  int index = 0;                         // N of "vulkan:N": the N-th usable device, GPUs before software ones
+  size_t memoryBudget = 0;               // 0: the device-local heap's budget (VK_EXT_memory_budget) or size, less 1/16
+  std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
   std::shared_ptr<VulkanInstance> instance;  // devices made together share one; null: a new one
 };
 
@@ -54,6 +54,7 @@ class VulkanDevice final : public Device {
 
   const DeviceInfo& info() const override { return info_; }
   size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
+  bool responsive() override;
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;

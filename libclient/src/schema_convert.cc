@@ -28,6 +28,8 @@ DeviceInfo fromSchema(rpc::DeviceInfo::Reader r) {
   d.software = r.getSoftware();
   auto t = r.getTelemetry();
   d.telemetry = {t.getTemperatureC(), t.getUtilization(), t.getPowerWatts()};
+  d.online = r.getOnline();
+  d.offlineReason = str(r.getOfflineReason());
   return d;
 }
 
@@ -75,11 +77,21 @@ Event fromSchema(rpc::Event::Reader r) {
   Event e;
   e.unixMs = r.getUnixMs();
   switch (r.getKind()) {
-    case rpc::EventKind::DAEMON: e.kind = EventKind::kDaemon; break;
-    case rpc::EventKind::DEVICE: e.kind = EventKind::kDevice; break;
-    case rpc::EventKind::MODEL: e.kind = EventKind::kModel; break;
-    case rpc::EventKind::SESSION: e.kind = EventKind::kSession; break;
-    case rpc::EventKind::MIGRATION: e.kind = EventKind::kMigration; break;
+    case rpc::EventKind::DAEMON:
+      e.kind = EventKind::kDaemon;
+      break;
+    case rpc::EventKind::DEVICE:
+      e.kind = EventKind::kDevice;
+      break;
+    case rpc::EventKind::MODEL:
+      e.kind = EventKind::kModel;
+      break;
+    case rpc::EventKind::SESSION:
+      e.kind = EventKind::kSession;
+      break;
+    case rpc::EventKind::MIGRATION:
+      e.kind = EventKind::kMigration;
+      break;
   }
   e.what = str(r.getWhat());
   e.model = str(r.getModel());
@@ -97,10 +109,18 @@ GenerationStats fromSchema(rpc::GenerationStats::Reader r) {
   s.tokensPerSecond = r.getTokensPerSecond();
   s.totalMs = r.getTotalMs();
   switch (r.getStopReason()) {
-    case rpc::StopReason::MAX_TOKENS: s.stopReason = StopReason::kMaxTokens; break;
-    case rpc::StopReason::END_OF_GENERATION: s.stopReason = StopReason::kEndOfGeneration; break;
-    case rpc::StopReason::STOP_STRING: s.stopReason = StopReason::kStopString; break;
-    case rpc::StopReason::CONTEXT_FULL: s.stopReason = StopReason::kContextFull; break;
+    case rpc::StopReason::MAX_TOKENS:
+      s.stopReason = StopReason::kMaxTokens;
+      break;
+    case rpc::StopReason::END_OF_GENERATION:
+      s.stopReason = StopReason::kEndOfGeneration;
+      break;
+    case rpc::StopReason::STOP_STRING:
+      s.stopReason = StopReason::kStopString;
+      break;
+    case rpc::StopReason::CONTEXT_FULL:
+      s.stopReason = StopReason::kContextFull;
+      break;
   }
   s.sessionId = r.getSessionId();
   return s;
@@ -131,6 +151,7 @@ void toSchema(const LoadOptions& in, rpc::LoadOptions::Builder out) {
   out.setContextSize(in.contextSize);
   out.setDevices(in.devices);
   out.setKvPrecision(in.kvPrecision);
+  out.setMaxDeviceBytes(in.maxDeviceBytes);
 }
 
 void toSchema(const SamplingParams& in, rpc::SamplingParams::Builder out) {

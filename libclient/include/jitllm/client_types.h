@@ -35,6 +35,8 @@ struct DeviceInfo {
   uint32_t threads = 0;
   bool software = false;
   Telemetry telemetry;
+  bool online = true;         // false: it went away (hot-plug); its models were re-placed
+  std::string offlineReason;  // why it is offline
 };
 
 // Consecutive units of a model on one device: 0 = token_embd, 1..L = blk.0..blk.L-1, L+1 = output.
@@ -106,6 +108,7 @@ struct LoadOptions {
   uint32_t contextSize = 0; // default session limit; 0: min(trained, the daemon's default)
   std::string devices;      // placement hint: "cpu:0" or "cpu:0,cpu:1"; empty: the daemon decides
   std::string kvPrecision;  // "f32" | "f16"; empty: the daemon's default (f32)
+  uint64_t maxDeviceBytes = 0;  // cap on the model's bytes per GPU (weights + KV); 0: none
   // Client::load(path) normally opens the file here and passes the descriptor, so the daemon
   // reads exactly what this process may read. With sendPath the path is sent instead and the
   // daemon opens it itself, only under its configured model directories (and only if this

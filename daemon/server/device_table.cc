@@ -1,0 +1,71 @@
+#include "daemon/server/device_table.h"
+
+namespace jitllm::server {
+
+DeviceTable::DeviceTable(std::vector<std::unique_ptr<Device>> devices) {
+  for (auto& d : devices) add(std::move(d));
+}
+
+std::vector<Device*> DeviceTable::online() const {
+  std::lock_guard lock(mutex_);
+  std::vector<Device*> out;
+  for (const auto& s : status_) {
+    if (s.online) out.push_back(s.device);
+  }
+  return out;
+}
+
+std::vector<DeviceStatus> DeviceTable::all() const {
+  std::lock_guard lock(mutex_);
+  return status_;
+}
+
+Device* DeviceTable::find(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& s : status_) {
+    if (s.device->info().id == id) return s.device;
+  }
+  return nullptr;
+}
+
+bool DeviceTable::isOnline(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& s : status_) {
+    if (s.device->info().id == id) return s.online;
+  }
+  return false;
+}
+
+bool DeviceTable::setOnline(const std::string& id, bool online, const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  for (auto& s : status_) {
+    if (s.device->info().id != id || s.online == online) continue;
+    s.online = online;
+    s.offlineReason = online ? "" : reason;
+    if (!online) s.readings = {};
+    return true;
+  }
+  return false;
+}
+
+void DeviceTable::add(std::unique_ptr<Device> device) {
+  std::lock_guard lock(mutex_);
+  DeviceStatus s;
+  s.device = device.get();
+  devices_.push_back(std::move(device));
+  status_.push_back(s);
+}
+
+double DeviceTable::speed(const DeviceInfo& d) {
+  if (d.software) return 0.1;
+  return d.backend == Backend::kCpu ? 1.0 : 10.0;
+}
+
+void DeviceTable::setReadings(const std::string& id, const DeviceReadings& readings) {
+  std::lock_guard lock(mutex_);
+  for (auto& s : status_) {
+    if (s.device->info().id == id) s.readings = readings;
+  }
+}
+
+}  // namespace jitllm::server

@@ -1,0 +1,62 @@
+// The daemon's devices and their state: online or gone, and the latest telemetry.
+//
+// A device that vanishes (unplugged, driver reset, or a telemetry script saying so) stays in the
+// table, offline: models may still hold pointers to it until they have been re-placed, and it
+// may come back (hot-plug). Devices found later by re-enumeration are added; none is ever
+// removed, so a Device* from the table stays valid as long as the table.
+//
+// Ownership: owns the devices.
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/device.h"
+
+namespace jitllm::server {
+
+// What the scheduler last read of a device (NaN where unknown).
+struct DeviceReadings {
+  double temperatureC = NAN;
+  double utilization = NAN;  // 0..1
+  double powerWatts = NAN;
+  std::string throttle;  // why the clocks are held down ("thermal", "power"), "" when they are not
+};
+
+struct DeviceStatus {
+  Device* device = nullptr;
+  bool online = true;
+  std::string offlineReason;  // why it went offline
+  DeviceReadings readings;
+};
+
+class DeviceTable final {
+ public:
+  explicit DeviceTable(std::vector<std::unique_ptr<Device>> devices);
+
+  // Online devices, in the order they were configured (then added).
+  std::vector<Device*> online() const;
+  std::vector<DeviceStatus> all() const;
+  // Any state; null when the table has no such id.
+  Device* find(const std::string& id) const;
+  bool isOnline(const std::string& id) const;
+  // False when it already was in that state (or there is no such device).
+  bool setOnline(const std::string& id, bool online, const std::string& reason);
+  void add(std::unique_ptr<Device> device);
+  void setReadings(const std::string& id, const DeviceReadings& readings);
+
+  // Relative throughput for placement: GPUs 10, the CPU 1, software devices 0.1 (nominal, until a
+  // placement probe measures it).
+  static double speed(const DeviceInfo& device);
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<DeviceStatus> status_;  // parallel to devices_
+};
+
+}  // namespace jitllm::server
