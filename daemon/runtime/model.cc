@@ -95,7 +95,7 @@ void Model::bind(const ModelLoadOptions& options) {
       weightBytes.push_back(bytes);
     }
     const size_t kvPerToken = 2 * size_t(kvLayout_.kvHeads) * size_t(kvLayout_.headDim) * kvLayout_.elementBytes();
-    placement = options.placer(weightBytes, kvPerToken);
+    placement = options.placer(weightBytes, kvPerToken, config_.contextLength);
   }
   if (placement.empty()) {
     const int nd = int(options.devices.size());

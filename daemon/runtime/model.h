@@ -46,9 +46,12 @@ struct ModelLoadOptions {
   // split evenly in order, the embedding with the first block, the head with the last.
   std::vector<int> placement;
   // Or a placer that chooses it once the file's unit sizes are known (the daemon's placement on
-  // load): given each unit's weight bytes and the KV bytes one token takes in one block, it
-  // returns one index into `devices` per unit. Used when `placement` is empty.
-  std::function<std::vector<int>(const std::vector<size_t>& unitWeightBytes, size_t kvBytesPerTokenPerBlock)> placer;
+  // load): given each unit's weight bytes, the KV bytes one token takes in one block and the
+  // model's trained context, it returns one index into `devices` per unit. Used when `placement`
+  // is empty.
+  std::function<std::vector<int>(const std::vector<size_t>& unitWeightBytes, size_t kvBytesPerTokenPerBlock,
+                                 int64_t trainedContext)>
+      placer;
   int kvPageTokens = 16;
   // fp32 by default: attention then stays as exact as the rest of the pass (see KvPrecision).
   KvPrecision kvPrecision = KvPrecision::kF32;

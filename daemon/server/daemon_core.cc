@@ -25,7 +25,21 @@ std::vector<std::unique_ptr<Device>> openDevices(const DaemonConfig& config) {
 
 std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
 
-policies::PlacementDevice placementView(const Device& d) {
+// KV a resident model was placed with room for (one session at its default context) but does not
+// use yet, per block unit on `device`: a newcomer must not take it.
+size_t promisedKv(const ModelHost& host, const ModelSnapshot& snap, const std::string& device) {
+  const KvLayout& kv = host.model().kvLayout();
+  const size_t perBlock =
+      2 * size_t(kv.kvHeads) * size_t(kv.headDim) * kv.elementBytes() * size_t(host.options().defaultContext);
+  size_t promised = 0;
+  for (size_t u = 1; u + 1 < snap.units.size(); u++) {
+    const UnitSnapshot& unit = snap.units[u];
+    if (unit.device == device && unit.kvBytes < perBlock) promised += perBlock - unit.kvBytes;
+  }
+  return promised;
+}
+
+policies::PlacementDevice placementView(const Device& d, size_t promised) {
   policies::PlacementDevice p;
   const DeviceInfo& info = d.info();
   p.id = info.id;
@@ -34,7 +48,7 @@ policies::PlacementDevice placementView(const Device& d) {
   p.weightsInMemory = info.backend != Backend::kCpu;  // the CPU reads weights from the mapped file
   p.memoryTotal = info.memoryBudget;
   const size_t used = d.memoryUsed();
-  p.memoryFree = used < info.memoryBudget ? info.memoryBudget - used : 0;
+  p.memoryFree = used + promised < info.memoryBudget ? info.memoryBudget - used - promised : 0;
   return p;
 }
 
@@ -146,10 +160,12 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   }
   // One device named, or none: placement chooses. Several named: blocks spread over them in order.
   const bool evenSpread = options.devices.size() > 1 && !request.devices.empty();
-  const int64_t kvContext = request.contextSize > 0 ? request.contextSize : cfg.defaultContext;
-  options.placer = [&](const std::vector<size_t>& weightBytes, size_t kvPerToken) {
+  options.placer = [&](const std::vector<size_t>& weightBytes, size_t kvPerToken, int64_t trained) {
     if (progress) progress("placing", 1, 3);
-    return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext, request.maxDeviceBytes);
+    // Room for one session at the model's default context on each device it runs on.
+    const int64_t kvContext = request.contextSize > 0 ? request.contextSize : std::min(trained, cfg.defaultContext);
+    return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext,
+                         request.maxDeviceBytes);
   };
   JITLLM_REQUIRE(request.kvPrecision.empty() || request.kvPrecision == "f32" || request.kvPrecision == "f16",
                  "kv precision must be f32 or f16, not '", request.kvPrecision, "'");
@@ -238,7 +254,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
   r.headroom = 0;  // the device budgets already keep their reserve
   auto view = [&] {
     std::vector<policies::PlacementDevice> v;
-    for (Device* d : candidates) v.push_back(placementView(*d));
+    for (Device* d : candidates) v.push_back(placementView(*d, promised(d->info().id)));
     return v;
   };
   auto evenly = [&] {
@@ -255,6 +271,23 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
     std::vector<size_t> need(v.size(), 0);
     for (size_t u = 0; u < units; u++) need[size_t(p[u])] += policies::unitNeed(v[size_t(p[u])], r, u);
     return need;
+  };
+
+  auto announce = [&](const std::vector<int>& p, const std::vector<size_t>& bytes) {
+    std::string where;
+    for (size_t d = 0; d < candidates.size(); d++) {
+      int first = -1, last = -1;
+      for (size_t u = 0; u < units; u++) {
+        if (p[u] != int(d)) continue;
+        if (first < 0) first = int(u);
+        last = int(u);
+      }
+      if (first >= 0) {
+        where += (where.empty() ? "" : ", ") + std::to_string(first) + "-" + std::to_string(last) + " on " +
+                 candidates[d]->info().id + " (" + mib(bytes[d]) + ")";
+      }
+    }
+    events_.emit({0, EventKind::kModel, "model.placed", name, "", 0, "units " + where});
   };
 
   if (evenSpread) {
@@ -285,6 +318,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
         if (d.id == u.device) d.memoryFree += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
       }
     }
+    for (auto& d : reclaimable) d.memoryFree += promisedKv(*host, snap, d.id);
   }
   const policies::Placement ideal = policies::placeUnits(reclaimable, r);
   policies::Placement now = policies::placeUnits(view(), r);
@@ -298,28 +332,18 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
   if (!now.ok)
     JITLLM_FAIL(kOverloaded, "'", name, "' does not fit: ", now.why,
                 " (idle models were paged out first); unload a model or load with a smaller context");
-  std::string where;
-  for (size_t d = 0; d < candidates.size(); d++) {
-    int first = -1, last = -1;
-    for (size_t u = 0; u < units; u++) {
-      if (now.unitDevice[u] != int(d)) continue;
-      if (first < 0) first = int(u);
-      last = int(u);
-    }
-    if (first >= 0) {
-      where += (where.empty() ? "" : ", ") + std::to_string(first) + "-" + std::to_string(last) + " on " +
-               candidates[d]->info().id + " (" + mib(now.bytesUsed[d]) + ")";
-    }
-  }
-  events_.emit({0, EventKind::kModel, "model.placed", name, "", 0, "units " + where});
+  announce(now.unitDevice, now.bytesUsed);
   return now.unitDevice;
 }
 
+size_t DaemonCore::promised(const std::string& device) const {
+  size_t bytes = 0;
+  for (const auto& host : models()) bytes += promisedKv(*host, host->snapshot(), device);
+  return bytes;
+}
+
 size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& forModel) {
-  auto freeNow = [&] {
-    const size_t used = device.memoryUsed(), budget = device.info().memoryBudget;
-    return used < budget ? budget - used : 0;
-  };
+  auto freeNow = [&] { return placementView(device, promised(device.info().id)).memoryFree; };
   Device* host = nullptr;
   for (Device* d : devices()) {
     if (d->info().backend == Backend::kCpu && d != &device) host = d;
@@ -394,7 +418,7 @@ bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
     size_t weights = 0;
     for (const UnitSnapshot& u : host->snapshot().units) weights += u.device == id ? u.weightBytes : 0;
     std::vector<policies::PlacementDevice> v;
-    for (Device* d : left) v.push_back(placementView(*d));
+    for (Device* d : left) v.push_back(placementView(*d, promised(d->info().id)));
     Device* fallback = left.front();
     for (int k : policies::preferenceOrder(v)) {
       const auto& d = v[size_t(k)];

@@ -116,6 +116,8 @@ class DaemonCore final {
   // Pages idle models (least recently used first, none with a pinned unit) out of `device` until
   // `bytes` are free there or none is left; returns the bytes free then.
   size_t makeRoom(Device& device, size_t bytes, const std::string& forModel);
+  // KV the resident models were placed with room for on `device` and do not use yet.
+  size_t promised(const std::string& device) const;
 
   mutable std::mutex mutex_;
   DaemonConfig config_;

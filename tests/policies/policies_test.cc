@@ -243,3 +243,99 @@ TEST(Policies, NamedPoliciesExistAndNeverActTwiceOnOneModelInATick) {
 
 }  // namespace
 }  // namespace jitllm::policies
+
+#include "policies/placement.h"
+
+namespace jitllm::policies {
+namespace {
+
+constexpr size_t kMB = size_t(1) << 20;
+
+PlacementDevice placementDevice(const std::string& id, double speed, size_t freeMB, bool weightsInMemory = true,
+                                bool software = false) {
+  PlacementDevice d;
+  d.id = id;
+  d.speed = speed;
+  d.memoryFree = d.memoryTotal = freeMB * kMB;
+  d.weightsInMemory = weightsInMemory;
+  d.software = software;
+  return d;
+}
+
+// token_embd, `blocks` blocks and output: 100 MB of weights each, 10 MB of KV per block.
+PlacementRequest placementRequest(int blocks) {
+  PlacementRequest r;
+  r.headroom = 0;
+  r.weightBytes.assign(size_t(blocks + 2), 100 * kMB);
+  r.kvBytes.assign(size_t(blocks + 2), 10 * kMB);
+  r.kvBytes.front() = r.kvBytes.back() = 0;
+  return r;
+}
+
+TEST(Placement, TheFastestDeviceFillsFirstThenTheNextInOneRunEach) {
+  // The CPU is listed first but is slower; the software device is last whatever its memory.
+  const std::vector<PlacementDevice> devices = {placementDevice("cpu:0", 1, 4096, false),
+                                                placementDevice("cuda:0", 10, 1000),
+                                                placementDevice("vulkan:0", 50, 100000, true, true)};
+  const Placement p = placeUnits(devices, placementRequest(16));
+  ASSERT_TRUE(p.ok) << p.why;
+  // cuda:0 takes token_embd (100 MB) and 8 blocks (110 MB each): 980 MB of its 1000.
+  for (int u = 0; u <= 8; u++) EXPECT_EQ(p.unitDevice[size_t(u)], 1) << u;
+  for (int u = 9; u <= 17; u++) EXPECT_EQ(p.unitDevice[size_t(u)], 0) << u;
+  EXPECT_EQ(p.bytesUsed[1], 980 * kMB);
+  EXPECT_EQ(p.bytesUsed[0], 8 * 10 * kMB);  // the CPU holds only KV: weights stay in the file
+  EXPECT_EQ(p.bytesUsed[2], 0u);
+}
+
+TEST(Placement, ACapPerDeviceAndSoftwareDevicesLastAndAClearShortfall) {
+  PlacementRequest r = placementRequest(4);
+  r.maxDeviceBytes = 350 * kMB;  // --max-vram: each GPU takes at most 350 of its 4096 MB
+  const Placement capped = placeUnits({placementDevice("cuda:0", 10, 4096), placementDevice("cuda:1", 10, 4096)}, r);
+  ASSERT_TRUE(capped.ok) << capped.why;
+  EXPECT_EQ(capped.unitDevice, (std::vector<int>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(capped.bytesUsed, (std::vector<size_t>{320 * kMB, 320 * kMB}));
+
+  // Only a software device has room: it is used.
+  const Placement soft = placeUnits(
+      {placementDevice("cuda:0", 10, 50), placementDevice("vulkan:0", 0.1, 4096, true, true)}, placementRequest(4));
+  ASSERT_TRUE(soft.ok);
+  EXPECT_EQ(soft.unitDevice, std::vector<int>(6, 1));
+
+  const Placement none = placeUnits({placementDevice("cuda:0", 10, 300)}, placementRequest(4));
+  EXPECT_FALSE(none.ok);
+  EXPECT_EQ(none.why, "units 2-5 need 430 MiB more than the devices have free");
+}
+
+TEST(PressurePolicy, APagedOutModelInUseGoesHomeOneRunAtATimeWhenThereIsRoom) {
+  World w;
+  w.s.devices = {device("cuda:0", 10, 8), device("cpu:0", 1, 64)};
+  ModelState m = model("llama3b", "cpu:0", 0, 4);
+  for (UnitState& u : m.units) u.weightBytes = kGB / 2;
+  m.resident = false;
+  m.home.assign(m.units.size(), "cuda:0");
+  m.home.back() = "cpu:0";  // its head ran on the CPU already
+  m.activeSessions = 1;
+  w.s.models = {m};
+  w.recount();
+  PressurePolicy p({});
+  auto plan = w.tick(p, 1000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kMigrate);
+  EXPECT_EQ(std::make_pair(plan[0].first, plan[0].last), std::make_pair(0, 4));
+  EXPECT_EQ(plan[0].target, "cuda:0");
+  EXPECT_EQ(plan[0].reason, "llama3b is in use again: paging token_embd-blk.3 back in");
+  // Idle, it stays out; a device without room keeps it out too.
+  w.s.models[0].units[1].device = "cpu:0";
+  w.s.models[0].activeSessions = 0;
+  EXPECT_TRUE(w.tick(p, 2000).empty());
+  w.s.models[0].activeSessions = 1;
+  w.s.devices[0].memoryTotal = kGB / 2;
+  EXPECT_TRUE(w.tick(p, 3000).empty());
+  w.s.devices[0].memoryTotal = 8 * kGB;
+  plan = w.tick(p, 4000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(std::make_pair(plan[0].first, plan[0].last), std::make_pair(1, 1));
+}
+
+}  // namespace
+}  // namespace jitllm::policies

@@ -1,0 +1,273 @@
+// The scheduler's scenarios against a real DaemonCore, with scripted telemetry and a virtual clock:
+// a device that vanishes mid-generation (DISCONNECTED for the sessions with KV on it only, the
+// model re-placed, the other sessions' output unchanged), a device that arrives (layers of a
+// slower device move to it while a reply streams), and a model that does not fit (the least
+// recently used idle model is paged out; nothing fails with out-of-memory; using the paged-out
+// model again works at once and brings it back when there is room).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "daemon/scheduler/scheduler.h"
+#include "daemon/scheduler/scripted_telemetry.h"
+#include "daemon/server/daemon_core.h"
+#include "kernels/error.h"
+
+namespace jitllm::scheduler {
+namespace {
+
+const std::string kModels = std::string(JITLLM_SHARED_DIR) + "/models";
+const std::string kStories = kModels + "/stories260K.gguf";
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  std::optional<Error> error;
+};
+
+std::shared_ptr<server::GenerationJob> start(server::ModelHost& host, uint32_t maxTokens) {
+  server::GenerationRequest r;
+  r.prompt = host.model().tokenizer().encode("Once upon a time, there was a", true, false);
+  r.maxTokens = maxTokens;
+  r.sampling.temperature = 0;  // greedy: the tokens are a function of the KV and the weights
+  // A small queue throttles the session until the test reads: it stays mid-reply while the test
+  // changes the devices under it.
+  auto job = std::make_shared<server::GenerationJob>(r, 4);
+  host.submit(job);
+  return job;
+}
+
+// Reads until `job` has produced at least `atLeast` tokens, or has finished.
+void readSome(server::GenerationJob& job, Outcome& out, size_t atLeast) {
+  for (int i = 0; i < 5000 && out.ids.size() < atLeast; i++) {
+    auto b = job.take();
+    out.ids.insert(out.ids.end(), b.ids.begin(), b.ids.end());
+    if (b.finished) {
+      out.error = b.error;
+      return;
+    }
+    if (b.ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Outcome finish(server::GenerationJob& job, Outcome out = {}) {
+  for (int i = 0; i < 20000; i++) {
+    auto b = job.take();
+    out.ids.insert(out.ids.end(), b.ids.begin(), b.ids.end());
+    if (b.finished) {
+      out.error = b.error;
+      return out;
+    }
+    if (b.ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ADD_FAILURE() << "the generation did not finish";
+  return out;
+}
+
+std::vector<std::string> placement(const server::ModelHost& host) {
+  std::vector<std::string> where;
+  for (const auto& u : host.snapshot().units) where.push_back(u.device);
+  return where;
+}
+
+std::vector<std::string> settled(const server::ModelHost& host) {
+  for (int i = 0; i < 1000 && host.snapshot().migrating; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_FALSE(host.snapshot().migrating) << host.name() << " is still migrating";
+  return placement(host);
+}
+
+std::string eventLog(server::DaemonCore& core) {
+  size_t dropped = 0;
+  std::string log;
+  for (const auto& e : core.events().subscribe(server::EventHub::kHistory)->take(&dropped)) {
+    log += e.what + " [" + e.model + "] " + e.message + "\n";
+  }
+  return log;
+}
+
+std::unique_ptr<server::DaemonCore> makeCore(const std::string& devices) {
+  server::DaemonConfig config;
+  config.devices = devices;
+  config.cpuThreads = 1;
+  config.modelDirs = {kModels};
+  return std::make_unique<server::DaemonCore>(config);
+}
+
+std::shared_ptr<server::ModelHost> load(server::DaemonCore& core, const std::string& name, const std::string& devices) {
+  server::LoadRequest r;
+  r.path = kStories;
+  r.name = name;
+  r.devices = devices;
+  return core.load(r, nullptr);
+}
+
+std::unique_ptr<ScriptedTelemetry> script(const std::string& text) {
+  return std::make_unique<ScriptedTelemetry>(ScriptedTelemetry::parse(text, "test-script"));
+}
+
+bool everyUnitOn(const std::vector<std::string>& where, const std::string& device) {
+  return !where.empty() && std::all_of(where.begin(), where.end(), [&](const auto& d) { return d == device; });
+}
+
+TEST(HotPlug, AVanishedDeviceEndsOnlyTheSessionsWithKvOnItAndItsModelsAreReplaced) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  auto core = makeCore("cpu:0,cpu:1");
+  auto split = load(*core, "split", "cpu:0,cpu:1");  // blocks on both devices
+  auto local = load(*core, "local", "cpu:0");        // nothing on cpu:1
+  auto headOff = load(*core, "head", "cpu:0");       // only its output unit on cpu:1
+  server::MigrationRequest head;
+  head.layers = "output";
+  head.target = &core->device("cpu:1");
+  ASSERT_TRUE(headOff->migrate(head)->wait(std::chrono::seconds(10)));
+  ASSERT_EQ(placement(*headOff).back(), "cpu:1");
+  const Outcome reference = finish(*start(*local, 40));
+  ASSERT_FALSE(reference.error) << reference.error->what();
+  ASSERT_EQ(reference.ids.size(), 40u);
+
+  Scheduler s(*core, script("0 cpu:1 present=1\n100 cpu:1 present=0  # unplugged\n200 cpu:1 present=1\n"),
+              policies::PolicyConfig{}, "balanced");
+  EXPECT_TRUE(s.tick(0).empty());
+  auto a = start(*split, 40), b = start(*local, 40), c = start(*headOff, 40);
+  Outcome ra, rb, rc;
+  readSome(*a, ra, 8);
+  readSome(*b, rb, 8);
+  readSome(*c, rc, 8);
+  ASSERT_GE(ra.ids.size(), 8u);
+  s.tick(100);  // returns once every model is re-placed
+
+  ra = finish(*a, ra);
+  ASSERT_TRUE(ra.error.has_value()) << "the session with KV on cpu:1 should have ended";
+  EXPECT_EQ(ra.error->kind(), ErrorKind::kDisconnected);
+  EXPECT_NE(std::string(ra.error->what()).find("cpu:1 went away"), std::string::npos) << ra.error->what();
+  rb = finish(*b, rb);
+  rc = finish(*c, rc);
+  ASSERT_FALSE(rb.error) << rb.error->what();
+  ASSERT_FALSE(rc.error) << rc.error->what();
+  EXPECT_EQ(rb.ids, reference.ids);  // never touched
+  EXPECT_EQ(rc.ids, reference.ids);  // its head re-placed mid-reply, from the file, no KV lost
+
+  EXPECT_TRUE(everyUnitOn(placement(*split), "cpu:0"));
+  EXPECT_TRUE(everyUnitOn(placement(*headOff), "cpu:0"));
+  ASSERT_EQ(core->devices().size(), 1u);
+  EXPECT_THROW(core->device("cpu:1"), Error);
+  const auto table = core->deviceTable().all();
+  EXPECT_FALSE(table[1].online);
+  EXPECT_NE(table[1].offlineReason.find("gone"), std::string::npos);
+  // The re-placed model answers again, with the tokens it always had.
+  const Outcome again = finish(*start(*split, 40));
+  ASSERT_FALSE(again.error) << again.error->what();
+  EXPECT_EQ(again.ids, reference.ids);
+  for (const auto* pool : split->model().kvPools()) EXPECT_EQ(pool->pagesInUse(), 0u);
+
+  // Plugged back in: online again, for placement and the policies.
+  s.tick(200);
+  EXPECT_EQ(core->devices().size(), 2u);
+  const std::string log = eventLog(*core);
+  EXPECT_NE(log.find("device.removed [] cpu:1 went away"), std::string::npos) << log;
+  EXPECT_NE(log.find("model.replaced [split] re-placed blk.3-output of split on cpu:0"), std::string::npos) << log;
+  EXPECT_NE(log.find("1 session(s) ended with DISCONNECTED"), std::string::npos) << log;
+  EXPECT_NE(log.find("model.replaced [head] re-placed output of head on cpu:0"), std::string::npos) << log;
+  EXPECT_NE(log.find("0 session(s) ended"), std::string::npos) << log;
+  EXPECT_EQ(log.find("model.replaced [local]"), std::string::npos) << log;
+  EXPECT_NE(log.find("device.added [] cpu:1 is online"), std::string::npos) << log;
+}
+
+TEST(HotPlug, ADeviceThatArrivesTakesTheLayersOfASlowerOneWhileAReplyStreams) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  std::unique_ptr<server::DaemonCore> core;
+  try {
+    core = makeCore("cpu:0,vulkan:0");
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no Vulkan device here: " << e.what();
+  }
+  // cpu:0 is "not there" at first, so the model can only go to the (software) Vulkan device.
+  Scheduler s(*core, script("0 cpu:0 present=0\n500 cpu:0 present=1  # arrives\n"), policies::PolicyConfig{},
+              "balanced");
+  EXPECT_TRUE(s.tick(0).empty());
+  ASSERT_EQ(core->devices().size(), 1u);
+  auto model = load(*core, "stories", "");
+  ASSERT_TRUE(everyUnitOn(placement(*model), "vulkan:0"));
+  auto job = start(*model, 40);
+  Outcome streamed;
+  readSome(*job, streamed, 8);
+  ASSERT_GE(streamed.ids.size(), 8u);
+  const auto acted = s.tick(500);
+  ASSERT_EQ(acted.size(), 1u);
+  EXPECT_EQ(acted[0].target, "cpu:0");
+  EXPECT_EQ(acted[0].reason, "cpu:0 arrived and is faster than vulkan:0");
+  streamed = finish(*job, streamed);
+  ASSERT_FALSE(streamed.error) << streamed.error->what();
+  EXPECT_TRUE(everyUnitOn(settled(*model), "cpu:0"));
+  // Greedy tokens from a reply that moved mid-way equal those of one that ran on cpu:0 throughout.
+  const Outcome after = finish(*start(*model, 40));
+  ASSERT_FALSE(after.error) << after.error->what();
+  EXPECT_EQ(streamed.ids, after.ids);
+  EXPECT_TRUE(s.tick(600).empty());  // settled: no flapping
+}
+
+TEST(HotPlug, AModelThatDoesNotFitPagesOutTheLeastRecentlyUsedIdleModelAndNothingRunsOutOfMemory) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  // How much one stories model takes on the Vulkan device, once it has run.
+  size_t perModel = 0;
+  try {
+    auto probe = makeCore("cpu:0,vulkan:0");
+    auto m = load(*probe, "probe", "vulkan:0");
+    finish(*start(*m, 8));
+    // What placement reserves (weights and one session at the full context) or what it took once
+    // it ran (plus activations), whichever is more.
+    const auto& c = m->model().config();
+    size_t reserve = size_t(c.layers) * size_t(c.contextLength) * 2 * size_t(c.kvHeads) * size_t(c.headDim) * 4;
+    for (const auto& u : m->snapshot().units) reserve += u.weightBytes;
+    perModel = std::max(reserve, probe->device("vulkan:0").memoryUsed());
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no Vulkan device here: " << e.what();
+  }
+  ASSERT_GT(perModel, 0u);
+  // Room for two and a half.
+  auto core = makeCore("cpu:0,vulkan:0@" + std::to_string((perModel * 5 / 2) >> 10) + "K");
+  auto first = load(*core, "first", "vulkan:0");
+  auto second = load(*core, "second", "vulkan:0");
+  const Outcome reference = finish(*start(*first, 24));
+  ASSERT_FALSE(reference.error) << reference.error->what();
+  ASSERT_FALSE(finish(*start(*second, 24)).error);  // `first` is now the least recently used
+  auto third = load(*core, "third", "vulkan:0");
+  EXPECT_TRUE(everyUnitOn(placement(*third), "vulkan:0"));
+  EXPECT_TRUE(everyUnitOn(placement(*second), "vulkan:0"));
+  EXPECT_TRUE(everyUnitOn(placement(*first), "cpu:0"));
+  EXPECT_TRUE(first->snapshot().pagedOut);
+  EXPECT_LE(core->device("vulkan:0").memoryUsed(), core->device("vulkan:0").info().memoryBudget);
+  std::string log = eventLog(*core);
+  EXPECT_NE(log.find("scheduler.acted [first] paging first out to cpu:0: vulkan:0 has"), std::string::npos) << log;
+  EXPECT_NE(log.find("model.placed [third] units 0-"), std::string::npos) << log;
+
+  // Used again, the paged-out model answers at once (from where it is) with its tokens; the
+  // device is full, so the scheduler leaves it there.
+  Scheduler s(*core, std::make_unique<NoTelemetry>(), policies::PolicyConfig{}, "balanced");
+  auto job = start(*first, 24);
+  Outcome out;
+  readSome(*job, out, 4);
+  s.tick(0);
+  out = finish(*job, out);
+  ASSERT_FALSE(out.error) << out.error->what();
+  EXPECT_EQ(out.ids, reference.ids);
+  // Once room is made (third unloaded), a request brings it home, mid-reply.
+  core->unload("third");
+  job = start(*first, 24);
+  out = {};
+  readSome(*job, out, 4);
+  for (int64_t t = 1; t < 40 && first->snapshot().pagedOut; t++) {
+    s.tick(t);
+    settled(*first);
+  }
+  out = finish(*job, out);
+  ASSERT_FALSE(out.error) << out.error->what();
+  EXPECT_EQ(out.ids, reference.ids);
+  EXPECT_FALSE(first->snapshot().pagedOut);
+  EXPECT_TRUE(everyUnitOn(placement(*first), "vulkan:0"));
+  log = eventLog(*core);
+  EXPECT_NE(log.find("first is in use again: paging"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace jitllm::scheduler
