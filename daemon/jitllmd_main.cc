@@ -16,6 +16,7 @@
 #include <iostream>
 #include <thread>
 
+#include "daemon/scheduler/nvml_telemetry.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/background_threads.h"
@@ -232,10 +233,22 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   status.async_wait(onStatus);
 
   // The scheduler ticks on this loop: telemetry in, the policy's plan out (daemon/scheduler).
+  // A script (tests, demos) replaces the real sources; otherwise NVML where there is one.
   std::unique_ptr<jitllm::scheduler::TelemetrySource> telemetry;
   if (!config.telemetryScript.empty()) {
     telemetry = std::make_unique<jitllm::scheduler::ScriptedTelemetry>(
         jitllm::scheduler::ScriptedTelemetry::load(config.telemetryScript));
+  } else {
+    std::map<std::string, std::string> uuids;
+    for (jitllm::Device* d : core.devices()) uuids[d->info().id] = d->info().uuid;
+    std::string why;
+    auto nvml = jitllm::scheduler::NvmlTelemetry::open(uuids, &why);
+    if (nvml) {
+      spdlog::info("telemetry: NVML for {} device(s)", nvml->matched());
+      telemetry = std::move(nvml);
+    } else {
+      spdlog::info("telemetry: no NVML ({}); the devices' own memory accounting only", why);
+    }
   }
   jitllm::policies::PolicyConfig policyConfig;
   policyConfig.hotC = config.thermalHotC;
@@ -259,6 +272,8 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
     schedulerTimer.async_wait(onTick);
   };
   if (config.schedulerIntervalMs > 0) {
+    // One look before serving: devices the telemetry says are absent are offline from the start.
+    scheduler.tick(0);
     core.setPolicyControl(&scheduler);
     schedulerTimer.expires_after(std::chrono::milliseconds(config.schedulerIntervalMs));
     schedulerTimer.async_wait(onTick);

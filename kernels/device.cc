@@ -1,6 +1,7 @@
 #include "kernels/device.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 namespace jitllm {
@@ -15,6 +16,13 @@ const char* backendName(Backend backend) {
       return "vulkan";
   }
   return "unknown";
+}
+
+std::string formatUuid(const uint8_t* u) {
+  char out[40];
+  std::snprintf(out, sizeof out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return out;
 }
 
 void Device::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) {

@@ -34,7 +34,13 @@ struct DeviceInfo {
   size_t memoryBudget = 0;  // bytes this device will hand out, in total
   int threads = 1;          // CPU: worker threads; GPU: 0
   bool software = false;    // an emulated device (lavapipe): usable, but placed last
+  // The GPU's UUID, 8-4-4-4-12 hex as nvidia-smi prints it (without "GPU-"); the same for one GPU
+  // seen through CUDA and Vulkan, and how NVML's readings are matched to devices. Empty: none (CPU).
+  std::string uuid;
 };
+
+// 16 UUID bytes as DeviceInfo::uuid spells them.
+std::string formatUuid(const uint8_t* bytes);
 
 class Device;
 

@@ -107,7 +107,7 @@ void Scheduler::execute(const policies::Action& action) {
       // Paging out: the CPU reads weights in place from the mapped file, so moving there frees
       // the device memory and keeps the model usable.
       for (const auto& d : core_.devices()) {
-        if (d->info().backend == Backend::kCpu) request.target = d;
+        if (d->info().backend == Backend::kCpu && !request.target) request.target = d;
       }
       JITLLM_REQUIRE(request.target != nullptr, "no CPU device to page ", action.model, " out to");
       request.pageOut = true;
@@ -128,6 +128,9 @@ void Scheduler::followDevices(int64_t nowMs) {
     const DeviceTelemetry t = telemetry_->read(id, nowMs);
     if (t.present && !*t.present && status.online) {
       core_.deviceLost(id, "the telemetry source reports it gone");
+    } else if (status.online && !status.device->responsive()) {
+      // The periodic health check: a GPU that fell off the bus or was reset fails every call.
+      core_.deviceLost(id, "it stopped answering");
     } else if (t.present && *t.present && !status.online) {
       core_.deviceArrived(id, "the telemetry source reports it back");
     }

@@ -1,8 +1,11 @@
 #include "daemon/scheduler/scripted_telemetry.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "kernels/error.h"
@@ -65,15 +68,41 @@ ScriptedTelemetry ScriptedTelemetry::parse(const std::string& text, const std::s
   return t;
 }
 
-ScriptedTelemetry ScriptedTelemetry::load(const std::string& path) {
+namespace {
+
+std::optional<std::string> readText(const std::string& path) {
   std::ifstream in(path);
-  JITLLM_REQUIRE(in.good(), "cannot read the telemetry script '", path, "'");
+  if (!in.good()) return std::nullopt;
   std::stringstream text;
   text << in.rdbuf();
-  return parse(text.str(), path);
+  return text.str();
+}
+
+}  // namespace
+
+ScriptedTelemetry ScriptedTelemetry::load(const std::string& path) {
+  const auto text = readText(path);
+  JITLLM_REQUIRE(text.has_value(), "cannot read the telemetry script '", path, "'");
+  ScriptedTelemetry t = parse(*text, path);
+  t.path_ = path;
+  t.loadedText_ = *text;
+  return t;
+}
+
+void ScriptedTelemetry::followFile() {
+  if (path_.empty()) return;
+  const auto text = readText(path_);
+  if (!text || *text == loadedText_) return;
+  try {
+    entries_ = parse(*text, path_).entries_;
+  } catch (const Error& e) {
+    spdlog::error("telemetry script changed but does not parse, keeping the previous one: {}", e.what());
+  }
+  loadedText_ = *text;
 }
 
 DeviceTelemetry ScriptedTelemetry::read(const std::string& deviceId, int64_t nowMs) {
+  followFile();
   std::map<std::string, double> current;  // each key as its latest line up to now sets it
   for (const Entry& e : entries_) {
     if (e.atMs > nowMs) break;

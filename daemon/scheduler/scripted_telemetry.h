@@ -14,6 +14,10 @@
 //
 // A malformed line is an Error(FAILED) naming the file and line.
 //
+// A script loaded from a file is followed: when the file changes, it is read again (a malformed
+// version is logged and ignored), so a test or a demo can unplug a device now by appending
+// "0 cuda:1 present=0".
+//
 // Thread-safety: read() from one thread.
 #pragma once
 
@@ -33,12 +37,16 @@ class ScriptedTelemetry final : public TelemetrySource {
   DeviceTelemetry read(const std::string& deviceId, int64_t nowMs) override;
 
  private:
+  void followFile();
+
   struct Entry {
     int64_t atMs = 0;
     std::string device;
     std::map<std::string, double> values;
   };
   std::vector<Entry> entries_;  // by time (stable: at equal times, later lines win)
+  std::string path_;            // the file followed; "" for a parsed text
+  std::string loadedText_;      // what entries_ were parsed from
 };
 
 }  // namespace jitllm::scheduler

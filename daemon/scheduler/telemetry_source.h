@@ -20,6 +20,7 @@ struct DeviceTelemetry {
   std::optional<bool> present;  // set: the source knows whether the device is there (hot-plug)
   double utilization = NAN;     // 0..1
   double powerWatts = NAN;
+  double smClockMhz = NAN;
   std::string throttle;  // why clocks are held down ("thermal", "power"), "" when not or unknown
 };
 

@@ -164,8 +164,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
     if (progress) progress("placing", 1, 3);
     // Room for one session at the model's default context on each device it runs on.
     const int64_t kvContext = request.contextSize > 0 ? request.contextSize : std::min(trained, cfg.defaultContext);
-    return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext,
-                         request.maxDeviceBytes);
+    return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext, request.maxDeviceBytes);
   };
   JITLLM_REQUIRE(request.kvPrecision.empty() || request.kvPrecision == "f32" || request.kvPrecision == "f16",
                  "kv precision must be f32 or f16, not '", request.kvPrecision, "'");
@@ -346,7 +345,7 @@ size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& for
   auto freeNow = [&] { return placementView(device, promised(device.info().id)).memoryFree; };
   Device* host = nullptr;
   for (Device* d : devices()) {
-    if (d->info().backend == Backend::kCpu && d != &device) host = d;
+    if (d->info().backend == Backend::kCpu && d != &device && !host) host = d;
   }
   if (!host) return freeNow();  // nowhere to page out to
   struct Idle {

@@ -92,6 +92,9 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   arch_ = major * 10 + minor;
   char name[256] = {};
   check(api_.cuDeviceGetName(name, sizeof name, device_), "cuDeviceGetName");
+  CUuuid uuid{};
+  check(api_.cuDeviceGetUuid(&uuid, device_), "cuDeviceGetUuid");
+  info_.uuid = formatUuid(reinterpret_cast<const uint8_t*>(uuid.bytes));
   info_.name = std::string(name) + " (sm_" + std::to_string(arch_) + ", " + std::to_string(multiprocessors_) +
                " SMs, NVRTC kernels)";
 

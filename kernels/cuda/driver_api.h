@@ -25,6 +25,7 @@ struct DriverApi {
   X(cuDeviceGetName)                    \
   X(cuDeviceGetAttribute)               \
   X(cuDeviceTotalMem)                   \
+  X(cuDeviceGetUuid)                    \
   X(cuDevicePrimaryCtxRetain)           \
   X(cuDevicePrimaryCtxRelease)          \
   X(cuCtxSetCurrent)                    \

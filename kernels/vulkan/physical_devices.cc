@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/device.h"
 #include "kernels/error.h"
 
 namespace jitllm::vulkan {
@@ -28,13 +29,7 @@ bool hasExtension(const std::vector<VkExtensionProperties>& list, const char* na
 
 }  // namespace
 
-std::string PhysicalDeviceDescription::uuidString() const {
-  char out[40];
-  std::snprintf(out, sizeof out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", uuid[0],
-                uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9], uuid[10], uuid[11],
-                uuid[12], uuid[13], uuid[14], uuid[15]);
-  return out;
-}
+std::string PhysicalDeviceDescription::uuidString() const { return formatUuid(uuid.data()); }
 
 const char* PhysicalDeviceDescription::typeName() const {
   switch (type) {

@@ -163,6 +163,7 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   d->info_.memoryBudget = options.memoryBudget ? options.memoryBudget : size_t(heap - heap / kHeapReserveDivisor);
   d->info_.threads = 0;
   d->info_.software = phys.software;
+  d->info_.uuid = phys.uuidString();
   d->info_.name =
       phys.name + " (" + phys.driverName + " " + phys.driverInfo + (phys.software ? ", software" : "") + ", Vulkan)";
   const VkDeviceSize block =

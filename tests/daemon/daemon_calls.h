@@ -32,11 +32,12 @@ inline void loadStories(kj::AsyncIoContext& io, RpcConnection& c, const std::str
 
 inline kj::Promise<GenerateResult> generate(RpcConnection& c, const std::string& prompt, uint32_t n,
                                             std::shared_ptr<CollectingSink::State> state = nullptr,
-                                            kj::Timer* timer = nullptr, kj::Duration delay = 0 * kj::MILLISECONDS) {
+                                            kj::Timer* timer = nullptr, kj::Duration delay = 0 * kj::MILLISECONDS,
+                                            const std::string& model = "stories") {
   if (!state) state = std::make_shared<CollectingSink::State>();
   auto req = c.daemon().generateRequest();
   auto r = req.initRequest();
-  r.setModel("stories");
+  r.setModel(model);
   r.initPrompt().setText(prompt);
   r.setMaxTokens(n);
   req.setSink(kj::heap<CollectingSink>(state, timer, delay));
