@@ -158,7 +158,8 @@ TEST(HotPlug, AVanishedDeviceEndsOnlyTheSessionsWithKvOnItAndItsModelsAreReplace
   const Outcome again = finish(*start(*split, 40));
   ASSERT_FALSE(again.error) << again.error->what();
   EXPECT_EQ(again.ids, reference.ids);
-  for (const auto* pool : split->model().kvPools()) EXPECT_EQ(pool->pagesInUse(), 0u);
+  ASSERT_TRUE(split->waitIdle(std::chrono::seconds(10)));
+  for (const auto& u : split->snapshot().units) EXPECT_EQ(u.kvPages, 0u) << u.name;
 
   // Plugged back in: online again, for placement and the policies.
   s.tick(200);
