@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "daemon/runtime/generation.h"
+#include "policies/pressure_policy.h"
 #include "tests/gpu/gpu_model_tests.h"
 #include "tests/runtime/migration_harness.h"
 #include "tools/random_model.h"
@@ -275,6 +277,78 @@ TEST_P(GpuModels, LayersMigrateBetweenTwoGpusMidReplyWithBitwiseIdenticalLogits)
     std::printf("%s migration %zu between two GPUs: %d units, pause %.3f ms, %zu B in the pause\n", testedBackend().name,
                 i, got.stats[i].units, got.stats[i].pauseMs, got.stats[i].bytesInPause);
   }
+}
+
+// The scheduler's fill-up on real hardware: device 0 is filled (its memory really allocated, as
+// another program would), the pressure policy - fed the device's own accounting - moves the busy
+// model's layers to device 1, and the live migration carries that out mid-reply with every step's
+// logits bitwise those of a run that never moved.
+TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
+  JITLLM_REQUIRE_GPU();
+  if (testedBackend().deviceCount() < 2) {
+    GTEST_SKIP() << "one " << testedBackend().name << " device here; this test needs two";
+  }
+  const std::string path = sharedPath("models/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const auto goldens = readGreedyGoldens();
+  ASSERT_GE(goldens.size(), 2u);
+  const std::vector<std::vector<int32_t>> prompts{goldens[0].promptTokens, goldens[1].promptTokens};
+  auto ref = load(path, {"gpu"});
+  const MigratedRun want = runWithMigrations(*ref.model, prompts, 60, {});
+  const size_t units = size_t(ref.model->unitCount());
+  ref.model.reset();
+  ref.devices.clear();
+  auto m = load(path, {"gpu", "gpu1"}, std::vector<int>(units, 0));
+  Device& gpu0 = *m.devices[0];
+  Device& gpu1 = *m.devices[1];
+  // Fill device 0 to 97 % of what it may hand out.
+  const size_t budget = gpu0.info().memoryBudget;
+  const size_t fill = budget / 100 * 97 - std::min(gpu0.memoryUsed(), budget / 100 * 97);
+  const auto filled = std::chrono::steady_clock::now();
+  auto filler = gpu0.allocate(fill);
+  std::printf("%s: filled %.1f GiB of %.1f GiB in %.0f ms\n", gpu0.info().id.c_str(), double(fill) / (1 << 30),
+              double(budget) / (1 << 30),
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - filled).count());
+
+  policies::Snapshot s;
+  for (Device* d : {&gpu0, &gpu1}) {
+    policies::DeviceState state;
+    state.id = d->info().id;
+    state.memoryTotal = d->info().memoryBudget;
+    state.memoryUsed = d->memoryUsed();
+    state.speed = 10;
+    s.devices.push_back(state);
+  }
+  policies::ModelState model;
+  model.name = "stories";
+  model.activeSessions = int(prompts.size());  // busy: its layers move rather than page out
+  for (int u = 0; u < m.model->unitCount(); u++) {
+    const runtime::UnitInfo info = m.model->unitInfo(u);
+    model.units.push_back({m.model->unitName(u), info.device->info().id, info.weightBytes, "", info.weightBytes});
+  }
+  s.models.push_back(model);
+  policies::PressurePolicy pressure({});
+  const std::vector<policies::Action> plan = pressure.plan(s);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, policies::ActionKind::kMigrate);
+  EXPECT_EQ(plan[0].target, gpu1.info().id);
+  EXPECT_NE(plan[0].reason.find(gpu0.info().id + " at 9"), std::string::npos) << plan[0].reason;
+  std::printf("plan: %s units %d-%d -> %s (%s)\n", plan[0].model.c_str(), plan[0].first, plan[0].last,
+              plan[0].target.c_str(), plan[0].reason.c_str());
+
+  const std::string range = std::to_string(plan[0].first) + "-" + std::to_string(plan[0].last);
+  const MigratedRun got = runWithMigrations(*m.model, prompts, 60, {{20, range == "0-6" ? "" : range, &gpu1}});
+  filler.reset();
+  ASSERT_EQ(got.stats.size(), 1u);
+  EXPECT_EQ(got.stats[0].recomputedTokens, 0);
+  EXPECT_EQ(got.tokens, want.tokens);
+  for (size_t step = 0; step < want.logits.size(); step++) {
+    ASSERT_EQ(0, std::memcmp(got.logits[step].data(), want.logits[step].data(), want.logits[step].size() * sizeof(float)))
+        << "step " << step;
+  }
+  for (int u = 0; u < m.model->unitCount(); u++) EXPECT_EQ(&m.model->unitDevice(u), &gpu1) << u;
+  std::printf("%s -> %s under pressure: pause %.3f ms, %zu B in the pause\n", gpu0.info().id.c_str(),
+              gpu1.info().id.c_str(), got.stats[0].pauseMs, got.stats[0].bytesInPause);
 }
 
 TEST_P(GpuModels, TinyQ4KMLayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAToken) {
