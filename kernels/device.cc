@@ -18,6 +18,30 @@ const char* backendName(Backend backend) {
   return "unknown";
 }
 
+namespace {
+
+class PlainHostBuffer final : public HostBuffer {
+ public:
+  explicit PlainHostBuffer(size_t bytes) : bytes_(new uint8_t[bytes]), size_(bytes) {}
+  uint8_t* data() override { return bytes_.get(); }
+  size_t size() const override { return size_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> bytes_;
+  size_t size_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostBuffer> Device::allocateStreamSource(size_t bytes) {
+  return std::make_unique<PlainHostBuffer>(bytes);
+}
+
+uint64_t Device::uploadAsync(uint8_t* dst, const void* src, size_t bytes, uint64_t) {
+  copyFromHost(dst, src, bytes);
+  return 0;
+}
+
 std::string formatUuid(const uint8_t* u) {
   char out[40];
   std::snprintf(out, sizeof out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],

@@ -44,6 +44,15 @@ std::string formatUuid(const uint8_t* bytes);
 
 class Device;
 
+// Host memory a device reads at full speed (pinned on a GPU): where streamed weights wait between
+// their trips into device memory. Destroying it frees it.
+class HostBuffer {
+ public:
+  virtual ~HostBuffer() = default;
+  virtual uint8_t* data() = 0;
+  virtual size_t size() const = 0;
+};
+
 // Memory owned by one device. Destroying it returns the memory to the device's pool.
 class DeviceBuffer {
  public:
@@ -138,6 +147,19 @@ class Device {
   // an op failed with DISCONNECTED, to know which device to re-place models from. May be called
   // from any thread. Default: a device that cannot vanish (the CPU).
   virtual bool responsive() { return true; }
+
+  // Streaming weights through device memory (a model larger than the device): a transfer queue
+  // beside the ops, ordered by tickets.
+  //   mark = markOps()                         a point after the ops queued so far
+  //   up = uploadAsync(dst, src, n, mark)      copies once the ops before `mark` are done (0: now)
+  //   waitForUpload(up)                        ops queued after this see the bytes
+  // `src` must come from allocateStreamSource() and stay untouched until the upload is waited
+  // for. The defaults copy at once (no overlap) on ordinary host memory; the CUDA backend copies
+  // from pinned memory on its own stream while the ops run.
+  virtual std::unique_ptr<HostBuffer> allocateStreamSource(size_t bytes);
+  virtual uint64_t markOps() { return 0; }
+  virtual uint64_t uploadAsync(uint8_t* dst, const void* src, size_t bytes, uint64_t afterMark);
+  virtual void waitForUpload(uint64_t upload) {}
 
   // Ops. Float activations are row-major [rows x dim] f32.
   virtual void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) = 0;

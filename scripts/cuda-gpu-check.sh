@@ -2,9 +2,11 @@
 # One call on a lent GPU machine (the device tool's `run`): build, run the CUDA tests, a memory
 # check of the ops, and the decode/prefill benchmark on a random-weight Llama-3.2-1B Q4_K_M.
 # Logs go to $OUT. Needs the vocab files and stories260K in .devshared/ (carried; see docs/cuda.md).
-#   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b|migrate]
+#   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b|migrate|stream]
 # migrate: the migration tests (CPU and CUDA) and jitllm-migrate-bench between the GPUs found
 # (cuda:0,cuda:1 on a two-GPU machine) and between cuda:0 and the CPU.
+# stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
+# cuda:0 capped at 2 GB with the blocks that do not fit streamed through it, or run on the CPU.
 set -o pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/jitllm-gpu-out}
@@ -20,6 +22,19 @@ cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITLLM_FUZZ=OFF -DJITLLM_
     jitllm-migrate-bench >> "$OUT/build.log" 2>&1 ||
   { tail -60 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
+if [ "$what" = stream ]; then
+  $B/bin/cuda_tests --gtest_filter='*Stream*:*Filling*' 2>&1 | tee "$OUT/cuda_stream_tests.log" |
+    grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -20
+  $B/bin/jitllm-mkmodel llama-3.1-8b q4_k_m /tmp/8b.gguf --shared "$SHARED" > /dev/null || echo "mkmodel failed"
+  echo "model: $(du -h /tmp/8b.gguf | cut -f1)  mkmodel+tests: $(( $(date +%s) - start )) s"
+  for args in "--device cuda:0" "--device cuda:0@2G,cpu:0 --fit stream" "--device cuda:0@2G,cpu:0 --fit cpu"; do
+    echo "== jitllm-bench /tmp/8b.gguf $args -p 512 -n 64 -r 2"
+    timeout 240 $B/bin/jitllm-bench /tmp/8b.gguf $args -p 512 -n 64 -r 2 2>&1 | tee -a "$OUT/bench-8b-stream.txt" |
+      grep -E "^fit|^#|error"
+  done
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
 if [ "$what" = migrate ]; then
   $B/bin/cuda_tests --gtest_filter='*Migrat*' 2>&1 | tee "$OUT/cuda_migration_tests.log" |
     grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |migration|Failure|Expected|Which is" | head -60

@@ -25,7 +25,48 @@ constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-
   -n N         tokens for the decode test (default 64; 0 skips it)
   -r REPS      repetitions after one warm-up (default 5)
   --device S   devices, e.g. cpu:0 (default), cpu:0,cpu:1, vulkan:0 or cpu:0,vulkan:0
+  --fit MODE   a model larger than the first device (e.g. --device cuda:0@2G,cpu:0): the blocks
+               that do not fit are `stream`ed through its memory each step, or run on the `cpu`
+               (the last device); the head stays on the first device, the embedding goes to
+               the CPU when there is one. Default: blocks spread evenly over the devices.
 )";
+
+// Placement for --fit: the head and as many blocks as fit stay on devices[0]; the rest stream
+// through it or go to the last device. Leaves room for the KV of `contextTokens`, activations and,
+// when streaming, two slots of the largest block.
+std::vector<int> fitPlacement(const std::vector<size_t>& weights, size_t kvPerToken, int64_t contextTokens,
+                              const std::vector<std::unique_ptr<Device>>& devices, bool stream,
+                              std::vector<bool>& streamed) {
+  const size_t units = weights.size();
+  const int last = int(devices.size()) - 1;
+  const bool hasCpu = devices.back()->info().backend == Backend::kCpu && last > 0;
+  if (!stream && !hasCpu) throw tools::UsageError("--fit cpu needs a CPU device last in --device");
+  size_t largest = 0;
+  for (size_t u = 1; u + 1 < units; u++) largest = std::max(largest, weights[u]);
+  const size_t kvPerBlock = kvPerToken * size_t(contextTokens);
+  const size_t budget = devices[0]->info().memoryBudget;
+  // Activations, the head, the slots, and KV for every block on the first device.
+  size_t used = (size_t(256) << 20) + weights.back() + (stream ? 2 * largest + kvPerBlock * (units - 2) : 0);
+  std::vector<int> placement(units, 0);
+  streamed.assign(units, false);
+  if (hasCpu) {
+    placement[0] = last;
+  } else {
+    used += weights[0];
+  }
+  for (size_t u = 1; u + 1 < units; u++) {
+    const size_t need = weights[u] + (stream ? 0 : kvPerBlock);
+    if (used + need <= budget) {
+      used += need;
+    } else if (stream) {
+      streamed[u] = true;
+    } else {
+      placement[u] = last;
+    }
+  }
+  if (used > budget) throw Error(ErrorKind::kOverloaded, "the head, activations and KV alone exceed the first device");
+  return placement;
+}
 
 struct Result {
   double mean = 0, stddev = 0;
@@ -56,6 +97,7 @@ int run(int argc, char** argv) {
   std::string modelPath, deviceSpec = "cpu:0";
   int64_t nPrompt = 128, nGen = 64;
   int reps = 5;
+  std::string fit;
   runtime::DeviceSpecOptions deviceOptions;
   while (!cl.done()) {
     const std::string a = cl.take();
@@ -69,6 +111,8 @@ int run(int argc, char** argv) {
       reps = cl.number<int>(a);
     else if (a == "--device")
       deviceSpec = cl.value(a);
+    else if (a == "--fit")
+      fit = cl.value(a);
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -81,11 +125,33 @@ int run(int argc, char** argv) {
   }
   if (modelPath.empty()) throw tools::UsageError("no model given");
   if (nPrompt < 0 || nGen < 0 || reps < 1) throw tools::UsageError("-p and -n must be >= 0, -r >= 1");
+  if (!fit.empty() && fit != "stream" && fit != "cpu") throw tools::UsageError("--fit takes stream or cpu");
 
   auto devices = runtime::createDevices(deviceSpec, deviceOptions);
   runtime::ModelLoadOptions options;
   for (auto& d : devices) options.devices.push_back(d.get());
+  if (!fit.empty()) {
+    options.placer = [&](const std::vector<size_t>& weights, size_t kvPerToken, int64_t) {
+      return fitPlacement(weights, kvPerToken, std::max(nPrompt, nGen) + 1, devices, fit == "stream",
+                          options.streamed);
+    };
+  }
   auto model = runtime::Model::load(modelPath, options);
+  if (!fit.empty()) {
+    int streamedBlocks = 0, resident = 0, elsewhere = 0;
+    for (int u = 1; u + 1 < model->unitCount(); u++) {
+      const auto info = model->unitInfo(u);
+      if (info.streamed) {
+        streamedBlocks++;
+      } else if (info.device == devices[0].get()) {
+        resident++;
+      } else {
+        elsewhere++;
+      }
+    }
+    std::printf("fit %s: %d blocks resident on %s, %d streamed through it, %d on %s\n", fit.c_str(), resident,
+                devices[0]->info().id.c_str(), streamedBlocks, elsewhere, devices.back()->info().id.c_str());
+  }
   const auto& c = model->config();
   std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d\n", modelPath.c_str(),
               runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding, (long long)c.vocabSize,
@@ -127,6 +193,8 @@ int run(int argc, char** argv) {
   }
   for (const auto& [name, r] : results)
     std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, reps);
+  std::printf("# %s memory in use: %.0f MiB of %.0f MiB\n", devices[0]->info().id.c_str(),
+              double(devices[0]->memoryUsed()) / (1 << 20), double(devices[0]->info().memoryBudget) / (1 << 20));
   for (const auto& [name, r] : results) std::printf("%s %.2f\n", name.c_str(), r.mean);
   return 0;
 }

@@ -1,7 +1,10 @@
 #include "tools/random_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "daemon/gguf/gguf_file.h"
 #include "daemon/gguf/gguf_writer.h"
@@ -32,6 +35,9 @@ class Random final {
     const double sum = double(r & 0xffff) + double((r >> 16) & 0xffff) + double((r >> 32) & 0xffff) + double(r >> 48);
     return float((sum / 65536.0 - 2.0) * 1.7320508075688772);
   }
+
+  // Jumps over `n` draws: what makes one tensor's rows generable in parallel, value for value.
+  void skip(uint64_t n) { state_ += n * 0x9e3779b97f4a7c15ull; }
 
  private:
   uint64_t state_;
@@ -85,14 +91,24 @@ class ModelBuilder final {
 
   void matrix(const std::string& name, TensorType type, int64_t rows, int64_t cols, double scale) {
     type = fitType(type, cols);
-    Random rng(hashName(spec_.seed, name));
-    std::vector<float> row(static_cast<size_t>(cols));
     const size_t rowBytes = *quant::rowBytes(type, cols);
     std::vector<uint8_t> data(rowBytes * size_t(rows));
-    for (int64_t r = 0; r < rows; r++) {
-      for (auto& v : row) v = float(rng.normal() * scale);
-      quant::quantizeRow(type, row.data(), data.data() + size_t(r) * rowBytes, cols);
-    }
+    // Rows in parallel: each range starts its generator where the sequential one would be, so the
+    // file is the same whatever the core count (multi-GB shapes take seconds, not minutes).
+    const int64_t workers = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows / 64, 1));
+    auto fill = [&](int64_t first, int64_t last) {
+      Random rng(hashName(spec_.seed, name));
+      rng.skip(uint64_t(first) * uint64_t(cols));
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = first; r < last; r++) {
+        for (auto& v : row) v = float(rng.normal() * scale);
+        quant::quantizeRow(type, row.data(), data.data() + size_t(r) * rowBytes, cols);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int64_t w = 1; w < workers; w++) threads.emplace_back(fill, rows * w / workers, rows * (w + 1) / workers);
+    fill(0, rows / workers);
+    for (auto& t : threads) t.join();
     writer_.addTensor(name, type, {cols, rows}, std::move(data));
   }
 

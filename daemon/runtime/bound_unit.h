@@ -6,7 +6,9 @@
 // Thread-safety: the model's step-loop thread.
 #pragma once
 
+#include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "daemon/gguf/gguf_file.h"
@@ -32,6 +34,56 @@ struct BoundUnit {
   const float* bq = nullptr;
   const float* bk = nullptr;
   const float* bv = nullptr;
+
+  // Streamed (a block of a model larger than its device): the weights wait in `streamSource`
+  // (pinned host memory) laid out as they will be in a device slot, and the pointers above point
+  // at where they are now - into the source until the first upload, then into the slot the block
+  // was last uploaded to (rebase()).
+  bool streamed = false;
+  std::unique_ptr<HostBuffer> streamSource;
+  size_t streamBytes = 0;
+  const uint8_t* streamBase = nullptr;
+
+  static constexpr size_t kStreamAlignment = 256;
+
+  // One tensor of a streamed block and the field that will point at it.
+  struct StreamedTensor {
+    const gguf::TensorInfo* tensor;  // may be null (qwen2's biases on a llama model)
+    WeightRef* matrix;               // exactly one of these
+    const float** vector;
+  };
+  // The whole block, copied once into one stream source; binds every tensor in it.
+  void bindStreamed(const std::vector<StreamedTensor>& tensors) {
+    auto aligned = [](size_t n) { return (n + kStreamAlignment - 1) / kStreamAlignment * kStreamAlignment; };
+    streamed = true;
+    streamBytes = 0;
+    for (const auto& s : tensors) streamBytes += s.tensor ? aligned(s.tensor->nbytes) : 0;
+    streamSource = device->allocateStreamSource(streamBytes);
+    streamBase = streamSource->data();
+    size_t offset = 0;
+    for (const auto& s : tensors) {
+      const gguf::TensorInfo* t = s.tensor;
+      if (!t) continue;
+      uint8_t* at = streamSource->data() + offset;
+      std::memcpy(at, t->data, t->nbytes);
+      weightBytes += t->nbytes;
+      offset += aligned(t->nbytes);
+      if (s.matrix) {
+        *s.matrix = WeightRef{t->type, at, t->rows(), t->dims[0], t->nbytes / size_t(t->rows())};
+      } else {
+        *s.vector = reinterpret_cast<const float*>(at);
+      }
+    }
+  }
+  // Points every weight at the copy that starts at `base` (a device slot the block was uploaded to).
+  void rebase(const uint8_t* base) {
+    auto move = [&](auto& p) {
+      if (p) p = reinterpret_cast<std::remove_reference_t<decltype(p)>>(base + (reinterpret_cast<const uint8_t*>(p) - streamBase));
+    };
+    for (WeightRef* w : {&wq, &wk, &wv, &wo, &gate, &up, &down}) move(w->data);
+    for (const float** v : {&attnNorm, &ffnNorm, &bq, &bk, &bv}) move(*v);
+    streamBase = base;
+  }
 
   uint8_t* adopt(const gguf::TensorInfo* t) {
     buffers.push_back(device->adoptHostBytes(t->data, t->nbytes));

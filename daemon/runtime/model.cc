@@ -17,6 +17,13 @@ struct Model::Workspace {
   int64_t capacity = 0;
   int64_t logitsCapacity = 0;  // rows; decode needs one per session, scoring one per token
   std::unique_ptr<DeviceBuffer> x, normed, q, k, v, attn, gate, up, logits;
+  // Streamed blocks visit two slots in turn: while one block runs from one, the next uploads into
+  // the other. slotFree[s]: the mark after the ops of the block that last used slot s.
+  std::unique_ptr<DeviceBuffer> slots[2];
+  size_t slotBytes = 0;
+  uint64_t slotFree[2] = {0, 0};
+  int nextSlot = 0;
+  std::map<int, std::pair<int, uint64_t>> inFlight;  // unit -> (slot, upload ticket)
 
   float* f(const std::unique_ptr<DeviceBuffer>& b) { return reinterpret_cast<float*>(b->data()); }
 };
@@ -62,7 +69,7 @@ Device& Model::unitDevice(int unit) const { return *units_.at(size_t(unit)).devi
 
 UnitInfo Model::unitInfo(int unit) const {
   const BoundUnit& b = units_.at(size_t(unit));
-  return {b.device, b.inDeviceMemory, b.weightBytes, b.kernelsReady};
+  return {b.device, b.inDeviceMemory, b.weightBytes, b.kernelsReady, b.streamed};
 }
 
 std::string Model::unitName(int unit) const { return runtime::unitName(unit, int(config_.layers)); }
@@ -110,15 +117,33 @@ void Model::bind(const ModelLoadOptions& options) {
     const int d = placement[size_t(u)];
     JITLLM_REQUIRE(d >= 0 && d < int(options.devices.size()), "placement of ", unitName(u), " names device #", d,
                    ", not one of the ", options.devices.size(), " given");
-    units_.push_back(bindUnit(u, *options.devices[size_t(d)]));
+    const bool streamed = u < int(options.streamed.size()) && options.streamed[size_t(u)];
+    JITLLM_REQUIRE(!streamed || (u > 0 && u < units - 1), "only blocks can be streamed, not ", unitName(u));
+    units_.push_back(bindUnit(u, *options.devices[size_t(d)], streamed));
     if (u > 0 && u < units - 1) kvPool(*units_.back().device);
   }
 }
 
-BoundUnit Model::bindUnit(int u, Device& device) {
+BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
   BoundUnit b;
   b.device = &device;
   const int units = int(config_.layers) + 2;
+  if (streamed) {
+    const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
+    b.bindStreamed({{t.attnNorm, nullptr, &b.attnNorm},
+                    {t.ffnNorm, nullptr, &b.ffnNorm},
+                    {t.wq, &b.wq, nullptr},
+                    {t.wk, &b.wk, nullptr},
+                    {t.wv, &b.wv, nullptr},
+                    {t.wo, &b.wo, nullptr},
+                    {t.gate, &b.gate, nullptr},
+                    {t.up, &b.up, nullptr},
+                    {t.down, &b.down, nullptr},
+                    {t.bq, nullptr, &b.bq},
+                    {t.bk, nullptr, &b.bk},
+                    {t.bv, nullptr, &b.bv}});
+    return b;
+  }
   if (u == 0) {
     b.table = b.bindMatrix(tensors_.tokenEmbedding);
   } else if (u == units - 1) {
@@ -143,6 +168,7 @@ BoundUnit Model::bindUnit(int u, Device& device) {
 }
 
 void Model::warmUp(int u, BoundUnit& b) {
+  if (b.streamed) return;  // its weights are not on the device between steps; the first step compiles
   Device& d = *b.device;
   Workspace& ws = workspace(d, 1);
   const int64_t E = config_.embedding;
@@ -178,6 +204,43 @@ void Model::warmUp(int u, BoundUnit& b) {
   std::vector<float> sink(1);
   d.copyToHost(sink.data(), ws.x->data(), sizeof(float));  // waits for the queued ops (GPU)
   b.kernelsReady = true;
+}
+
+void Model::streamIn(int unit, Workspace& ws) {
+  Device& d = *ws.device;
+  // Slots as large as the largest block streamed here.
+  size_t largest = 0;
+  for (const BoundUnit& b : units_) {
+    if (b.streamed && b.device == &d) largest = std::max(largest, b.streamBytes);
+  }
+  if (ws.slotBytes < largest) {
+    d.markOps();
+    ws.inFlight.clear();
+    for (auto& s : ws.slots) {
+      s.reset();
+      s = d.allocate(largest);
+    }
+    ws.slotBytes = largest;
+    ws.slotFree[0] = ws.slotFree[1] = 0;
+  }
+  auto issue = [&](int u) {
+    const int slot = ws.nextSlot;
+    ws.nextSlot ^= 1;
+    BoundUnit& b = units_[size_t(u)];
+    const uint64_t ticket = d.uploadAsync(ws.slots[slot]->data(), b.streamSource->data(), b.streamBytes, ws.slotFree[slot]);
+    ws.inFlight[u] = {slot, ticket};
+  };
+  if (!ws.inFlight.count(unit)) issue(unit);
+  // The next block, if it streams through this device too, starts uploading now and so overlaps
+  // this block's ops.
+  const int next = unit + 1;
+  if (next < unitCount() - 1 && units_[size_t(next)].streamed && units_[size_t(next)].device == &d &&
+      !ws.inFlight.count(next)) {
+    issue(next);
+  }
+  const auto [slot, ticket] = ws.inFlight.at(unit);
+  d.waitForUpload(ticket);
+  units_[size_t(unit)].rebase(ws.slots[slot]->data());
 }
 
 void Model::releaseIdleWorkspaces() {
@@ -384,8 +447,12 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
           slots[size_t(t)] = sessions[size_t(t)]->slotFor(layer, positions[size_t(t)]);
           pageTables[size_t(t)] = sessions[size_t(t)]->pageAddresses(layer).data();
         }
-        runBlock(units_[size_t(unit)], *ws, T, positions.data(), slots.data(), pageTables.data());
-        units_[size_t(unit)].kernelsReady = true;
+        BoundUnit& b = units_[size_t(unit)];
+        if (b.streamed) streamIn(unit, *ws);
+        runBlock(b, *ws, T, positions.data(), slots.data(), pageTables.data());
+        if (b.streamed) ws->slotFree[ws->inFlight.at(unit).first] = d.markOps();
+        if (b.streamed) ws->inFlight.erase(unit);
+        b.kernelsReady = true;
       }
     }
 

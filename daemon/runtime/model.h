@@ -52,6 +52,9 @@ struct ModelLoadOptions {
   std::function<std::vector<int>(const std::vector<size_t>& unitWeightBytes, size_t kvBytesPerTokenPerBlock,
                                  int64_t trainedContext)>
       placer;
+  // Optional, per unit: stream this block's weights through its device's memory instead of
+  // keeping them there (a model larger than the device; see Model::forward). Blocks on GPUs only.
+  std::vector<bool> streamed;
   int kvPageTokens = 16;
   // fp32 by default: attention then stays as exact as the rest of the pass (see KvPrecision).
   KvPrecision kvPrecision = KvPrecision::kF32;
@@ -64,6 +67,7 @@ struct UnitInfo {
   bool inDeviceMemory = false;  // weights copied into device memory; false: read in place from the file
   size_t weightBytes = 0;
   bool kernelsReady = false;  // its ops have run on `device` (kernels compiled, buffers sized)
+  bool streamed = false;      // weights wait in pinned host memory and visit `device` each step
 };
 
 struct SequenceInput {
@@ -123,7 +127,10 @@ class Model final {
   Model() = default;
   void bind(const ModelLoadOptions& options);
   // The unit's weights made usable on `device` (copied there, or viewed in place on the CPU).
-  BoundUnit bindUnit(int unit, Device& device);
+  BoundUnit bindUnit(int unit, Device& device, bool streamed = false);
+  // Uploads the streamed units' weights into `ws`'s slots one block ahead of the one that runs:
+  // returns the device pointer unit `unit` will find its weights at once waitForUpload ran.
+  void streamIn(int unit, Workspace& ws);
   // Runs the unit's ops once on its device with one dummy token, so the kernels are compiled and
   // the workspace sized before the first real step there.
   void warmUp(int unit, BoundUnit& bound);

@@ -389,7 +389,7 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     UnitSnapshot& s = units[size_t(u)];
     s.name = model_->unitName(u);
     s.device = info.device->info().id;
-    s.residency = info.inDeviceMemory ? "device" : "file";
+    s.residency = info.streamed ? "streamed" : info.inDeviceMemory ? "device" : "file";
     s.weightBytes = info.weightBytes;
     s.kernelsReady = info.kernelsReady;
     if (running_ && running_->migration->staged(u)) s.stagedOn = running_->migration->options().target->info().id;

@@ -57,7 +57,7 @@ struct SessionSnapshot {
 struct UnitSnapshot {
   std::string name;
   std::string device;
-  std::string residency;  // "device" | "file"
+  std::string residency;  // "device" | "file" | "streamed" (through device memory each step)
   std::string stagedOn;   // the target of the migration that has staged it; "" if none
   size_t weightBytes = 0;
   bool kernelsReady = false;

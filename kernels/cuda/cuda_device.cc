@@ -101,6 +101,9 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   check(api_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   for (auto& e : ringEvents_) check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   for (auto& e : stagingEvents_) check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  check(api_.cuStreamCreate(&copyStream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate (copies)");
+  for (auto& e : markEvents_) check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  for (auto& e : uploadEvents_) check(api_.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   ringBytes_ = kRingBytes;
   check(api_.cuMemHostAlloc(reinterpret_cast<void**>(&ringHost_), ringBytes_, 0), "cuMemHostAlloc");
   check(api_.cuMemAlloc(&ringDevice_, ringBytes_), "cuMemAlloc (staging ring)");
@@ -140,6 +143,14 @@ CudaDevice::~CudaDevice() {
   for (auto e : stagingEvents_) {
     if (e) api_.cuEventDestroy(e);
   }
+  if (copyStream_) api_.cuStreamSynchronize(copyStream_);
+  for (auto e : markEvents_) {
+    if (e) api_.cuEventDestroy(e);
+  }
+  for (auto e : uploadEvents_) {
+    if (e) api_.cuEventDestroy(e);
+  }
+  if (copyStream_) api_.cuStreamDestroy(copyStream_);
   if (stream_) api_.cuStreamDestroy(stream_);
   if (context_) api_.cuDevicePrimaryCtxRelease(device_);
 }
@@ -152,6 +163,55 @@ bool CudaDevice::responsive() {
   // After a GPU falls off the bus or its context hits a sticky error, every call fails.
   size_t free = 0, total = 0;
   return api_.cuCtxSetCurrent(context_) == CUDA_SUCCESS && api_.cuMemGetInfo(&free, &total) == CUDA_SUCCESS;
+}
+
+namespace {
+
+class PinnedHostBuffer final : public HostBuffer {
+ public:
+  PinnedHostBuffer(const DriverApi& api, uint8_t* p, size_t bytes) : api_(api), p_(p), size_(bytes) {}
+  ~PinnedHostBuffer() override { api_.cuMemFreeHost(p_); }
+  uint8_t* data() override { return p_; }
+  size_t size() const override { return size_; }
+
+ private:
+  const DriverApi& api_;
+  uint8_t* p_;
+  size_t size_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostBuffer> CudaDevice::allocateStreamSource(size_t bytes) {
+  makeCurrent();
+  void* p = nullptr;
+  check(api_.cuMemHostAlloc(&p, std::max<size_t>(bytes, 1), 0), "cuMemHostAlloc (stream source)");
+  return std::make_unique<PinnedHostBuffer>(api_, static_cast<uint8_t*>(p), bytes);
+}
+
+uint64_t CudaDevice::markOps() {
+  makeCurrent();
+  const uint64_t ticket = ++marks_;
+  check(api_.cuEventRecord(markEvents_[(ticket - 1) % kStreamEvents], stream_), "cuEventRecord (mark)");
+  return ticket;
+}
+
+uint64_t CudaDevice::uploadAsync(uint8_t* dst, const void* src, size_t bytes, uint64_t afterMark) {
+  requireOwned(dst, bytes, "upload destination");
+  makeCurrent();
+  if (afterMark != 0) {
+    check(api_.cuStreamWaitEvent(copyStream_, markEvents_[(afterMark - 1) % kStreamEvents], 0), "cuStreamWaitEvent");
+  }
+  check(api_.cuMemcpyHtoDAsync(dptr(dst), src, bytes, copyStream_), "cuMemcpyHtoDAsync (stream)");
+  const uint64_t ticket = ++uploads_;
+  check(api_.cuEventRecord(uploadEvents_[(ticket - 1) % kStreamEvents], copyStream_), "cuEventRecord (upload)");
+  return ticket;
+}
+
+void CudaDevice::waitForUpload(uint64_t upload) {
+  if (upload == 0) return;
+  makeCurrent();
+  check(api_.cuStreamWaitEvent(stream_, uploadEvents_[(upload - 1) % kStreamEvents], 0), "cuStreamWaitEvent");
 }
 
 void CudaDevice::synchronize() {

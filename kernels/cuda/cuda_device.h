@@ -53,6 +53,10 @@ class CudaDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
   bool responsive() override;
+  std::unique_ptr<HostBuffer> allocateStreamSource(size_t bytes) override;
+  uint64_t markOps() override;
+  uint64_t uploadAsync(uint8_t* dst, const void* src, size_t bytes, uint64_t afterMark) override;
+  void waitForUpload(uint64_t upload) override;
   int computeCapability() const { return arch_; }  // 90 for sm_90
   const std::string& cacheDirectory() const { return cache_.directory(); }
   // Waits for everything queued so far.
@@ -130,6 +134,14 @@ class CudaDevice final : public Device {
   static constexpr size_t kStagingBytes = size_t(8) << 20;
   std::array<uint8_t*, 2> staging_{};
   std::array<CUevent, 2> stagingEvents_{};
+
+  // Streaming weights: copies on their own stream, ordered against the ops by events. Tickets
+  // count up; ticket t uses event (t - 1) % kStreamEvents, which is free again long before it comes
+  // round (a model streams through two slots, so a handful are ever in flight).
+  static constexpr size_t kStreamEvents = 64;
+  CUstream copyStream_ = nullptr;
+  std::array<CUevent, kStreamEvents> markEvents_{}, uploadEvents_{};
+  uint64_t marks_ = 0, uploads_ = 0;
 
   std::unordered_map<std::string, CUmodule> modules_;
   std::unordered_map<uint64_t, CUfunction> matmuls_;

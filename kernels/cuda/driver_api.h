@@ -37,6 +37,7 @@ struct DriverApi {
   X(cuEventDestroy)                     \
   X(cuEventRecord)                      \
   X(cuEventSynchronize)                 \
+  X(cuStreamWaitEvent)                  \
   X(cuEventElapsedTime)                 \
   X(cuMemGetInfo)                       \
   X(cuMemAlloc)                         \

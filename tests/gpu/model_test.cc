@@ -279,6 +279,35 @@ TEST_P(GpuModels, LayersMigrateBetweenTwoGpusMidReplyWithBitwiseIdenticalLogits)
   }
 }
 
+// A model larger than its device streams blocks through two slots of device memory, the next
+// block's upload overlapping this one's ops. Same bytes, same kernels: every logit of a prefill and
+// of a token-by-token decode is the resident model's, bit for bit.
+TEST_P(GpuModels, StreamedBlocksGiveTheResidentModelsLogitsBitwise) {
+  JITLLM_REQUIRE_GPU();
+  const std::string path = sharedPath("models/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const auto goldens = readGreedyGoldens();
+  ASSERT_GE(goldens.size(), 1u);
+  const std::vector<int32_t>& ids = goldens[0].promptTokens;
+  auto resident = load(path, {"gpu"});
+  const auto want = scoreAll(*resident.model, ids);
+  const auto wantTokens = greedy(*resident.model, ids, 40);
+  resident.model.reset();
+  resident.devices.clear();
+
+  Loaded streamed;
+  streamed.devices.push_back(testedBackend().make(0));
+  runtime::ModelLoadOptions o;
+  o.devices = {streamed.devices[0].get()};
+  o.streamed = {false, true, true, true, true, true, false};
+  streamed.model = runtime::Model::load(path, o);
+  for (int u = 1; u <= 5; u++) EXPECT_TRUE(streamed.model->unitInfo(u).streamed) << u;
+  const auto got = scoreAll(*streamed.model, ids);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+  EXPECT_EQ(greedy(*streamed.model, ids, 40), wantTokens);
+}
+
 // The scheduler's fill-up on real hardware: device 0 is filled (its memory really allocated, as
 // another program would), the pressure policy - fed the device's own accounting - moves the busy
 // model's layers to device 1, and the live migration carries that out mid-reply with every step's

@@ -98,6 +98,36 @@ TEST(Model, SpreadingLayersOverTwoCpuDevicesChangesNoLogit) {
   EXPECT_EQ(two.model->kvPool(*two.devices[1]).pagesInUse(), 2u);
 }
 
+// Blocks streamed through device memory (a model larger than its device) compute from the same
+// bytes: every logit is the resident model's, for a prefill spanning microbatches and for decode.
+TEST(Model, StreamingBlocksThroughDeviceMemoryChangesNoLogit) {
+  const auto ids = microTokens();
+  auto resident = loadOnCpu(kMicro);
+  LoadedModel streamed;
+  cpu::CpuDeviceOptions o;
+  o.threads = 2;
+  streamed.devices.push_back(std::make_unique<cpu::CpuDevice>(o));
+  runtime::ModelLoadOptions options;
+  options.devices = {streamed.devices[0].get()};
+  options.streamed = {false, true, true, false};
+  streamed.model = runtime::Model::load(kMicro, options);
+  ASSERT_EQ(streamed.model->unitCount(), 4);
+  EXPECT_TRUE(streamed.model->unitInfo(1).streamed);
+  EXPECT_TRUE(streamed.model->unitInfo(2).streamed);
+  EXPECT_FALSE(streamed.model->unitInfo(3).streamed);
+  EXPECT_EQ(streamed.model->unitInfo(1).weightBytes, resident.model->unitInfo(1).weightBytes);
+  const auto a = scoreAll(*resident.model, ids), b = scoreAll(*streamed.model, ids);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  const auto ra = decodeOneByOne(*resident.model, ids), rb = decodeOneByOne(*streamed.model, ids);
+  for (size_t p = 0; p < ids.size(); p++) {
+    ASSERT_EQ(0, std::memcmp(ra[p].data(), rb[p].data(), ra[p].size() * sizeof(float))) << "position " << p;
+  }
+  // Only blocks stream.
+  options.streamed = {true, false, false, false};
+  EXPECT_THROW(runtime::Model::load(kMicro, options), Error);
+}
+
 TEST(Model, TheThreadCountDoesNotChangeAnyLogit) {
   const auto ids = microTokens();
   auto one = loadOnCpu(kMicro, 1, 1), two = loadOnCpu(kMicro, 1, 2);
