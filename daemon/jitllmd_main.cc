@@ -325,11 +325,12 @@ int main(int argc, char** argv) {
     std::printf(
         "\ndefault_context: %lld\nadmin_group: %s\ngrace_period_seconds: %g\nmax_sessions: %zu\n"
         "max_queued_tokens: %zu\nlog_level: %s\npolicy: %s\nscheduler_interval_ms: %lld\ntelemetry_script: %s\n"
-        "thermal_hot_c: %g\nthermal_cool_c: %g\nthermal_cool_for_ms: %lld\npressure_high: %g\npressure_low: %g\nok\n",
+        "thermal_hot_c: %g\nthermal_cool_c: %g\nthermal_cool_for_ms: %lld\npressure_high: %g\npressure_low: %g\n"
+        "speed_probe: %s\nok\n",
         (long long)c.defaultContext, c.adminGroup.c_str(), c.gracePeriodSeconds, c.maxSessions, c.maxQueuedTokens,
         c.logLevel.c_str(), c.policy.c_str(), (long long)c.schedulerIntervalMs,
         c.telemetryScript.empty() ? "(none)" : c.telemetryScript.c_str(), c.thermalHotC, c.thermalCoolC,
-        (long long)c.thermalCoolForMs, c.pressureHigh, c.pressureLow);
+        (long long)c.thermalCoolForMs, c.pressureHigh, c.pressureLow, c.speedProbe ? "on" : "off");
     return 0;
   }
   try {

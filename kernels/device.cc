@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace jitllm {
@@ -40,6 +41,13 @@ std::unique_ptr<HostBuffer> Device::allocateStreamSource(size_t bytes) {
 uint64_t Device::uploadAsync(uint8_t* dst, const void* src, size_t bytes, uint64_t) {
   copyFromHost(dst, src, bytes);
   return 0;
+}
+
+std::string cacheRoot() {
+  if (const char* dir = std::getenv("JITLLM_CACHE_DIR")) return dir;  // empty: off
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/jitllm";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/jitllm";
+  return {};
 }
 
 std::string formatUuid(const uint8_t* u) {

@@ -42,6 +42,11 @@ struct DeviceInfo {
 // 16 UUID bytes as DeviceInfo::uuid spells them.
 std::string formatUuid(const uint8_t* bytes);
 
+// Where jitllm caches what it learns about this machine (compiled kernels, measured device
+// speeds): $JITLLM_CACHE_DIR (empty: no disk cache), else $XDG_CACHE_HOME/jitllm, else
+// ~/.cache/jitllm; "" when none of them is set.
+std::string cacheRoot();
+
 class Device;
 
 // Host memory a device reads at full speed (pinned on a GPU): where streamed weights wait between

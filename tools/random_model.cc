@@ -95,7 +95,8 @@ class ModelBuilder final {
     std::vector<uint8_t> data(rowBytes * size_t(rows));
     // Rows in parallel: each range starts its generator where the sequential one would be, so the
     // file is the same whatever the core count (multi-GB shapes take seconds, not minutes).
-    const int64_t workers = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows / 64, 1));
+    const int64_t workers =
+        std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows / 64, 1));
     auto fill = [&](int64_t first, int64_t last) {
       Random rng(hashName(spec_.seed, name));
       rng.skip(uint64_t(first) * uint64_t(cols));

@@ -78,7 +78,9 @@ struct BoundUnit {
   // Points every weight at the copy that starts at `base` (a device slot the block was uploaded to).
   void rebase(const uint8_t* base) {
     auto move = [&](auto& p) {
-      if (p) p = reinterpret_cast<std::remove_reference_t<decltype(p)>>(base + (reinterpret_cast<const uint8_t*>(p) - streamBase));
+      if (p)
+        p = reinterpret_cast<std::remove_reference_t<decltype(p)>>(base +
+                                                                   (reinterpret_cast<const uint8_t*>(p) - streamBase));
     };
     for (WeightRef* w : {&wq, &wk, &wv, &wo, &gate, &up, &down}) move(w->data);
     for (const float** v : {&attnNorm, &ffnNorm, &bq, &bk, &bv}) move(*v);

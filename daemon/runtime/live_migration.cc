@@ -1,6 +1,7 @@
 #include "daemon/runtime/live_migration.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <set>
 
@@ -124,12 +125,20 @@ void LiveMigration::stageUnit(int unit) {
 bool LiveMigration::prepareStep() {
   JITLLM_REQUIRE(!committed_, "this migration has already committed");
   reconcileSessions();
-  // Weights first, one unit per step: a GPU upload of a big block is the longest single piece.
+  // Weights first, one unit per step or as many as the budget allows: a GPU upload of a big block
+  // is the longest single piece.
+  const auto start = std::chrono::steady_clock::now();
+  bool stagedSome = false;
   for (int u : movingUnits_) {
     if (staged_.count(u)) continue;
+    if (stagedSome && std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() >=
+                          options_.stageBudgetMs) {
+      return false;
+    }
     stageUnit(u);
-    return false;
+    stagedSome = true;
   }
+  if (stagedSome) return false;  // pre-copy starts with the next slice
   if (!options_.precopy || movingLayers_.empty()) return true;
   if (!precopy(options_.stepBytes)) return false;
   warmTail();

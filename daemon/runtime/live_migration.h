@@ -41,6 +41,11 @@ struct MigrationOptions {
   // KV bytes one prepareStep copies at most, so a step of the streaming replies is delayed by
   // about a millisecond's copying, not the whole cache's.
   size_t stepBytes = size_t(16) << 20;
+  // Units one prepareStep stages: at least one, and more while the slice has taken less than this
+  // (0: exactly one). Staging on the CPU is a view and costs microseconds, a GPU upload of a
+  // block milliseconds: a budget keeps the reply's step delay bounded either way while a
+  // many-unit migration prepares in a few steps rather than one step per unit.
+  double stageBudgetMs = 0;
 };
 
 struct MigrationStats {

@@ -227,7 +227,8 @@ void Model::streamIn(int unit, Workspace& ws) {
     const int slot = ws.nextSlot;
     ws.nextSlot ^= 1;
     BoundUnit& b = units_[size_t(u)];
-    const uint64_t ticket = d.uploadAsync(ws.slots[slot]->data(), b.streamSource->data(), b.streamBytes, ws.slotFree[slot]);
+    const uint64_t ticket =
+        d.uploadAsync(ws.slots[slot]->data(), b.streamSource->data(), b.streamBytes, ws.slotFree[slot]);
     ws.inFlight[u] = {slot, ticket};
   };
   if (!ws.inFlight.count(unit)) issue(unit);

@@ -53,7 +53,7 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs) {
     state.software = info.software;
     state.memoryTotal = info.memoryBudget;
     state.memoryUsed = d->memoryUsed();
-    state.speed = server::DeviceTable::speed(info);
+    state.speed = core_.deviceTable().speed(*d);
     const DeviceTelemetry t = telemetry_->read(info.id, nowMs);
     state.temperatureC = t.temperatureC;
     if (t.memoryUsed) state.memoryUsed = *t.memoryUsed;

@@ -35,6 +35,7 @@ struct DaemonConfig {
   double thermalHotC = 85, thermalCoolC = 75;
   int64_t thermalCoolForMs = 30000;
   double pressureHigh = 0.92, pressureLow = 0.80;
+  bool speedProbe = true;  // measure each kind of device's decode speed once (cached) for placement
 
   // Applies the settings in `text`; `origin` names it in errors. Error(FAILED) on a bad line.
   void parse(const std::string& text, const std::string& origin);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "daemon/runtime/device_spec.h"
+#include "daemon/runtime/speed_probe.h"
 #include "kernels/error.h"
 #include "policies/placement.h"
 
@@ -39,11 +40,11 @@ size_t promisedKv(const ModelHost& host, const ModelSnapshot& snap, const std::s
   return promised;
 }
 
-policies::PlacementDevice placementView(const Device& d, size_t promised) {
+policies::PlacementDevice placementView(const Device& d, size_t promised, double speed) {
   policies::PlacementDevice p;
   const DeviceInfo& info = d.info();
   p.id = info.id;
-  p.speed = DeviceTable::speed(info);
+  p.speed = speed;
   p.software = info.software;
   p.weightsInMemory = info.backend != Backend::kCpu;  // the CPU reads weights from the mapped file
   p.memoryTotal = info.memoryBudget;
@@ -56,9 +57,20 @@ policies::PlacementDevice placementView(const Device& d, size_t promised) {
 
 DaemonCore::DaemonCore(DaemonConfig config)
     : config_(std::move(config)), access_(config_.adminGroup), devices_(openDevices(config_)) {
+  std::map<std::string, double> speeds;  // per speedKey: identical devices share one measurement
   for (Device* d : devices_.online()) {
+    std::string speed;
+    if (config_.speedProbe) {
+      const std::string key = runtime::speedKey(*d);
+      bool measured = false;
+      if (!speeds.count(key)) speeds[key] = runtime::decodeSpeed(*d, cacheRoot(), &measured);
+      devices_.setMeasuredSpeed(d->info().id, speeds[key]);
+      char line[96];
+      std::snprintf(line, sizeof line, ", decode probe %.1f GB/s%s", speeds[key], measured ? " (measured now)" : "");
+      speed = line;
+    }
     events_.emit({0, EventKind::kDevice, "device.added", "", d->info().id, 0,
-                  d->info().name + ", " + std::to_string(d->info().memoryBudget >> 20) + " MiB"});
+                  d->info().name + ", " + std::to_string(d->info().memoryBudget >> 20) + " MiB" + speed});
   }
 }
 
@@ -251,9 +263,9 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
   r.kvBytes.front() = r.kvBytes.back() = 0;
   r.maxDeviceBytes = maxDeviceBytes;
   r.headroom = 0;  // the device budgets already keep their reserve
-  auto view = [&] {
+  auto views = [&] {
     std::vector<policies::PlacementDevice> v;
-    for (Device* d : candidates) v.push_back(placementView(*d, promised(d->info().id)));
+    for (Device* d : candidates) v.push_back(view(*d));
     return v;
   };
   auto evenly = [&] {
@@ -291,7 +303,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
 
   if (evenSpread) {
     const std::vector<int> p = evenly();
-    std::vector<policies::PlacementDevice> v = view();
+    std::vector<policies::PlacementDevice> v = views();
     const std::vector<size_t> need = shortfall(p, v);
     for (size_t d = 0; d < v.size(); d++) {
       if (need[d] <= v[d].memoryFree) continue;
@@ -306,7 +318,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
 
   // What the model would get if every idle model made room: when that is better than what it gets
   // now (more of it on faster devices), the idle models go (least recently used first).
-  std::vector<policies::PlacementDevice> reclaimable = view();
+  std::vector<policies::PlacementDevice> reclaimable = views();
   for (const auto& host : models()) {
     const ModelSnapshot snap = host->snapshot();
     bool pinned = false;
@@ -320,19 +332,23 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
     for (auto& d : reclaimable) d.memoryFree += promisedKv(*host, snap, d.id);
   }
   const policies::Placement ideal = policies::placeUnits(reclaimable, r);
-  policies::Placement now = policies::placeUnits(view(), r);
+  policies::Placement now = policies::placeUnits(views(), r);
   if (ideal.ok && (!now.ok || now.unitDevice != ideal.unitDevice)) {
-    const std::vector<policies::PlacementDevice> v = view();
+    const std::vector<policies::PlacementDevice> v = views();
     for (size_t d = 0; d < v.size(); d++) {
       if (ideal.bytesUsed[d] > v[d].memoryFree) makeRoom(*candidates[d], ideal.bytesUsed[d], name);
     }
-    now = policies::placeUnits(view(), r);
+    now = policies::placeUnits(views(), r);
   }
   if (!now.ok)
     JITLLM_FAIL(kOverloaded, "'", name, "' does not fit: ", now.why,
                 " (idle models were paged out first); unload a model or load with a smaller context");
   announce(now.unitDevice, now.bytesUsed);
   return now.unitDevice;
+}
+
+policies::PlacementDevice DaemonCore::view(const Device& device) const {
+  return placementView(device, promised(device.info().id), devices_.speed(device));
 }
 
 size_t DaemonCore::promised(const std::string& device) const {
@@ -342,7 +358,7 @@ size_t DaemonCore::promised(const std::string& device) const {
 }
 
 size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& forModel) {
-  auto freeNow = [&] { return placementView(device, promised(device.info().id)).memoryFree; };
+  auto freeNow = [&] { return view(device).memoryFree; };
   Device* host = nullptr;
   for (Device* d : devices()) {
     if (d->info().backend == Backend::kCpu && d != &device && !host) host = d;
@@ -417,7 +433,7 @@ bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
     size_t weights = 0;
     for (const UnitSnapshot& u : host->snapshot().units) weights += u.device == id ? u.weightBytes : 0;
     std::vector<policies::PlacementDevice> v;
-    for (Device* d : left) v.push_back(placementView(*d, promised(d->info().id)));
+    for (Device* d : left) v.push_back(view(*d));
     Device* fallback = left.front();
     for (int k : policies::preferenceOrder(v)) {
       const auto& d = v[size_t(k)];

@@ -26,6 +26,7 @@
 #include "daemon/server/model_host.h"
 #include "daemon/server/policy_control.h"
 #include "kernels/device.h"
+#include "policies/placement.h"
 
 namespace jitllm::server {
 
@@ -118,6 +119,8 @@ class DaemonCore final {
   size_t makeRoom(Device& device, size_t bytes, const std::string& forModel);
   // KV the resident models were placed with room for on `device` and do not use yet.
   size_t promised(const std::string& device) const;
+  // `device` as placement sees it: its speed and what is free there, less what is promised.
+  policies::PlacementDevice view(const Device& device) const;
 
   mutable std::mutex mutex_;
   DaemonConfig config_;

@@ -56,9 +56,24 @@ void DeviceTable::add(std::unique_ptr<Device> device) {
   status_.push_back(s);
 }
 
-double DeviceTable::speed(const DeviceInfo& d) {
-  if (d.software) return 0.1;
-  return d.backend == Backend::kCpu ? 1.0 : 10.0;
+double DeviceTable::nominalSpeed(const DeviceInfo& d) {
+  if (d.software) return 1;
+  return d.backend == Backend::kCpu ? 10 : 1000;
+}
+
+double DeviceTable::speed(const Device& device) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& s : status_) {
+    if (s.device == &device && s.measuredSpeed > 0) return s.measuredSpeed;
+  }
+  return nominalSpeed(device.info());
+}
+
+void DeviceTable::setMeasuredSpeed(const std::string& id, double gbPerSecond) {
+  std::lock_guard lock(mutex_);
+  for (auto& s : status_) {
+    if (s.device->info().id == id) s.measuredSpeed = gbPerSecond;
+  }
 }
 
 void DeviceTable::setReadings(const std::string& id, const DeviceReadings& readings) {

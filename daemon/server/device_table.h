@@ -30,6 +30,7 @@ struct DeviceReadings {
 struct DeviceStatus {
   Device* device = nullptr;
   bool online = true;
+  double measuredSpeed = 0;   // GB/s from the placement probe; 0: not measured
   std::string offlineReason;  // why it went offline
   DeviceReadings readings;
 };
@@ -49,9 +50,11 @@ class DeviceTable final {
   void add(std::unique_ptr<Device> device);
   void setReadings(const std::string& id, const DeviceReadings& readings);
 
-  // Relative throughput for placement: GPUs 10, the CPU 1, software devices 0.1 (nominal, until a
-  // placement probe measures it).
-  static double speed(const DeviceInfo& device);
+  // Relative throughput for placement: the probe's GB/s (runtime/speed_probe.h) once measured,
+  // until then nominal: GPUs 1000, the CPU 10, software devices 1.
+  double speed(const Device& device) const;
+  void setMeasuredSpeed(const std::string& id, double gbPerSecond);
+  static double nominalSpeed(const DeviceInfo& device);
 
  private:
   mutable std::mutex mutex_;

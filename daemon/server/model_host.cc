@@ -219,7 +219,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
       holdsKv = holdsKv || (u > 0 && u <= layers);
     }
     if (units.empty()) {
-      if (l.done) l.done();
+      if (l.done) replaced_.push_back(std::move(l.done));  // once ps shows it
       continue;
     }
     std::string moved;  // "blk.3-7, output": the runs of units that were there
@@ -268,7 +268,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
     events_.emit({0, EventKind::kModel, "model.replaced", name_, l.fallback->info().id, 0,
                   outcome + "; " + std::to_string(ended) + " session(s) ended with DISCONNECTED"});
     spdlog::warn("model '{}': {}; {} session(s) ended", name_, outcome, ended);
-    if (l.done) l.done();
+    if (l.done) replaced_.push_back(std::move(l.done));  // once ps shows it
   }
 }
 
@@ -292,6 +292,7 @@ void ModelHost::serviceMigration() {
     o.units = runtime::parseUnitRange(r.layers, layers);  // checked in migrate()
     o.target = r.target;
     o.precopy = r.precopy;
+    o.stageBudgetMs = 2;  // a few units per step: the replies' steps wait a couple of ms at most
     auto started = std::make_unique<RunningMigration>();
     started->ticket = ticket;
     for (int u = 0; u < model_->unitCount(); u++) started->before.push_back(model_->unitDevice(u).info().id);
@@ -541,6 +542,8 @@ void ModelHost::workerLoop() {
         if (l.done) l.done();
       }
       lostDevices_.clear();
+      for (auto& done : replaced_) done();
+      replaced_.clear();
       activeCount_ = 0;
       published_.clear();
       changed_.notify_all();
@@ -632,6 +635,8 @@ void ModelHost::workerLoop() {
       committed_.first->succeed(committed_.second);
       committed_ = {};
     }
+    for (auto& done : replaced_) done();
+    replaced_.clear();
     changed_.notify_all();
   }
 }

@@ -176,8 +176,9 @@ class ModelHost final {
     std::string why;
     std::function<void()> done;
   };
-  std::vector<LostDevice> lostDevices_;  // deviceLost() requests the worker has not handled yet
-  bool pagedOut_ = false;                // see ModelSnapshot::pagedOut
+  std::vector<LostDevice> lostDevices_;          // deviceLost() requests the worker has not handled yet
+  std::vector<std::function<void()>> replaced_;  // their `done`, run after the next publish (worker only)
+  bool pagedOut_ = false;                        // see ModelSnapshot::pagedOut
   std::vector<std::string> home_;
   bool stopping_ = false;
   bool pokes_ = false;  // something happened the worker should look at

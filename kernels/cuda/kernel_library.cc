@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "kernels/cuda/kernel_sources.h"
+#include "kernels/device.h"
 #include "kernels/error.h"
 
 namespace jitllm::cuda {
@@ -179,12 +180,7 @@ CompiledModule compileModule(const ModuleSpec& spec, int arch) {
   return out;
 }
 
-std::string KernelCache::defaultRoot() {
-  if (const char* dir = std::getenv("JITLLM_CACHE_DIR")) return dir;  // empty: off
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/jitllm";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/jitllm";
-  return {};
-}
+std::string KernelCache::defaultRoot() { return cacheRoot(); }
 
 KernelCache::KernelCache(const std::string& root) {
   if (root.empty()) return;

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "kernels/device.h"
+
 namespace jitllm::vulkan {
 namespace {
 
@@ -43,12 +45,7 @@ uint64_t fnv1a64(std::string_view bytes, uint64_t seed) {
   return h;
 }
 
-std::string KernelCache::defaultRoot() {
-  if (const char* dir = std::getenv("JITLLM_CACHE_DIR")) return dir;  // empty: off
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/jitllm";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/jitllm";
-  return {};
-}
+std::string KernelCache::defaultRoot() { return cacheRoot(); }
 
 KernelCache::KernelCache(const std::string& root, const PhysicalDeviceDescription& device) {
   if (root.empty()) return;

@@ -245,15 +245,28 @@ TEST_P(GpuModels, LayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAToken) {
   expectMigrationKeepsTheCpusTokens(path, {goldens[0].promptTokens, goldens[1].promptTokens, goldens[2].promptTokens});
 }
 
+// Skips unless the tested backend has two devices and stories260K is there; declares `path`.
+#define JITLLM_REQUIRE_TWO_GPUS_AND_STORIES(path)                                          \
+  JITLLM_REQUIRE_GPU();                                                                    \
+  if (testedBackend().deviceCount() < 2) {                                                 \
+    GTEST_SKIP() << "one " << testedBackend().name << " device here; this test needs two"; \
+  }                                                                                        \
+  const std::string path = sharedPath("models/stories260K.gguf");                          \
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path
+
+void expectBitwiseSameLogits(const MigratedRun& got, const MigratedRun& want) {
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (size_t step = 0; step < want.logits.size(); step++) {
+    ASSERT_EQ(0,
+              std::memcmp(got.logits[step].data(), want.logits[step].data(), want.logits[step].size() * sizeof(float)))
+        << "step " << step;
+  }
+}
+
 // Between two GPUs of one backend (cuda:0 and cuda:1 on the two-GPU machine) the kernels are the
 // same deterministic code: every step's logits must be bitwise those of a run that never moved.
 TEST_P(GpuModels, LayersMigrateBetweenTwoGpusMidReplyWithBitwiseIdenticalLogits) {
-  JITLLM_REQUIRE_GPU();
-  if (testedBackend().deviceCount() < 2) {
-    GTEST_SKIP() << "one " << testedBackend().name << " device here; this test needs two";
-  }
-  const std::string path = sharedPath("models/stories260K.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  JITLLM_REQUIRE_TWO_GPUS_AND_STORIES(path);
   const auto goldens = readGreedyGoldens();
   ASSERT_GE(goldens.size(), 3u);
   const std::vector<std::vector<int32_t>> prompts{goldens[0].promptTokens, goldens[1].promptTokens,
@@ -265,17 +278,13 @@ TEST_P(GpuModels, LayersMigrateBetweenTwoGpusMidReplyWithBitwiseIdenticalLogits)
   Device* gpu1 = m.devices[1].get();
   const MigratedRun got = runWithMigrations(*m.model, prompts, 80, {{20, "", gpu1}, {40, "", gpu0}, {60, "1-2", gpu1}});
   EXPECT_EQ(got.tokens, want.tokens);
-  ASSERT_EQ(got.logits.size(), want.logits.size());
-  for (size_t step = 0; step < want.logits.size(); step++) {
-    ASSERT_EQ(0, std::memcmp(got.logits[step].data(), want.logits[step].data(), want.logits[step].size() * sizeof(float)))
-        << "step " << step;
-  }
+  expectBitwiseSameLogits(got, want);
   ASSERT_EQ(got.stats.size(), 3u);
   for (size_t i = 0; i < got.stats.size(); i++) {
     EXPECT_EQ(got.stats[i].recomputedTokens, 0);
     EXPECT_TRUE(got.poolsBalanced[i]);
-    std::printf("%s migration %zu between two GPUs: %d units, pause %.3f ms, %zu B in the pause\n", testedBackend().name,
-                i, got.stats[i].units, got.stats[i].pauseMs, got.stats[i].bytesInPause);
+    std::printf("%s migration %zu between two GPUs: %d units, pause %.3f ms, %zu B in the pause\n",
+                testedBackend().name, i, got.stats[i].units, got.stats[i].pauseMs, got.stats[i].bytesInPause);
   }
 }
 
@@ -313,12 +322,7 @@ TEST_P(GpuModels, StreamedBlocksGiveTheResidentModelsLogitsBitwise) {
 // model's layers to device 1, and the live migration carries that out mid-reply with every step's
 // logits bitwise those of a run that never moved.
 TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
-  JITLLM_REQUIRE_GPU();
-  if (testedBackend().deviceCount() < 2) {
-    GTEST_SKIP() << "one " << testedBackend().name << " device here; this test needs two";
-  }
-  const std::string path = sharedPath("models/stories260K.gguf");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  JITLLM_REQUIRE_TWO_GPUS_AND_STORIES(path);
   const auto goldens = readGreedyGoldens();
   ASSERT_GE(goldens.size(), 2u);
   const std::vector<std::vector<int32_t>> prompts{goldens[0].promptTokens, goldens[1].promptTokens};
@@ -371,10 +375,7 @@ TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
   ASSERT_EQ(got.stats.size(), 1u);
   EXPECT_EQ(got.stats[0].recomputedTokens, 0);
   EXPECT_EQ(got.tokens, want.tokens);
-  for (size_t step = 0; step < want.logits.size(); step++) {
-    ASSERT_EQ(0, std::memcmp(got.logits[step].data(), want.logits[step].data(), want.logits[step].size() * sizeof(float)))
-        << "step " << step;
-  }
+  expectBitwiseSameLogits(got, want);
   for (int u = 0; u < m.model->unitCount(); u++) EXPECT_EQ(&m.model->unitDevice(u), &gpu1) << u;
   std::printf("%s -> %s under pressure: pause %.3f ms, %zu B in the pause\n", gpu0.info().id.c_str(),
               gpu1.info().id.c_str(), got.stats[0].pauseMs, got.stats[0].bytesInPause);

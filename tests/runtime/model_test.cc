@@ -49,8 +49,8 @@ TEST(Model, BatchedSessionsGetExactlyTheLogitsTheyGetAlone) {
   auto sa = m.model->createSession(100), sb = m.model->createSession(100), sc = m.model->createSession(100);
   std::vector<float> logits;
   // Step 1: a and c prefill together; b gets its first 10 tokens.
-  std::vector<runtime::SequenceInput> step1 = {{sa.get(), a, true}, {sb.get(), {b.data(), 10}, true},
-                                               {sc.get(), c, true}};
+  std::vector<runtime::SequenceInput> step1 = {
+      {sa.get(), a, true}, {sb.get(), {b.data(), 10}, true}, {sc.get(), c, true}};
   m.model->forward(step1, logits);
   // Step 2: b continues alone with the rest.
   m.model->forward(std::vector<runtime::SequenceInput>{{sb.get(), {b.data() + 10, b.size() - 10}, true}}, logits);
