@@ -326,11 +326,11 @@ int main(int argc, char** argv) {
         "\ndefault_context: %lld\nadmin_group: %s\ngrace_period_seconds: %g\nmax_sessions: %zu\n"
         "max_queued_tokens: %zu\nlog_level: %s\npolicy: %s\nscheduler_interval_ms: %lld\ntelemetry_script: %s\n"
         "thermal_hot_c: %g\nthermal_cool_c: %g\nthermal_cool_for_ms: %lld\npressure_high: %g\npressure_low: %g\n"
-        "speed_probe: %s\nok\n",
+        "speed_probe: %s\nspill: %s\nok\n",
         (long long)c.defaultContext, c.adminGroup.c_str(), c.gracePeriodSeconds, c.maxSessions, c.maxQueuedTokens,
         c.logLevel.c_str(), c.policy.c_str(), (long long)c.schedulerIntervalMs,
         c.telemetryScript.empty() ? "(none)" : c.telemetryScript.c_str(), c.thermalHotC, c.thermalCoolC,
-        (long long)c.thermalCoolForMs, c.pressureHigh, c.pressureLow, c.speedProbe ? "on" : "off");
+        (long long)c.thermalCoolForMs, c.pressureHigh, c.pressureLow, c.speedProbe ? "on" : "off", c.spill.c_str());
     return 0;
   }
   try {

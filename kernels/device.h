@@ -152,6 +152,9 @@ class Device {
   // an op failed with DISCONNECTED, to know which device to re-place models from. May be called
   // from any thread. Default: a device that cannot vanish (the CPU).
   virtual bool responsive() { return true; }
+  // Whether running a unit's ops once before its first real step pays: kernels compiled or loaded
+  // on first use (GPUs). The CPU's kernels are compiled in, so a migration to it skips that.
+  virtual bool warmUpPays() const { return true; }
 
   // Streaming weights through device memory (a model larger than the device): a transfer queue
   // beside the ops, ordered by tickets.

@@ -45,11 +45,13 @@ Placement placeUnits(const std::vector<PlacementDevice>& devices, const Placemen
     return p;
   }
   const std::vector<int> order = preferenceOrder(devices);
+  std::vector<bool> used(devices.size(), false);  // runs a unit: needs its activations
   size_t k = 0;
   for (size_t u = 0; u < units; u++) {
     while (k < order.size()) {
       const size_t d = size_t(order[k]);
-      if (p.bytesUsed[d] + unitNeed(devices[d], request, u) <= room(devices[d], request)) break;
+      const size_t first = used[d] ? 0 : request.workspaceBytes;
+      if (p.bytesUsed[d] + first + unitNeed(devices[d], request, u) <= room(devices[d], request)) break;
       k++;  // this device is full for the model: the next one takes the rest
     }
     if (k == order.size()) {
@@ -64,8 +66,51 @@ Placement placeUnits(const std::vector<PlacementDevice>& devices, const Placemen
     }
     const size_t d = size_t(order[k]);
     p.unitDevice[u] = int(d);
+    if (!used[d]) p.bytesUsed[d] += request.workspaceBytes;
+    used[d] = true;
     p.bytesUsed[d] += unitNeed(devices[d], request, u);
   }
+  p.ok = true;
+  return p;
+}
+
+Placement placeStreaming(const std::vector<PlacementDevice>& devices, const PlacementRequest& request) {
+  Placement p;
+  const size_t units = request.weightBytes.size();
+  int fastest = -1;
+  for (int d : preferenceOrder(devices)) {
+    if (devices[size_t(d)].weightsInMemory) {
+      fastest = d;
+      break;
+    }
+  }
+  if (fastest < 0 || units < 3) {
+    p.why = "no device holds weights in its memory";
+    return p;
+  }
+  const PlacementDevice& f = devices[size_t(fastest)];
+  size_t largest = 0, kv = 0;
+  for (size_t u = 1; u + 1 < units; u++) {
+    largest = std::max(largest, request.weightBytes[u]);
+    kv += u < request.kvBytes.size() ? request.kvBytes[u] : 0;
+  }
+  size_t used = request.workspaceBytes + 2 * largest + kv + request.weightBytes.front() + request.weightBytes.back();
+  const size_t limit = room(f, request);
+  if (used > limit) {
+    p.why = f.id + " cannot hold even the head, the embedding, the KV and two stream slots (" + mib(used) + ")";
+    return p;
+  }
+  p.unitDevice.assign(units, fastest);
+  p.streamed.assign(units, false);
+  p.bytesUsed.assign(devices.size(), 0);
+  for (size_t u = 1; u + 1 < units; u++) {
+    if (used + request.weightBytes[u] <= limit) {
+      used += request.weightBytes[u];
+    } else {
+      p.streamed[u] = true;
+    }
+  }
+  p.bytesUsed[size_t(fastest)] = used;
   p.ok = true;
   return p;
 }

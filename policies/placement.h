@@ -28,6 +28,7 @@ struct PlacementRequest {
   std::vector<size_t> weightBytes;  // per unit: token_embd, blk.0 .. blk.L-1, output
   std::vector<size_t> kvBytes;      // per unit: the KV reserve it needs (0 for token_embd and output)
   size_t maxDeviceBytes = 0;        // per device that holds weights: this model's cap (--max-vram); 0: none
+  size_t workspaceBytes = 0;        // activations: once on every device that runs a unit
   double headroom = 0.05;           // fraction of each device's memory left free
 };
 
@@ -35,6 +36,7 @@ struct Placement {
   bool ok = false;
   std::vector<int> unitDevice;    // per unit: index into the devices given
   std::vector<size_t> bytesUsed;  // per device given: what this placement takes there
+  std::vector<bool> streamed;     // per unit: streamed through its device's memory each step
   std::string why;                // when !ok: how much is missing, in words
 };
 
@@ -44,6 +46,12 @@ std::vector<int> preferenceOrder(const std::vector<PlacementDevice>& devices);
 // Greedy in unit order over preferenceOrder(): each device takes units until the next does not
 // fit, then the next device takes over.
 Placement placeUnits(const std::vector<PlacementDevice>& devices, const PlacementRequest& request);
+
+// For a model larger than its fastest device: the head, the embedding and as many blocks as fit
+// stay on the fastest device that holds weights in its memory, every other block streams through
+// it (two slots of the largest block, and the KV of every block, are reserved there). Not ok when
+// that device cannot hold even that, or the model fits without streaming (placeUnits then).
+Placement placeStreaming(const std::vector<PlacementDevice>& devices, const PlacementRequest& request);
 
 // What `unit` needs on `device`.
 size_t unitNeed(const PlacementDevice& device, const PlacementRequest& request, size_t unit);

@@ -131,7 +131,7 @@ int run(int argc, char** argv) {
   runtime::ModelLoadOptions options;
   for (auto& d : devices) options.devices.push_back(d.get());
   if (!fit.empty()) {
-    options.placer = [&](const std::vector<size_t>& weights, size_t kvPerToken, int64_t) {
+    options.placer = [&](const std::vector<size_t>& weights, size_t kvPerToken, int64_t, size_t) {
       return fitPlacement(weights, kvPerToken, std::max(nPrompt, nGen) + 1, devices, fit == "stream", options.streamed);
     };
   }

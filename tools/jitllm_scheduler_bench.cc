@@ -31,6 +31,7 @@ constexpr const char* kUsage = R"(usage: jitllm-scheduler-bench MODEL.gguf [--co
   --contexts L  tokens in the streaming session's KV when the trigger comes (default 512,2048)
   -r REPS       repetitions per context (default 3)
   -t THREADS    worker threads of each of the two CPU devices (default 1)
+  -v            log the daemon's events (with their times)
 )";
 
 using Clock = std::chrono::steady_clock;
@@ -79,7 +80,7 @@ std::unique_ptr<server::DaemonCore> makeCore(const std::string& path) {
   config.devices = "cpu:0,cpu:1";
   config.cpuThreads = cpuThreads;
   config.modelDirs = {std::filesystem::path(path).parent_path().string()};
-  config.logLevel = "warn";
+  config.logLevel = spdlog::get_level() <= spdlog::level::info ? "info" : "warn";
   return std::make_unique<server::DaemonCore>(config);
 }
 
@@ -111,6 +112,7 @@ int run(int argc, char** argv) {
   std::string path;
   std::vector<int64_t> contexts = {512, 2048};
   int reps = 3;
+  bool verbose = false;
   while (!cl.done()) {
     const std::string a = cl.take();
     if (a == "--contexts") {
@@ -121,6 +123,8 @@ int run(int argc, char** argv) {
       reps = cl.number<int>(a);
     } else if (a == "-t") {
       cpuThreads = cl.number<int>(a);
+    } else if (a == "-v") {
+      verbose = true;
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -131,7 +135,7 @@ int run(int argc, char** argv) {
     }
   }
   if (path.empty()) throw tools::UsageError("no model given");
-  spdlog::set_level(spdlog::level::err);
+  spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::err);
   std::printf("%-8s %8s %12s %12s\n", "scenario", "context", "median ms", "max ms");
   for (int64_t context : contexts) {
     std::vector<double> heat, vanish;

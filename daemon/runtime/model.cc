@@ -102,7 +102,7 @@ void Model::bind(const ModelLoadOptions& options) {
       weightBytes.push_back(bytes);
     }
     const size_t kvPerToken = 2 * size_t(kvLayout_.kvHeads) * size_t(kvLayout_.headDim) * kvLayout_.elementBytes();
-    placement = options.placer(weightBytes, kvPerToken, config_.contextLength);
+    placement = options.placer(weightBytes, kvPerToken, config_.contextLength, workspaceBytesEstimate());
   }
   if (placement.empty()) {
     const int nd = int(options.devices.size());
@@ -171,6 +171,11 @@ void Model::warmUp(int u, BoundUnit& b) {
   if (b.streamed) return;  // its weights are not on the device between steps; the first step compiles
   Device& d = *b.device;
   Workspace& ws = workspace(d, 1);
+  if (!d.warmUpPays()) {
+    if (u > 0 && u < unitCount() - 1) kvPool(d);  // what a step there needs, minus running it
+    b.kernelsReady = true;                        // compiled in
+    return;
+  }
   const int64_t E = config_.embedding;
   const std::vector<float> zeros(static_cast<size_t>(E), 0.0f);
   if (u == 0) {
@@ -251,6 +256,13 @@ void Model::releaseIdleWorkspaces() {
     }
     return true;
   });
+}
+
+size_t Model::workspaceBytesEstimate() const {
+  const ModelConfig& c = config_;
+  const int64_t widths = 2 * std::max(c.embedding, c.heads * c.headDim) + 2 * c.heads * c.headDim +
+                         2 * c.kvHeads * c.headDim + 2 * c.feedForward;
+  return size_t(kMaxStepTokens * widths + 64 * c.vocabSize) * sizeof(float);
 }
 
 void Model::rebindUnit(int unit, Device& device) {

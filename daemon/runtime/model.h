@@ -46,11 +46,11 @@ struct ModelLoadOptions {
   // split evenly in order, the embedding with the first block, the head with the last.
   std::vector<int> placement;
   // Or a placer that chooses it once the file's unit sizes are known (the daemon's placement on
-  // load): given each unit's weight bytes, the KV bytes one token takes in one block and the
-  // model's trained context, it returns one index into `devices` per unit. Used when `placement`
-  // is empty.
+  // load): given each unit's weight bytes, the KV bytes one token takes in one block, the model's
+  // trained context and the activation memory a device running part of it needs (a full
+  // microbatch), it returns one index into `devices` per unit. Used when `placement` is empty.
   std::function<std::vector<int>(const std::vector<size_t>& unitWeightBytes, size_t kvBytesPerTokenPerBlock,
-                                 int64_t trainedContext)>
+                                 int64_t trainedContext, size_t workspaceBytes)>
       placer;
   // Optional, per unit: stream this block's weights through its device's memory instead of
   // keeping them there (a model larger than the device; see Model::forward). Blocks on GPUs only.
@@ -99,6 +99,9 @@ class Model final {
   UnitInfo unitInfo(int unit) const;
   std::string unitName(int unit) const;  // "token_embd", "blk.3", "output"
   const KvLayout& kvLayout() const { return kvLayout_; }
+  // Activation memory a device running part of the model needs at most (a full microbatch, and the
+  // logits of a decode step of a few dozen sessions): what placement reserves for it.
+  size_t workspaceBytesEstimate() const;
   KvPagePool& kvPool(Device& device);
   // Every KV pool the model has made, with its device (also those no layer uses any more).
   std::vector<const KvPagePool*> kvPools() const;

@@ -98,6 +98,9 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       pressureLow = number<double>(value, where, 0.05, 1.0);
       JITLLM_REQUIRE(pressureLow < pressureHigh, where, ": pressure_low must be below pressure_high (", pressureHigh,
                      ")");
+    } else if (key == "spill") {
+      JITLLM_REQUIRE(value == "stream" || value == "cpu", where, ": spill is stream or cpu, not '", value, "'");
+      spill = value;
     } else if (key == "speed_probe") {
       JITLLM_REQUIRE(value == "on" || value == "off", where, ": speed_probe is on or off, not '", value, "'");
       speedProbe = value == "on";

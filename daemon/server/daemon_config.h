@@ -36,6 +36,9 @@ struct DaemonConfig {
   int64_t thermalCoolForMs = 30000;
   double pressureHigh = 0.92, pressureLow = 0.80;
   bool speedProbe = true;  // measure each kind of device's decode speed once (cached) for placement
+  // A model larger than its fastest GPU: "stream" the blocks that do not fit through it each step,
+  // or run them on the next device ("cpu").
+  std::string spill = "stream";
 
   // Applies the settings in `text`; `origin` names it in errors. Error(FAILED) on a bad line.
   void parse(const std::string& text, const std::string& origin);

@@ -172,11 +172,12 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   }
   // One device named, or none: placement chooses. Several named: blocks spread over them in order.
   const bool evenSpread = options.devices.size() > 1 && !request.devices.empty();
-  options.placer = [&](const std::vector<size_t>& weightBytes, size_t kvPerToken, int64_t trained) {
+  options.placer = [&](const std::vector<size_t>& weightBytes, size_t kvPerToken, int64_t trained, size_t workspace) {
     if (progress) progress("placing", 1, 3);
     // Room for one session at the model's default context on each device it runs on.
     const int64_t kvContext = request.contextSize > 0 ? request.contextSize : std::min(trained, cfg.defaultContext);
-    return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext, request.maxDeviceBytes);
+    return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext, workspace,
+                         request.maxDeviceBytes, options.streamed);
   };
   JITLLM_REQUIRE(request.kvPrecision.empty() || request.kvPrecision == "f32" || request.kvPrecision == "f16",
                  "kv precision must be f32 or f16, not '", request.kvPrecision, "'");
@@ -255,13 +256,15 @@ Device& DaemonCore::device(const std::string& id) const {
 
 std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::vector<Device*>& candidates,
                                            bool evenSpread, const std::vector<size_t>& weightBytes,
-                                           size_t kvPerTokenPerBlock, int64_t contextTokens, size_t maxDeviceBytes) {
+                                           size_t kvPerTokenPerBlock, int64_t contextTokens, size_t workspaceBytes,
+                                           size_t maxDeviceBytes, std::vector<bool>& streamed) {
   const size_t units = weightBytes.size();
   policies::PlacementRequest r;
   r.weightBytes = weightBytes;
   r.kvBytes.assign(units, kvPerTokenPerBlock * size_t(std::max<int64_t>(contextTokens, 1)));
   r.kvBytes.front() = r.kvBytes.back() = 0;
   r.maxDeviceBytes = maxDeviceBytes;
+  r.workspaceBytes = workspaceBytes;
   r.headroom = 0;  // the device budgets already keep their reserve
   auto views = [&] {
     std::vector<policies::PlacementDevice> v;
@@ -339,6 +342,21 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
       if (ideal.bytesUsed[d] > v[d].memoryFree) makeRoom(*candidates[d], ideal.bytesUsed[d], name);
     }
     now = policies::placeUnits(views(), r);
+  }
+  // Spilling past the fastest GPU: with spill = stream, the blocks that do not fit there stream
+  // through it instead of running on a slower device.
+  const bool spills = now.ok && std::set<int>(now.unitDevice.begin(), now.unitDevice.end()).size() > 1;
+  if (config().spill == "stream" && (spills || !now.ok)) {
+    const policies::Placement s = policies::placeStreaming(views(), r);
+    if (s.ok && std::count(s.streamed.begin(), s.streamed.end(), true) > 0) {
+      streamed = s.streamed;
+      announce(s.unitDevice, s.bytesUsed);
+      events_.emit({0, EventKind::kModel, "model.placed", name, "", 0,
+                    std::to_string(std::count(s.streamed.begin(), s.streamed.end(), true)) + " of " +
+                        std::to_string(units - 2) + " blocks stream through " +
+                        candidates[size_t(s.unitDevice[1])]->info().id + " each step (spill = stream)"});
+      return s.unitDevice;
+    }
   }
   if (!now.ok)
     JITLLM_FAIL(kOverloaded, "'", name, "' does not fit: ", now.why,

@@ -113,7 +113,8 @@ class DaemonCore final {
   // one faster devices or is the only way it fits.
   std::vector<int> placeNewModel(const std::string& name, const std::vector<Device*>& candidates, bool evenSpread,
                                  const std::vector<size_t>& weightBytes, size_t kvPerTokenPerBlock,
-                                 int64_t contextTokens, size_t maxDeviceBytes);
+                                 int64_t contextTokens, size_t workspaceBytes, size_t maxDeviceBytes,
+                                 std::vector<bool>& streamed);
   // Pages idle models (least recently used first, none with a pinned unit) out of `device` until
   // `bytes` are free there or none is left; returns the bytes free then.
   size_t makeRoom(Device& device, size_t bytes, const std::string& forModel);

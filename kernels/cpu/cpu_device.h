@@ -33,6 +33,7 @@ class CpuDevice final : public Device {
 
   const DeviceInfo& info() const override { return info_; }
   size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
+  bool warmUpPays() const override { return false; }
   Isa isa() const { return isa_; }
   ThreadPool& pool() { return pool_; }
 

@@ -272,3 +272,49 @@ TEST(HotPlug, AModelThatDoesNotFitPagesOutTheLeastRecentlyUsedIdleModelAndNothin
 
 }  // namespace
 }  // namespace jitllm::scheduler
+
+namespace jitllm::scheduler {
+namespace {
+
+// Larger than memory through the daemon: a model named onto a device that cannot hold all its
+// blocks streams the rest through it (spill = stream), answers with the tokens it has everywhere
+// else, and never runs out of that device's memory.
+TEST(LargerThanMemory, BlocksThatDoNotFitStreamThroughTheDeviceAndTheTokensStayTheSame) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  size_t ends = 0, largest = 0, kv = 0, workspace = 0;
+  Outcome reference;
+  try {
+    auto probe = makeCore("cpu:0,vulkan:0");
+    auto m = load(*probe, "probe", "vulkan:0");
+    reference = finish(*start(*m, 30));
+    const auto snap = m->snapshot();
+    ends = snap.units.front().weightBytes + snap.units.back().weightBytes;
+    for (size_t u = 1; u + 1 < snap.units.size(); u++) largest = std::max(largest, snap.units[u].weightBytes);
+    const auto& c = m->model().config();
+    kv = size_t(c.layers) * size_t(c.contextLength) * 2 * size_t(c.kvHeads) * size_t(c.headDim) * 4;
+    workspace = m->model().workspaceBytesEstimate();
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no Vulkan device here: " << e.what();
+  }
+  ASSERT_FALSE(reference.error);
+  // The activations, the ends, the KV, two slots and two resident blocks (and a little, for rounding).
+  const size_t cap = workspace + ends + kv + 4 * largest + largest / 2;
+  auto core = makeCore("cpu:0,vulkan:0@" + std::to_string(cap >> 10) + "K");
+  auto model = load(*core, "big", "vulkan:0");
+  int streamed = 0;
+  for (const auto& u : model->snapshot().units) {
+    EXPECT_EQ(u.device, "vulkan:0") << u.name;
+    streamed += u.residency == "streamed";
+  }
+  EXPECT_GE(streamed, 2);
+  EXPECT_LE(streamed, 4);
+  const Outcome out = finish(*start(*model, 30));
+  ASSERT_FALSE(out.error) << out.error->what();
+  EXPECT_EQ(out.ids, reference.ids);
+  EXPECT_LE(core->device("vulkan:0").memoryUsed(), cap);
+  EXPECT_NE(eventLog(*core).find("blocks stream through vulkan:0 each step (spill = stream)"), std::string::npos)
+      << eventLog(*core);
+}
+
+}  // namespace
+}  // namespace jitllm::scheduler

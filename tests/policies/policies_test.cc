@@ -339,3 +339,29 @@ TEST(PressurePolicy, APagedOutModelInUseGoesHomeOneRunAtATimeWhenThereIsRoom) {
 
 }  // namespace
 }  // namespace jitllm::policies
+
+namespace jitllm::policies {
+namespace {
+
+TEST(Placement, AModelLargerThanItsGpuStreamsTheBlocksThatDoNotFitThroughIt) {
+  // 100 MB per unit, 10 MB of KV per block; cuda:0 has 900 MB: head and embedding (200), 16
+  // blocks' KV (160) and two slots (200) leave room for 3 resident blocks (560 + 3 * 100 = 860).
+  const std::vector<PlacementDevice> devices = {placementDevice("cpu:0", 1, 65536, false),
+                                                placementDevice("cuda:0", 10, 900)};
+  const Placement p = placeStreaming(devices, placementRequest(16));
+  ASSERT_TRUE(p.ok) << p.why;
+  EXPECT_EQ(p.unitDevice, std::vector<int>(18, 1));
+  std::vector<bool> want(18, true);
+  for (int u : {0, 1, 2, 3, 17}) want[size_t(u)] = false;
+  EXPECT_EQ(p.streamed, want);
+  EXPECT_EQ(p.bytesUsed[1], 860 * kMB);
+  // Too small even for the slots, the KV and the ends: no streaming placement.
+  const Placement none = placeStreaming({placementDevice("cuda:0", 10, 400)}, placementRequest(16));
+  EXPECT_FALSE(none.ok);
+  EXPECT_NE(none.why.find("cuda:0 cannot hold"), std::string::npos) << none.why;
+  // Only a CPU (weights in the file): nothing to stream through.
+  EXPECT_FALSE(placeStreaming({placementDevice("cpu:0", 1, 65536, false)}, placementRequest(16)).ok);
+}
+
+}  // namespace
+}  // namespace jitllm::policies

@@ -3,6 +3,7 @@
 // Failures (target out of memory, target gone, cancel) must leave the model running where it was
 // with nothing leaked.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -37,12 +38,20 @@ std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
 }
 
 std::string tinyQ4kmPath() {
-  static const std::string path = [] {
-    const std::string p = (std::filesystem::temp_directory_path() / "jitllm-migration-tiny-q4_k_m.gguf").string();
+  struct RemovedAtExit {
+    std::string path;
+    ~RemovedAtExit() { std::filesystem::remove(path); }
+  };
+  static const RemovedAtExit file{[] {
+    // One file per process: ctest runs this suite's tests in parallel processes, and one writing
+    // the file while another maps it is a torn model.
+    const std::string p = (std::filesystem::temp_directory_path() /
+                           ("jitllm-migration-tiny-q4_k_m-" + std::to_string(::getpid()) + ".gguf"))
+                              .string();
     tools::writeRandomModel({*tools::findShape("tiny"), *tools::findMix("q4_k_m"), 11, JITLLM_SHARED_DIR}, p);
     return p;
-  }();
-  return path;
+  }()};
+  return file.path;
 }
 
 std::string modelPath(const std::string& which) {
