@@ -219,7 +219,6 @@ void Model::streamIn(int unit, Workspace& ws) {
     if (b.streamed && b.device == &d) largest = std::max(largest, b.streamBytes);
   }
   if (ws.slotBytes < largest) {
-    d.markOps();
     ws.inFlight.clear();
     for (auto& s : ws.slots) {
       s.reset();

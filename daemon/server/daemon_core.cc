@@ -63,11 +63,16 @@ DaemonCore::DaemonCore(DaemonConfig config)
     if (config_.speedProbe) {
       const std::string key = runtime::speedKey(*d);
       bool measured = false;
-      if (!speeds.count(key)) speeds[key] = runtime::decodeSpeed(*d, cacheRoot(), &measured);
-      devices_.setMeasuredSpeed(d->info().id, speeds[key]);
-      char line[96];
-      std::snprintf(line, sizeof line, ", decode probe %.1f GB/s%s", speeds[key], measured ? " (measured now)" : "");
-      speed = line;
+      try {
+        if (!speeds.count(key)) speeds[key] = runtime::decodeSpeed(*d, cacheRoot(), &measured);
+        devices_.setMeasuredSpeed(d->info().id, speeds[key]);
+        char line[96];
+        std::snprintf(line, sizeof line, ", decode probe %.1f GB/s%s", speeds[key], measured ? " (measured now)" : "");
+        speed = line;
+      } catch (const Error& e) {
+        // A device capped below the probe's 17 MB, say: placement uses its nominal speed.
+        speed = std::string(", no decode probe (") + e.what() + "), nominal speed";
+      }
     }
     events_.emit({0, EventKind::kDevice, "device.added", "", d->info().id, 0,
                   d->info().name + ", " + std::to_string(d->info().memoryBudget >> 20) + " MiB" + speed});
