@@ -431,15 +431,9 @@ bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
   events_.emit({0, EventKind::kDevice, "device.removed", "", id, 0, id + " went away: " + why});
   spdlog::warn("device {} went away: {}", id, why);
   const std::vector<Device*> left = devices();
-  std::vector<std::shared_ptr<ModelHost>> affected;
-  for (const auto& host : models()) {
-    for (const UnitSnapshot& u : host->snapshot().units) {
-      if (u.device == id) {
-        affected.push_back(host);
-        break;
-      }
-    }
-  }
+  // Every model hears of it: those with units there are re-placed, and one migrating to it (its
+  // units not there yet) fails that migration.
+  const std::vector<std::shared_ptr<ModelHost>> affected = models();
   if (affected.empty()) return true;
   if (left.empty()) {
     for (const auto& host : affected) {
