@@ -43,6 +43,17 @@ uint64_t Device::uploadAsync(uint8_t* dst, const void* src, size_t bytes, uint64
   return 0;
 }
 
+DeviceLocks::DeviceLocks(std::vector<Device*> devices) : devices_(std::move(devices)) {
+  std::erase(devices_, nullptr);
+  std::sort(devices_.begin(), devices_.end());
+  devices_.erase(std::unique(devices_.begin(), devices_.end()), devices_.end());
+  for (Device* d : devices_) locks_.emplace_back(d->executorMutex());
+}
+
+bool DeviceLocks::holds(const Device* device) const {
+  return std::binary_search(devices_.begin(), devices_.end(), device);
+}
+
 std::string cacheRoot() {
   if (const char* dir = std::getenv("JITLLM_CACHE_DIR")) return dir;  // empty: off
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/jitllm";

@@ -18,7 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/quant/tensor_type.h"
 
@@ -180,6 +182,27 @@ class Device {
   virtual void attention(const float* q, float* out, const AttentionBatch& batch) = 0;
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
+
+  // Threads that share a device (two models' workers on one GPU, a load binding weights there)
+  // take turns through this mutex, with DeviceLocks.
+  std::mutex& executorMutex() { return executorMutex_; }
+
+ private:
+  std::mutex executorMutex_;
+};
+
+// Holds the executor mutexes of a set of devices for its lifetime: each device once, in address
+// order, so any two holders agree on the order and cannot deadlock. Null entries are skipped.
+class DeviceLocks {
+ public:
+  explicit DeviceLocks(std::vector<Device*> devices);
+  DeviceLocks(const DeviceLocks&) = delete;
+  DeviceLocks& operator=(const DeviceLocks&) = delete;
+  bool holds(const Device* device) const;
+
+ private:
+  std::vector<Device*> devices_;
+  std::vector<std::unique_lock<std::mutex>> locks_;
 };
 
 }  // namespace jitllm

@@ -65,6 +65,16 @@ const tokenizer::Tokenizer& Model::tokenizer() const {
 }
 
 int Model::unitCount() const { return int(units_.size()); }
+
+std::vector<Device*> Model::devices() const {
+  std::vector<Device*> out;
+  for (const BoundUnit& u : units_) out.push_back(u.device);
+  for (const auto& [device, pool] : pools_) out.push_back(device);
+  for (const auto& [device, ws] : workspaces_) out.push_back(device);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
 Device& Model::unitDevice(int unit) const { return *units_.at(size_t(unit)).device; }
 
 UnitInfo Model::unitInfo(int unit) const {
@@ -112,6 +122,8 @@ void Model::bind(const ModelLoadOptions& options) {
     placement.back() = placement[size_t(layers)];
   }
   JITLLM_REQUIRE(int(placement.size()) == units, "placement names ", placement.size(), " units, the model has ", units);
+  // Other threads may drive these devices (other models' workers): uploads take turns with them.
+  DeviceLocks locks(options.devices);
   units_.reserve(size_t(units));
   for (int u = 0; u < units; u++) {
     const int d = placement[size_t(u)];

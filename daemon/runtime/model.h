@@ -95,6 +95,8 @@ class Model final {
   bool hasTokenizer() const { return tokenizer_ != nullptr; }
 
   int unitCount() const;
+  // Every device the model touches: its units' and its KV pools' (a step, or freeing sessions).
+  std::vector<Device*> devices() const;
   Device& unitDevice(int unit) const;
   UnitInfo unitInfo(int unit) const;
   std::string unitName(int unit) const;  // "token_embd", "blk.3", "output"

@@ -73,13 +73,21 @@ ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime
       loadedUnixMs_(
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count()),
-      pins_(size_t(model_->unitCount())) {
+      pins_(size_t(model_->unitCount())),
+      usedDevices_(model_->devices()) {
   // What ps shows is there before load() returns, not only after the worker's first iteration.
   publish({});
   worker_ = std::thread([this] { workerLoop(); });
 }
 
-ModelHost::~ModelHost() { shutdown(); }
+ModelHost::~ModelHost() {
+  shutdown();
+  // Freeing the model's buffers takes turns with the workers of other models on its devices.
+  const DeviceLocks locks(usedDevices_);
+  running_.reset();
+  retiring_.reset();
+  model_.reset();
+}
 
 void ModelHost::wake() {
   {
@@ -180,10 +188,16 @@ void ModelHost::deviceLost(Device& lost, Device& fallback, const std::string& wh
 }
 
 void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) {
+  std::vector<LostDevice> later;
   std::vector<LostDevice> requests;
   {
     std::lock_guard lock(mutex_);
-    requests.swap(lostDevices_);
+    // Those that came after this iteration took its locks wait for the next one.
+    for (auto& l : lostDevices_) {
+      (locks_->holds(l.lost) && locks_->holds(l.fallback) ? requests : later).push_back(std::move(l));
+    }
+    lostDevices_.swap(later);
+    if (!lostDevices_.empty()) pokes_ = true;
   }
   const int layers = int(model_->config().layers);
   for (LostDevice& l : requests) {
@@ -284,6 +298,10 @@ void ModelHost::serviceMigration() {
     std::shared_ptr<MigrationTicket> ticket;
     {
       std::lock_guard lock(mutex_);
+      if (pendingMigration_ && !locks_->holds(pendingMigration_->request().target)) {
+        pokes_ = true;  // asked for after this iteration took its locks: the next one starts it
+        return;
+      }
       ticket.swap(pendingMigration_);
     }
     if (!ticket) return;
@@ -530,6 +548,11 @@ void ModelHost::workerLoop() {
       const Error gone(ErrorKind::kDisconnected, "model '" + name_ + "' was unloaded");
       for (auto& a : active) a->job->fail(gone);
       for (auto& j : arrivals) j->fail(gone);
+      {
+        // Their KV pages go back to pools on devices other models' workers may be driving.
+        const DeviceLocks locks(usedDevices_);
+        active.clear();
+      }
       std::lock_guard lock(mutex_);
       for (auto& j : incoming_) j->fail(gone);
       incoming_.clear();
@@ -548,6 +571,22 @@ void ModelHost::workerLoop() {
       published_.clear();
       changed_.notify_all();
       return;
+    }
+    // This iteration's devices, held until its end: the model's, a migration's target, a lost device
+    // and its replacement. Requests naming others wait for the next iteration.
+    std::vector<Device*> touched = usedDevices_;
+    {
+      std::lock_guard lock(mutex_);
+      if (pendingMigration_) touched.push_back(pendingMigration_->request().target);
+      for (const auto& l : lostDevices_) {
+        touched.push_back(l.lost);
+        touched.push_back(l.fallback);
+      }
+    }
+    const DeviceLocks locks(touched);
+    locks_ = &locks;
+    for (Device* d : touched) {
+      if (d && std::find(usedDevices_.begin(), usedDevices_.end(), d) == usedDevices_.end()) usedDevices_.push_back(d);
     }
     for (auto& j : arrivals) admit(std::move(j), active);
     handleLostDevices(active);
@@ -637,6 +676,7 @@ void ModelHost::workerLoop() {
     }
     for (auto& done : replaced_) done();
     replaced_.clear();
+    locks_ = nullptr;
     changed_.notify_all();
   }
 }

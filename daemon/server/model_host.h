@@ -178,7 +178,11 @@ class ModelHost final {
   };
   std::vector<LostDevice> lostDevices_;          // deviceLost() requests the worker has not handled yet
   std::vector<std::function<void()>> replaced_;  // their `done`, run after the next publish (worker only)
-  bool pagedOut_ = false;                        // see ModelSnapshot::pagedOut
+  // Every device the model has used (worker only), and the locks on them the worker holds for one
+  // iteration: other models' workers and loads share these devices and take turns.
+  std::vector<Device*> usedDevices_;
+  const DeviceLocks* locks_ = nullptr;
+  bool pagedOut_ = false;  // see ModelSnapshot::pagedOut
   std::vector<std::string> home_;
   bool stopping_ = false;
   bool pokes_ = false;  // something happened the worker should look at
