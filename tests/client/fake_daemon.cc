@@ -152,6 +152,8 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     auto params = context.getParams();
     auto options = params.getOptions();
     std::string name = options.getName().size() ? options.getName().cStr() : "model";
+    const uint64_t cap = options.getMaxDeviceBytes();
+    update(shared_, [&](FakeDaemonRecord& r) { r.loadMaxDeviceBytes.push_back(cap); });
     for (const auto& m : models_) {
       if (m.name == name)
         fail(kj::Exception::Type::FAILED, kj::str("a model named ", name.c_str(), " is loaded already"));

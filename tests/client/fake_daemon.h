@@ -48,14 +48,15 @@ struct FakeMigrateCall {
 };
 
 struct FakeDaemonRecord {
-  std::vector<std::string> loadedPaths;   // ModelSource.path values
-  std::vector<std::string> fileMagics;    // first 4 bytes of each passed descriptor
-  std::vector<size_t> chatHistorySizes;   // messages per chat call
+  std::vector<std::string> loadedPaths;      // ModelSource.path values
+  std::vector<uint64_t> loadMaxDeviceBytes;  // LoadOptions.maxDeviceBytes of each load
+  std::vector<std::string> fileMagics;       // first 4 bytes of each passed descriptor
+  std::vector<size_t> chatHistorySizes;      // messages per chat call
   std::vector<std::string> chatLastUser;
   std::vector<uint64_t> cancelledSessions;
-  std::vector<std::string> prompts;       // GenerateRequest.prompt.text
+  std::vector<std::string> prompts;  // GenerateRequest.prompt.text
   std::vector<std::vector<int32_t>> promptTokens;
-  size_t generationsCancelled = 0;        // generate/chat calls dropped by the client
+  size_t generationsCancelled = 0;  // generate/chat calls dropped by the client
   size_t generationsCompleted = 0;
   size_t subscriptionsEnded = 0;
   float lastTemperature = -1;

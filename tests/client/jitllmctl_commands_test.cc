@@ -87,6 +87,16 @@ TEST_F(JitllmctlCommands, LoadPassesTheFileAndPrintsTheModel) {
   EXPECT_EQ(j["model"]["placement"][0]["device"].string, "cpu:0");
 }
 
+TEST_F(JitllmctlCommands, LoadPassesAMaxVramCapInBytesAndRefusesABadOne) {
+  EXPECT_EQ(ctl({"load", model_, "--name", "capped", "--max-vram", "2G"}).exitCode, 0);
+  EXPECT_EQ(ctl({"load", model_, "--name", "free"}).exitCode, 0);
+  EXPECT_EQ(daemon_->record().loadMaxDeviceBytes, (std::vector<uint64_t>{uint64_t(2) << 30, 0}));
+  const auto bad = ctl({"load", model_, "--name", "x", "--max-vram", "lots"});
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("--max-vram takes a size such as 512M or 2G"), std::string::npos) << bad.err;
+  EXPECT_EQ(daemon_->record().loadMaxDeviceBytes.size(), 2u) << "a refused option sends nothing";
+}
+
 TEST_F(JitllmctlCommands, LoadDrawsAProgressBarOnlyOnATerminal) {
   const auto plain = ctl({"load", model_, "--name", "a"});
   EXPECT_EQ(plain.err, "");
