@@ -64,6 +64,14 @@ const tokenizer::Tokenizer& Model::tokenizer() const {
   return *tokenizer_;
 }
 
+std::vector<int> evenPlacement(int layers, int devices) {
+  std::vector<int> placement(size_t(layers + 2));
+  for (int l = 0; l < layers; l++) placement[size_t(l + 1)] = int(int64_t(l) * devices / layers);
+  placement.front() = placement[1];
+  placement.back() = placement[size_t(layers)];
+  return placement;
+}
+
 int Model::unitCount() const { return int(units_.size()); }
 
 std::vector<Device*> Model::devices() const {
@@ -114,13 +122,7 @@ void Model::bind(const ModelLoadOptions& options) {
     const size_t kvPerToken = 2 * size_t(kvLayout_.kvHeads) * size_t(kvLayout_.headDim) * kvLayout_.elementBytes();
     placement = options.placer(weightBytes, kvPerToken, config_.contextLength, workspaceBytesEstimate());
   }
-  if (placement.empty()) {
-    const int nd = int(options.devices.size());
-    placement.resize(size_t(units));
-    for (int l = 0; l < layers; l++) placement[size_t(l + 1)] = int(int64_t(l) * nd / layers);
-    placement.front() = placement[1];
-    placement.back() = placement[size_t(layers)];
-  }
+  if (placement.empty()) placement = evenPlacement(layers, int(options.devices.size()));
   JITLLM_REQUIRE(int(placement.size()) == units, "placement names ", placement.size(), " units, the model has ", units);
   // Other threads may drive these devices (other models' workers): uploads take turns with them.
   DeviceLocks locks(options.devices);

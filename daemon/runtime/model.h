@@ -40,6 +40,10 @@ namespace jitllm::runtime {
 
 struct BoundUnit;  // bound_unit.h (internal)
 
+// The placement a device list has always meant: blocks spread over `devices` in order, the
+// embedding with the first block and the head with the last. One index per unit (layers + 2).
+std::vector<int> evenPlacement(int layers, int devices);
+
 struct ModelLoadOptions {
   std::vector<Device*> devices;  // at least one; blocks are spread over them in order
   // Optional explicit placement: one index into `devices` per unit (layers + 2). Empty: blocks

@@ -43,7 +43,17 @@ std::string Scheduler::policyName() const {
   return policy_->name();
 }
 
-policies::Snapshot Scheduler::snapshot(int64_t nowMs) {
+Scheduler::Readings Scheduler::readAll(int64_t nowMs) {
+  Readings readings;
+  for (const server::DeviceStatus& status : core_.deviceTable().all()) {
+    readings[status.device->info().id] = telemetry_->read(status.device->info().id, nowMs);
+  }
+  return readings;
+}
+
+policies::Snapshot Scheduler::snapshot(int64_t nowMs) { return snapshot(nowMs, readAll(nowMs)); }
+
+policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) {
   policies::Snapshot s;
   s.nowMs = nowMs;
   for (const auto& d : core_.devices()) {
@@ -54,7 +64,8 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs) {
     state.memoryTotal = info.memoryBudget;
     state.memoryUsed = d->memoryUsed();
     state.speed = core_.deviceTable().speed(*d);
-    const DeviceTelemetry t = telemetry_->read(info.id, nowMs);
+    const auto found = readings.find(info.id);
+    const DeviceTelemetry t = found == readings.end() ? DeviceTelemetry{} : found->second;  // added since
     state.temperatureC = t.temperatureC;
     if (t.memoryUsed) state.memoryUsed = *t.memoryUsed;
     if (t.memoryTotal) state.memoryTotal = *t.memoryTotal;
@@ -104,11 +115,7 @@ void Scheduler::execute(const policies::Action& action) {
         what = "paging " + request.layers + " of " + action.model + " in to " + action.target;
       }
     } else {
-      // Paging out: the CPU reads weights in place from the mapped file, so moving there frees
-      // the device memory and keeps the model usable.
-      for (const auto& d : core_.devices()) {
-        if (d->info().backend == Backend::kCpu && !request.target) request.target = d;
-      }
+      request.target = core_.pageOutTarget();
       JITLLM_REQUIRE(request.target != nullptr, "no CPU device to page ", action.model, " out to");
       request.pageOut = true;
       what = "paging " + action.model + " out to " + request.target->info().id;
@@ -122,10 +129,12 @@ void Scheduler::execute(const policies::Action& action) {
   }
 }
 
-void Scheduler::followDevices(int64_t nowMs) {
+void Scheduler::followDevices(const Readings& readings) {
   for (const server::DeviceStatus& status : core_.deviceTable().all()) {
     const std::string& id = status.device->info().id;
-    const DeviceTelemetry t = telemetry_->read(id, nowMs);
+    const auto found = readings.find(id);
+    if (found == readings.end()) continue;  // added since the readings were taken: next tick
+    const DeviceTelemetry& t = found->second;
     if (t.present && !*t.present && status.online) {
       core_.deviceLost(id, "the telemetry source reports it gone");
     } else if (status.online && !status.device->responsive()) {
@@ -141,8 +150,9 @@ void Scheduler::followDevices(int64_t nowMs) {
 }
 
 std::vector<policies::Action> Scheduler::tick(int64_t nowMs) {
-  followDevices(nowMs);
-  const policies::Snapshot s = snapshot(nowMs);
+  const Readings readings = readAll(nowMs);
+  followDevices(readings);
+  const policies::Snapshot s = snapshot(nowMs, readings);
   std::vector<policies::Action> plan;
   {
     std::lock_guard lock(mutex_);

@@ -13,6 +13,7 @@
 // from any.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,9 +41,13 @@ class Scheduler final : public server::PolicyControl {
 
  private:
   void execute(const policies::Action& action);
+  using Readings = std::map<std::string, DeviceTelemetry>;
+  // One reading per device (online or not) per tick: the telemetry source is asked once.
+  Readings readAll(int64_t nowMs);
   // Devices the telemetry says vanished or came back (hot-plug), and the readings `jitllmctl
   // devices` shows.
-  void followDevices(int64_t nowMs);
+  void followDevices(const Readings& readings);
+  policies::Snapshot snapshot(int64_t nowMs, const Readings& readings);
 
   server::DaemonCore& core_;
   std::unique_ptr<TelemetrySource> telemetry_;

@@ -40,6 +40,14 @@ size_t promisedKv(const ModelHost& host, const ModelSnapshot& snap, const std::s
   return promised;
 }
 
+// Whether `snap` may be paged out to make room: no session, no migration, no pinned unit.
+bool idleAndUnpinned(const ModelSnapshot& snap) {
+  for (const UnitSnapshot& u : snap.units) {
+    if (!u.pinned.empty()) return false;
+  }
+  return snap.sessions.empty() && !snap.migrating;
+}
+
 policies::PlacementDevice placementView(const Device& d, size_t promised, double speed) {
   policies::PlacementDevice p;
   const DeviceInfo& info = d.info();
@@ -276,16 +284,6 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
     for (Device* d : candidates) v.push_back(view(*d));
     return v;
   };
-  auto evenly = [&] {
-    // Blocks spread over the named devices in order, the embedding with the first block and the
-    // head with the last (what a --device list has always meant).
-    std::vector<int> p(units);
-    const size_t layers = units - 2, nd = candidates.size();
-    for (size_t l = 0; l < layers; l++) p[l + 1] = int(l * nd / layers);
-    p.front() = p[1];
-    p.back() = p[layers];
-    return p;
-  };
   auto shortfall = [&](const std::vector<int>& p, const std::vector<policies::PlacementDevice>& v) {
     std::vector<size_t> need(v.size(), 0);
     for (size_t u = 0; u < units; u++) need[size_t(p[u])] += policies::unitNeed(v[size_t(p[u])], r, u);
@@ -310,7 +308,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
   };
 
   if (evenSpread) {
-    const std::vector<int> p = evenly();
+    const std::vector<int> p = runtime::evenPlacement(int(units) - 2, int(candidates.size()));
     std::vector<policies::PlacementDevice> v = views();
     const std::vector<size_t> need = shortfall(p, v);
     for (size_t d = 0; d < v.size(); d++) {
@@ -329,9 +327,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
   std::vector<policies::PlacementDevice> reclaimable = views();
   for (const auto& host : models()) {
     const ModelSnapshot snap = host->snapshot();
-    bool pinned = false;
-    for (const UnitSnapshot& u : snap.units) pinned = pinned || !u.pinned.empty();
-    if (!snap.sessions.empty() || snap.migrating || pinned) continue;
+    if (!idleAndUnpinned(snap)) continue;
     for (const UnitSnapshot& u : snap.units) {
       for (auto& d : reclaimable) {
         if (d.id == u.device) d.memoryFree += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
@@ -380,12 +376,16 @@ size_t DaemonCore::promised(const std::string& device) const {
   return bytes;
 }
 
+Device* DaemonCore::pageOutTarget(const Device* except) const {
+  for (Device* d : devices()) {
+    if (d->info().backend == Backend::kCpu && d != except) return d;
+  }
+  return nullptr;
+}
+
 size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& forModel) {
   auto freeNow = [&] { return view(device).memoryFree; };
-  Device* host = nullptr;
-  for (Device* d : devices()) {
-    if (d->info().backend == Backend::kCpu && d != &device && !host) host = d;
-  }
+  Device* host = pageOutTarget(&device);
   if (!host) return freeNow();  // nowhere to page out to
   struct Idle {
     std::shared_ptr<ModelHost> model;
@@ -394,12 +394,9 @@ size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& for
   std::vector<Idle> idle;
   for (const auto& m : models()) {
     const ModelSnapshot snap = m->snapshot();
-    bool onDevice = false, pinned = false;
-    for (const UnitSnapshot& u : snap.units) {
-      onDevice = onDevice || u.device == device.info().id;
-      pinned = pinned || !u.pinned.empty();
-    }
-    if (onDevice && !pinned && snap.sessions.empty() && !snap.migrating) idle.push_back({m, snap.lastActiveMs});
+    const bool onDevice = std::any_of(snap.units.begin(), snap.units.end(),
+                                      [&](const UnitSnapshot& u) { return u.device == device.info().id; });
+    if (onDevice && idleAndUnpinned(snap)) idle.push_back({m, snap.lastActiveMs});
   }
   std::sort(idle.begin(), idle.end(), [](const Idle& a, const Idle& b) { return a.lastActiveMs < b.lastActiveMs; });
   for (const Idle& i : idle) {

@@ -69,6 +69,10 @@ class DaemonCore final {
   bool deviceArrived(const std::string& id, const std::string& why);
   // A step of `model` failed with DISCONNECTED: the devices it uses that stopped answering are lost.
   void deviceFault(const std::string& model);
+  // Where a page-out moves a model: the first online CPU device other than `except` (the CPU reads
+  // weights in place from the mapped file, so device memory is freed and the model stays usable);
+  // null when there is none.
+  Device* pageOutTarget(const Device* except = nullptr) const;
 
   std::shared_ptr<ModelHost> load(const LoadRequest& request, const LoadProgress& progress);
   void unload(const std::string& name);
