@@ -121,15 +121,21 @@ int runPs(Context& c) {
       memory += mem.device + " " + humanBytes(mem.weightBytes + mem.kvBytes);
     }
     t.add({m.name, m.architecture, std::to_string(m.layers), std::to_string(m.contextSize),
-           std::to_string(m.sessions.size()), memory.empty() ? "-" : memory, placementSummary(m)});
+           std::to_string(m.sessions.size()) +
+               (m.idleSessions.empty() ? "" : " +" + std::to_string(m.idleSessions.size()) + " idle"),
+           memory.empty() ? "-" : memory, placementSummary(m)});
   }
   c.out << t.render();
-  if (sessionCount(models) == 0) return 0;
+  size_t idle = 0;
+  for (const auto& m : models) idle += m.idleSessions.size();
+  if (sessionCount(models) + idle == 0) return 0;
   TextTable s({"SESSION", "MODEL", "UID", "TOKENS", "STATE"});
   for (const auto& m : models) {
-    for (const auto& session : m.sessions) {
-      s.add({std::to_string(session.id), m.name, std::to_string(session.ownerUid),
-             std::to_string(session.tokens) + "/" + std::to_string(session.contextLimit), session.state});
+    for (const auto* list : {&m.sessions, &m.idleSessions}) {
+      for (const auto& session : *list) {
+        s.add({std::to_string(session.id), m.name, std::to_string(session.ownerUid),
+               std::to_string(session.tokens) + "/" + std::to_string(session.contextLimit), session.state});
+      }
     }
   }
   c.out << "\n" << s.render();

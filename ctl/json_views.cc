@@ -45,14 +45,17 @@ void writeJson(JsonWriter& j, const client::ModelInfo& m) {
         .endObject();
   }
   j.endArray();
-  j.key("sessions").beginArray();
-  for (const auto& s : m.sessions) {
-    j.beginObject();
-    j.field("id", s.id).field("ownerUid", s.ownerUid).field("tokens", s.tokens);
-    j.field("contextLimit", s.contextLimit).field("state", s.state);
-    j.endObject();
+  for (const auto& [key, list] : {std::pair{"sessions", &m.sessions}, std::pair{"idleSessions", &m.idleSessions}}) {
+    j.key(key).beginArray();
+    for (const auto& s : *list) {
+      j.beginObject();
+      j.field("id", s.id).field("ownerUid", s.ownerUid).field("tokens", s.tokens);
+      j.field("contextLimit", s.contextLimit).field("state", s.state);
+      j.endObject();
+    }
+    j.endArray();
   }
-  j.endArray();
+  j.field("parkedKvBytes", m.parkedKvBytes);
   j.field("chatTemplate", m.chatTemplate).field("loadedUnixMs", m.loadedUnixMs);
   j.key("layerStates").beginArray();
   for (const auto& l : m.layerStates) writeJson(j, l);
@@ -94,7 +97,7 @@ void writeJson(JsonWriter& j, const client::GenerationStats& s) {
   j.field("promptTokens", s.promptTokens).field("generatedTokens", s.generatedTokens);
   j.field("timeToFirstTokenMs", s.timeToFirstTokenMs).field("tokensPerSecond", s.tokensPerSecond);
   j.field("totalMs", s.totalMs).field("stopReason", client::stopReasonName(s.stopReason));
-  j.field("sessionId", s.sessionId);
+  j.field("sessionId", s.sessionId).field("reusedTokens", s.reusedTokens);
   j.endObject();
 }
 

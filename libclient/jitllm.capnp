@@ -69,7 +69,8 @@ struct SessionInfo {
   ownerUid @1 :UInt32;
   tokens @2 :UInt32;            # in its KV cache
   contextLimit @3 :UInt32;
-  state @4 :Text;               # "prefill" | "decode" | "waiting" (slow reader)
+  state @4 :Text;               # "prefill" | "decode" | "waiting" (slow reader); idle sessions:
+                                # "idle" (KV on the devices) | "parked" (KV in host RAM)
 }
 
 struct ModelInfo {
@@ -88,6 +89,9 @@ struct ModelInfo {
   loadedUnixMs @12 :Int64;
   layerStates @13 :List(LayerState);  # one per unit, in order (jitllmctl ps -l)
   migration @14 :Text;          # the migration in progress, one line; "" when none
+  idleSessions @15 :List(SessionInfo);  # finished replies kept so a follow-up continues them
+                                        # (docs/daemon.md), least recently used first
+  parkedKvBytes @16 :UInt64;    # idle sessions' KV parked in host RAM
 }
 
 struct SessionPages {
@@ -185,6 +189,7 @@ struct GenerationStats {
   totalMs @4 :Float64;
   stopReason @5 :StopReason;
   sessionId @6 :UInt64;
+  reusedTokens @7 :UInt32;      # prompt tokens whose KV an idle session already held (not computed)
 }
 
 interface TokenSink {

@@ -11,6 +11,8 @@ namespace jitllm::policies {
 enum class ActionKind {
   kMigrate,  // move units [first, last] of `model` to `target`
   kPageOut,  // move all of `model`'s weights and KV out of device memory (it stays loaded)
+  kParkKv,   // move the KV of `model`'s idle sessions from device memory to host RAM (`target`:
+             // the device that needs the room)
 };
 
 struct Action {

@@ -65,6 +65,20 @@ std::vector<Action> PressurePolicy::plan(const Snapshot& s) {
         d.id + " at " + percent(d.memoryFraction()) + " of its memory > " + percent(config_.pressureHigh);
     const size_t goal = size_t(config_.pressureLow * double(d.memoryTotal));
     size_t used = d.memoryUsed;
+    // Idle sessions' KV first: parking it costs nobody a token and it comes back bitwise.
+    std::vector<const ModelState*> parkable;
+    for (const ModelState& m : s.models) {
+      if (!m.migrating && m.idleKvOn(d.id) > 0) parkable.push_back(&m);
+    }
+    std::sort(parkable.begin(), parkable.end(), [](const ModelState* a, const ModelState* b) {
+      return a->lastUsedMs != b->lastUsedMs ? a->lastUsedMs < b->lastUsedMs : a->name < b->name;
+    });
+    for (const ModelState* m : parkable) {
+      if (used <= goal) break;
+      actions.push_back({ActionKind::kParkKv, m->name, 0, 0, d.id, reason});
+      pagedOut.insert(m->name);  // one action per model per tick
+      used -= std::min(used, m->idleKvOn(d.id));
+    }
     // Idle models first, least recently used first. A pinned layer keeps its model resident.
     std::vector<const ModelState*> idle;
     for (const ModelState& m : s.models) {

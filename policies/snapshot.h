@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace jitllm::policies {
@@ -41,6 +42,16 @@ struct ModelState {
   bool resident = true;           // false: its weights are paged out to host RAM or the file
   bool migrating = false;         // a migration of it is in progress: leave it alone this tick
   std::vector<std::string> home;  // when paged out: each unit's device before (empty otherwise)
+  // KV of its idle sessions (kept after their reply for a follow-up) in device memory, per
+  // device; part of the units' bytes. Parking moves it to host RAM.
+  std::vector<std::pair<std::string, size_t>> idleKv;
+
+  size_t idleKvOn(const std::string& device) const {
+    for (const auto& [d, bytes] : idleKv) {
+      if (d == device) return bytes;
+    }
+    return 0;
+  }
 };
 
 struct Snapshot {

@@ -80,6 +80,7 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
     m.migrating = snap.migrating;
     m.resident = !snap.pagedOut;
     m.home = snap.home;
+    m.idleKv = snap.idleKvBytesByDevice;
     for (const server::UnitSnapshot& u : snap.units) {
       // Weights read in place from the file take no device memory; KV always does.
       const size_t bytes = (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
@@ -95,6 +96,12 @@ void Scheduler::execute(const policies::Action& action) {
   auto& events = core_.events();
   try {
     auto host = core_.find(action.model);
+    if (action.kind == policies::ActionKind::kParkKv) {
+      host->parkIdleSessions(action.reason);  // the model's worker reports what it parked
+      events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, action.target, 0,
+                   "parking the KV of " + action.model + "'s idle sessions in host RAM: " + action.reason});
+      return;
+    }
     const int layers = int(host->model().config().layers);
     server::MigrationRequest request;
     request.reason = action.reason;

@@ -70,6 +70,8 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       JITLLM_REQUIRE(value == "trace" || value == "debug" || value == "info" || value == "warn" || value == "error",
                      where, ": log_level must be trace, debug, info, warn or error");
       logLevel = value;
+    } else if (key == "idle_sessions") {
+      idleSessions = number<size_t>(value, where, 0, 10000);
     } else if (key == "max_sessions") {
       maxSessions = number<size_t>(value, where, 1, 100000);
     } else if (key == "max_queued_tokens") {

@@ -27,6 +27,7 @@ struct DaemonConfig {
   std::string logLevel = "info";
   size_t maxSessions = 64;           // per model
   size_t maxQueuedTokens = 64;       // per session, before a slow reader is throttled
+  size_t idleSessions = 4;           // per model: finished replies kept for a follow-up (0: none)
   std::vector<std::string> preload;  // models loaded at start ("path" or "name=path")
   // The scheduler (daemon/scheduler, policies/).
   std::string policy = "balanced";     // policies::policyNames()

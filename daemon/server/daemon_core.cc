@@ -211,6 +211,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   JITLLM_REQUIRE(hostOptions.defaultContext <= trained, "context size ", hostOptions.defaultContext,
                  " is larger than the model's trained context of ", trained);
   hostOptions.maxSessions = cfg.maxSessions;
+  hostOptions.idleSessions = cfg.idleSessions;
   hostOptions.maxQueuedTokens = cfg.maxQueuedTokens;
   hostOptions.deviceFault = [this](const std::string& model) { deviceFault(model); };
   auto host = std::make_shared<ModelHost>(name, source, std::move(model), hostOptions, events_);

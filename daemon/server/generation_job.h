@@ -35,6 +35,7 @@ struct GenerationStats {
   double totalMs = 0;
   StopReason stopReason = StopReason::kMaxTokens;
   uint64_t sessionId = 0;
+  uint32_t reusedTokens = 0;  // prompt tokens whose KV an idle session already held (not computed)
 };
 
 struct GenerationRequest {

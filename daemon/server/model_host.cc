@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "daemon/runtime/host_kv.h"
 #include "daemon/runtime/stop_strings.h"
 #include "daemon/runtime/unit_range.h"
 #include "daemon/tokenizer/streaming_detokenizer.h"
@@ -23,8 +24,10 @@ struct ModelHost::Active {
   std::vector<int32_t> history;  // prompt then generated tokens
   size_t fed = 0;                // tokens of `history` already in the KV cache
   uint32_t generated = 0;
+  size_t reused = 0;  // prompt tokens whose KV came from an idle session
   Clock::time_point started, firstToken;
   bool done = false;
+  bool keep = false;  // finished normally: its session stays as an idle session
 
   Active(std::shared_ptr<GenerationJob> j, std::unique_ptr<runtime::Session> s, const tokenizer::Tokenizer& tok)
       : job(std::move(j)),
@@ -45,7 +48,25 @@ struct ModelHost::RunningMigration {
   std::vector<std::string> before;  // each unit's device when it started
 };
 
+// A finished reply's session, kept so that a follow-up continues it. Worker thread only.
+struct ModelHost::Idle {
+  uint32_t ownerUid = 0;
+  int64_t contextLimit = 0;
+  std::vector<int32_t> tokens;                // whose KV it holds
+  std::unique_ptr<runtime::Session> session;  // null while parked
+  std::unique_ptr<runtime::HostKv> parked;    // set while its KV is in host RAM
+  uint64_t id = 0;                            // the session it was (a restored one gets a new id)
+};
+
 namespace {
+
+// Tokens `a` and `b` have in common from the start.
+size_t commonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) i++;
+  return i;
+}
 
 // Migration ids are unique in the daemon, so events of two models' migrations never mix.
 std::atomic<uint64_t> nextMigrationId{1};
@@ -114,10 +135,13 @@ void ModelHost::submit(std::shared_ptr<GenerationJob> job) {
 
 bool ModelHost::cancelSession(uint64_t sessionId, uint32_t requesterUid, bool admin) {
   std::lock_guard lock(mutex_);
-  for (const auto& s : published_) {
-    if (s.id == sessionId) {
+  bool known = false;
+  for (const auto* list : {&published_, &publishedIdle_}) {
+    for (const auto& s : *list) {
+      if (s.id != sessionId) continue;
       JITLLM_REQUIRE(admin || s.ownerUid == requesterUid, "session ", sessionId,
                      " belongs to another user; only its owner or an admin may cancel it");
+      known = true;
     }
   }
   // The job itself is found through the worker's published table only; cancellation is a flag
@@ -125,10 +149,16 @@ bool ModelHost::cancelSession(uint64_t sessionId, uint32_t requesterUid, bool ad
   cancelRequests_.insert(sessionId);
   pokes_ = true;
   changed_.notify_all();
-  for (const auto& s : published_) {
-    if (s.id == sessionId) return true;
+  return known;
+}
+
+void ModelHost::parkIdleSessions(const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    parkRequests_.push_back(reason);
+    pokes_ = true;
   }
-  return false;
+  changed_.notify_all();
 }
 
 std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
@@ -259,6 +289,8 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
         ended++;
       }
       std::erase_if(active, [](const auto& a) { return a->done; });  // their pages go back now
+      // Idle sessions lose theirs too, unless parked in host RAM: those come back on the new placement.
+      std::erase_if(idle_, [](const auto& i) { return i->session != nullptr; });
     }
     std::string outcome;
     try {
@@ -400,8 +432,22 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     sessions.push_back({a->session->id(), a->job->request().ownerUid, a->session->length(), a->session->contextLimit(),
                         a->job->throttled() ? "waiting" : (a->generated == 0 ? "prefill" : "decode")});
   }
+  std::vector<SessionSnapshot> idle;
+  size_t parkedBytes = 0;
+  for (const auto& i : idle_) {
+    idle.push_back({i->id, i->ownerUid, int64_t(i->tokens.size()), i->contextLimit, i->session ? "idle" : "parked"});
+    if (i->parked) parkedBytes += i->parked->bytes();
+  }
   const size_t pageBytes = model_->kvLayout().pageBytes();
-  std::vector<std::pair<std::string, size_t>> kv;
+  auto addBytes = [](std::vector<std::pair<std::string, size_t>>& to, const std::string& device, size_t bytes) {
+    auto it = std::find_if(to.begin(), to.end(), [&](const auto& e) { return e.first == device; });
+    if (it == to.end()) {
+      to.emplace_back(device, bytes);
+    } else {
+      it->second += bytes;
+    }
+  };
+  std::vector<std::pair<std::string, size_t>> kv, idleKv;
   std::vector<UnitSnapshot> units(size_t(model_->unitCount()));
   for (int u = 0; u < model_->unitCount(); u++) {
     const runtime::UnitInfo info = model_->unitInfo(u);
@@ -418,13 +464,17 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
       s.kvPages += pages;
       s.sessionPages.emplace_back(a->session->id(), uint32_t(pages));
     }
-    s.kvBytes = s.kvPages * pageBytes;
-    auto it = std::find_if(kv.begin(), kv.end(), [&](const auto& e) { return e.first == s.device; });
-    if (it == kv.end()) {
-      kv.emplace_back(s.device, s.kvBytes);
-    } else {
-      it->second += s.kvBytes;
+    size_t idlePages = 0;
+    for (const auto& i : idle_) {
+      if (!i->session) continue;
+      const size_t pages = i->session->layerPageCount(u - 1);
+      idlePages += pages;
+      s.sessionPages.emplace_back(i->id, uint32_t(pages));
     }
+    s.kvPages += idlePages;
+    s.kvBytes = s.kvPages * pageBytes;
+    addBytes(kv, s.device, s.kvBytes);
+    if (idlePages) addBytes(idleKv, s.device, idlePages * pageBytes);
   }
   std::string migration =
       running_ ? "migration " + std::to_string(running_->ticket->id()) + ": " + running_->migration->describe()
@@ -432,10 +482,13 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   std::lock_guard lock(mutex_);
   for (size_t u = 0; u < units.size(); u++) units[u].pinned = pins_[u];
   published_ = std::move(sessions);
+  publishedIdle_ = std::move(idle);
+  publishedIdleKv_ = std::move(idleKv);
+  publishedParkedBytes_ = parkedBytes;
   publishedKv_ = std::move(kv);
   publishedUnits_ = std::move(units);
   publishedMigration_ = std::move(migration);
-  if (!published_.empty()) {  // sessions ran (or wait) this iteration
+  if (!published_.empty()) {  // sessions ran (or wait) this iteration; idle ones do not count
     lastActiveMs_ = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
   }
   activeCount_ = active.size();
@@ -447,7 +500,10 @@ ModelSnapshot ModelHost::snapshot() const {
   s.name = name_;
   s.path = path_;
   s.sessions = published_;
+  s.idle = publishedIdle_;
   s.kvBytesByDevice = publishedKv_;
+  s.idleKvBytesByDevice = publishedIdleKv_;
+  s.parkedKvBytes = publishedParkedBytes_;
   s.units = publishedUnits_;
   for (size_t u = 0; u < s.units.size(); u++) s.units[u].pinned = pins_[u];
   s.migration = publishedMigration_;
@@ -492,11 +548,16 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
       JITLLM_REQUIRE(id >= 0 && id < model_->config().vocabSize, "token id ", id, " is outside the vocabulary of ",
                      model_->config().vocabSize);
     }
-    auto a = std::make_unique<Active>(job, model_->createSession(limit), model_->tokenizer());
+    size_t reused = 0;
+    std::unique_ptr<runtime::Session> session = resumeIdle(r, limit, reused);
+    if (!session) session = model_->createSession(limit);
+    auto a = std::make_unique<Active>(job, std::move(session), model_->tokenizer());
+    a->fed = a->reused = reused;
     job->setSessionId(a->session->id());
-    events_.emit({0, EventKind::kSession, "session.started", name_, "", a->session->id(),
-                  std::to_string(r.prompt.size()) + " prompt tokens, up to " + std::to_string(r.maxTokens) +
-                      " more (uid " + std::to_string(r.ownerUid) + ")"});
+    events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", a->session->id(),
+                  std::to_string(r.prompt.size()) + " prompt tokens" +
+                      (reused ? " (" + std::to_string(reused) + " of them already in an idle session's KV)" : "") +
+                      ", up to " + std::to_string(r.maxTokens) + " more (uid " + std::to_string(r.ownerUid) + ")"});
     active.push_back(std::move(a));
   } catch (const Error& e) {
     job->fail(e);
@@ -515,10 +576,98 @@ void ModelHost::finishActive(Active& a, StopReason reason) {
   st.totalMs = std::chrono::duration<double, std::milli>(now - a.started).count();
   st.stopReason = reason;
   st.sessionId = a.session->id();
+  st.reusedTokens = uint32_t(a.reused);
   a.job->finish(st);
   a.done = true;
+  a.keep = options_.idleSessions > 0;
   events_.emit({0, EventKind::kSession, "session.finished", name_, "", st.sessionId,
                 std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) + " tok/s"});
+}
+
+std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest& r, int64_t limit, size_t& reused) {
+  reused = 0;
+  // The idle session of this user and limit sharing the longest start with the prompt. At least one
+  // prompt token is computed again: its logits give the reply's first token. A session is resumed
+  // only for at least half of its tokens (the same conversation, perhaps with its last message
+  // edited): one that shares only the start of a system prompt stays for its own follow-up.
+  auto best = idle_.end();
+  size_t bestLength = 0;
+  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+    const Idle& i = **it;
+    if (i.ownerUid != r.ownerUid || i.contextLimit != limit) continue;
+    const size_t n = std::min(commonPrefix(i.tokens, r.prompt), r.prompt.size() - 1);
+    if (n > bestLength && 2 * n >= i.tokens.size()) {
+      best = it;
+      bestLength = n;
+    }
+  }
+  if (best == idle_.end()) return nullptr;
+  std::unique_ptr<Idle> idle = std::move(*best);
+  idle_.erase(best);
+  if (idle->parked) {
+    const auto start = Clock::now();
+    try {
+      idle->session = idle->parked->restore(*model_);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kOverloaded) throw;
+      events_.emit({0, EventKind::kSession, "session.unparked", name_, "", idle->id,
+                    std::string("no device memory to bring the idle session's KV back (") + e.what() +
+                        "): its prompt is computed again"});
+      return nullptr;
+    }
+    events_.emit({0, EventKind::kSession, "session.unparked", name_, "", idle->session->id(),
+                  humanBytes(idle->parked->bytes()) + " of KV (" + std::to_string(idle->tokens.size()) +
+                      " tokens) back from host RAM in " +
+                      std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) +
+                      " ms, nothing recomputed"});
+  }
+  idle->session->truncate(int64_t(bestLength));
+  reused = bestLength;
+  return std::move(idle->session);
+}
+
+void ModelHost::keepIdle(Active& a) {
+  if (a.session->length() == 0) return;
+  auto idle = std::make_unique<Idle>();
+  idle->ownerUid = a.job->request().ownerUid;
+  idle->contextLimit = a.session->contextLimit();
+  idle->id = a.session->id();
+  // The last sampled token was never fed: the KV holds the tokens before it.
+  idle->tokens.assign(a.history.begin(), a.history.begin() + a.session->length());
+  idle->session = std::move(a.session);
+  idle_.push_back(std::move(idle));
+  if (idle_.size() > options_.idleSessions) idle_.erase(idle_.begin());  // least recently used
+}
+
+bool ModelHost::dropIdleWithDeviceMemory() {
+  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+    if ((*it)->session) {
+      events_.emit({0, EventKind::kSession, "session.dropped", name_, "", (*it)->id,
+                    "idle session dropped: a running one needed its KV pages"});
+      idle_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+void ModelHost::parkIdle(const std::string& reason) {
+  size_t sessions = 0, bytes = 0;
+  const auto start = Clock::now();
+  for (auto& i : idle_) {
+    if (!i->session || !runtime::holdsDeviceMemory(*i->session)) continue;
+    i->parked = std::make_unique<runtime::HostKv>(*i->session);
+    i->session.reset();  // its pages go back to their pools
+    sessions++;
+    bytes += i->parked->bytes();
+  }
+  if (sessions == 0) return;
+  const std::string what = "parked the KV of " + std::to_string(sessions) + " idle session(s) of " + name_ + " (" +
+                           humanBytes(bytes) + ") in host RAM in " +
+                           std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) +
+                           " ms: " + reason;
+  events_.emit({0, EventKind::kSession, "session.parked", name_, "", 0, what});
+  spdlog::info("model '{}': {}", name_, what);
 }
 
 void ModelHost::workerLoop() {
@@ -552,6 +701,7 @@ void ModelHost::workerLoop() {
         // Their KV pages go back to pools on devices other models' workers may be driving.
         const DeviceLocks locks(usedDevices_);
         active.clear();
+        idle_.clear();
       }
       std::lock_guard lock(mutex_);
       for (auto& j : incoming_) j->fail(gone);
@@ -590,6 +740,17 @@ void ModelHost::workerLoop() {
     }
     for (auto& j : arrivals) admit(std::move(j), active);
     handleLostDevices(active);
+    std::vector<std::string> parks;
+    {
+      std::lock_guard lock(mutex_);
+      parks.swap(parkRequests_);
+    }
+    for (const std::string& reason : parks) parkIdle(reason);
+    std::erase_if(idle_, [&](const auto& i) {
+      if (!cancels.count(i->id)) return false;
+      events_.emit({0, EventKind::kSession, "session.cancelled", name_, "", i->id, "idle session forgotten"});
+      return true;
+    });
 
     // Drop cancelled sessions: destroying the Session returns its KV pages.
     for (auto& a : active) {
@@ -613,7 +774,15 @@ void ModelHost::workerLoop() {
       const size_t remaining = a->history.size() - a->fed;
       const size_t n = std::min({remaining, kPrefillChunk, budget});
       try {
-        a->session->reserve(int64_t(n));
+        // Out of KV pages: idle sessions holding device memory give theirs up first.
+        for (;;) {
+          try {
+            a->session->reserve(int64_t(n));
+            break;
+          } catch (const Error& e) {
+            if (e.kind() != ErrorKind::kOverloaded || !dropIdleWithDeviceMemory()) throw;
+          }
+        }
       } catch (const Error& e) {
         a->job->fail(e);  // this session only: the others still run
         a->done = true;
@@ -666,6 +835,9 @@ void ModelHost::workerLoop() {
 
     // Retire finished sessions (their pages return to the pools) and publish what ps shows.
     const bool hadSessions = !active.empty();
+    for (auto& a : active) {
+      if (a->done && a->keep) keepIdle(*a);
+    }
     std::erase_if(active, [](const auto& a) { return a->done; });
     // A burst just ended: hand the heap's free memory back to the OS rather than keep the peak.
     if (hadSessions && active.empty()) ::malloc_trim(0);

@@ -12,6 +12,13 @@
 // replies keep streaming and stand still only for the commit. One migration per model at a time:
 // a second request is refused while one is running. Pins (per unit) keep units where they are.
 //
+// Idle sessions: a reply that finished keeps its session (and KV) as an idle session, up to
+// `idleSessions` per model, least recently used dropped first. A later request of the same user and
+// context limit whose prompt starts with the tokens of one resumes it: only the rest of the prompt
+// is computed (a chat client resends the whole conversation each turn). Under memory pressure an
+// idle session's KV is parked in host RAM (parkIdleSessions) and comes back, bitwise, when it is
+// resumed; when a device runs out of KV pages, idle sessions there give theirs up first.
+//
 // Ownership: owns the Model and the worker thread; the devices and the EventHub are borrowed and
 // must outlive it. Destruction (or shutdown()) fails waiting and running jobs and a pending
 // migration with DISCONNECTED.
@@ -43,6 +50,8 @@ struct ModelHostOptions {
   // Called on the worker when a step failed with DISCONNECTED: the daemon checks which device
   // stopped answering and calls deviceLost(). May be empty.
   std::function<void(const std::string& model)> deviceFault;
+  // Finished replies' sessions kept for a follow-up to continue (see above); 0: none kept.
+  size_t idleSessions = 0;
 };
 
 struct SessionSnapshot {
@@ -50,7 +59,7 @@ struct SessionSnapshot {
   uint32_t ownerUid = 0;
   int64_t tokens = 0;
   int64_t contextLimit = 0;
-  std::string state;  // "prefill", "decode", "waiting"
+  std::string state;  // "prefill", "decode", "waiting"; idle sessions: "idle", "parked" (KV in host RAM)
 };
 
 // One unit as ps -l shows it.
@@ -69,8 +78,11 @@ struct UnitSnapshot {
 
 struct ModelSnapshot {
   std::string name, path;
-  std::vector<SessionSnapshot> sessions;
-  std::vector<std::pair<std::string, size_t>> kvBytesByDevice;
+  std::vector<SessionSnapshot> sessions;                            // running or waiting for a step
+  std::vector<SessionSnapshot> idle;                                // kept after their reply, least recently used first
+  std::vector<std::pair<std::string, size_t>> kvBytesByDevice;      // every session's pages
+  std::vector<std::pair<std::string, size_t>> idleKvBytesByDevice;  // the idle sessions' part of it
+  size_t parkedKvBytes = 0;                                         // idle sessions' KV in host RAM
   std::vector<UnitSnapshot> units;
   std::string migration;     // the one in progress, one line; "" when none
   bool migrating = false;    // a migration is requested or in progress (also before it has started)
@@ -111,6 +123,10 @@ class ModelHost final {
   // another device is refused unless request.force), and that no migration of this model is
   // running. Error(DISCONNECTED) after shutdown().
   std::shared_ptr<MigrationTicket> migrate(MigrationRequest request);
+  // Moves the KV of every idle session held in device memory to host RAM (the device pages go
+  // back to their pools); `reason` goes into the event. Returns at once; the worker does it
+  // before its next step.
+  void parkIdleSessions(const std::string& reason);
   // Removes the pins of a range; pins of units outside it stay.
   void unpin(const std::string& layers);
 
@@ -131,6 +147,7 @@ class ModelHost final {
  private:
   struct Active;
   struct RunningMigration;
+  struct Idle;
   void workerLoop();
   // One slice of the migration in progress (or its start or commit); worker thread only.
   void serviceMigration();
@@ -142,6 +159,13 @@ class ModelHost final {
   void handleLostDevices(std::vector<std::unique_ptr<Active>>& active);
   void admit(std::shared_ptr<GenerationJob> job, std::vector<std::unique_ptr<Active>>& active);
   void finishActive(Active& a, StopReason reason);
+  // Idle sessions (worker thread only): the one a new prompt continues best (null when none), with
+  // the number of prompt tokens whose KV it has; keeping a finished reply's session; parking.
+  std::unique_ptr<runtime::Session> resumeIdle(const GenerationRequest& request, int64_t limit, size_t& reused);
+  void keepIdle(Active& a);
+  // Drops the least recently used idle session holding device memory; false when there is none.
+  bool dropIdleWithDeviceMemory();
+  void parkIdle(const std::string& reason);
   void wake();
 
   const std::string name_;
@@ -182,6 +206,11 @@ class ModelHost final {
   // iteration: other models' workers and loads share these devices and take turns.
   std::vector<Device*> usedDevices_;
   const DeviceLocks* locks_ = nullptr;
+  std::vector<std::unique_ptr<Idle>> idle_;  // worker only; least recently used first
+  std::vector<std::string> parkRequests_;    // reasons parkIdleSessions() gave, not yet handled
+  std::vector<SessionSnapshot> publishedIdle_;
+  std::vector<std::pair<std::string, size_t>> publishedIdleKv_;
+  size_t publishedParkedBytes_ = 0;
   bool pagedOut_ = false;  // see ModelSnapshot::pagedOut
   std::vector<std::string> home_;
   bool stopping_ = false;

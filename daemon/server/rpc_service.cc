@@ -138,9 +138,12 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
       if (d == weights[i].first) memory[uint32_t(i)].setKvBytes(kv);
     }
   }
+  // Sessions (running and idle) are their owners' and the admins' to see.
   std::set<uint64_t> visibleIds;
-  for (const auto& s : snap.sessions) {
-    if (admin || s.ownerUid == peer.uid) visibleIds.insert(s.id);
+  for (const auto* list : {&snap.sessions, &snap.idle}) {
+    for (const auto& s : *list) {
+      if (admin || s.ownerUid == peer.uid) visibleIds.insert(s.id);
+    }
   }
   auto layers = b.initLayerStates(uint32_t(units.size()));
   for (size_t i = 0; i < units.size(); i++) {
@@ -167,19 +170,24 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
     }
   }
   b.setMigration(text(snap.migration));
-  std::vector<SessionSnapshot> visible;
-  for (const auto& s : snap.sessions) {
-    if (admin || s.ownerUid == peer.uid) visible.push_back(s);
-  }
-  auto sessions = b.initSessions(uint32_t(visible.size()));
-  for (size_t i = 0; i < visible.size(); i++) {
-    const auto& s = visible[i];
-    sessions[uint32_t(i)].setId(s.id);
-    sessions[uint32_t(i)].setOwnerUid(s.ownerUid);
-    sessions[uint32_t(i)].setTokens(uint32_t(s.tokens));
-    sessions[uint32_t(i)].setContextLimit(uint32_t(s.contextLimit));
-    sessions[uint32_t(i)].setState(text(s.state));
-  }
+  auto fill = [&](const std::vector<SessionSnapshot>& all, auto init) {
+    std::vector<SessionSnapshot> visible;
+    for (const auto& s : all) {
+      if (visibleIds.count(s.id)) visible.push_back(s);
+    }
+    auto sessions = init(uint32_t(visible.size()));
+    for (size_t i = 0; i < visible.size(); i++) {
+      const auto& s = visible[i];
+      sessions[uint32_t(i)].setId(s.id);
+      sessions[uint32_t(i)].setOwnerUid(s.ownerUid);
+      sessions[uint32_t(i)].setTokens(uint32_t(s.tokens));
+      sessions[uint32_t(i)].setContextLimit(uint32_t(s.contextLimit));
+      sessions[uint32_t(i)].setState(text(s.state));
+    }
+  };
+  fill(snap.sessions, [&](uint32_t n) { return b.initSessions(n); });
+  fill(snap.idle, [&](uint32_t n) { return b.initIdleSessions(n); });
+  b.setParkedKvBytes(snap.parkedKvBytes);
 }
 
 // Streams one job's output to the client's sink until it finishes, then fills the results.
@@ -452,6 +460,7 @@ struct ContextReply final : DaemonService::Reply {
     st.setTotalMs(s.totalMs);
     st.setStopReason(toRpc(s.stopReason));
     st.setSessionId(s.sessionId);
+    st.setReusedTokens(s.reusedTokens);
   }
   Context context;
 };

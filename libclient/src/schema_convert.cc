@@ -54,6 +54,10 @@ ModelInfo fromSchema(rpc::ModelInfo::Reader r) {
   m.loadedUnixMs = r.getLoadedUnixMs();
   for (auto l : r.getLayerStates()) m.layerStates.push_back(fromSchema(l));
   m.migration = str(r.getMigration());
+  for (auto s : r.getIdleSessions()) {
+    m.idleSessions.push_back({s.getId(), s.getOwnerUid(), s.getTokens(), s.getContextLimit(), str(s.getState())});
+  }
+  m.parkedKvBytes = r.getParkedKvBytes();
   return m;
 }
 
@@ -123,6 +127,7 @@ GenerationStats fromSchema(rpc::GenerationStats::Reader r) {
       break;
   }
   s.sessionId = r.getSessionId();
+  s.reusedTokens = r.getReusedTokens();
   return s;
 }
 

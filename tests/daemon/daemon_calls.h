@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "tests/daemon/daemon_harness.h"
 
 namespace jitllm::testing {
@@ -75,10 +77,34 @@ inline std::pair<size_t, uint64_t> sessionsAndKv(kj::AsyncIoContext& io, RpcConn
   return {sessions, kv};
 }
 
-// Polls (bounded) until the daemon reports no sessions and no KV pages in use.
-inline bool becomesIdle(kj::AsyncIoContext& io, RpcConnection& c) {
+// No session runs, and every KV page in use belongs to an idle session (a finished reply kept for a
+// follow-up, at most `maxIdle` per model): nothing else holds device memory.
+inline bool onlyIdleSessionsHoldKv(kj::AsyncIoContext& io, RpcConnection& c, size_t maxIdle) {
+  auto resp = c.daemon().modelsRequest().send().wait(io.waitScope);
+  for (auto m : resp.getModels()) {
+    if (m.getSessions().size() != 0 || m.getIdleSessions().size() > maxIdle) return false;
+    std::set<uint64_t> idle;
+    for (auto s : m.getIdleSessions()) idle.insert(s.getId());
+    uint64_t pages = 0, pageBytes = 0;
+    for (auto l : m.getLayerStates()) {
+      for (auto s : l.getSessions()) {
+        if (s.getPages() > 0 && !idle.count(s.getSessionId())) return false;
+      }
+      pages += l.getKvPages();
+      if (l.getKvPages()) pageBytes = l.getKvBytes() / l.getKvPages();
+    }
+    uint64_t kv = 0;
+    for (auto d : m.getMemory()) kv += d.getKvBytes();
+    if (kv != pages * pageBytes) return false;
+  }
+  return true;
+}
+
+// Polls (bounded) until the daemon reports no sessions and no KV pages in use but idle sessions'
+// (jitllmd's default idle_sessions = 4 per model).
+inline bool becomesIdle(kj::AsyncIoContext& io, RpcConnection& c, size_t maxIdle = 4) {
   for (int i = 0; i < 200; i++) {
-    if (sessionsAndKv(io, c) == std::pair<size_t, uint64_t>{0, 0}) return true;
+    if (onlyIdleSessionsHoldKv(io, c, maxIdle)) return true;
     io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(io.waitScope);
   }
   return false;

@@ -110,7 +110,7 @@ TEST(Daemon, AClientThatVanishesMidReplyHasItsSessionCancelledAndItsPagesFreed) 
   EXPECT_GT(sessionsAndKv(io, c).second, 0u);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
-  EXPECT_TRUE(becomesIdle(io, c));
+  EXPECT_TRUE(becomesIdle(io, c, 0));
   EXPECT_NE(d.log().find("session.cancelled"), std::string::npos);
   // And the daemon still serves.
   EXPECT_EQ(generate(c, "Once upon a time", 4).wait(io.waitScope).ids.size(), 4u);
@@ -127,7 +127,7 @@ TEST(Daemon, DroppingAGenerateCallCancelsItAndFreesItsPagesWhileTheConnectionSta
     io.provider->getTimer().afterDelay(200 * kj::MILLISECONDS).wait(io.waitScope);
     EXPECT_EQ(sessionsAndKv(io, c).first, 1u);
   }  // the promise is dropped here: Cap'n Proto sends a Finish and the daemon must stop
-  EXPECT_TRUE(becomesIdle(io, c));
+  EXPECT_TRUE(becomesIdle(io, c, 0));
   EXPECT_NE(d.log().find("session.cancelled"), std::string::npos) << d.log();
   EXPECT_EQ(d.log().find("session.finished"), std::string::npos) << "the reply must not run to its end";
   EXPECT_EQ(generate(c, "Once upon a time", 4).wait(io.waitScope).ids.size(), 4u);
@@ -150,7 +150,9 @@ TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
   auto fast = generate(fastConn, "Once upon a time", 200).wait(io.waitScope);
   const double fastSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(fast.ids.size(), 200u);
-  if (!kSanitized) EXPECT_LT(fastSeconds, 5.0) << "the fast session waited for the slow one";
+  if (!kSanitized) {
+    EXPECT_LT(fastSeconds, 5.0) << "the fast session waited for the slow one";
+  }
   // The slow session is throttled: it holds at most a window of unsent tokens, far from 1500.
   // (The fast session's entry leaves ps at the worker's next iteration, and the slow one reaches
   // its limit after max_queued_tokens: poll, bounded.)

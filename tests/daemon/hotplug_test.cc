@@ -11,108 +11,15 @@
 #include <thread>
 
 #include "daemon/scheduler/scheduler.h"
-#include "daemon/scheduler/scripted_telemetry.h"
-#include "daemon/server/daemon_core.h"
 #include "kernels/error.h"
+#include "tests/daemon/core_harness.h"
 
 namespace jitllm::scheduler {
 namespace {
 
-const std::string kModels = std::string(JITLLM_SHARED_DIR) + "/models";
-const std::string kStories = kModels + "/stories260K.gguf";
-
-struct Outcome {
-  std::vector<int32_t> ids;
-  std::optional<Error> error;
-};
-
-std::shared_ptr<server::GenerationJob> start(server::ModelHost& host, uint32_t maxTokens) {
-  server::GenerationRequest r;
-  r.prompt = host.model().tokenizer().encode("Once upon a time, there was a", true, false);
-  r.maxTokens = maxTokens;
-  r.sampling.temperature = 0;  // greedy: the tokens are a function of the KV and the weights
-  // A small queue throttles the session until the test reads: it stays mid-reply while the test
-  // changes the devices under it.
-  auto job = std::make_shared<server::GenerationJob>(r, 4);
-  host.submit(job);
-  return job;
-}
-
-// Reads until `job` has produced at least `atLeast` tokens, or has finished.
-void readSome(server::GenerationJob& job, Outcome& out, size_t atLeast) {
-  for (int i = 0; i < 5000 && out.ids.size() < atLeast; i++) {
-    auto b = job.take();
-    out.ids.insert(out.ids.end(), b.ids.begin(), b.ids.end());
-    if (b.finished) {
-      out.error = b.error;
-      return;
-    }
-    if (b.ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
-Outcome finish(server::GenerationJob& job, Outcome out = {}) {
-  for (int i = 0; i < 20000; i++) {
-    auto b = job.take();
-    out.ids.insert(out.ids.end(), b.ids.begin(), b.ids.end());
-    if (b.finished) {
-      out.error = b.error;
-      return out;
-    }
-    if (b.ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ADD_FAILURE() << "the generation did not finish";
-  return out;
-}
-
-std::vector<std::string> placement(const server::ModelHost& host) {
-  std::vector<std::string> where;
-  for (const auto& u : host.snapshot().units) where.push_back(u.device);
-  return where;
-}
-
-std::vector<std::string> settled(const server::ModelHost& host) {
-  for (int i = 0; i < 1000 && host.snapshot().migrating; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_FALSE(host.snapshot().migrating) << host.name() << " is still migrating";
-  return placement(host);
-}
-
-std::string eventLog(server::DaemonCore& core) {
-  size_t dropped = 0;
-  std::string log;
-  for (const auto& e : core.events().subscribe(server::EventHub::kHistory)->take(&dropped)) {
-    log += e.what + " [" + e.model + "] " + e.message + "\n";
-  }
-  return log;
-}
-
-std::unique_ptr<server::DaemonCore> makeCore(const std::string& devices) {
-  server::DaemonConfig config;
-  config.devices = devices;
-  config.cpuThreads = 1;
-  config.modelDirs = {kModels};
-  return std::make_unique<server::DaemonCore>(config);
-}
-
-std::shared_ptr<server::ModelHost> load(server::DaemonCore& core, const std::string& name, const std::string& devices) {
-  server::LoadRequest r;
-  r.path = kStories;
-  r.name = name;
-  r.devices = devices;
-  return core.load(r, nullptr);
-}
-
-std::unique_ptr<ScriptedTelemetry> script(const std::string& text) {
-  return std::make_unique<ScriptedTelemetry>(ScriptedTelemetry::parse(text, "test-script"));
-}
-
-bool everyUnitOn(const std::vector<std::string>& where, const std::string& device) {
-  return !where.empty() && std::all_of(where.begin(), where.end(), [&](const auto& d) { return d == device; });
-}
-
 TEST(HotPlug, AVanishedDeviceEndsOnlyTheSessionsWithKvOnItAndItsModelsAreReplaced) {
   if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
-  auto core = makeCore("cpu:0,cpu:1");
+  auto core = makeCore("cpu:0,cpu:1", 0);  // no idle sessions: every page goes back at the end
   auto split = load(*core, "split", "cpu:0,cpu:1");  // blocks on both devices
   auto local = load(*core, "local", "cpu:0");        // nothing on cpu:1
   auto headOff = load(*core, "head", "cpu:0");       // only its output unit on cpu:1

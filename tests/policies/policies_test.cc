@@ -41,6 +41,7 @@ struct World {
       for (const ModelState& m : s.models) {
         if (!m.resident) continue;
         for (const UnitState& u : m.units) d.memoryUsed += u.device == d.id ? u.bytes : 0;
+        d.memoryUsed += m.idleKvOn(d.id);  // (kept apart from the units' bytes here)
       }
     }
   }
@@ -50,6 +51,8 @@ struct World {
         if (m.name != a.model) continue;
         if (a.kind == ActionKind::kPageOut) {
           m.resident = false;
+        } else if (a.kind == ActionKind::kParkKv) {
+          std::erase_if(m.idleKv, [&](const auto& e) { return e.first == a.target; });
         } else {
           for (int u = a.first; u <= a.last; u++) {
             ASSERT_TRUE(m.units[size_t(u)].pinned.empty()) << "a policy moved pinned " << m.units[size_t(u)].name;
@@ -170,6 +173,38 @@ TEST(PressurePolicy, AFullDevicePagesOutTheLeastRecentlyUsedIdleModelFirst) {
   EXPECT_EQ(plan[0].model, "a");
   EXPECT_NE(plan[0].reason.find("cuda:0 at 96% of its memory > 92%"), std::string::npos) << plan[0].reason;
   EXPECT_TRUE(w.tick(p, 2000).empty()) << "below the threshold now";
+}
+
+TEST(PressurePolicy, IdleSessionsKvIsParkedBeforeAnyModelIsPagedOut) {
+  World w = threeModelsOnOneGpu(1);  // c is busy; a was used longest ago, then b
+  w.s.models[1].idleKv = {{"cuda:0", 1 * kGB}};
+  w.s.models[2].idleKv = {{"cuda:0", 2 * kGB}, {"cuda:1", 5 * kGB}};
+  w.recount();  // cuda:0 at 99%: parking 3 GB is not enough, so `a` goes too
+  PressurePolicy p({});
+  auto plan = w.tick(p, 1000);
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kParkKv);
+  EXPECT_EQ(plan[0].model, "b");  // least recently used first, busy models' idle sessions too
+  EXPECT_EQ(plan[0].target, "cuda:0");
+  EXPECT_EQ(plan[1].kind, ActionKind::kParkKv);
+  EXPECT_EQ(plan[1].model, "c");
+  EXPECT_EQ(plan[2].kind, ActionKind::kPageOut);
+  EXPECT_EQ(plan[2].model, "a");
+  EXPECT_EQ(w.s.models[2].idleKvOn("cuda:1"), 5 * kGB) << "cuda:1 is not full: its idle KV stays";
+  EXPECT_TRUE(w.tick(p, 2000).empty());
+}
+
+TEST(PressurePolicy, WhenParkingIdleKvMakesEnoughRoomNoModelIsPagedOut) {
+  World w = threeModelsOnOneGpu(1);
+  w.s.models[2].idleKv = {{"cuda:0", 20 * kGB}};
+  w.s.devices[0].memoryTotal = 120 * kGB;  // 116 of 120 GB used: 16 GB over the low mark
+  w.recount();
+  PressurePolicy p({});
+  auto plan = w.tick(p, 1000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kParkKv);
+  EXPECT_EQ(plan[0].model, "c");
+  EXPECT_TRUE(w.s.models[0].resident);
 }
 
 TEST(PressurePolicy, WithNoIdleModelLeftLayersOfBusyModelsMoveWhereThereIsRoom) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "daemon/runtime/host_kv.h"
 #include "daemon/runtime/live_migration.h"
 #include "daemon/runtime/unit_range.h"
 #include "kernels/cpu/cpu_device.h"
@@ -135,6 +136,67 @@ TEST_P(LiveMigrationOnCpu, AllLayersThereAndBackThenAPartialRangeChangeNoLogitBi
   // Every session has ended: every page is back and every chunk returned to its device.
   EXPECT_EQ(pagesInUse(*m.model), 0u);
   for (const runtime::KvPagePool* pool : m.model->kvPools()) EXPECT_EQ(pool->pagesReserved(), 0u);
+}
+
+// Decodes `session` greedily for `steps` tokens from `tokens` (the last one not yet fed), appending
+// what it samples; returns every step's logits.
+std::vector<std::vector<float>> decode(runtime::Model& model, runtime::Session& session, std::vector<int32_t>& tokens,
+                                       int steps) {
+  const int64_t V = model.config().vocabSize;
+  std::vector<std::vector<float>> out;
+  for (int i = 0; i < steps; i++) {
+    const size_t fed = size_t(session.length());
+    std::vector<float> logits;
+    const runtime::SequenceInput in{&session, {tokens.data() + fed, tokens.size() - fed}, false};
+    model.forward({&in, 1}, logits);
+    tokens.push_back(argmax(logits.data(), V));
+    out.push_back(std::move(logits));
+  }
+  return out;
+}
+
+TEST_P(LiveMigrationOnCpu, ASessionParkedInHostMemoryContinuesBitwiseEvenAfterItsLayersMoved) {
+  LoadedModel ref = loadOnCpu0(path_);
+  const std::vector<int32_t> prompt = prompts(ref.model->config().vocabSize)[2];
+  std::vector<int32_t> refTokens = prompt;
+  auto refSession = ref.model->createSession(256);
+  const auto refLogits = decode(*ref.model, *refSession, refTokens, 30);
+
+  LoadedModel m = loadOnCpu0(path_);
+  std::vector<int32_t> tokens = prompt;
+  auto session = m.model->createSession(256);
+  auto logits = decode(*m.model, *session, tokens, 12);
+  const int64_t length = session->length();
+  const runtime::HostKv parked(*session);
+  EXPECT_EQ(parked.length(), length);
+  EXPECT_EQ(parked.contextLimit(), 256);
+  EXPECT_EQ(parked.bytes(), size_t(m.model->config().layers) *
+                                size_t((length + m.model->kvLayout().pageTokens - 1) / m.model->kvLayout().pageTokens) *
+                                m.model->kvLayout().pageBytes());
+  session.reset();
+  EXPECT_EQ(pagesInUse(*m.model), 0u);  // the device memory went back
+
+  // While parked, every unit moves to cpu:1: the session comes back on the pools it runs on now.
+  MigrationOptions o;
+  o.units = parseUnitRange("", int(m.model->config().layers));
+  o.target = m.devices[1].get();
+  LiveMigration migration(*m.model, o);
+  while (!migration.prepareStep()) {
+  }
+  migration.commit();
+  migration.releaseSource();
+  session = parked.restore(*m.model);
+  EXPECT_EQ(session->length(), length);
+  EXPECT_EQ(&session->layerPool(0).device(), m.devices[1].get());
+  for (auto& l : decode(*m.model, *session, tokens, 18)) logits.push_back(std::move(l));
+
+  EXPECT_EQ(tokens, refTokens);
+  ASSERT_EQ(logits.size(), refLogits.size());
+  for (size_t i = 0; i < logits.size(); i++) {
+    ASSERT_EQ(0, std::memcmp(logits[i].data(), refLogits[i].data(), logits[i].size() * sizeof(float)))
+        << "logits differ at step " << i;
+  }
+  EXPECT_FALSE(runtime::holdsDeviceMemory(*session));  // CPU pages are host memory already
 }
 
 TEST_P(LiveMigrationOnCpu, WithoutPrecopyEveryWrittenTokenMovesInThePause) {

@@ -59,7 +59,7 @@ struct SessionInfo {
   uint32_t ownerUid = 0;
   uint32_t tokens = 0;
   uint32_t contextLimit = 0;
-  std::string state;  // "prefill" | "decode" | "waiting"
+  std::string state;  // "prefill" | "decode" | "waiting"; idle sessions: "idle" | "parked"
 };
 
 // KV pages one session holds for one unit.
@@ -101,6 +101,8 @@ struct ModelInfo {
   int64_t loadedUnixMs = 0;
   std::vector<LayerState> layerStates;  // one per unit, in order (schema: ModelInfo.layerStates)
   std::string migration;                // the migration in progress, one line; empty when none
+  std::vector<SessionInfo> idleSessions;  // kept after their reply for a follow-up to continue
+  uint64_t parkedKvBytes = 0;             // idle sessions' KV parked in host RAM
 };
 
 struct LoadOptions {
@@ -177,6 +179,7 @@ struct GenerationStats {
   double totalMs = 0;
   StopReason stopReason = StopReason::kMaxTokens;
   uint64_t sessionId = 0;
+  uint32_t reusedTokens = 0;  // prompt tokens whose KV an idle session already held
 };
 
 struct GenerateResult {
