@@ -21,6 +21,7 @@
 #include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
+#include "daemon/server/device_watcher.h"
 #include "daemon/server/listen_socket.h"
 #include "daemon/server/logging.h"
 #include "daemon/server/loop_bridge.h"
@@ -38,7 +39,8 @@ constexpr const char* kUsage = R"(usage: jitllmd [options]
                          passes a socket (LISTEN_FDS)
   --config FILE          settings file (default: /etc/jitllm/jitllmd.conf as root,
                          ~/.config/jitllm/jitllmd.conf otherwise, when present)
-  --devices SPEC         devices to own, e.g. cpu:0 or cpu:0,cpu:1 (default cpu:0)
+  --devices SPEC         devices to own: auto (default: every device, and GPUs plugged in
+                         later), or a list such as cpu:0 or cpu:0,cuda:0
   --threads N            threads per CPU device (default: all cores)
   --model-dir DIR        a directory `load` may read by path (repeatable)
   --preload FILE         load this model at start (repeatable; NAME=FILE names it)
@@ -150,6 +152,15 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
                socket->fromSystemdActivation() ? " (from systemd)" : "");
 
   DaemonCore core(config);
+  // Hot-plug: with `devices = auto`, GPUs that arrive or vanish later (udev's news, and a periodic look).
+  std::unique_ptr<DeviceWatcher> watcher;
+  if (core.rescans()) {
+    DeviceWatcherOptions o;
+    o.interval = std::chrono::milliseconds(config.rescanIntervalMs);
+    watcher = std::make_unique<DeviceWatcher>([&core] { core.rescanDevices(); }, o);
+    spdlog::info("devices: re-enumerated every {} ms{}", config.rescanIntervalMs,
+                 watcher->monitoring() ? " and on udev's drm/nvidia news" : " (" + watcher->problem() + ")");
+  }
   for (const auto& item : config.preload) {
     LoadRequest r;
     const size_t eq = item.find('=');
@@ -199,6 +210,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
     if (stopping) return;
     stopping = true;
     notify("STOPPING=1");
+    watcher.reset();  // no device comes or goes while the models drain
     core.events().emit({0, EventKind::kDaemon, "daemon.stopping", "", "", 0, strsignal(signo)});
     bridge.toRpc([&] { listener->stopAccepting(); });
     const auto grace = std::chrono::milliseconds(int64_t(core.config().gracePeriodSeconds * 1000));

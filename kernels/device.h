@@ -11,14 +11,17 @@
 // Memory accounting is explicit: allocate() throws Error(OVERLOADED) when the device's budget is
 // spent, so callers can page out or refuse instead of crashing.
 //
-// Thread-safety: a Device is driven by one thread at a time (its executor); info() and
-// memoryUsed() may be called from any thread.
+// Thread-safety: a Device is driven by one thread at a time (its executor); info(),
+// memoryUsed(), driverMemory() and the busy time may be called from any thread.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,6 +130,20 @@ class Device {
 
   virtual const DeviceInfo& info() const = 0;
   virtual size_t memoryUsed() const = 0;
+  // What the driver says of the device's memory now, where it can tell more than our own
+  // accounting (Vulkan with VK_EXT_memory_budget): what this process uses, and what it may use in
+  // all - which shrinks when other programs take memory. Unset elsewhere (NVML covers NVIDIA GPUs).
+  struct MemoryReading {
+    size_t used = 0;
+    size_t available = 0;
+  };
+  virtual std::optional<MemoryReading> driverMemory() const { return std::nullopt; }
+
+  // Time the model step loops spent on this device (their ops and waiting for them; the
+  // scheduler turns it into the utilisation `jitllmctl devices` shows where no vendor counter
+  // does). Any thread.
+  void addBusyTime(std::chrono::nanoseconds t) { busyNs_.fetch_add(uint64_t(t.count()), std::memory_order_relaxed); }
+  uint64_t busyNanoseconds() const { return busyNs_.load(std::memory_order_relaxed); }
 
   // Memory. allocate throws Error(OVERLOADED) when the budget would be exceeded.
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
@@ -189,6 +206,7 @@ class Device {
 
  private:
   std::mutex executorMutex_;
+  std::atomic<uint64_t> busyNs_{0};
 };
 
 // Holds the executor mutexes of a set of devices for its lifetime: each device once, in address

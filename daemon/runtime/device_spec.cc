@@ -4,6 +4,7 @@
 #include <set>
 
 #include "daemon/runtime/byte_size.h"
+#include "daemon/runtime/device_discovery.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/error.h"
 #ifdef JITLLM_HAVE_VULKAN
@@ -16,6 +17,7 @@
 namespace jitllm::runtime {
 
 std::vector<std::unique_ptr<Device>> createDevices(const std::string& spec, const DeviceSpecOptions& options) {
+  if (spec == "auto") return openAllDevices(options.cpuThreads).devices;
   std::vector<std::unique_ptr<Device>> devices;
   std::set<std::string> seen;
 #ifdef JITLLM_HAVE_VULKAN

@@ -8,6 +8,8 @@
 // saying so. "ID@SIZE" caps what the device hands out ("cuda:0@2G", "vulkan:0@256M"): how tests fill
 // a device, and how a GPU is shared with other programs.
 //
+// "auto" is every device of the machine (device_discovery.h).
+//
 // Thread-safety: pure function; the devices it returns are owned by the caller.
 #pragma once
 

@@ -1,6 +1,7 @@
 #include "daemon/runtime/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -455,6 +456,13 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     }
 
     Workspace* ws = &workspace(*units_[0].device, T);
+    // Each device's share of the step, waits for it included (Device::addBusyTime).
+    auto busySince = std::chrono::steady_clock::now();
+    auto busyUntilNow = [&busySince](Device& device) {
+      const auto now = std::chrono::steady_clock::now();
+      device.addBusyTime(now - busySince);
+      busySince = now;
+    };
     ws->device->getRows(units_[0].table, ids.data(), T, ws->f(ws->x));
     units_[0].kernelsReady = true;
     for (int unit = 1; unit < unitCount(); unit++) {
@@ -464,6 +472,7 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
         Workspace& next = workspace(d, T);
         hostRows.resize(size_t(T * E));
         ws->device->copyToHost(hostRows.data(), ws->x->data(), hostRows.size() * sizeof(float));
+        busyUntilNow(*ws->device);
         d.copyFromHost(next.x->data(), hostRows.data(), hostRows.size() * sizeof(float));
         ws = &next;
       }
@@ -489,7 +498,10 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     for (int64_t t = 0; t < T; t++) {
       if (flat[size_t(t0 + t)].wantLogits) rows.push_back(t);
     }
-    if (rows.empty()) continue;
+    if (rows.empty()) {
+      busyUntilNow(*ws->device);
+      continue;
+    }
     float* x = ws->f(ws->x);
     float* normed = ws->f(ws->normed);
     const int64_t n = int64_t(rows.size());
@@ -517,6 +529,7 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     logits.resize(before + size_t(n * c.vocabSize));
     d.copyToHost(logits.data() + before, reinterpret_cast<const uint8_t*>(out),
                  size_t(n * c.vocabSize) * sizeof(float));
+    busyUntilNow(d);
   }
   for (const SequenceInput& in : inputs) in.session->advance(int64_t(in.tokens.size()));
 }

@@ -1,5 +1,8 @@
 #include "daemon/scheduler/scheduler.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <set>
 
 #include "daemon/runtime/unit_range.h"
@@ -45,8 +48,31 @@ std::string Scheduler::policyName() const {
 
 Scheduler::Readings Scheduler::readAll(int64_t nowMs) {
   Readings readings;
+  const auto wallNow = std::chrono::steady_clock::now();
+  std::lock_guard lock(busyMutex_);
   for (const server::DeviceStatus& status : core_.deviceTable().all()) {
-    readings[status.device->info().id] = telemetry_->read(status.device->info().id, nowMs);
+    Device& d = *status.device;
+    DeviceTelemetry t = telemetry_->read(d.info().id, nowMs);
+    // Where the source does not know the memory, the driver may (VK_EXT_memory_budget): the
+    // device is as full as the larger of our accounting and its figure, out of the smaller of
+    // our cap and what the driver lets this process have now (other programs take their share).
+    if (!t.memoryUsed && !t.memoryTotal) {
+      if (const auto m = d.driverMemory()) {
+        t.memoryUsed = std::max(m->used, d.memoryUsed());
+        t.memoryTotal = std::min(m->available, d.info().memoryBudget);
+      }
+    }
+    // Utilisation from our own executors where no vendor counter gives one: the share of the wall
+    // time since the last tick that step loops spent on the device (a display figure: it uses
+    // the real clock, not the scheduler's).
+    const uint64_t busy = d.busyNanoseconds();
+    auto last = lastBusy_.find(&d);
+    if (last != lastBusy_.end() && std::isnan(t.utilization)) {
+      const double wall = std::chrono::duration<double, std::nano>(wallNow - last->second.second).count();
+      if (wall > 0) t.utilization = std::min(1.0, double(busy - last->second.first) / wall);
+    }
+    lastBusy_[&d] = {busy, wallNow};
+    readings[d.info().id] = t;
   }
   return readings;
 }

@@ -13,6 +13,7 @@
 // from any.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,8 @@ class Scheduler final : public server::PolicyControl {
   const policies::PolicyConfig config_;
   mutable std::mutex mutex_;  // guards policy_ (setPolicy may come from the RPC thread)
   std::unique_ptr<policies::Policy> policy_;
+  std::mutex busyMutex_;  // guards lastBusy_ (snapshot() may come from another thread than tick())
+  std::map<const Device*, std::pair<uint64_t, std::chrono::steady_clock::time_point>> lastBusy_;
 };
 
 }  // namespace jitllm::scheduler

@@ -82,6 +82,8 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       JITLLM_REQUIRE(value == "balanced" || value == "thermal" || value == "pressure" || value == "online", where,
                      ": policy must be balanced, thermal, pressure or online");
       policy = value;
+    } else if (key == "rescan_interval_ms") {
+      rescanIntervalMs = number<int64_t>(value, where, 0, 86400000);
     } else if (key == "scheduler_interval_ms") {
       schedulerIntervalMs = number<int64_t>(value, where, 0, 3600000);
     } else if (key == "telemetry_script") {

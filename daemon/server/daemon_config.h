@@ -18,7 +18,7 @@ namespace jitllm::server {
 
 struct DaemonConfig {
   std::string socketPath;  // empty: the default for how we run (system / user)
-  std::string devices = "cpu:0";
+  std::string devices = "auto";  // every device of the machine (runtime/device_discovery.h), or a list
   int cpuThreads = 0;                  // per CPU device; 0: all cores
   std::vector<std::string> modelDirs;  // where `load` by path may look
   int64_t defaultContext = 4096;
@@ -32,6 +32,7 @@ struct DaemonConfig {
   // The scheduler (daemon/scheduler, policies/).
   std::string policy = "balanced";     // policies::policyNames()
   int64_t schedulerIntervalMs = 1000;  // 0: no scheduler
+  int64_t rescanIntervalMs = 30000;    // devices = auto: look for new or vanished GPUs this often (0: only on udev news)
   std::string telemetryScript;         // scripted telemetry (tests, demos); empty: none
   double thermalHotC = 85, thermalCoolC = 75;
   int64_t thermalCoolForMs = 30000;

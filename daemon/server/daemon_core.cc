@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/runtime/device_discovery.h"
 #include "daemon/runtime/device_spec.h"
 #include "daemon/runtime/speed_probe.h"
 #include "kernels/error.h"
@@ -19,6 +20,11 @@ namespace jitllm::server {
 namespace {
 
 std::vector<std::unique_ptr<Device>> openDevices(const DaemonConfig& config) {
+  if (config.devices == "auto") {
+    runtime::AllDevices all = runtime::openAllDevices(config.cpuThreads);
+    for (const std::string& s : all.skipped) spdlog::warn("device {} (left out)", s);
+    return std::move(all.devices);
+  }
   runtime::DeviceSpecOptions o;
   o.cpuThreads = config.cpuThreads;
   return runtime::createDevices(config.devices, o);
@@ -65,26 +71,94 @@ policies::PlacementDevice placementView(const Device& d, size_t promised, double
 
 DaemonCore::DaemonCore(DaemonConfig config)
     : config_(std::move(config)), access_(config_.adminGroup), devices_(openDevices(config_)) {
-  std::map<std::string, double> speeds;  // per speedKey: identical devices share one measurement
   for (Device* d : devices_.online()) {
-    std::string speed;
-    if (config_.speedProbe) {
-      const std::string key = runtime::speedKey(*d);
-      bool measured = false;
-      try {
-        if (!speeds.count(key)) speeds[key] = runtime::decodeSpeed(*d, cacheRoot(), &measured);
-        devices_.setMeasuredSpeed(d->info().id, speeds[key]);
-        char line[96];
-        std::snprintf(line, sizeof line, ", decode probe %.1f GB/s%s", speeds[key], measured ? " (measured now)" : "");
-        speed = line;
-      } catch (const Error& e) {
-        // A device capped below the probe's 17 MB, say: placement uses its nominal speed.
-        speed = std::string(", no decode probe (") + e.what() + "), nominal speed";
-      }
-    }
-    events_.emit({0, EventKind::kDevice, "device.added", "", d->info().id, 0,
-                  d->info().name + ", " + std::to_string(d->info().memoryBudget >> 20) + " MiB" + speed});
+    events_.emit({0, EventKind::kDevice, "device.added", "", d->info().id, 0, describe(*d) + probeSpeed(*d)});
   }
+  // With `devices = auto` the daemon owns what is plugged in later too (CUDA's devices are fixed
+  // per process; a new GPU comes through Vulkan).
+  if (config_.devices == "auto") enumerator_ = [] { return runtime::enumerateVulkan(); };
+}
+
+std::string DaemonCore::describe(const Device& d) {
+  return d.info().name + ", " + std::to_string(d.info().memoryBudget >> 20) + " MiB";
+}
+
+std::string DaemonCore::probeSpeed(Device& d) {
+  if (!config_.speedProbe) return {};
+  const std::string key = runtime::speedKey(d);
+  bool measured = false;
+  try {
+    std::lock_guard lock(speedsMutex_);
+    if (!speeds_.count(key)) speeds_[key] = runtime::decodeSpeed(d, cacheRoot(), &measured);
+    devices_.setMeasuredSpeed(d.info().id, speeds_[key]);
+    char line[96];
+    std::snprintf(line, sizeof line, ", decode probe %.1f GB/s%s", speeds_[key], measured ? " (measured now)" : "");
+    return line;
+  } catch (const Error& e) {
+    // A device capped below the probe's 17 MB, say: placement uses its nominal speed.
+    return std::string(", no decode probe (") + e.what() + "), nominal speed";
+  }
+}
+
+void DaemonCore::setDeviceEnumerator(DeviceEnumerator enumerator) {
+  std::lock_guard lock(rescanMutex_);
+  enumerator_ = std::move(enumerator);
+}
+
+bool DaemonCore::rescans() const {
+  std::lock_guard lock(rescanMutex_);
+  return enumerator_ != nullptr;
+}
+
+DaemonCore::Rescan DaemonCore::rescanDevices() {
+  std::lock_guard lock(rescanMutex_);
+  Rescan outcome;
+  if (!enumerator_) return outcome;
+  std::unique_ptr<runtime::Enumeration> now = enumerator_();
+  std::set<std::string> seen;
+  for (const runtime::FoundDevice& f : now->devices()) {
+    seen.insert(f.uuid);
+    Device* known = devices_.findByUuid(f.uuid);
+    if (known && devices_.isOnline(known->info().id)) continue;
+    // A GPU that was lost through CUDA and is found through Vulkan: the CUDA device again if it
+    // answers, else a new Vulkan device (CUDA cannot re-open it in this process).
+    if (known && known->info().backend != f.backend && !known->responsive()) known = nullptr;
+    const std::string prefix = f.backend == Backend::kVulkan ? "vulkan:"
+                               : f.backend == Backend::kCuda ? "cuda:"
+                                                             : "cpu:";
+    try {
+      if (known) {
+        // Back after it went away: the object we have may be dead (a device lost stays lost), so
+        // unless it still answers it is opened again under its id.
+        const std::string id = known->info().id;
+        if (!known->responsive() && known->info().backend == f.backend) {
+          const std::string suffix = id.substr(prefix.size());
+          devices_.replace(id, now->open(f, std::stoi(suffix)));
+          probeSpeed(*devices_.find(id));
+          deviceArrivedAlready(id, "found again by re-enumeration (" + f.name + ")");
+        } else {
+          deviceArrived(id, "found again by re-enumeration (" + f.name + ")");
+        }
+        outcome.back.push_back(id);
+      } else {
+        std::unique_ptr<Device> d = now->open(f, devices_.freeIndex(prefix));
+        Device* added = d.get();
+        devices_.add(std::move(d));
+        events_.emit({0, EventKind::kDevice, "device.added", "", added->info().id, 0,
+                      describe(*added) + probeSpeed(*added) + ", found by re-enumeration"});
+        spdlog::info("device {} arrived: {}", added->info().id, describe(*added));
+        outcome.added.push_back(added->info().id);
+      }
+    } catch (const Error& e) {
+      spdlog::warn("re-enumeration found {} but could not open it: {}", f.name, e.what());
+    }
+  }
+  for (const DeviceStatus& s : devices_.all()) {
+    const DeviceInfo& info = s.device->info();
+    if (!s.online || info.uuid.empty() || !now->complete(info.backend) || seen.count(info.uuid)) continue;
+    if (deviceLost(info.id, "it is no longer enumerated")) outcome.lost.push_back(info.id);
+  }
+  return outcome;
 }
 
 DaemonCore::~DaemonCore() {
@@ -475,9 +549,13 @@ bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
 
 bool DaemonCore::deviceArrived(const std::string& id, const std::string& why) {
   if (!devices_.setOnline(id, true, "")) return false;
+  deviceArrivedAlready(id, why);
+  return true;
+}
+
+void DaemonCore::deviceArrivedAlready(const std::string& id, const std::string& why) {
   events_.emit({0, EventKind::kDevice, "device.added", "", id, 0, id + " is online: " + why});
   spdlog::info("device {} is online: {}", id, why);
-  return true;
 }
 
 void DaemonCore::deviceFault(const std::string& model) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/runtime/device_discovery.h"
 #include "daemon/server/access_policy.h"
 #include "daemon/server/daemon_config.h"
 #include "daemon/server/device_table.h"
@@ -67,6 +68,18 @@ class DaemonCore final {
   bool deviceLost(const std::string& id, const std::string& why);
   // A device (back) online: placement and the scheduler's policies may use it again.
   bool deviceArrived(const std::string& id, const std::string& why);
+  // Re-enumeration (hot-plug of devices the daemon did not have): compares what is plugged in now
+  // with the table - a device new to it is opened, probed and added (device.added); one that
+  // went away and is there again comes back online (opened again unless it still answers); an
+  // online one its backend no longer lists is lost (deviceLost). Devices match by UUID. Without
+  // an enumerator (the default unless `devices = auto`) it does nothing.
+  struct Rescan {
+    std::vector<std::string> added, back, lost;  // device ids
+  };
+  Rescan rescanDevices();
+  using DeviceEnumerator = std::function<std::unique_ptr<runtime::Enumeration>()>;
+  void setDeviceEnumerator(DeviceEnumerator enumerator);
+  bool rescans() const;
   // A step of `model` failed with DISCONNECTED: the devices it uses that stopped answering are lost.
   void deviceFault(const std::string& model);
   // Where a page-out moves a model: the first online CPU device other than `except` (the CPU reads
@@ -124,6 +137,12 @@ class DaemonCore final {
   size_t makeRoom(Device& device, size_t bytes, const std::string& forModel);
   // KV the resident models were placed with room for on `device` and do not use yet.
   size_t promised(const std::string& device) const;
+  // "NVIDIA H200, 128000 MiB"
+  static std::string describe(const Device& d);
+  // Measures (or reads from the cache) the device's decode speed for placement; the text for its
+  // device.added event (", decode probe 19.2 GB/s"). Identical devices share one measurement.
+  std::string probeSpeed(Device& d);
+  void deviceArrivedAlready(const std::string& id, const std::string& why);  // the event and log line
   // `device` as placement sees it: its speed and what is free there, less what is promised.
   policies::PlacementDevice view(const Device& device) const;
 
@@ -137,6 +156,10 @@ class DaemonCore final {
   std::atomic<int> activeReplies_{0};
   PolicyControl* policyControl_ = nullptr;  // guarded by mutex_
   std::vector<std::thread> faultThreads_;   // deviceLost() calls deviceFault() started; guarded by mutex_
+  std::mutex speedsMutex_;
+  std::map<std::string, double> speeds_;  // decode GB/s per runtime::speedKey
+  mutable std::mutex rescanMutex_;        // one re-enumeration at a time
+  DeviceEnumerator enumerator_;           // guarded by rescanMutex_
 };
 
 }  // namespace jitllm::server

@@ -1,5 +1,9 @@
 #include "daemon/server/device_table.h"
 
+#include <algorithm>
+
+#include "kernels/error.h"
+
 namespace jitllm::server {
 
 DeviceTable::DeviceTable(std::vector<std::unique_ptr<Device>> devices) {
@@ -54,6 +58,39 @@ void DeviceTable::add(std::unique_ptr<Device> device) {
   s.device = device.get();
   devices_.push_back(std::move(device));
   status_.push_back(s);
+}
+
+void DeviceTable::replace(const std::string& id, std::unique_ptr<Device> device) {
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < status_.size(); i++) {
+    if (status_[i].device->info().id != id) continue;
+    JITLLM_REQUIRE(!status_[i].online, "device ", id, " is online: it cannot be replaced");
+    replaced_.push_back(std::move(devices_[i]));
+    devices_[i] = std::move(device);
+    status_[i].device = devices_[i].get();
+    status_[i].online = true;
+    status_[i].offlineReason.clear();
+    return;
+  }
+  JITLLM_FAIL(kFailed, "no device ", id, " to replace");
+}
+
+Device* DeviceTable::findByUuid(const std::string& uuid) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& s : status_) {
+    if (!uuid.empty() && s.device->info().uuid == uuid) return s.device;
+  }
+  return nullptr;
+}
+
+int DeviceTable::freeIndex(const std::string& prefix) const {
+  std::lock_guard lock(mutex_);
+  for (int n = 0;; n++) {
+    const std::string id = prefix + std::to_string(n);
+    if (std::none_of(status_.begin(), status_.end(), [&](const auto& s) { return s.device->info().id == id; })) {
+      return n;
+    }
+  }
 }
 
 double DeviceTable::nominalSpeed(const DeviceInfo& d) {

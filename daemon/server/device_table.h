@@ -48,6 +48,14 @@ class DeviceTable final {
   // False when it already was in that state (or there is no such device).
   bool setOnline(const std::string& id, bool online, const std::string& reason);
   void add(std::unique_ptr<Device> device);
+  // A device that came back is opened again: `device` takes the place of the one called `id`
+  // (which must be offline), online; the old object stays alive with the table, since models may
+  // still point at it.
+  void replace(const std::string& id, std::unique_ptr<Device> device);
+  // Any state; null when no device has that UUID (or it is empty).
+  Device* findByUuid(const std::string& uuid) const;
+  // The lowest N no device of the table is called "<prefix>N" ("vulkan:").
+  int freeIndex(const std::string& prefix) const;
   void setReadings(const std::string& id, const DeviceReadings& readings);
 
   // Relative throughput for placement: the probe's GB/s (runtime/speed_probe.h) once measured,
@@ -60,6 +68,7 @@ class DeviceTable final {
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<DeviceStatus> status_;  // parallel to devices_
+  std::vector<std::unique_ptr<Device>> replaced_;
 };
 
 }  // namespace jitllm::server

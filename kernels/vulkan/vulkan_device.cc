@@ -95,7 +95,7 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   std::unique_ptr<VulkanDevice> d(new VulkanDevice());
   DeviceContext& ctx = d->ctx_;
   ctx.instance = options.instance ? options.instance : VulkanInstance::create();
-  ctx.id = "vulkan:" + std::to_string(options.index);
+  ctx.id = "vulkan:" + std::to_string(options.idIndex >= 0 ? options.idIndex : options.index);
   const auto usable = ctx.instance->usableDevices();
   if (options.index < 0 || size_t(options.index) >= usable.size()) {
     std::string found;
@@ -199,6 +199,26 @@ VulkanDevice::~VulkanDevice() {
 void VulkanDevice::synchronize() { stream_->finish(); }
 
 bool VulkanDevice::responsive() { return stream_->deviceAnswers(); }
+
+std::optional<Device::MemoryReading> VulkanDevice::driverMemory() const {
+  const PhysicalDeviceDescription& phys = *ctx_.physical;
+  if (!phys.hasMemoryBudget) return std::nullopt;
+  // The live figures of the heap our buffers come from (the largest device-local one).
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 memory{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+  memory.pNext = &budget;
+  ctx_.instance->fn().vkGetPhysicalDeviceMemoryProperties2(phys.handle, &memory);
+  uint32_t heap = UINT32_MAX;
+  for (uint32_t h = 0; h < memory.memoryProperties.memoryHeapCount; h++) {
+    const VkMemoryHeap& m = memory.memoryProperties.memoryHeaps[h];
+    if ((m.flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+        (heap == UINT32_MAX || m.size > memory.memoryProperties.memoryHeaps[heap].size)) {
+      heap = h;
+    }
+  }
+  if (heap == UINT32_MAX || budget.heapBudget[heap] == 0) return std::nullopt;
+  return MemoryReading{size_t(budget.heapUsage[heap]), size_t(budget.heapBudget[heap])};
+}
 
 std::unique_ptr<DeviceBuffer> VulkanDevice::allocate(size_t bytes) {
   const size_t rounded =

@@ -43,6 +43,7 @@ struct VulkanDeviceOptions {
   size_t memoryBudget = 0;               // 0: the device-local heap's budget (VK_EXT_memory_budget) or size, less 1/16
   std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
   std::shared_ptr<VulkanInstance> instance;  // devices made together share one; null: a new one
+  int idIndex = -1;  // N of its id "vulkan:N" where that is not `index` (a device found after start); -1: index
 };
 
 class VulkanDevice final : public Device {
@@ -55,6 +56,7 @@ class VulkanDevice final : public Device {
   const DeviceInfo& info() const override { return info_; }
   size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
   bool responsive() override;
+  std::optional<MemoryReading> driverMemory() const override;
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <pwd.h>
 
+#include <set>
+
 #include "tests/daemon/daemon_calls.h"
 
 namespace jitllm::testing {
@@ -28,6 +30,27 @@ TEST(Daemon, SignalsReadyLoadsAModelByDescriptorAndGeneratesExactlyTheEnginesTok
   EXPECT_EQ(r.generated, 64u);
   EXPECT_GT(r.ttftMs, 0.0);
   EXPECT_TRUE(becomesIdle(io, c));
+}
+
+TEST(Daemon, WithDevicesAutoItOwnsTheCpuAndEveryVulkanDeviceOnceAndWatchesForMore) {
+  DaemonProcess d({"--devices", "auto"});
+  ASSERT_TRUE(d.ready()) << d.log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d.socket());
+  auto devices = c.daemon().devicesRequest().send().wait(io.waitScope).getDevices();
+  ASSERT_GE(devices.size(), 1u);
+  EXPECT_EQ(std::string(devices[0].getId().cStr()), "cpu:0");
+  std::set<std::string> ids, uuids;
+  for (auto dev : devices) {
+    const std::string id = dev.getId().cStr();
+    EXPECT_TRUE(id == "cpu:0" || id.rfind("vulkan:", 0) == 0 || id.rfind("cuda:", 0) == 0) << id;
+    EXPECT_TRUE(ids.insert(id).second) << id << " twice";
+    EXPECT_TRUE(dev.getOnline()) << id;
+  }
+  EXPECT_NE(d.log().find("devices: re-enumerated every 30000 ms"), std::string::npos) << d.log();
+  // It serves on them.
+  loadStories(io, c);
+  EXPECT_EQ(generate(c, "Once upon a time", 8).wait(io.waitScope).ids.size(), 8u);
 }
 
 TEST(Daemon, TakesItsListeningSocketFromSystemdSocketActivation) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "daemon/gguf/gguf_writer.h"
 #include "kernels/error.h"
 #include "tests/runtime/test_support.h"
@@ -96,6 +98,24 @@ TEST(Model, SpreadingLayersOverTwoCpuDevicesChangesNoLogit) {
   auto s = two.model->createSession(64);
   s->reserve(20);
   EXPECT_EQ(two.model->kvPool(*two.devices[1]).pagesInUse(), 2u);
+}
+
+// Each device is charged its share of a step (the utilisation the scheduler reports), and only
+// the devices that ran something are.
+TEST(Model, EachDeviceIsChargedTheTimeTheStepSpentOnIt) {
+  const auto ids = microTokens();
+  auto two = loadOnCpu(kMicro, 3, 1, {0, 0, 1, 1});
+  const uint64_t before0 = two.devices[0]->busyNanoseconds(), before1 = two.devices[1]->busyNanoseconds();
+  const auto start = std::chrono::steady_clock::now();
+  scoreAll(*two.model, ids);
+  const uint64_t wall =
+      uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  const uint64_t busy0 = two.devices[0]->busyNanoseconds() - before0;
+  const uint64_t busy1 = two.devices[1]->busyNanoseconds() - before1;
+  EXPECT_GT(busy0, 0u);
+  EXPECT_GT(busy1, 0u);
+  EXPECT_LE(busy0 + busy1, wall) << "the shares cannot add up to more than the step took";
+  EXPECT_EQ(two.devices[2]->busyNanoseconds(), 0u) << "cpu:2 ran nothing";
 }
 
 // Blocks streamed through device memory (a model larger than its device) compute from the same

@@ -52,6 +52,26 @@ TEST(VulkanDevices, DeviceSpecCreatesVulkanDevicesAndRejectsMissingOnes) {
   }
 }
 
+// The driver's live figures (VK_EXT_memory_budget) are what the scheduler's pressure policy reads
+// for a Vulkan GPU without NVML: our allocations show in them, and the budget is real.
+TEST(VulkanDevices, TheDriversLiveMemoryBudgetCountsOurAllocations) {
+  JITLLM_REQUIRE_VULKAN();
+  auto gpu = makeVulkanDevice();
+  if (!gpu->physical().hasMemoryBudget) {
+    EXPECT_FALSE(gpu->driverMemory().has_value());
+    GTEST_SKIP() << gpu->info().name << " has no VK_EXT_memory_budget (lavapipe does not): our own accounting only";
+  }
+  const auto before = gpu->driverMemory();
+  ASSERT_TRUE(before.has_value());
+  EXPECT_GT(before->available, 0u);
+  auto buffer = gpu->allocate(size_t(256) << 20);
+  const auto after = gpu->driverMemory();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_GE(after->used, before->used + (size_t(200) << 20)) << "256 MiB allocated";
+  std::printf("%s: %zu MiB used by us, %zu MiB available to us\n", gpu->info().name.c_str(), after->used >> 20,
+              after->available >> 20);
+}
+
 TEST(VulkanDevices, KernelsCompiledOnceAreLoadedFromTheDiskCacheByTheNextDevice) {
   JITLLM_REQUIRE_VULKAN();
   const auto root = std::filesystem::temp_directory_path() / ("jitllm-vk-cache-test-" + std::to_string(getpid()));

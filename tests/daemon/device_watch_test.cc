@@ -1,0 +1,146 @@
+// Hot-plug of devices the daemon did not have: re-enumeration (DaemonCore::rescanDevices) against
+// a real DaemonCore, with the machine's Vulkan devices (lavapipe here) appearing, vanishing and
+// coming back through the enumerator; the watcher that decides when to look; and utilisation
+// from our own executors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "daemon/runtime/device_discovery.h"
+#include "daemon/scheduler/scheduler.h"
+#include "daemon/server/device_watcher.h"
+#include "tests/daemon/core_harness.h"
+
+namespace jitllm::scheduler {
+namespace {
+
+// What an enumerator reports while the devices are unplugged: no Vulkan device at all.
+class NothingPluggedIn final : public runtime::Enumeration {
+ public:
+  const std::vector<runtime::FoundDevice>& devices() const override { return none_; }
+  bool complete(Backend b) const override { return b == Backend::kVulkan; }
+  std::unique_ptr<Device> open(const runtime::FoundDevice&, int) override { return nullptr; }
+
+ private:
+  std::vector<runtime::FoundDevice> none_;
+};
+
+TEST(ReEnumeration, AGpuFoundAfterStartIsAddedOnceLostWhenItVanishesAndBackWhenItReturns) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  std::string why;
+  if (runtime::enumerateVulkan(&why)->devices().empty()) GTEST_SKIP() << "no Vulkan device here: " << why;
+  auto core = makeCore("cpu:0");
+  bool plugged = true;
+  core->setDeviceEnumerator([&]() -> std::unique_ptr<runtime::Enumeration> {
+    if (plugged) return runtime::enumerateVulkan();
+    return std::make_unique<NothingPluggedIn>();
+  });
+  ASSERT_TRUE(core->rescans());
+  ASSERT_EQ(core->devices().size(), 1u);
+
+  // Plugged in after start: opened, probed and added, under the first free vulkan:N.
+  auto r = core->rescanDevices();
+  ASSERT_EQ(r.added, std::vector<std::string>{"vulkan:0"});
+  EXPECT_TRUE(r.lost.empty());
+  ASSERT_EQ(core->devices().size(), 2u);
+  EXPECT_FALSE(core->device("vulkan:0").info().uuid.empty());
+  // Looking again changes nothing: matched by UUID, not added twice.
+  r = core->rescanDevices();
+  EXPECT_TRUE(r.added.empty() && r.back.empty() && r.lost.empty());
+  EXPECT_EQ(core->deviceTable().all().size(), 2u);
+
+  // A model runs on it; then it is no longer enumerated: lost, the model re-placed on the CPU.
+  auto host = load(*core, "stories", "vulkan:0");
+  const Outcome before = finish(*start(*host, 16));
+  ASSERT_FALSE(before.error);
+  plugged = false;
+  r = core->rescanDevices();
+  EXPECT_EQ(r.lost, std::vector<std::string>{"vulkan:0"});
+  EXPECT_TRUE(everyUnitOn(placement(*host), "cpu:0"));
+  EXPECT_EQ(core->devices().size(), 1u);
+  const Outcome after = finish(*start(*host, 16));
+  ASSERT_FALSE(after.error);
+  EXPECT_EQ(after.ids, before.ids);
+
+  // Back: the same device (it still answers), online again under its id.
+  plugged = true;
+  r = core->rescanDevices();
+  EXPECT_EQ(r.back, std::vector<std::string>{"vulkan:0"});
+  EXPECT_TRUE(r.added.empty());
+  EXPECT_EQ(core->devices().size(), 2u);
+  EXPECT_EQ(core->deviceTable().all().size(), 2u);
+  const std::string log = eventLog(*core);
+  EXPECT_NE(log.find("found by re-enumeration"), std::string::npos) << log;
+  EXPECT_NE(log.find("vulkan:0 went away: it is no longer enumerated"), std::string::npos) << log;
+  EXPECT_NE(log.find("found again by re-enumeration"), std::string::npos) << log;
+}
+
+TEST(ReEnumeration, WithoutAnEnumeratorADaemonWithAListOfDevicesKeepsJustThose) {
+  auto core = makeCore("cpu:0");
+  EXPECT_FALSE(core->rescans());
+  const auto r = core->rescanDevices();
+  EXPECT_TRUE(r.added.empty() && r.back.empty() && r.lost.empty());
+}
+
+// Polls (bounded) until `pred` holds.
+template <typename Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 2000 && !pred(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return pred();
+}
+
+TEST(DeviceWatcher, LooksOnceNewsHasSettledAndPeriodically) {
+  std::atomic<int> looks{0};
+  {
+    server::DeviceWatcherOptions o;
+    o.interval = std::chrono::milliseconds(0);  // news only
+    o.settle = std::chrono::milliseconds(30);
+    server::DeviceWatcher w([&] { looks++; }, o);
+    EXPECT_TRUE(w.monitoring() || !w.problem().empty());
+    std::printf("sd-device monitor: %s\n", w.monitoring() ? "running" : w.problem().c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(looks.load(), 0) << "no news, no periodic look: no look";
+    // A burst of news makes one look, after it has been quiet for `settle`.
+    for (int i = 0; i < 5; i++) {
+      w.trigger();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(eventually([&] { return looks.load() == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    EXPECT_EQ(looks.load(), 1);
+  }
+  looks = 0;
+  server::DeviceWatcherOptions o;
+  o.interval = std::chrono::milliseconds(10);
+  o.subsystems = {};
+  server::DeviceWatcher w([&] { looks++; }, o);
+  EXPECT_FALSE(w.monitoring());
+  EXPECT_TRUE(eventually([&] { return looks.load() >= 3; })) << "the periodic look";
+}
+
+}  // namespace
+}  // namespace jitllm::scheduler
+
+namespace jitllm::scheduler {
+namespace {
+
+// Without a vendor counter, a device's utilisation is the share of the time between two ticks
+// that step loops spent on it: busy while a reply ran, zero when nothing did.
+TEST(Utilisation, ComesFromOurOwnExecutorsWhereNoVendorCounterGivesOne) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  auto core = makeCore("cpu:0,cpu:1");
+  auto host = load(*core, "stories", "cpu:0");
+  Scheduler s(*core, std::make_unique<NoTelemetry>(), policies::PolicyConfig{}, "balanced");
+  s.tick(0);
+  ASSERT_FALSE(finish(*start(*host, 200)).error);
+  s.tick(1);
+  auto table = core->deviceTable().all();
+  EXPECT_GT(table[0].readings.utilization, 0.0);
+  EXPECT_LE(table[0].readings.utilization, 1.0);
+  EXPECT_EQ(table[1].readings.utilization, 0.0) << "cpu:1 ran nothing";
+  s.tick(2);
+  EXPECT_EQ(core->deviceTable().all()[0].readings.utilization, 0.0) << "idle since the last tick";
+}
+
+}  // namespace
+}  // namespace jitllm::scheduler
