@@ -33,7 +33,7 @@ const DeviceState* pickTarget(const Snapshot& snapshot, const std::string& from,
     if (d.id == from || (allowed && !allowed(d))) continue;
     const size_t reserve = size_t(headroom * double(d.memoryTotal));
     const size_t planned = budget.count(d.id) ? budget.at(d.id) : 0;
-    if (d.memoryFree() < reserve + planned + bytes) continue;
+    if (d.memoryFree() < reserve + planned + d.promised + bytes) continue;
     if (!best || rank(d) > rank(*best)) best = &d;
   }
   if (best) budget[best->id] += bytes;

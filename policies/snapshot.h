@@ -21,6 +21,8 @@ struct DeviceState {
   size_t memoryTotal = 0;     // bytes the device may hand out
   size_t memoryUsed = 0;
   double speed = 0;  // relative throughput from the placement probe; 0: unknown
+  // KV that resident models were placed with room for and do not use yet: free, but not for moves.
+  size_t promised = 0;
 
   size_t memoryFree() const { return memoryUsed < memoryTotal ? memoryTotal - memoryUsed : 0; }
   double memoryFraction() const { return memoryTotal ? double(memoryUsed) / double(memoryTotal) : 0; }

@@ -90,6 +90,7 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
     state.memoryTotal = info.memoryBudget;
     state.memoryUsed = d->memoryUsed();
     state.speed = core_.deviceTable().speed(*d);
+    state.promised = core_.promised(info.id);
     const auto found = readings.find(info.id);
     const DeviceTelemetry t = found == readings.end() ? DeviceTelemetry{} : found->second;  // added since
     state.temperatureC = t.temperatureC;

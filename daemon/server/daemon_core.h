@@ -86,6 +86,8 @@ class DaemonCore final {
   // weights in place from the mapped file, so device memory is freed and the model stays usable);
   // null when there is none.
   Device* pageOutTarget(const Device* except = nullptr) const;
+  // KV the resident models were placed with room for on `device` and do not use yet.
+  size_t promised(const std::string& device) const;
 
   std::shared_ptr<ModelHost> load(const LoadRequest& request, const LoadProgress& progress);
   void unload(const std::string& name);
@@ -135,8 +137,6 @@ class DaemonCore final {
   // Pages idle models (least recently used first, none with a pinned unit) out of `device` until
   // `bytes` are free there or none is left; returns the bytes free then.
   size_t makeRoom(Device& device, size_t bytes, const std::string& forModel);
-  // KV the resident models were placed with room for on `device` and do not use yet.
-  size_t promised(const std::string& device) const;
   // "NVIDIA H200, 128000 MiB"
   static std::string describe(const Device& d);
   // Measures (or reads from the cache) the device's decode speed for placement; the text for its

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "daemon/runtime/generation.h"
+#include "daemon/runtime/host_kv.h"
 #include "policies/pressure_policy.h"
 #include "tests/gpu/gpu_model_tests.h"
 #include "tests/runtime/migration_harness.h"
@@ -315,6 +316,47 @@ TEST_P(GpuModels, StreamedBlocksGiveTheResidentModelsLogitsBitwise) {
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
   EXPECT_EQ(greedy(*streamed.model, ids, 40), wantTokens);
+}
+
+// An idle session's KV parked in host RAM (the scheduler's answer to memory pressure) and brought
+// back: the GPU's pages are freed meanwhile, and the conversation continues with every logit
+// bitwise what it would have been - through the backend's own gather and scatter.
+TEST_P(GpuModels, AnIdleSessionsKvParkedInHostRamContinuesBitwise) {
+  JITLLM_REQUIRE_GPU();
+  const std::string path = sharedPath("models/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const auto goldens = readGreedyGoldens();
+  ASSERT_GE(goldens.size(), 1u);
+  auto gpu = load(path, {"gpu"});
+  runtime::Model& model = *gpu.model;
+  const int64_t V = model.config().vocabSize;
+  // Greedy decoding of `steps` tokens from `tokens` (its last token not yet fed); every logit kept.
+  auto decode = [&](runtime::Session& session, std::vector<int32_t>& tokens, int steps, std::vector<float>& logits) {
+    for (int i = 0; i < steps; i++) {
+      const size_t fed = size_t(session.length());
+      const size_t before = logits.size();
+      const runtime::SequenceInput in{&session, {tokens.data() + fed, tokens.size() - fed}, false};
+      model.forward({&in, 1}, logits);
+      tokens.push_back(argmax(logits.data() + before, V));
+    }
+  };
+  std::vector<int32_t> wantTokens = goldens[0].promptTokens, tokens = wantTokens;
+  std::vector<float> want, got;
+  auto reference = model.createSession(256);
+  decode(*reference, wantTokens, 40, want);
+  reference.reset();
+
+  auto session = model.createSession(256);
+  decode(*session, tokens, 20, got);
+  const runtime::HostKv parked(*session);
+  EXPECT_TRUE(runtime::holdsDeviceMemory(*session));
+  session.reset();
+  EXPECT_EQ(pagesInUse(model), 0u) << "the device's KV pages went back";
+  session = parked.restore(model);
+  decode(*session, tokens, 20, got);
+  EXPECT_EQ(tokens, wantTokens);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
 }
 
 // The scheduler's fill-up on real hardware: device 0 is filled (its memory really allocated, as

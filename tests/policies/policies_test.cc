@@ -367,6 +367,10 @@ TEST(PressurePolicy, APagedOutModelInUseGoesHomeOneRunAtATimeWhenThereIsRoom) {
   w.s.devices[0].memoryTotal = kGB / 2;
   EXPECT_TRUE(w.tick(p, 3000).empty());
   w.s.devices[0].memoryTotal = 8 * kGB;
+  // Room that resident models were promised for their sessions' KV is not room for a page-in.
+  w.s.devices[0].promised = 7 * kGB + kGB / 2;
+  EXPECT_TRUE(w.tick(p, 3500).empty());
+  w.s.devices[0].promised = 0;
   plan = w.tick(p, 4000);
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(std::make_pair(plan[0].first, plan[0].last), std::make_pair(1, 1));
