@@ -84,6 +84,13 @@ std::shared_ptr<VulkanInstance> VulkanInstance::create() {
     if (a.usable() != b.usable()) return a.usable();
     return typeRank(a.type) < typeRank(b.type);
   });
+  // The first instance stays for the life of the process, so the loader keeps the drivers'
+  // libraries loaded: the daemon makes a fresh instance at every re-enumeration, and unloading and
+  // reloading NVIDIA's driver library each time made vkCreateInstance fail after a few rounds
+  // (VK_ERROR_INCOMPATIBLE_DRIVER). Deliberately never destroyed (no teardown-order hazards with
+  // the driver's own exit handlers); it stays reachable, so leak checkers do not count it.
+  static const auto* anchor = new std::shared_ptr<VulkanInstance>(self);
+  (void)anchor;
   return self;
 }
 

@@ -52,6 +52,30 @@ TEST(VulkanDevices, DeviceSpecCreatesVulkanDevicesAndRejectsMissingOnes) {
   }
 }
 
+// The daemon makes a fresh instance at every re-enumeration (every 30 s, and on udev's news), and
+// devices come and go with hot-plug: making and dropping instances and devices over and over must
+// keep working. (On NVIDIA's driver vkCreateInstance failed after a few rounds until the first
+// instance was kept for the process.)
+TEST(VulkanDevices, InstancesAndDevicesComeAndGoAsOftenAsReEnumerationMakesThem) {
+  JITLLM_REQUIRE_VULKAN();
+  for (int round = 0; round < 40; round++) {
+    try {
+      auto instance = vulkan::VulkanInstance::create();
+      ASSERT_FALSE(instance->usableDevices().empty()) << "round " << round;
+      if (round % 10 == 0) {
+        vulkan::VulkanDeviceOptions o;
+        o.instance = instance;
+        o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+        auto device = vulkan::VulkanDevice::create(o);
+        auto buffer = device->allocate(size_t(1) << 20);
+        EXPECT_TRUE(device->responsive());
+      }
+    } catch (const Error& e) {
+      FAIL() << "round " << round << ": " << e.what();
+    }
+  }
+}
+
 // The driver's live figures (VK_EXT_memory_budget) are what the scheduler's pressure policy reads
 // for a Vulkan GPU without NVML: our allocations show in them, and the budget is real.
 TEST(VulkanDevices, TheDriversLiveMemoryBudgetCountsOurAllocations) {
