@@ -117,19 +117,31 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   info_.memoryBudget = options.memoryBudget ? options.memoryBudget : (freeBytes > reserve ? freeBytes - reserve : 0);
   const char* profile = std::getenv("JITLLM_CUDA_PROFILE");
   profile_ = profile && *profile && *profile != '0';
+  const char* graphs = std::getenv("JITLLM_CUDA_GRAPHS");
+  graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
 }
 
 CudaDevice::~CudaDevice() {
   if (profile_) {
     double total = 0;
     for (const auto& [op, t] : profileTimes_) total += t.seconds;
-    std::fprintf(stderr, "%s kernel time by op (each launch synchronised):\n", info_.id.c_str());
+    std::fprintf(stderr, "%s kernel time by op (GPU time between events around each launch):\n", info_.id.c_str());
     for (const auto& [op, t] : profileTimes_) {
       std::fprintf(stderr, "  %-28s %8lld calls %10.3f ms %8.2f us/call %5.1f%%\n", op.c_str(), (long long)t.calls,
                    t.seconds * 1e3, t.seconds * 1e6 / double(t.calls), 100.0 * t.seconds / total);
     }
   }
   makeCurrent();
+  try {
+    flush();
+  } catch (const Error&) {
+  }
+  dropGraphs();
+  for (const Profiled& p : profiled_) {
+    api_.cuEventDestroy(p.start);
+    api_.cuEventDestroy(p.end);
+  }
+  for (CUevent e : eventPool_) api_.cuEventDestroy(e);
   if (stream_) api_.cuStreamSynchronize(stream_);
   for (auto& [key, m] : modules_) api_.cuModuleUnload(m);
   if (ringDevice_) api_.cuMemFree(ringDevice_);
@@ -190,6 +202,7 @@ std::unique_ptr<HostBuffer> CudaDevice::allocateStreamSource(size_t bytes) {
 }
 
 uint64_t CudaDevice::markOps() {
+  flush();  // the mark comes after every op queued so far
   makeCurrent();
   const uint64_t ticket = ++marks_;
   check(api_.cuEventRecord(markEvents_[(ticket - 1) % kStreamEvents], stream_), "cuEventRecord (mark)");
@@ -210,13 +223,16 @@ uint64_t CudaDevice::uploadAsync(uint8_t* dst, const void* src, size_t bytes, ui
 
 void CudaDevice::waitForUpload(uint64_t upload) {
   if (upload == 0) return;
+  flush();
   makeCurrent();
   check(api_.cuStreamWaitEvent(stream_, uploadEvents_[(upload - 1) % kStreamEvents], 0), "cuStreamWaitEvent");
 }
 
 void CudaDevice::synchronize() {
+  flush();
   makeCurrent();
   check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  if (profile_) collectProfile();
 }
 
 // ---- memory ----
@@ -249,8 +265,15 @@ void CudaDevice::release(CUdeviceptr ptr, size_t bytes) {
     std::lock_guard lock(allocationsMutex_);
     allocations_.erase(uintptr_t(ptr));
   }
-  // Kernels queued earlier may still read the memory: wait for them (frees are rare - a
-  // workspace growing, a session's KV chunk, a unit moving away).
+  // Kernels queued earlier may still read the memory: submit and wait for them (frees are rare -
+  // a workspace growing, a session's KV chunk, a unit moving away). A graph may hold the address
+  // too: graphs go with it.
+  try {
+    flush();
+  } catch (const Error&) {
+    // A dead device: nothing will run any more; the memory goes below all the same.
+  }
+  dropGraphs();
   if (api_.cuCtxSetCurrent(context_) == CUDA_SUCCESS) {
     api_.cuStreamSynchronize(stream_);
     api_.cuMemFree(ptr);
@@ -281,10 +304,18 @@ void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
   requireOwned(dst, bytes, "copy destination");
   makeCurrent();
   if (bytes <= kDirectCopyBytes) {
-    // From pageable memory the driver copies the bytes out before returning.
-    check(api_.cuMemcpyHtoDAsync(dptr(dst), src, bytes, stream_), "cuMemcpyHtoDAsync");
+    // Small copies (a hidden state crossing devices) go through the ring like op descriptions,
+    // so they can be part of a graph.
+    Staged s = stage(bytes);
+    std::memcpy(s.host, src, bytes);
+    Command c;
+    c.copyTo = dptr(dst);
+    c.copyFrom = s.host;
+    c.copyBytes = bytes;
+    enqueue("copy", c);
     return;
   }
+  flush();
   const auto* from = static_cast<const uint8_t*>(src);
   for (size_t done = 0, turn = 0; done < bytes; turn ^= 1) {
     const size_t n = std::min(kStagingBytes, bytes - done);
@@ -299,9 +330,15 @@ void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
 void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
   if (bytes == 0) return;
   requireOwned(src, bytes, "copy source");
+  flush();
   makeCurrent();
   check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream_), "cuMemcpyDtoHAsync");
   check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  if (profile_) collectProfile();
+  // Everything ran: the ring starts over, so the next step stages at the same addresses as this
+  // one and its queue can match a graph.
+  ringOffset_ = 0;
+  ringHalf_ = 0;
 }
 
 // ---- staging of op descriptions ----
@@ -310,7 +347,9 @@ CudaDevice::Staged CudaDevice::stage(size_t bytes) {
   bytes = roundUp(std::max<size_t>(bytes, 1), kAllocationGranule);
   if (bytes > ringBytes_ / 2) {
     // A description larger than half the ring (a huge batch): grow it once everything queued ran.
+    flush();
     check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    dropGraphs();  // they copy from the old ring
     api_.cuMemFree(ringDevice_);
     api_.cuMemFreeHost(ringHost_);
     ringDevice_ = 0;
@@ -323,6 +362,7 @@ CudaDevice::Staged CudaDevice::stage(size_t bytes) {
   }
   const size_t half = ringBytes_ / 2;
   if (ringOffset_ + bytes > size_t(ringHalf_ + 1) * half) {
+    flush();  // the event must follow the copies queued from this half
     check(api_.cuEventRecord(ringEvents_[size_t(ringHalf_)], stream_), "cuEventRecord");
     ringHalf_ ^= 1;
     ringOffset_ = size_t(ringHalf_) * half;
@@ -335,7 +375,11 @@ CudaDevice::Staged CudaDevice::stage(size_t bytes) {
 }
 
 void CudaDevice::commit(const Staged& s) {
-  check(api_.cuMemcpyHtoDAsync(s.device, s.host, s.bytes, stream_), "cuMemcpyHtoDAsync");
+  Command c;
+  c.copyTo = s.device;
+  c.copyFrom = s.host;
+  c.copyBytes = s.bytes;
+  enqueue("copy", c);
 }
 
 // ---- kernels ----
@@ -398,21 +442,120 @@ CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, b
   return f;
 }
 
-void CudaDevice::launch(const char* op, CUfunction f, unsigned gridX, unsigned gridY, unsigned block,
-                        size_t sharedBytes, void** args) {
+bool CudaDevice::Command::operator==(const Command& o) const {
+  return kernel == o.kernel && gridX == o.gridX && gridY == o.gridY && block == o.block &&
+         sharedBytes == o.sharedBytes && paramBytes == o.paramBytes &&
+         std::memcmp(params.data(), o.params.data(), paramBytes) == 0 && copyTo == o.copyTo && copyFrom == o.copyFrom &&
+         copyBytes == o.copyBytes;
+}
+
+void CudaDevice::enqueue(const char* op, const Command& c) {
   if (profile_) [[unlikely]] {
-    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-    const auto start = std::chrono::steady_clock::now();
-    check(api_.cuLaunchKernel(f, gridX, gridY, 1, block, 1, 1, unsigned(sharedBytes), stream_, args, nullptr),
-          "cuLaunchKernel");
-    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-    OpTime& t = profileTimes_[op];
-    t.calls++;
-    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Each launch at once, between two timing events: the GPU's own time for it, read back at
+    // the next synchronisation (collectProfile).
+    Profiled p{op, nullptr, nullptr};
+    for (CUevent* e : {&p.start, &p.end}) {
+      if (eventPool_.empty()) {
+        check(api_.cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate (profile)");
+      } else {
+        *e = eventPool_.back();
+        eventPool_.pop_back();
+      }
+    }
+    check(api_.cuEventRecord(p.start, stream_), "cuEventRecord");
+    submit({c});
+    check(api_.cuEventRecord(p.end, stream_), "cuEventRecord");
+    profiled_.push_back(p);
     return;
   }
-  check(api_.cuLaunchKernel(f, gridX, gridY, 1, block, 1, 1, unsigned(sharedBytes), stream_, args, nullptr),
-        "cuLaunchKernel");
+  std::lock_guard lock(pendingMutex_);
+  pending_.push_back(c);
+}
+
+void CudaDevice::submit(const std::vector<Command>& commands) {
+  for (const Command& c : commands) {
+    if (!c.kernel) {
+      check(api_.cuMemcpyHtoDAsync(c.copyTo, c.copyFrom, c.copyBytes, stream_), "cuMemcpyHtoDAsync");
+      continue;
+    }
+    size_t bytes = c.paramBytes;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(c.params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &bytes, CU_LAUNCH_PARAM_END};
+    check(api_.cuLaunchKernel(c.kernel, c.gridX, c.gridY, 1, c.block, 1, 1, c.sharedBytes, stream_, nullptr, extra),
+          "cuLaunchKernel");
+  }
+}
+
+void CudaDevice::collectProfile() {
+  for (const Profiled& p : profiled_) {
+    float ms = 0;
+    check(api_.cuEventElapsedTime(&ms, p.start, p.end), "cuEventElapsedTime");
+    OpTime& t = profileTimes_[p.op];
+    t.calls++;
+    t.seconds += double(ms) / 1e3;
+    eventPool_.push_back(p.start);
+    eventPool_.push_back(p.end);
+  }
+  profiled_.clear();
+}
+
+void CudaDevice::dropGraphs() {
+  std::lock_guard lock(pendingMutex_);
+  for (Graph& g : graphs_) api_.cuGraphExecDestroy(g.exec);
+  graphs_.clear();
+  lastSubmitted_.clear();
+}
+
+void CudaDevice::flush() {
+  std::lock_guard lock(pendingMutex_);
+  if (pending_.empty()) return;
+  std::vector<Command> commands;
+  commands.swap(pending_);
+  makeCurrent();
+  flushes_++;
+  if (!graphsEnabled_ || commands.size() < kMinGraphCommands) {
+    submit(commands);
+    return;
+  }
+  for (Graph& g : graphs_) {
+    if (g.commands == commands) {
+      g.lastUsed = flushes_;
+      check(api_.cuGraphLaunch(g.exec, stream_), "cuGraphLaunch");
+      graphLaunches_++;
+      return;
+    }
+  }
+  if (commands != lastSubmitted_) {
+    submit(commands);
+    lastSubmitted_ = std::move(commands);
+    return;
+  }
+  // The same queue twice in a row: capture it, keep it, and run it as a graph.
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  check(api_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  try {
+    submit(commands);
+  } catch (...) {
+    api_.cuStreamEndCapture(stream_, &graph);
+    if (graph) api_.cuGraphDestroy(graph);
+    throw;
+  }
+  check(api_.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+  const CUresult instantiated = api_.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  api_.cuGraphDestroy(graph);
+  check(instantiated, "cuGraphInstantiate");
+  if (graphs_.size() == kMaxGraphs) {
+    auto oldest = std::min_element(graphs_.begin(), graphs_.end(),
+                                   [](const Graph& a, const Graph& b) { return a.lastUsed < b.lastUsed; });
+    api_.cuGraphExecDestroy(oldest->exec);
+    graphs_.erase(oldest);
+  }
+  graphs_.push_back({std::move(commands), exec, flushes_});
+  lastSubmitted_.clear();
+  graphsCaptured_++;
+  check(api_.cuGraphLaunch(exec, stream_), "cuGraphLaunch");
+  graphLaunches_++;
 }
 
 // ---- ops ----
@@ -440,9 +583,8 @@ void CudaDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, 
   commit(s);
   CUdeviceptr tablePtr = dptr(table.data), idsPtr = s.device, outPtr = dptr(out);
   uint64_t stride = table.rowStride;
-  void* args[] = {&tablePtr, &stride, &idsPtr, &outPtr};
   const unsigned chunks = unsigned(std::min<int64_t>((table.cols + 2047) / 2048, 64));
-  launch("getRows", f, chunks, unsigned(n), 256, 0, args);
+  launch("getRows", f, chunks, unsigned(n), 256, 0, tablePtr, stride, idsPtr, outPtr);
 }
 
 void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) {
@@ -454,8 +596,7 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   makeCurrent();
   CUdeviceptr xp = dptr(x), wp = dptr(weight), op = dptr(out);
   int d = int(dim);
-  void* args[] = {&xp, &wp, &op, &d, &eps};
-  launch("rmsNorm", elementwise().rmsNorm, unsigned(rows), 1, 256, 0, args);
+  launch("rmsNorm", elementwise().rmsNorm, unsigned(rows), 1, 256, 0, xp, wp, op, d, eps);
 }
 
 void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
@@ -485,12 +626,12 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   CUdeviceptr wp = dptr(w.data), xp = dptr(x), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
-  void* args[] = {&wp, &stride, &rows, &xp, &t, &yp, &bp};
   char op[64] = "matmul";
   if (profile_)
     std::snprintf(op, sizeof op, "matmul %s %lldx%lld t%d", std::string(quant::typeName(w.type)).c_str(),
                   (long long)w.rows, (long long)w.cols, perWarpTokens);
-  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, args);
+  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, wp, stride, rows, xp, t,
+         yp, bp);
 }
 
 void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
@@ -516,8 +657,8 @@ void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const in
   CUdeviceptr xp = dptr(x), invPtr = s.device, posPtr = s.device + freqBytes;
   int h = heads, hd = headDim, hf = half, neox = params.neox ? 1 : 0;
   double scale = double(params.freqScale);
-  void* args[] = {&xp, &h, &hd, &posPtr, &invPtr, &hf, &scale, &neox};
-  launch("rope", elementwise().rope, unsigned(tokens), 1, 128, size_t(2 * half) * sizeof(float), args);
+  launch("rope", elementwise().rope, unsigned(tokens), 1, 128, size_t(2 * half) * sizeof(float), xp, h, hd, posPtr,
+         invPtr, hf, scale, neox);
 }
 
 void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) {
@@ -542,8 +683,8 @@ void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const K
   commit(s);
   CUdeviceptr kp = dptr(k), vp = dptr(v), pagesPtr = s.device, slotsPtr = s.device + pageBytes;
   int wd = int(width), pt = layout.pageTokens, f16 = layout.precision == KvPrecision::kF16 ? 1 : 0;
-  void* args[] = {&kp, &vp, &pagesPtr, &slotsPtr, &wd, &pt, &f16};
-  launch("kvStore", elementwise().kvStore, unsigned((width + 255) / 256), unsigned(tokens), 256, 0, args);
+  launch("kvStore", elementwise().kvStore, unsigned((width + 255) / 256), unsigned(tokens), 256, 0, kp, vp, pagesPtr,
+         slotsPtr, wd, pt, f16);
 }
 
 void CudaDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
@@ -598,8 +739,8 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
               pagesPtr = s.device + 2 * intBytes;
   int heads = batch.heads, kvHeads = kv.kvHeads;
   float scale = batch.scale;
-  void* args[] = {&qp, &op, &heads, &kvHeads, &scale, &posPtr, &offPtr, &pagesPtr};
-  launch("attention", f, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, args);
+  launch("attention", f, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, qp, op, heads, kvHeads, scale, posPtr,
+         offPtr, pagesPtr);
 }
 
 void CudaDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {
@@ -610,9 +751,8 @@ void CudaDevice::swiglu(const float* gate, const float* up, float* out, int64_t 
   makeCurrent();
   CUdeviceptr gp = dptr(gate), up2 = dptr(up), op = dptr(out);
   int64_t count = n;
-  void* args[] = {&gp, &up2, &op, &count};
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
-  launch("swiglu", elementwise().swiglu, unsigned(blocks), 1, 256, 0, args);
+  launch("swiglu", elementwise().swiglu, unsigned(blocks), 1, 256, 0, gp, up2, op, count);
 }
 
 void CudaDevice::add(float* x, const float* y, int64_t n) {
@@ -622,9 +762,8 @@ void CudaDevice::add(float* x, const float* y, int64_t n) {
   makeCurrent();
   CUdeviceptr xp = dptr(x), yp = dptr(y);
   int64_t count = n;
-  void* args[] = {&xp, &yp, &count};
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
-  launch("add", elementwise().add, unsigned(blocks), 1, 256, 0, args);
+  launch("add", elementwise().add, unsigned(blocks), 1, 256, 0, xp, yp, count);
 }
 
 }  // namespace jitllm::cuda

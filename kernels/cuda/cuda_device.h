@@ -22,12 +22,15 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cuda/driver_api.h"
 #include "kernels/cuda/kernel_library.h"
@@ -39,6 +42,7 @@ struct CudaDeviceOptions {
   int index = 0;
   size_t memoryBudget = 0;               // 0: the GPU's free memory at start, less a reserve
   std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
+  std::optional<bool> graphs;            // repeated op queues as CUDA graphs; unset: on unless JITLLM_CUDA_GRAPHS=0
 };
 
 class CudaDevice final : public Device {
@@ -61,6 +65,9 @@ class CudaDevice final : public Device {
   const std::string& cacheDirectory() const { return cache_.directory(); }
   // Waits for everything queued so far.
   void synchronize();
+  // How many op queues ran as a captured graph, and how many graphs were captured (tests, tools).
+  uint64_t graphLaunches() const { return graphLaunches_.load(); }
+  uint64_t graphsCaptured() const { return graphsCaptured_.load(); }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -100,8 +107,58 @@ class CudaDevice final : public Device {
 
   Staged stage(size_t bytes);
   void commit(const Staged& s);
+
+  // Ops are not submitted one by one: each launch and each copy out of the ring is queued as a
+  // Command, and the queue is submitted when the host needs a result or orders work against
+  // another stream (flush()). A queue identical to the previous one - a decode step is the same
+  // ~300 launches every token: same kernels, same buffers, the ring reset to the same offsets,
+  // only the staged bytes differ - is captured once as a CUDA graph, and from then on each step is
+  // one cuGraphLaunch instead of ~300 driver calls (which dominated decode: docs/cuda.md).
+  struct Command {
+    CUfunction kernel = nullptr;  // null: a copy from the ring
+    unsigned gridX = 0, gridY = 0, block = 0, sharedBytes = 0;
+    uint32_t paramBytes = 0;
+    alignas(8) std::array<uint8_t, 128> params{};  // the kernel's parameters, laid out as its ABI does
+    CUdeviceptr copyTo = 0;
+    const uint8_t* copyFrom = nullptr;  // pinned (the ring), read when the copy runs
+    size_t copyBytes = 0;
+    bool operator==(const Command& o) const;
+  };
+  struct Graph {
+    std::vector<Command> commands;
+    CUgraphExec exec = nullptr;
+    uint64_t lastUsed = 0;
+  };
+  static constexpr size_t kMaxGraphs = 16;        // per device, least recently used dropped
+  static constexpr size_t kMinGraphCommands = 8;  // shorter queues go straight to the stream
+  template <typename... A>
   void launch(const char* op, CUfunction f, unsigned gridX, unsigned gridY, unsigned block, size_t sharedBytes,
-              void** args);
+              const A&... args) {
+    Command c;
+    c.kernel = f;
+    c.gridX = gridX;
+    c.gridY = gridY;
+    c.block = block;
+    c.sharedBytes = unsigned(sharedBytes);
+    size_t offset = 0;
+    auto pack = [&](const auto& a) {
+      using T = std::decay_t<decltype(a)>;
+      static_assert(std::is_trivially_copyable_v<T>);
+      offset = (offset + alignof(T) - 1) / alignof(T) * alignof(T);
+      std::memcpy(c.params.data() + offset, &a, sizeof(T));
+      offset += sizeof(T);
+    };
+    (pack(args), ...);
+    c.paramBytes = uint32_t(offset);
+    enqueue(op, c);
+  }
+  void enqueue(const char* op, const Command& c);
+  // Submits what is queued: as a cached graph when one matches, else call by call (capturing it
+  // as a graph when it repeats the previous queue). Safe from any thread.
+  void flush();
+  void submit(const std::vector<Command>& commands);
+  // Forgets the graphs (memory they refer to is going away).
+  void dropGraphs();
   CUmodule module(const ModuleSpec& spec);
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
@@ -148,15 +205,30 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> attentions_;
   std::optional<ElementwiseKernels> elementwise_;
 
-  // JITLLM_CUDA_PROFILE=1: each launch runs alone (synchronised before and after) and its time is
-  // added to its op's line, printed to stderr when the device goes away. Slows everything down;
-  // for finding where a step's time goes, never for measuring throughput.
+  // JITLLM_CUDA_PROFILE=1: each launch is submitted at once between two timing events, and its
+  // GPU time is added to its op's line, printed to stderr when the device goes away. No graphs
+  // then; for finding where a step's time goes, never for measuring throughput.
   struct OpTime {
     int64_t calls = 0;
     double seconds = 0;
   };
   bool profile_ = false;
   std::map<std::string, OpTime> profileTimes_;
+  struct Profiled {
+    std::string op;
+    CUevent start, end;
+  };
+  std::vector<Profiled> profiled_;  // launched, not yet read back
+  std::vector<CUevent> eventPool_;
+  void collectProfile();
+
+  std::mutex pendingMutex_;  // the queue and the graphs (release() may flush from another thread)
+  std::vector<Command> pending_;
+  std::vector<Command> lastSubmitted_;  // the previous queue submitted call by call
+  std::vector<Graph> graphs_;
+  uint64_t flushes_ = 0;
+  bool graphsEnabled_ = true;  // JITLLM_CUDA_GRAPHS=0 turns them off
+  std::atomic<uint64_t> graphLaunches_{0}, graphsCaptured_{0};
 };
 
 }  // namespace jitllm::cuda

@@ -50,7 +50,13 @@ struct DriverApi {
   X(cuModuleLoadData)                   \
   X(cuModuleUnload)                     \
   X(cuModuleGetFunction)                \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel)                     \
+  X(cuStreamBeginCapture)               \
+  X(cuStreamEndCapture)                 \
+  X(cuGraphInstantiateWithFlags)        \
+  X(cuGraphLaunch)                      \
+  X(cuGraphExecDestroy)                 \
+  X(cuGraphDestroy)
 
 #define JITLLM_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
   JITLLM_CUDA_DRIVER_FUNCTIONS(JITLLM_CUDA_DECLARE)

@@ -2,11 +2,13 @@
 // matrix products in real model shapes (long rows, many tokens) against the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include "daemon/runtime/device_spec.h"
+#include "daemon/runtime/model.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 #include "tests/cuda/cuda_test_support.h"
@@ -30,8 +32,8 @@ TEST(CudaDevices, DeviceSpecCreatesCudaDevicesAndRejectsMissingOnes) {
 
 TEST(CudaDevices, KernelsCompiledOnceAreLoadedFromTheDiskCacheByTheNextDevice) {
   JITLLM_REQUIRE_CUDA();
-  const std::string root = (std::filesystem::temp_directory_path() / ("jitllm-cuda-dc-" + std::to_string(getpid())))
-                               .string();
+  const std::string root =
+      (std::filesystem::temp_directory_path() / ("jitllm-cuda-dc-" + std::to_string(getpid()))).string();
   auto run = [&] {
     cuda::CudaDeviceOptions o;
     o.cacheRoot = root;
@@ -50,6 +52,60 @@ TEST(CudaDevices, KernelsCompiledOnceAreLoadedFromTheDiskCacheByTheNextDevice) {
   std::printf("first use of the elementwise module: %.3f s compiling, %.3f s from the cache\n", cold, warm);
   EXPECT_LT(warm, cold);
   std::filesystem::remove_all(root);
+}
+
+// Decode steps repeat the same queue of ops, which runs as a captured CUDA graph from the second
+// repetition on: every logit must be bitwise what op-by-op submission gives, also when a second
+// session joins mid-way (another queue, another graph) and leaves again (the first graph again).
+TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
+  JITLLM_REQUIRE_CUDA();
+  const std::string path = std::string(JITLLM_SHARED_DIR) + "/models/stories260K.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  auto run = [&](bool graphs, uint64_t* launches) {
+    cuda::CudaDeviceOptions o;
+    o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+    o.graphs = graphs;
+    auto gpu = cuda::CudaDevice::create(o);
+    runtime::ModelLoadOptions lo;
+    lo.devices = {gpu.get()};
+    auto model = runtime::Model::load(path, lo);
+    const int64_t V = model->config().vocabSize;
+    std::vector<std::unique_ptr<runtime::Session>> sessions;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<float> all;
+    for (int step = 0; step < 60; step++) {
+      if (step == 0 || step == 20) {  // a session starts with a prompt
+        sessions.push_back(model->createSession(256));
+        tokens.push_back({1, 403, 407, 261, 378, 432, 383});
+      }
+      if (step == 40) {  // ... and one ends
+        sessions.pop_back();
+        tokens.pop_back();
+      }
+      std::vector<runtime::SequenceInput> in;
+      for (size_t i = 0; i < sessions.size(); i++) {
+        const size_t fed = size_t(sessions[i]->length());
+        in.push_back({sessions[i].get(), {tokens[i].data() + fed, tokens[i].size() - fed}, false});
+      }
+      std::vector<float> logits;
+      model->forward(in, logits);
+      for (size_t i = 0; i < sessions.size(); i++) {
+        const float* row = logits.data() + int64_t(i) * V;
+        tokens[i].push_back(int32_t(std::max_element(row, row + V) - row));
+      }
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    *launches = gpu->graphLaunches();
+    return all;
+  };
+  uint64_t withGraphs = 0, without = 0;
+  const auto a = run(true, &withGraphs);
+  const auto b = run(false, &without);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  EXPECT_EQ(without, 0u);
+  EXPECT_GE(withGraphs, 45u) << "all but the first two steps of each batch shape";
+  std::printf("60 decode steps: %llu ran as graphs\n", static_cast<unsigned long long>(withGraphs));
 }
 
 // Rows of a real model's length, prefill-sized batches: the CPU's values within float32
@@ -117,7 +173,7 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     gpu->kvStore(gk.as<float>(), gv.as<float>(), length, gs.data(), kv);
     cpu->kvStore(k.data(), v.data(), length, cs.data(), kv);
     std::vector<int32_t> positions = {length - 1, 0, 63, 64, 500};
-    std::vector<const uint8_t* const*> gT(positions.size(), gTable.data()), cT(positions.size(), cTable.data());
+    std::vector<const uint8_t*const*> gT(positions.size(), gTable.data()), cT(positions.size(), cTable.data());
     const auto q = randomFloats(positions.size() * heads * size_t(headDim), 7, 0.3f);
     auto gq = upload(*gpu, q);
     auto out = gpu->allocate(q.size() * 4);
