@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,6 +129,7 @@ BackgroundProcess::BackgroundProcess(const std::string& program, const std::vect
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that crashes takes its daemon along
     const int devNull = ::open("/dev/null", O_RDONLY);
     ::dup2(devNull, 0);
     ::dup2(logFd, 1);

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <kj/async-io.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -113,6 +114,9 @@ class DaemonProcess {
     logPath_ = (dir_ / "jitllmd.log").string();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // A test process that dies (a sanitizer report, a crash) takes its daemon along, rather than
+      // leaving it holding ctest's output pipe open until the timeout.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       std::vector<char*> cargv;
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);

@@ -37,7 +37,8 @@ TEST(Daemon, WithDevicesAutoItOwnsTheCpuAndEveryVulkanDeviceOnceAndWatchesForMor
   ASSERT_TRUE(d.ready()) << d.log();
   auto io = kj::setupAsyncIo();
   RpcConnection c(io, d.socket());
-  auto devices = c.daemon().devicesRequest().send().wait(io.waitScope).getDevices();
+  auto response = c.daemon().devicesRequest().send().wait(io.waitScope);
+  auto devices = response.getDevices();
   ASSERT_GE(devices.size(), 1u);
   EXPECT_EQ(std::string(devices[0].getId().cStr()), "cpu:0");
   std::set<std::string> ids, uuids;
