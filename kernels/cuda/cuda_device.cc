@@ -506,11 +506,34 @@ void CudaDevice::dropGraphs() {
   lastSubmitted_.clear();
 }
 
+void CudaDevice::coalesceStagedCopies(std::vector<Command>& commands) const {
+  // The ops' descriptions were staged back to back in the ring, all written before this flush, and
+  // no part of the ring is used twice in one queue: one copy of the whole range, ahead of every
+  // kernel, replaces a copy per op (each a PCIe round trip the kernels after it waited for).
+  size_t lo = SIZE_MAX, hi = 0, staged = 0;
+  for (const Command& c : commands) {
+    if (c.kernel || c.copyTo != ringDevice_ + CUdeviceptr(c.copyFrom - ringHost_)) continue;
+    lo = std::min(lo, size_t(c.copyFrom - ringHost_));
+    hi = std::max(hi, size_t(c.copyFrom - ringHost_) + c.copyBytes);
+    staged++;
+  }
+  if (staged < 2) return;
+  std::erase_if(commands, [&](const Command& c) {
+    return !c.kernel && c.copyTo == ringDevice_ + CUdeviceptr(c.copyFrom - ringHost_);
+  });
+  Command all;
+  all.copyTo = ringDevice_ + lo;
+  all.copyFrom = ringHost_ + lo;
+  all.copyBytes = hi - lo;
+  commands.insert(commands.begin(), all);
+}
+
 void CudaDevice::flush() {
   std::lock_guard lock(pendingMutex_);
   if (pending_.empty()) return;
   std::vector<Command> commands;
   commands.swap(pending_);
+  coalesceStagedCopies(commands);
   makeCurrent();
   flushes_++;
   if (!graphsEnabled_ || commands.size() < kMinGraphCommands) {
@@ -628,8 +651,8 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   int rows = int(w.rows), t = int(tokens);
   char op[64] = "matmul";
   if (profile_)
-    std::snprintf(op, sizeof op, "matmul %s %lldx%lld t%d", std::string(quant::typeName(w.type)).c_str(),
-                  (long long)w.rows, (long long)w.cols, perWarpTokens);
+    std::snprintf(op, sizeof op, "matmul %s %lldx%lld t%d r%d", std::string(quant::typeName(w.type)).c_str(),
+                  (long long)w.rows, (long long)w.cols, perWarpTokens, perWarpRows);
   launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, wp, stride, rows, xp, t,
          yp, bp);
 }

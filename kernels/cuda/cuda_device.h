@@ -157,6 +157,7 @@ class CudaDevice final : public Device {
   // as a graph when it repeats the previous queue). Safe from any thread.
   void flush();
   void submit(const std::vector<Command>& commands);
+  void coalesceStagedCopies(std::vector<Command>& commands) const;
   // Forgets the graphs (memory they refer to is going away).
   void dropGraphs();
   CUmodule module(const ModuleSpec& spec);
