@@ -75,23 +75,44 @@ std::unique_ptr<NvmlTelemetry> NvmlTelemetry::open(const std::map<std::string, s
     return nullptr;
   }
   t->api_ = std::move(api);  // from here the destructor shuts NVML down
-  unsigned int count = 0;
-  if (t->api_->count(&count) != 0) count = 0;
-  for (unsigned int i = 0; i < count; i++) {
-    nvmlDevice handle = nullptr;
-    char uuid[96] = {};
-    if (t->api_->handleByIndex(i, &handle) != 0 || t->api_->uuid(handle, uuid, sizeof uuid) != 0) continue;
-    std::string u = uuid;
-    if (u.rfind("GPU-", 0) == 0) u = u.substr(4);  // "GPU-8-4-4-4-12"
-    for (const auto& [id, deviceUuid] : uuidById) {
-      if (!deviceUuid.empty() && deviceUuid == u) t->handles_[id] = handle;
-    }
-  }
+  t->uuidById_ = uuidById;
+  const unsigned int count = t->match();
   if (t->handles_.empty()) {
     *why = "NVML knows " + std::to_string(count) + " GPU(s), none of them one of jitllmd's devices";
     return nullptr;
   }
   return t;
+}
+
+unsigned int NvmlTelemetry::match() {
+  handles_.clear();
+  unsigned int count = 0;
+  if (api_->count(&count) != 0) count = 0;
+  for (unsigned int i = 0; i < count; i++) {
+    nvmlDevice handle = nullptr;
+    char uuid[96] = {};
+    if (api_->handleByIndex(i, &handle) != 0 || api_->uuid(handle, uuid, sizeof uuid) != 0) continue;
+    std::string u = uuid;
+    if (u.rfind("GPU-", 0) == 0) u = u.substr(4);  // "GPU-8-4-4-4-12"
+    for (const auto& [id, deviceUuid] : uuidById_) {
+      if (!deviceUuid.empty() && deviceUuid == u) handles_[id] = handle;
+    }
+  }
+  return count;
+}
+
+void NvmlTelemetry::deviceAdded(const std::string& deviceId, const std::string& uuid) {
+  if (uuid.empty()) return;
+  uuidById_[deviceId] = uuid;
+  match();
+  if (handles_.count(deviceId)) return;
+  // Not among the GPUs NVML counted at initialisation: count again (the handles change with it).
+  api_->shutdown();
+  if (api_->init() != 0) {
+    handles_.clear();
+    return;
+  }
+  match();
 }
 
 NvmlTelemetry::~NvmlTelemetry() {

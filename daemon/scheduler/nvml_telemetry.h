@@ -27,6 +27,8 @@ class NvmlTelemetry final : public TelemetrySource {
   NvmlTelemetry& operator=(const NvmlTelemetry&) = delete;
 
   DeviceTelemetry read(const std::string& deviceId, int64_t nowMs) override;
+  // NVML counts its GPUs at initialisation: for a GPU plugged in since, it starts again.
+  void deviceAdded(const std::string& deviceId, const std::string& uuid) override;
   // How many of the devices it reads ("2 of 3").
   size_t matched() const { return handles_.size(); }
 
@@ -36,6 +38,10 @@ class NvmlTelemetry final : public TelemetrySource {
 
   void* library_ = nullptr;
   std::unique_ptr<Api> api_;
+  // Looks every GPU NVML knows up in uuidById_; the number it knows.
+  unsigned int match();
+
+  std::map<std::string, std::string> uuidById_;
   std::map<std::string, void*> handles_;  // device id -> nvmlDevice_t
 };
 

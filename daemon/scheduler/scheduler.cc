@@ -23,6 +23,7 @@ Scheduler::Scheduler(server::DaemonCore& core, std::unique_ptr<TelemetrySource> 
                      policies::PolicyConfig config, const std::string& policy)
     : core_(core), telemetry_(std::move(telemetry)), config_(config) {
   if (!telemetry_) telemetry_ = std::make_unique<NoTelemetry>();
+  for (const server::DeviceStatus& status : core_.deviceTable().all()) known_.insert(status.device);
   setPolicy(policy);
 }
 
@@ -52,6 +53,8 @@ Scheduler::Readings Scheduler::readAll(int64_t nowMs) {
   std::lock_guard lock(busyMutex_);
   for (const server::DeviceStatus& status : core_.deviceTable().all()) {
     Device& d = *status.device;
+    // Found since the source was made (re-enumeration): it may need to look the device up.
+    if (known_.insert(&d).second) telemetry_->deviceAdded(d.info().id, d.info().uuid);
     DeviceTelemetry t = telemetry_->read(d.info().id, nowMs);
     // Where the source does not know the memory, the driver may (VK_EXT_memory_budget): the
     // device is as full as the larger of our accounting and its figure, out of the smaller of

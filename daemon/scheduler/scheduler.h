@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "daemon/scheduler/telemetry_source.h"
@@ -57,6 +58,7 @@ class Scheduler final : public server::PolicyControl {
   std::unique_ptr<policies::Policy> policy_;
   std::mutex busyMutex_;  // guards lastBusy_ (snapshot() may come from another thread than tick())
   std::map<const Device*, std::pair<uint64_t, std::chrono::steady_clock::time_point>> lastBusy_;
+  std::set<const Device*> known_;  // devices the telemetry source has been told of; guarded by busyMutex_
 };
 
 }  // namespace jitllm::scheduler

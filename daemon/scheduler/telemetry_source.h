@@ -29,6 +29,12 @@ class TelemetrySource {
   virtual ~TelemetrySource() = default;
   // What is known of `deviceId` at `nowMs` (the scheduler's clock).
   virtual DeviceTelemetry read(const std::string& deviceId, int64_t nowMs) = 0;
+  // A device the daemon found after the source was made (re-enumeration): a source that matches
+  // devices by UUID looks this one up too. Default: nothing to do.
+  virtual void deviceAdded(const std::string& deviceId, const std::string& uuid) {
+    (void)deviceId;
+    (void)uuid;
+  }
 };
 
 // No telemetry beyond what the devices report themselves.

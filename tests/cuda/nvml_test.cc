@@ -37,6 +37,13 @@ TEST(NvmlTelemetry, ReadsTheGpuCudaSeesMatchedByUuid) {
   ASSERT_TRUE(t.memoryUsed.has_value());
   EXPECT_GT(*t.memoryUsed, 0u);  // this process's context at least
   EXPECT_TRUE(std::isnan(nvml->read("cpu:0", 0).temperatureC));
+  // The same GPU found again later under another id (re-enumeration through Vulkan): looked up by
+  // its UUID, it reads the same GPU.
+  EXPECT_TRUE(std::isnan(nvml->read("vulkan:7", 0).temperatureC));
+  nvml->deviceAdded("vulkan:7", uuid);
+  EXPECT_EQ(nvml->matched(), 2u);
+  EXPECT_GT(nvml->read("vulkan:7", 0).temperatureC, 5);
+  EXPECT_GT(nvml->read("cuda:0", 0).temperatureC, 5) << "the earlier devices still read";
 }
 
 }  // namespace

@@ -75,6 +75,30 @@ TEST(ReEnumeration, AGpuFoundAfterStartIsAddedOnceLostWhenItVanishesAndBackWhenI
   EXPECT_NE(log.find("found again by re-enumeration"), std::string::npos) << log;
 }
 
+// A telemetry source that matches devices by UUID (NVML) hears of a device found after it was made.
+TEST(ReEnumeration, TheTelemetrySourceHearsOfADeviceFoundLater) {
+  std::string why;
+  if (runtime::enumerateVulkan(&why)->devices().empty()) GTEST_SKIP() << "no Vulkan device here: " << why;
+  struct Recording final : TelemetrySource {
+    std::vector<std::pair<std::string, std::string>>* added;
+    explicit Recording(std::vector<std::pair<std::string, std::string>>* a) : added(a) {}
+    DeviceTelemetry read(const std::string&, int64_t) override { return {}; }
+    void deviceAdded(const std::string& id, const std::string& uuid) override { added->emplace_back(id, uuid); }
+  };
+  std::vector<std::pair<std::string, std::string>> added;
+  auto core = makeCore("cpu:0");
+  core->setDeviceEnumerator([] { return runtime::enumerateVulkan(); });
+  Scheduler s(*core, std::make_unique<Recording>(&added), policies::PolicyConfig{}, "balanced");
+  s.tick(0);
+  EXPECT_TRUE(added.empty()) << "cpu:0 was there when the source was made";
+  ASSERT_EQ(core->rescanDevices().added, std::vector<std::string>{"vulkan:0"});
+  s.tick(1);
+  s.tick(2);
+  ASSERT_EQ(added.size(), 1u) << "told once";
+  EXPECT_EQ(added[0].first, "vulkan:0");
+  EXPECT_EQ(added[0].second, core->device("vulkan:0").info().uuid);
+}
+
 TEST(ReEnumeration, WithoutAnEnumeratorADaemonWithAListOfDevicesKeepsJustThose) {
   auto core = makeCore("cpu:0");
   EXPECT_FALSE(core->rescans());
