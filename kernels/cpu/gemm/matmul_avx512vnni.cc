@@ -53,16 +53,20 @@ using quant::block_q8_0;
 constexpr int64_t kTokenBlock = 16;
 // Rows computed together, sharing each activation load.
 constexpr int kRowTile = 4;
+// Prefill tiles: rows x tokens sharing each weight extraction (rows) and activation load (tokens);
+// their float accumulators and the extracted weights fit the 32 vector registers.
+constexpr int kTileRows = 2;
+constexpr int kTileTokens = 4;
 
 float halfAt(const uint16_t& h) { return _cvtsh_ss(h); }
 
 // One token's activations in the integer form above, for `cols` columns (a multiple of 32).
 struct QuantizedRow {
-  const int8_t* a;       // cols
-  const int8_t* b;       // cols
-  const int32_t* bias;   // cols / 4: -o * sum over each 4 elements of (256 a + b); only if o != 0
-  const float* lscale;   // cols / 4: s / 256 of the block each 4-element lane belongs to
-  const float* bsum;     // cols / 32: s / 256 * sum of (256 a + b) over the block
+  const int8_t* a;      // cols
+  const int8_t* b;      // cols
+  const int32_t* bias;  // cols / 4: -o * sum over each 4 elements of (256 a + b); only if o != 0
+  const float* lscale;  // cols / 4: s / 256 of the block each 4-element lane belongs to
+  const float* bsum;    // cols / 32: s / 256 * sum of (256 a + b) over the block
 };
 
 size_t alignUp(size_t n) { return (n + 63) / 64 * 64; }
@@ -178,27 +182,67 @@ struct KernelQ4_K {
     st.acc = _mm512_setzero_ps();
     st.mins = _mm256_setzero_ps();
   }
-  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
-    const auto* blk = reinterpret_cast<const block_q4_K*>(p);
+  // 8 scales d*sc, then 8 mins dmin*m.
+  [[gnu::always_inline]] static __m512 scalesAndMins(const block_q4_K* blk) {
     alignas(16) uint8_t raw[16];
     quant::unpackScalesMinsK4(blk->scales, raw);
     const __m512 values =
         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(raw))));
     const __m512 factors = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk->d)), _mm256_set1_ps(halfAt(blk->dmin)), 1);
-    const __m512 products = _mm512_mul_ps(values, factors);  // 8 scales d*sc, then 8 mins dmin*m
+    return _mm512_mul_ps(values, factors);
+  }
+  // Byte lanes 0..31 take the low nibbles of 32 bytes, lanes 32..63 their high nibbles: sub-blocks
+  // 2p and 2p+1 in element order.
+  [[gnu::always_inline]] static __m512i pairWeights(const block_q4_K* blk, int pair) {
+    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i raw32 =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * pair)));
+    return _mm512_and_si512(_mm512_srlv_epi16(raw32, shifts), _mm512_set1_epi8(0x0F));
+  }
+  [[gnu::always_inline]] static void addMins(__m512 products, const QuantizedRow& x, int64_t k, State& st) {
     st.mins = _mm256_fmadd_ps(_mm512_extractf32x8_ps(products, 1), _mm256_loadu_ps(x.bsum + k / 32), st.mins);
-    // Byte lanes 0..31 take the low nibbles of 32 bytes, lanes 32..63 their high nibbles: sub-blocks
-    // 2p and 2p+1 in element order.
+  }
+  [[gnu::always_inline]] static void addPair(__m512i w, __m512 products, int pair, const QuantizedRow& x, int64_t k,
+                                             State& st) {
+    const __m512i l = dot64<false>(w, x, k + 64 * pair);
+    const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * pair), _mm256_set1_epi32(2 * pair + 1), 1);
+    const __m512 scale =
+        _mm512_mul_ps(_mm512_permutexvar_ps(idx, products), _mm512_loadu_ps(x.lscale + (k + 64 * pair) / 4));
+    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
+  }
+  // One token: each pair's weights are used as soon as they are extracted (fewer live registers;
+  // decode is measurably faster this way than through unpack + apply).
+  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
+    const auto* blk = reinterpret_cast<const block_q4_K*>(p);
+    const __m512 products = scalesAndMins(blk);
+    addMins(products, x, k, st);
     const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int pair = 0; pair < 4; pair++) {
-      const __m512i raw32 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * pair)));
+      const __m512i raw32 =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * pair)));
       const __m512i w = _mm512_and_si512(_mm512_srlv_epi16(raw32, shifts), low4);
       const __m512i l = dot64<false>(w, x, k + 64 * pair);
       const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * pair), _mm256_set1_epi32(2 * pair + 1), 1);
-      const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, products), _mm512_loadu_ps(x.lscale + (k + 64 * pair) / 4));
+      const __m512 scale =
+          _mm512_mul_ps(_mm512_permutexvar_ps(idx, products), _mm512_loadu_ps(x.lscale + (k + 64 * pair) / 4));
       st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
     }
+  }
+  // Several tokens (dotTile): the weights extracted once, then each token the same operations in
+  // the same order as unit().
+  struct Unpacked {
+    __m512 products;
+    __m512i w[4];
+  };
+  static void unpack(const uint8_t* p, Unpacked& u) {
+    const auto* blk = reinterpret_cast<const block_q4_K*>(p);
+    u.products = scalesAndMins(blk);
+    for (int pair = 0; pair < 4; pair++) u.w[pair] = pairWeights(blk, pair);
+  }
+  static void apply(const Unpacked& u, const QuantizedRow& x, int64_t k, State& st) {
+    addMins(u.products, x, k, st);
+    for (int pair = 0; pair < 4; pair++) addPair(u.w[pair], u.products, pair, x, k, st);
   }
   static float finish(const State& st) { return sum512(st.acc) - sum256(st.mins); }
 };
@@ -212,6 +256,43 @@ struct KernelQ6_K {
     __m512 acc;
   };
   static void start(State& st) { st.acc = _mm512_setzero_ps(); }
+  struct Unpacked {
+    __m512 scales;  // d * sc of the 16 sub-blocks
+    __m512i w[4];   // elements 64i .. 64i + 63 as bytes q in 0..63
+  };
+  static void unpack(const uint8_t* p, Unpacked& u) {
+    const auto* blk = reinterpret_cast<const block_q6_K*>(p);
+    u.scales = _mm512_mul_ps(
+        _mm512_set1_ps(halfAt(blk->d)),
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    for (int half = 0; half < 2; half++) {
+      const auto* ql = reinterpret_cast<const __m256i*>(blk->ql + 64 * half);
+      const __m256i l0 = _mm256_loadu_si256(ql), l1 = _mm256_loadu_si256(ql + 1);
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half));
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45));
+      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+      u.w[2 * half] = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
+      u.w[2 * half + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
+    }
+  }
+  static void apply(const Unpacked& u, const QuantizedRow& x, int64_t k, State& st) {
+    // Lane j of 64 elements c..c+63 belongs to sub-block 4c/64 + j/4.
+    const __m512i lanes = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
+    for (int half = 0; half < 2; half++) {
+      for (int c = 0; c < 2; c++) {
+        const int64_t kk = k + 128 * half + 64 * c;
+        const __m512i l = dot64<true>(u.w[2 * half + c], x, kk);
+        const __m512i idx = _mm512_add_epi32(lanes, _mm512_set1_epi32(8 * half + 4 * c));
+        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, u.scales), _mm512_loadu_ps(x.lscale + kk / 4));
+        st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
+      }
+    }
+  }
+  // One token (decode): the fused form, measurably faster than unpack + apply for a single token.
   static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
     const auto* blk = reinterpret_cast<const block_q6_K*>(p);
     const __m512 scales = _mm512_mul_ps(
@@ -253,11 +334,28 @@ struct KernelQ8_0 {
     __m512 acc;
   };
   static void start(State& st) { st.acc = _mm512_setzero_ps(); }
+  struct Unpacked {
+    __m512i w;  // 64 bytes q + 128
+    __m512 d;   // each block's d over its 8 lanes
+  };
+  static void unpack(const uint8_t* p, Unpacked& u) {
+    const auto* blk = reinterpret_cast<const block_q8_0*>(p);
+    const __m512i q =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
+    u.w = _mm512_xor_si512(q, _mm512_set1_epi8(int8_t(0x80)));
+    u.d = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk[0].d)), _mm256_set1_ps(halfAt(blk[1].d)), 1);
+  }
+  static void apply(const Unpacked& u, const QuantizedRow& x, int64_t k, State& st) {
+    const __m512i l = dot64<true>(u.w, x, k);
+    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), _mm512_mul_ps(u.d, _mm512_loadu_ps(x.lscale + k / 4)), st.acc);
+  }
+  // One token (decode): the fused form, measurably faster than unpack + apply for a single token.
   static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
     const auto* blk = reinterpret_cast<const block_q8_0*>(p);
-    const __m512i q = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
+    const __m512i q =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
     const __m512i w = _mm512_xor_si512(q, _mm512_set1_epi8(int8_t(0x80)));
     const __m512i l = dot64<true>(w, x, k);
     const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk[0].d)), _mm256_set1_ps(halfAt(blk[1].d)), 1);
@@ -282,7 +380,8 @@ struct KernelQ8_0 {
 
 // NR rows against one quantized token.
 template <class K, int NR>
-void dotRows(const WeightView& w, int64_t r, const QuantizedRow& x, float* y, int64_t yStep) {
+void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y, int64_t yStep) {
+  const QuantizedRow x = xRow;  // a local copy: its pointers stay in registers
   typename K::State st[NR];
   const uint8_t* rows[NR];
   for (int i = 0; i < NR; i++) {
@@ -301,6 +400,40 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& x, float* y, in
   for (int i = 0; i < NR; i++) y[(r + i) * yStep] = K::finish(st[i]);
 }
 
+// NR rows against NT quantized tokens: each unit's weights are extracted once per row and used by
+// every token. Per (row, token) the operations and their order are dotRows' exactly, so a
+// token's result has the same bits in a tile as alone.
+template <class K, int NR, int NT>
+void dotTile(const WeightView& w, int64_t r, const QuantizedRow* xsIn, float* y, int64_t yStride) {
+  QuantizedRow xs[NT];  // local copies: their pointers stay in registers
+  for (int j = 0; j < NT; j++) xs[j] = xsIn[j];
+  typename K::State st[NR][NT];
+  const uint8_t* rows[NR];
+  for (int i = 0; i < NR; i++) {
+    for (int j = 0; j < NT; j++) K::start(st[i][j]);
+    rows[i] = w.data + size_t(r + i) * w.rowStride;
+  }
+  const int64_t units = w.cols / K::kUnit;
+  for (int64_t u = 0; u < units; u++) {
+    for (int i = 0; i < NR; i++) {
+      typename K::Unpacked up;
+      K::unpack(rows[i] + size_t(u) * K::kUnitBytes, up);
+      for (int j = 0; j < NT; j++) K::apply(up, xs[j], u * K::kUnit, st[i][j]);
+    }
+  }
+  if constexpr (std::is_same_v<K, KernelQ8_0>) {
+    if (w.cols % K::kUnit != 0) {
+      for (int i = 0; i < NR; i++) {
+        for (int j = 0; j < NT; j++)
+          K::halfUnit(rows[i] + size_t(units) * K::kUnitBytes, xs[j], units * K::kUnit, st[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; i++) {
+    for (int j = 0; j < NT; j++) y[j * yStride + r + i] = K::finish(st[i][j]);
+  }
+}
+
 template <class K>
 void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
               int64_t rowBegin, int64_t rowEnd) {
@@ -309,17 +442,27 @@ void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTok
   auto* scratch = reinterpret_cast<uint8_t*>(threadScratch((rowBytes * size_t(blockTokens) + 3) / 4));
   for (int64_t t0 = 0; t0 < nTokens; t0 += kTokenBlock) {
     const int64_t nt = std::min(kTokenBlock, nTokens - t0);
-    for (int64_t t = 0; t < nt; t++) quantizeRow(x + (t0 + t) * xStride, w.cols, K::kOffset, scratch + size_t(t) * rowBytes);
+    for (int64_t t = 0; t < nt; t++)
+      quantizeRow(x + (t0 + t) * xStride, w.cols, K::kOffset, scratch + size_t(t) * rowBytes);
     int64_t r = rowBegin;
-    for (; r + kRowTile <= rowEnd; r += kRowTile) {
-      for (int64_t t = 0; t < nt; t++) {
-        dotRows<K, kRowTile>(w, r, layoutRow(scratch + size_t(t) * rowBytes, w.cols), y + (t0 + t) * yStride, 1);
+    QuantizedRow xs[kTokenBlock];
+    for (int64_t t = 0; t < nt; t++) xs[t] = layoutRow(scratch + size_t(t) * rowBytes, w.cols);
+    // Prefill: tiles of kTileRows rows x kTileTokens tokens; the tokens left over, and decode, take
+    // the rows kRowTile at a time.
+    const int64_t tiled = nt / kTileTokens * kTileTokens;
+    if (tiled > 0) {
+      for (; r + kTileRows <= rowEnd; r += kTileRows) {
+        for (int64_t t = 0; t < tiled; t += kTileTokens) {
+          dotTile<K, kTileRows, kTileTokens>(w, r, xs + t, y + (t0 + t) * yStride, yStride);
+        }
+        for (int64_t t = tiled; t < nt; t++) dotRows<K, kTileRows>(w, r, xs[t], y + (t0 + t) * yStride, 1);
       }
     }
+    for (; r + kRowTile <= rowEnd; r += kRowTile) {
+      for (int64_t t = 0; t < nt; t++) dotRows<K, kRowTile>(w, r, xs[t], y + (t0 + t) * yStride, 1);
+    }
     for (; r < rowEnd; r++) {
-      for (int64_t t = 0; t < nt; t++) {
-        dotRows<K, 1>(w, r, layoutRow(scratch + size_t(t) * rowBytes, w.cols), y + (t0 + t) * yStride, 1);
-      }
+      for (int64_t t = 0; t < nt; t++) dotRows<K, 1>(w, r, xs[t], y + (t0 + t) * yStride, 1);
     }
   }
 }
