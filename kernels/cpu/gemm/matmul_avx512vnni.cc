@@ -53,10 +53,10 @@ using quant::block_q8_0;
 constexpr int64_t kTokenBlock = 16;
 // Rows computed together, sharing each activation load.
 constexpr int kRowTile = 4;
-// Prefill tiles: rows x tokens sharing each weight extraction (rows) and activation load (tokens);
-// their float accumulators and the extracted weights fit the 32 vector registers.
-constexpr int kTileRows = 2;
-constexpr int kTileTokens = 4;
+// Prefill tiles (each kernel's kTileRows x kTileTokens): rows x tokens sharing each weight
+// extraction (rows) and activation load (tokens), their float accumulators and the extracted
+// weights within the 32 vector registers. Sizes measured with matmul_microbench (2x4, 4x4, 2x8,
+// 1x8): 2x8 for the K-quants, 2x4 for q8_0, whose extraction is cheap.
 
 float halfAt(const uint16_t& h) { return _cvtsh_ss(h); }
 
@@ -170,6 +170,7 @@ float sum256(__m256 h) {
 // --- q4_K: 8 sub-blocks of 32, w = d * sc * q - dmin * m, q in 0..15.
 struct KernelQ4_K {
   static constexpr int kOffset = 0;
+  static constexpr int kTileRows = 2, kTileTokens = 8;
   static constexpr int64_t kUnit = quant::kQK_K;
   static constexpr size_t kUnitBytes = sizeof(block_q4_K);
   // Plain members, zeroed by start(): GCC does not compile implicit constructors for the
@@ -250,6 +251,7 @@ struct KernelQ4_K {
 // --- q6_K: 16 sub-blocks of 16, w = d * sc * (q - 32), q in 0..63.
 struct KernelQ6_K {
   static constexpr int kOffset = 32;
+  static constexpr int kTileRows = 2, kTileTokens = 8;
   static constexpr int64_t kUnit = quant::kQK_K;
   static constexpr size_t kUnitBytes = sizeof(block_q6_K);
   struct State {
@@ -328,6 +330,7 @@ struct KernelQ6_K {
 // per unit; a row of an odd number of blocks ends in a half unit whose upper lanes are zero.
 struct KernelQ8_0 {
   static constexpr int kOffset = 128;
+  static constexpr int kTileRows = 2, kTileTokens = 4;
   static constexpr int64_t kUnit = 64;
   static constexpr size_t kUnitBytes = 2 * sizeof(block_q8_0);
   struct State {
@@ -447,15 +450,15 @@ void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTok
     int64_t r = rowBegin;
     QuantizedRow xs[kTokenBlock];
     for (int64_t t = 0; t < nt; t++) xs[t] = layoutRow(scratch + size_t(t) * rowBytes, w.cols);
-    // Prefill: tiles of kTileRows rows x kTileTokens tokens; the tokens left over, and decode, take
+    // Prefill: tiles of K::kTileRows rows x K::kTileTokens tokens; the tokens left over, and decode, take
     // the rows kRowTile at a time.
-    const int64_t tiled = nt / kTileTokens * kTileTokens;
+    const int64_t tiled = nt / K::kTileTokens * K::kTileTokens;
     if (tiled > 0) {
-      for (; r + kTileRows <= rowEnd; r += kTileRows) {
-        for (int64_t t = 0; t < tiled; t += kTileTokens) {
-          dotTile<K, kTileRows, kTileTokens>(w, r, xs + t, y + (t0 + t) * yStride, yStride);
+      for (; r + K::kTileRows <= rowEnd; r += K::kTileRows) {
+        for (int64_t t = 0; t < tiled; t += K::kTileTokens) {
+          dotTile<K, K::kTileRows, K::kTileTokens>(w, r, xs + t, y + (t0 + t) * yStride, yStride);
         }
-        for (int64_t t = tiled; t < nt; t++) dotRows<K, kTileRows>(w, r, xs[t], y + (t0 + t) * yStride, 1);
+        for (int64_t t = tiled; t < nt; t++) dotRows<K, K::kTileRows>(w, r, xs[t], y + (t0 + t) * yStride, 1);
       }
     }
     for (; r + kRowTile <= rowEnd; r += kRowTile) {
