@@ -392,8 +392,16 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
     rows[i] = w.data + size_t(r + i) * w.rowStride;
   }
   const int64_t units = w.cols / K::kUnit;
+  // Decode streams the weights once from memory: each row's bytes about 576 ahead are requested
+  // while this unit computes (measured end to end on 2 threads: 1B q4_K_M decode +14 %, q6_K +9 %,
+  // q8_0 +24 %; 1152 bytes ahead was slower than none for q4_K). Rows are contiguous, so near a row's end this
+  // fetches the start of the next tile's rows.
+  constexpr size_t kAhead = std::max<size_t>(1, 576 / K::kUnitBytes) * K::kUnitBytes;
   for (int64_t u = 0; u < units; u++) {
-    for (int i = 0; i < NR; i++) K::unit(rows[i] + size_t(u) * K::kUnitBytes, x, u * K::kUnit, st[i]);
+    for (int i = 0; i < NR; i++) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + size_t(u) * K::kUnitBytes + kAhead), _MM_HINT_T0);
+      K::unit(rows[i] + size_t(u) * K::kUnitBytes, x, u * K::kUnit, st[i]);
+    }
   }
   if constexpr (std::is_same_v<K, KernelQ8_0>) {
     if (w.cols % K::kUnit != 0) {
