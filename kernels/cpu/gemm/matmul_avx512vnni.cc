@@ -184,7 +184,7 @@ struct KernelQ4_K {
     st.mins = _mm256_setzero_ps();
   }
   // 8 scales d*sc, then 8 mins dmin*m.
-  [[gnu::always_inline]] static __m512 scalesAndMins(const block_q4_K* blk) {
+  static __m512 scalesAndMins(const block_q4_K* blk) {
     alignas(16) uint8_t raw[16];
     quant::unpackScalesMinsK4(blk->scales, raw);
     const __m512 values =
@@ -194,41 +194,28 @@ struct KernelQ4_K {
   }
   // Byte lanes 0..31 take the low nibbles of 32 bytes, lanes 32..63 their high nibbles: sub-blocks
   // 2p and 2p+1 in element order.
-  [[gnu::always_inline]] static __m512i pairWeights(const block_q4_K* blk, int pair) {
+  static __m512i pairWeights(const block_q4_K* blk, int pair) {
     const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const __m512i raw32 =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * pair)));
     return _mm512_and_si512(_mm512_srlv_epi16(raw32, shifts), _mm512_set1_epi8(0x0F));
   }
-  [[gnu::always_inline]] static void addMins(__m512 products, const QuantizedRow& x, int64_t k, State& st) {
+  static void addMins(__m512 products, const QuantizedRow& x, int64_t k, State& st) {
     st.mins = _mm256_fmadd_ps(_mm512_extractf32x8_ps(products, 1), _mm256_loadu_ps(x.bsum + k / 32), st.mins);
   }
-  [[gnu::always_inline]] static void addPair(__m512i w, __m512 products, int pair, const QuantizedRow& x, int64_t k,
-                                             State& st) {
+  static void addPair(__m512i w, __m512 products, int pair, const QuantizedRow& x, int64_t k, State& st) {
     const __m512i l = dot64<false>(w, x, k + 64 * pair);
     const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * pair), _mm256_set1_epi32(2 * pair + 1), 1);
     const __m512 scale =
         _mm512_mul_ps(_mm512_permutexvar_ps(idx, products), _mm512_loadu_ps(x.lscale + (k + 64 * pair) / 4));
     st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
   }
-  // One token: each pair's weights are used as soon as they are extracted (fewer live registers;
-  // decode is measurably faster this way than through unpack + apply).
+  // One token (decode): each pair's weights are used as soon as they are extracted.
   static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
     const auto* blk = reinterpret_cast<const block_q4_K*>(p);
     const __m512 products = scalesAndMins(blk);
     addMins(products, x, k, st);
-    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    for (int pair = 0; pair < 4; pair++) {
-      const __m512i raw32 =
-          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * pair)));
-      const __m512i w = _mm512_and_si512(_mm512_srlv_epi16(raw32, shifts), low4);
-      const __m512i l = dot64<false>(w, x, k + 64 * pair);
-      const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * pair), _mm256_set1_epi32(2 * pair + 1), 1);
-      const __m512 scale =
-          _mm512_mul_ps(_mm512_permutexvar_ps(idx, products), _mm512_loadu_ps(x.lscale + (k + 64 * pair) / 4));
-      st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
-    }
+    for (int pair = 0; pair < 4; pair++) addPair(pairWeights(blk, pair), products, pair, x, k, st);
   }
   // Several tokens (dotTile): the weights extracted once, then each token the same operations in
   // the same order as unit().
@@ -258,69 +245,61 @@ struct KernelQ6_K {
     __m512 acc;
   };
   static void start(State& st) { st.acc = _mm512_setzero_ps(); }
+  // d * sc of the 16 sub-blocks.
+  static __m512 blockScales(const block_q6_K* blk) {
+    return _mm512_mul_ps(
+        _mm512_set1_ps(halfAt(blk->d)),
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
+  }
+  // Elements 128 half .. +127 as bytes q in 0..63: the first 64 in w01, the next 64 in w23.
+  static void halfWeights(const block_q6_K* blk, int half, __m512i& w01, __m512i& w23) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    const auto* ql = reinterpret_cast<const __m256i*>(blk->ql + 64 * half);
+    const __m256i l0 = _mm256_loadu_si256(ql), l1 = _mm256_loadu_si256(ql + 1);
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half));
+    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45));
+    const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                       _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+    w01 = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
+    w23 = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
+  }
+  // The 64 elements 128 half + 64 c .. +63 (weights w) of one token.
+  static void addChunk(__m512i w, __m512 scales, int half, int c, const QuantizedRow& x, int64_t k, State& st) {
+    // Lane j of 64 elements c..c+63 belongs to sub-block 4c/64 + j/4.
+    const __m512i lanes = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
+    const int64_t kk = k + 128 * half + 64 * c;
+    const __m512i l = dot64<true>(w, x, kk);
+    const __m512i idx = _mm512_add_epi32(lanes, _mm512_set1_epi32(8 * half + 4 * c));
+    const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, scales), _mm512_loadu_ps(x.lscale + kk / 4));
+    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
+  }
+  // One token (decode): each half's weights are used as soon as they are extracted.
+  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
+    const auto* blk = reinterpret_cast<const block_q6_K*>(p);
+    const __m512 scales = blockScales(blk);
+    for (int half = 0; half < 2; half++) {
+      __m512i w01, w23;
+      halfWeights(blk, half, w01, w23);
+      addChunk(w01, scales, half, 0, x, k, st);
+      addChunk(w23, scales, half, 1, x, k, st);
+    }
+  }
+  // Several tokens (dotTile): the weights extracted once, then each token the same operations in
+  // the same order as unit().
   struct Unpacked {
-    __m512 scales;  // d * sc of the 16 sub-blocks
-    __m512i w[4];   // elements 64i .. 64i + 63 as bytes q in 0..63
+    __m512 scales;
+    __m512i w[4];  // elements 64i .. 64i + 63
   };
   static void unpack(const uint8_t* p, Unpacked& u) {
     const auto* blk = reinterpret_cast<const block_q6_K*>(p);
-    u.scales = _mm512_mul_ps(
-        _mm512_set1_ps(halfAt(blk->d)),
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
-    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-    for (int half = 0; half < 2; half++) {
-      const auto* ql = reinterpret_cast<const __m256i*>(blk->ql + 64 * half);
-      const __m256i l0 = _mm256_loadu_si256(ql), l1 = _mm256_loadu_si256(ql + 1);
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half));
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
-      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
-      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45));
-      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
-      u.w[2 * half] = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
-      u.w[2 * half + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
-    }
+    u.scales = blockScales(blk);
+    for (int half = 0; half < 2; half++) halfWeights(blk, half, u.w[2 * half], u.w[2 * half + 1]);
   }
   static void apply(const Unpacked& u, const QuantizedRow& x, int64_t k, State& st) {
-    // Lane j of 64 elements c..c+63 belongs to sub-block 4c/64 + j/4.
-    const __m512i lanes = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
     for (int half = 0; half < 2; half++) {
-      for (int c = 0; c < 2; c++) {
-        const int64_t kk = k + 128 * half + 64 * c;
-        const __m512i l = dot64<true>(u.w[2 * half + c], x, kk);
-        const __m512i idx = _mm512_add_epi32(lanes, _mm512_set1_epi32(8 * half + 4 * c));
-        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, u.scales), _mm512_loadu_ps(x.lscale + kk / 4));
-        st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
-      }
-    }
-  }
-  // One token (decode): the fused form, measurably faster than unpack + apply for a single token.
-  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
-    const auto* blk = reinterpret_cast<const block_q6_K*>(p);
-    const __m512 scales = _mm512_mul_ps(
-        _mm512_set1_ps(halfAt(blk->d)),
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
-    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-    // Lane j of 64 elements c..c+63 belongs to sub-block 4c/64 + j/4.
-    const __m512i lanes = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
-    for (int half = 0; half < 2; half++) {
-      const auto* ql = reinterpret_cast<const __m256i*>(blk->ql + 64 * half);
-      const __m256i l0 = _mm256_loadu_si256(ql), l1 = _mm256_loadu_si256(ql + 1);
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half));
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
-      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
-      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45));
-      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
-      const __m512i w01 = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
-      const __m512i w23 = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
-      for (int c = 0; c < 2; c++) {
-        const int64_t kk = k + 128 * half + 64 * c;
-        const __m512i l = dot64<true>(c == 0 ? w01 : w23, x, kk);
-        const __m512i idx = _mm512_add_epi32(lanes, _mm512_set1_epi32(8 * half + 4 * c));
-        const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, scales), _mm512_loadu_ps(x.lscale + kk / 4));
-        st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
-      }
+      for (int c = 0; c < 2; c++) addChunk(u.w[2 * half + c], u.scales, half, c, x, k, st);
     }
   }
   static float finish(const State& st) { return sum512(st.acc); }
@@ -353,16 +332,10 @@ struct KernelQ8_0 {
     const __m512i l = dot64<true>(u.w, x, k);
     st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), _mm512_mul_ps(u.d, _mm512_loadu_ps(x.lscale + k / 4)), st.acc);
   }
-  // One token (decode): the fused form, measurably faster than unpack + apply for a single token.
   static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
-    const auto* blk = reinterpret_cast<const block_q8_0*>(p);
-    const __m512i q =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
-    const __m512i w = _mm512_xor_si512(q, _mm512_set1_epi8(int8_t(0x80)));
-    const __m512i l = dot64<true>(w, x, k);
-    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk[0].d)), _mm256_set1_ps(halfAt(blk[1].d)), 1);
-    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), _mm512_mul_ps(d, _mm512_loadu_ps(x.lscale + k / 4)), st.acc);
+    Unpacked u;
+    unpack(p, u);
+    apply(u, x, k, st);
   }
   // The last 32 elements of a row with an odd block count.
   static void halfUnit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
