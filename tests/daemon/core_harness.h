@@ -100,6 +100,17 @@ inline std::unique_ptr<server::DaemonCore> makeCore(const std::string& devices, 
   return std::make_unique<server::DaemonCore>(config);
 }
 
+// A core with `devices`, or null when one of them cannot be opened here (no Vulkan device on the
+// machine), with `why` saying why: the caller skips visibly.
+inline std::unique_ptr<server::DaemonCore> tryMakeCore(const std::string& devices, std::string& why) {
+  try {
+    return makeCore(devices);
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
 inline std::shared_ptr<server::ModelHost> load(server::DaemonCore& core, const std::string& name,
                                                const std::string& devices) {
   server::LoadRequest r;

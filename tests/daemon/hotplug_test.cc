@@ -19,7 +19,7 @@ namespace {
 
 TEST(HotPlug, AVanishedDeviceEndsOnlyTheSessionsWithKvOnItAndItsModelsAreReplaced) {
   if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
-  auto core = makeCore("cpu:0,cpu:1", 0);  // no idle sessions: every page goes back at the end
+  auto core = makeCore("cpu:0,cpu:1", 0);            // no idle sessions: every page goes back at the end
   auto split = load(*core, "split", "cpu:0,cpu:1");  // blocks on both devices
   auto local = load(*core, "local", "cpu:0");        // nothing on cpu:1
   auto headOff = load(*core, "head", "cpu:0");       // only its output unit on cpu:1
@@ -83,12 +83,9 @@ TEST(HotPlug, AVanishedDeviceEndsOnlyTheSessionsWithKvOnItAndItsModelsAreReplace
 
 TEST(HotPlug, ADeviceThatArrivesTakesTheLayersOfASlowerOneWhileAReplyStreams) {
   if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
-  std::unique_ptr<server::DaemonCore> core;
-  try {
-    core = makeCore("cpu:0,vulkan:0");
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no Vulkan device here: " << e.what();
-  }
+  std::string why;
+  auto core = tryMakeCore("cpu:0,vulkan:0", why);
+  if (!core) GTEST_SKIP() << "no Vulkan device here: " << why;
   // cpu:0 is "not there" at first, so the model can only go to the (software) Vulkan device.
   Scheduler s(*core, script("0 cpu:0 present=0\n500 cpu:0 present=1  # arrives\n"), policies::PolicyConfig{},
               "balanced");

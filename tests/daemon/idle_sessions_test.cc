@@ -105,12 +105,9 @@ TEST(IdleSessions, NoMoreThanTheConfiguredNumberAreKeptAndCancellingOneForgetsIt
 // the device memory goes back, and the conversation continues bitwise, nothing recomputed.
 TEST(IdleSessions, UnderMemoryPressureTheirKvIsParkedInHostRamAndComesBackBitwise) {
   if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
-  std::unique_ptr<server::DaemonCore> core;
-  try {
-    core = makeCore("cpu:0,vulkan:0");
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no Vulkan device here: " << e.what();
-  }
+  std::string why;
+  auto core = tryMakeCore("cpu:0,vulkan:0", why);
+  if (!core) GTEST_SKIP() << "no Vulkan device here: " << why;
   auto host = load(*core, "stories", "vulkan:0");
   const std::vector<int32_t> first = host->model().tokenizer().encode("Once upon a time, there was a", true, false);
   const Outcome one = finish(*start(*host, 40, first, 1000));
