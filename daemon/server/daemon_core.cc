@@ -120,24 +120,24 @@ DaemonCore::Rescan DaemonCore::rescanDevices() {
     seen.insert(f.uuid);
     Device* known = devices_.findByUuid(f.uuid);
     if (known && devices_.isOnline(known->info().id)) continue;
-    // A GPU that was lost through CUDA and is found through Vulkan: the CUDA device again if it
-    // answers, else a new Vulkan device (CUDA cannot re-open it in this process).
-    if (known && known->info().backend != f.backend && !known->responsive()) known = nullptr;
+    // Back after it went away: the object we have may be dead (a device lost stays lost). One that
+    // still answers simply comes back; a dead one is opened again under its id - unless it was lost
+    // through CUDA and is found through Vulkan, which makes it a new Vulkan device (CUDA cannot
+    // open it again in this process).
+    const bool answers = known && known->responsive();
+    if (known && !answers && known->info().backend != f.backend) known = nullptr;
     const std::string prefix = f.backend == Backend::kVulkan ? "vulkan:"
                                : f.backend == Backend::kCuda ? "cuda:"
                                                              : "cpu:";
     try {
       if (known) {
-        // Back after it went away: the object we have may be dead (a device lost stays lost), so
-        // unless it still answers it is opened again under its id.
         const std::string id = known->info().id;
-        if (!known->responsive() && known->info().backend == f.backend) {
-          const std::string suffix = id.substr(prefix.size());
-          devices_.replace(id, now->open(f, std::stoi(suffix)));
+        if (answers) {
+          deviceArrived(id, "found again by re-enumeration (" + f.name + ")");
+        } else {
+          devices_.replace(id, now->open(f, std::stoi(id.substr(prefix.size()))));
           probeSpeed(*devices_.find(id));
           deviceArrivedAlready(id, "found again by re-enumeration (" + f.name + ")");
-        } else {
-          deviceArrived(id, "found again by re-enumeration (" + f.name + ")");
         }
         outcome.back.push_back(id);
       } else {
