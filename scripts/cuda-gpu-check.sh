@@ -5,6 +5,7 @@
 #   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b|migrate|stream]
 # migrate: the migration tests (CPU and CUDA) and jitllm-migrate-bench between the GPUs found
 # (cuda:0,cuda:1 on a two-GPU machine) and between cuda:0 and the CPU.
+# ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
 # cuda:0 capped at 2 GB with the blocks that do not fit streamed through it, or run on the CPU.
 set -o pipefail
@@ -32,6 +33,21 @@ if [ "$what" = stream ]; then
     timeout 240 $B/bin/jitllm-bench /tmp/8b.gguf $args -p 512 -n 64 -r 2 2>&1 | tee -a "$OUT/bench-8b-stream.txt" |
       grep -E "^fit|^#|error"
   done
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = ncu ]; then
+  # Hardware counters of the decode matrix products (one layer's seven and the output head).
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  secs="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
+  JITLLM_CUDA_GRAPHS=0 timeout 300 $NCU --clock-control none -k regex:matmul --launch-skip 113 --launch-count 8 $secs \
+    $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 4 -r 1 > "$OUT/ncu-layer.txt" 2>&1
+  JITLLM_CUDA_GRAPHS=0 timeout 200 $NCU --clock-control none -k regex:matmul --launch-skip 225 --launch-count 1 $secs \
+    $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 4 -r 1 > "$OUT/ncu-head.txt" 2>&1
+  grep -E "matmul|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Grid Size|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc A" \
+    "$OUT/ncu-layer.txt" "$OUT/ncu-head.txt" | sed 's/  */ /g' | head -230
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

@@ -119,6 +119,8 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   profile_ = profile && *profile && *profile != '0';
   const char* graphs = std::getenv("JITLLM_CUDA_GRAPHS");
   graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
+  const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
+  integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
 }
 
 CudaDevice::~CudaDevice() {
@@ -145,6 +147,7 @@ CudaDevice::~CudaDevice() {
   if (stream_) api_.cuStreamSynchronize(stream_);
   for (auto& [key, m] : modules_) api_.cuModuleUnload(m);
   if (ringDevice_) api_.cuMemFree(ringDevice_);
+  if (xq_) api_.cuMemFree(xq_);
   if (ringHost_) api_.cuMemFreeHost(ringHost_);
   for (auto* s : staging_) {
     if (s) api_.cuMemFreeHost(s);
@@ -316,6 +319,7 @@ void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
     return;
   }
   flush();
+  quantized_ = {};
   const auto* from = static_cast<const uint8_t*>(src);
   for (size_t done = 0, turn = 0; done < bytes; turn ^= 1) {
     const size_t n = std::min(kStagingBytes, bytes - done);
@@ -420,6 +424,15 @@ CUfunction CudaDevice::matmulKernel(quant::TensorType type, int64_t cols, int al
   return f;
 }
 
+CUfunction CudaDevice::intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows) {
+  const uint64_t key = (uint64_t(type) << 56) | (uint64_t(align) << 48) | (uint64_t(tokens) << 40) |
+                       (uint64_t(rows) << 34) | uint64_t(cols);
+  if (auto it = intMatmuls_.find(key); it != intMatmuls_.end()) return it->second;
+  CUfunction f = function(module(intMatmulModule(type, cols, align, tokens, rows)), "matmul_int");
+  intMatmuls_.emplace(key, f);
+  return f;
+}
+
 const CudaDevice::ElementwiseKernels& CudaDevice::elementwise() {
   if (!elementwise_) {
     CUmodule m = module(elementwiseModule());
@@ -450,6 +463,7 @@ bool CudaDevice::Command::operator==(const Command& o) const {
 }
 
 void CudaDevice::enqueue(const char* op, const Command& c) {
+  if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
   if (profile_) [[unlikely]] {
     // Each launch at once, between two timing events: the GPU's own time for it, read back at
     // the next synchronisation (collectProfile).
@@ -637,6 +651,10 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   makeCurrent();
   const int align = commonAlignment(reinterpret_cast<uintptr_t>(w.data), w.rowStride);
   JITLLM_REQUIRE(align >= 2, info_.id, ": weight rows must be 2-byte aligned");
+  if (integerMatmul_ && cudaIntegerMatmulType(w.type, w.cols)) {
+    matmulInteger(w, x, tokens, y, bias, align);
+    return;
+  }
   const bool xvec = w.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   // Tokens per warp: enough to reuse each decoded weight, few enough to keep a prefill's grid
   // wide. Rows per warp (1, 2 or 4) as matmul.cuh's JL_VARIANT says.
@@ -655,6 +673,65 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
                   (long long)w.rows, (long long)w.cols, perWarpTokens, perWarpRows);
   launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, wp, stride, rows, xp, t,
          yp, bp);
+}
+
+void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
+                               int align) {
+  const size_t rowBytes = size_t(xqRowBytes(w.cols));
+  const size_t need = rowBytes * size_t(tokens);
+  if (need > xqBytes_) {
+    // Queued products may still read the old buffer: run them first (growth is rare - the first
+    // product of each larger batch), and graphs that name it go too.
+    flush();
+    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    dropGraphs();
+    if (xq_) {
+      api_.cuMemFree(xq_);
+      used_ -= xqBytes_;
+      xq_ = 0;
+      xqBytes_ = 0;
+    }
+    const size_t bytes = (need + (size_t(1) << 20) - 1) & ~((size_t(1) << 20) - 1);
+    check(api_.cuMemAlloc(&xq_, bytes), "cuMemAlloc (quantized activations)");
+    xqBytes_ = bytes;
+    used_ += bytes;
+    quantized_ = {};
+  }
+  keepQuantized_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{keepQuantized_};
+  CUdeviceptr xqPtr = xq_;
+  uint64_t xqStride = rowBytes;
+  if (quantized_.x != x || quantized_.tokens != tokens || quantized_.cols != w.cols) {
+    if (!quantize_) quantize_ = function(module(quantizeModule()), "quantize_x");
+    CUdeviceptr xp = dptr(x);
+    int k = int(w.cols);
+    launch("quantize_x", quantize_, unsigned((w.cols + 255) / 256), unsigned(tokens), 256, 0, xp, k, xqPtr, xqStride);
+    quantized_ = {x, tokens, w.cols};
+  }
+  // Decode: two rows per warp on tall matrices (each lane's activations serve both), one on the
+  // rest so the grid still covers the GPU. Prefill: 4 or 16 tokens per warp reuse each weight.
+  const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
+  const int perWarpRows = perWarpTokens == 1 && w.rows < 4096 ? 1 : 2;
+  CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows);
+  const int64_t rowsPerBlock = 4 * int64_t(perWarpRows);
+  const int64_t gridY = (tokens + perWarpTokens - 1) / perWarpTokens;
+  JITLLM_REQUIRE(gridY < 65536, info_.id, ": matmul: ", tokens, " tokens in one call are too many");
+  CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
+  uint64_t stride = w.rowStride;
+  int rows = int(w.rows), t = int(tokens);
+  char op[64] = "matmul_int";
+  if (profile_)
+    std::snprintf(op, sizeof op, "matmul_int %s %lldx%lld t%d r%d", std::string(quant::typeName(w.type)).c_str(),
+                  (long long)w.rows, (long long)w.cols, perWarpTokens, perWarpRows);
+  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, wp, stride, rows, xqPtr,
+         xqStride, t, yp, bp);
+  // A product whose output overwrites its own input leaves xq_ describing bytes that changed.
+  const auto* xb = reinterpret_cast<const uint8_t*>(x);
+  const auto* yb = reinterpret_cast<const uint8_t*>(y);
+  if (yb < xb + size_t(tokens * w.cols) * 4 && xb < yb + size_t(tokens * w.rows) * 4) quantized_ = {};
 }
 
 void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,

@@ -43,6 +43,9 @@ struct CudaDeviceOptions {
   size_t memoryBudget = 0;               // 0: the GPU's free memory at start, less a reserve
   std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
   std::optional<bool> graphs;            // repeated op queues as CUDA graphs; unset: on unless JITLLM_CUDA_GRAPHS=0
+  // q4_K / q6_K products on integer dot products (matmul_int.cuh) rather than float decoding;
+  // unset: on unless JITLLM_CUDA_INTDOT=0.
+  std::optional<bool> integerMatmul;
 };
 
 class CudaDevice final : public Device {
@@ -163,6 +166,9 @@ class CudaDevice final : public Device {
   CUmodule module(const ModuleSpec& spec);
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
+  CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows);
+  // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
+  void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
   const ElementwiseKernels& elementwise();
   CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16);
 
@@ -204,6 +210,22 @@ class CudaDevice final : public Device {
   std::unordered_map<std::string, CUmodule> modules_;
   std::unordered_map<uint64_t, CUfunction> matmuls_;
   std::unordered_map<uint64_t, CUfunction> attentions_;
+  std::unordered_map<uint64_t, CUfunction> intMatmuls_;
+  CUfunction quantize_ = nullptr;
+
+  // Activations quantized for the integer products (quantize_x.cuh), grown on demand. `quantized_`
+  // names the input xq_ holds while nothing else has been queued since it was quantized - q, k and
+  // v (gate and up) read one x and quantize it once; any other op or copy may write that x and
+  // forgets it. Executor thread only.
+  bool integerMatmul_ = true;
+  CUdeviceptr xq_ = 0;
+  size_t xqBytes_ = 0;
+  struct QuantizedInput {
+    const float* x = nullptr;
+    int64_t tokens = 0, cols = 0;
+  };
+  QuantizedInput quantized_;
+  bool keepQuantized_ = false;  // set while an integer product queues its own launches
   std::optional<ElementwiseKernels> elementwise_;
 
   // JITLLM_CUDA_PROFILE=1: each launch is submitted at once between two timing events, and its

@@ -52,7 +52,7 @@ std::string ModuleSpec::source() const {
   std::string s;
   for (const auto& [name, value] : defines) s += "#define " + name + " " + std::to_string(value) + "\n";
   s += requireSource("common.cuh");
-  if (file == "matmul.cuh") s += requireSource("weights.cuh");
+  if (file == "matmul.cuh" || file == "matmul_int.cuh") s += requireSource("weights.cuh");
   s += requireSource(file);
   return s;
 }
@@ -86,6 +86,22 @@ ModuleSpec matmulModule(TensorType type, int64_t k, int align, bool xvec, int va
                      {"JL_VARIANT", variant}}};
 }
 
+bool cudaIntegerMatmulType(TensorType type, int64_t k) {
+  return (type == TensorType::kQ4_K || type == TensorType::kQ6_K) && k % 256 == 0;
+}
+
+ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, int rows) {
+  JITLLM_ASSERT(cudaIntegerMatmulType(type, k));
+  return ModuleSpec{"matmul_int.cuh",
+                    {{"JL_WTYPE", int64_t(type)},
+                     {"JL_K", k},
+                     {"JL_ALIGN", align},
+                     {"JL_TOKENS", tokens},
+                     {"JL_ROWS", rows}}};
+}
+
+ModuleSpec quantizeModule() { return ModuleSpec{"quantize_x.cuh", {}}; }
+
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
   return ModuleSpec{"attention.cuh",
                     {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
@@ -102,6 +118,11 @@ std::vector<ModuleSpec> representativeModules() {
     const bool isFloat = quant::typeTraits(t).blockElems == 1;
     specs.push_back(matmulModule(t, isFloat ? 517 : 512, 2, false, 1));  // padded rows, odd length
   }
+  for (TensorType t : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+    for (const auto& [tokens, rows] : kIntMatmulVariants) specs.push_back(intMatmulModule(t, 2048, 16, tokens, rows));
+    specs.push_back(intMatmulModule(t, 3072, 2, 1, 1));  // a 3B row, rows only 2-byte aligned
+  }
+  specs.push_back(quantizeModule());
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
   }

@@ -41,12 +41,21 @@ bool cudaSupportsWeightType(quant::TensorType type);
 // dividing every row's address; xvec: rows of x are float4-aligned (k % 4 == 0).
 inline constexpr int kMatmulVariants[] = {0, 1, 4, 16};
 ModuleSpec matmulModule(quant::TensorType type, int64_t k, int align, bool xvec, int variant);
+// The integer kernels of matmul_int.cuh (q4_K, q6_K; rows of whole 256-element blocks): `tokens`
+// per warp (1, 4 or 16) and `rows` per warp, against activations quantized by quantizeModule()
+// into rows of xqRowBytes(k) bytes.
+bool cudaIntegerMatmulType(quant::TensorType type, int64_t k);
+inline constexpr int kIntMatmulVariants[][2] = {{1, 1}, {1, 2}, {4, 2}, {16, 2}};  // {tokens, rows}
+ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows);
+ModuleSpec quantizeModule();
+inline constexpr int64_t xqRowBytes(int64_t k) { return 2 * k + k / 8 + k / 8 + k / 2; }
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16);
 ModuleSpec elementwiseModule();
 
 // Every kernel variant with representative shapes: each weight type's four matmul.cuh kernels
-// at a real model's row length, its decode kernel again on padded rows of an odd length, and
-// attention at the head dims and groups of the supported models. What CI compiles.
+// at a real model's row length, its decode kernel again on padded rows of an odd length, the
+// integer kernels, and attention at the head dims and groups of the supported models. What CI
+// compiles.
 std::vector<ModuleSpec> representativeModules();
 
 struct CompiledModule {

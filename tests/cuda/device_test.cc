@@ -112,33 +112,48 @@ TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
 // rounding, and each token's bits the same alone as in the batch.
 TEST(CudaDevices, MatmulInModelShapesMatchesTheCpuAndIsBatchInvariant) {
   JITLLM_REQUIRE_CUDA();
-  auto gpu = makeCudaDevice();
   auto cpu = makeCpuDevice();
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ8_0, TensorType::kF16}) {
-    for (int64_t cols : {2048, 8192}) {
-      const int64_t rows = 300, tokens = 37;
-      SCOPED_TRACE(std::string(quant::typeName(type)) + " x " + std::to_string(cols));
-      const size_t stride = *quant::rowBytes(type, cols);
-      std::vector<uint8_t> bytes(stride * size_t(rows));
-      for (int64_t r = 0; r < rows; r++) {
-        const auto row = randomFloats(size_t(cols), uint32_t(r * 3 + cols), 0.05f);
-        quant::quantizeRow(type, row.data(), bytes.data() + size_t(r) * stride, cols);
-      }
-      auto w = gpu->adoptHostBytes(bytes.data(), bytes.size());
-      const auto xHost = randomFloats(size_t(tokens * cols), uint32_t(cols + 7));
-      auto x = upload(*gpu, xHost);
-      auto y = gpu->allocate(size_t(tokens * rows) * 4);
-      gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>(), tokens, reinterpret_cast<float*>(y->data()),
-                  nullptr);
-      const auto got = download<float>(*gpu, *y, size_t(tokens * rows));
-      std::vector<float> want(got.size());
-      cpu->matmul({type, bytes.data(), rows, cols, stride}, xHost.data(), tokens, want.data(), nullptr);
-      EXPECT_LT(nmse(got, want), 1e-12);
-      for (int64_t t : {int64_t(0), int64_t(5), tokens - 1}) {
-        gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>() + t * cols, 1,
+  // q4_K and q6_K twice: on the integer kernels (the default) and on the float ones.
+  for (bool integer : {true, false}) {
+    cuda::CudaDeviceOptions options;
+    options.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+    options.integerMatmul = integer;
+    auto gpu = cuda::CudaDevice::create(options);
+    for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ8_0, TensorType::kF16}) {
+      if (!integer && !cuda::cudaIntegerMatmulType(type, 2048)) continue;
+      for (int64_t cols : {2048, 3072, 8192}) {
+        const int64_t rows = 300, tokens = 37;
+        SCOPED_TRACE(std::string(quant::typeName(type)) + " x " + std::to_string(cols) +
+                     (integer ? ", integer kernels" : ", float kernels"));
+        const size_t stride = *quant::rowBytes(type, cols);
+        std::vector<uint8_t> bytes(stride * size_t(rows));
+        for (int64_t r = 0; r < rows; r++) {
+          const auto row = randomFloats(size_t(cols), uint32_t(r * 3 + cols), 0.05f);
+          quant::quantizeRow(type, row.data(), bytes.data() + size_t(r) * stride, cols);
+        }
+        auto w = gpu->adoptHostBytes(bytes.data(), bytes.size());
+        const auto xHost = randomFloats(size_t(tokens * cols), uint32_t(cols + 7));
+        auto x = upload(*gpu, xHost);
+        auto y = gpu->allocate(size_t(tokens * rows) * 4);
+        gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>(), tokens,
                     reinterpret_cast<float*>(y->data()), nullptr);
-        const auto alone = download<float>(*gpu, *y, size_t(rows));
-        EXPECT_EQ(0, std::memcmp(alone.data(), got.data() + t * rows, size_t(rows) * 4)) << "token " << t;
+        const auto got = download<float>(*gpu, *y, size_t(tokens * rows));
+        std::vector<float> want(got.size());
+        cpu->matmul({type, bytes.data(), rows, cols, stride}, xHost.data(), tokens, want.data(), nullptr);
+        // Float kernels: float32 rounding. Integer kernels: ~15-bit activations (quantize_x.cuh),
+        // about 1e-10 on random data; a wrong quant, scale or offset is >1e-3.
+        const bool usesIntegers = integer && cuda::cudaIntegerMatmulType(type, cols);
+        const double error = nmse(got, want);
+        EXPECT_LT(error, usesIntegers ? 1e-8 : 1e-12);
+        if (usesIntegers) {
+          EXPECT_GT(error, 0.0) << "the integer kernels did not run";
+        }
+        for (int64_t t : {int64_t(0), int64_t(5), tokens - 1}) {
+          gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>() + t * cols, 1,
+                      reinterpret_cast<float*>(y->data()), nullptr);
+          const auto alone = download<float>(*gpu, *y, size_t(rows));
+          EXPECT_EQ(0, std::memcmp(alone.data(), got.data() + t * rows, size_t(rows) * 4)) << "token " << t;
+        }
       }
     }
   }

@@ -1,0 +1,235 @@
+// Matrix products on integer dot products (dp4a): q4_K and q6_K weights against activations in
+// the ~15-bit integer form of quantize_x.cuh. The float kernels (matmul.cuh) decode every weight
+// to float first, ~15 instructions per element, and decode ran at a quarter of the H200's
+// bandwidth on instruction issue and load latency (docs/cuda.md); here a weight costs about one
+// instruction: 4 weights x 4 activation bytes per dp4a, two dp4a (a and b) per 4 weights, and a
+// few float operations per 16-64 weights.
+//
+// Specialised by JL_WTYPE (12 q4_K, 14 q6_K), JL_K (elements per row), JL_ALIGN (alignment of
+// every row start), JL_TOKENS (tokens per warp: 1, 4 or 16) and JL_ROWS (rows per warp).
+//
+// The order of the float operations - the only ones that round - is fixed by JL_K alone: a row is
+// cut into units (q4_K: 64 elements, a 16-byte run of quants and its two sub-blocks; q6_K: 32
+// elements, 8 quant bytes from each of its three arrays); lane l takes units l, l + 32, l + 64...,
+// adding each unit's terms to its accumulator in a fixed sequence, and the warp sums its lanes by
+// a fixed butterfly. Integer sums are exact in any order. So a token's result is bit-identical
+// whichever variant (tokens, rows per warp) computed it: prefill and decode agree exactly.
+//
+// The activation row of a token (quantize_x.cuh): a[K] | b[K] | s256[K/32] | bsum[K/32] | sum8[K/8].
+
+constexpr int kXqB = JL_K, kXqS256 = 2 * JL_K, kXqBsum = 2 * JL_K + JL_K / 8, kXqSum8 = 2 * JL_K + JL_K / 4;
+
+// c + the dot product of the four signed bytes of a and of b.
+JL_DEV int dp4a(u32 a, u32 b, int c) {
+  int d;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// The 64-bit window of (hi:lo) starting `shift` bits up.
+JL_DEV u32 funnelRight(u32 lo, u32 hi, u32 shift) {
+  u32 d;
+  asm("shf.r.wrap.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(lo), "r"(hi), "r"(shift));
+  return d;
+}
+
+// 8 bytes at a 2-byte aligned p, from three aligned words: reads up to 4 bytes past p + 8, which
+// the callers keep inside the weight block.
+JL_DEV void ld8Unaligned(const u8* p, u32 out[2]) {
+  const u64 address = reinterpret_cast<u64>(p);
+  const unsigned int* w = reinterpret_cast<const unsigned int*>(address & ~u64(3));
+  const u32 shift = u32(address & 3) * 8;
+  const u32 w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+  out[0] = funnelRight(w0, w1, shift);
+  out[1] = funnelRight(w1, w2, shift);
+}
+
+struct IntQ4_K {
+  static constexpr int kUnitElems = 64, kBlockBytes = 144, kA = alignAt(JL_ALIGN, kBlockBytes);
+  // A row's unit u: quants of sub-blocks 2p (low nibbles) and 2p + 1 (high nibbles) of block u / 4,
+  // p = u % 4, each nibble moved to its own byte; the sub-blocks' scales and mins.
+  struct Unit {
+    u32 lo[8], hi[8];
+    float d1[2], m1[2];
+  };
+  // The activations of unit u: elements 64u .. 64u + 63 as a and b bytes, the two 32-blocks'
+  // s / 256 and represented sums.
+  struct X {
+    u32 a[16], b[16];
+    float s256[2], bsum[2];
+  };
+  static JL_DEV void load(const u8* row, int u, Unit& w) {
+    const u8* b = row + (u >> 2) * kBlockBytes;
+    const int p = u & 3;
+    u32 head[4];
+    ld16<kA>(b, head);
+    u32 q[8];
+    ld16<alignAt(kA, 16)>(b + 16 + 32 * p, q);
+    ld16<alignAt(kA, 16)>(b + 32 + 32 * p, q + 4);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      w.lo[i] = q[i] & 0x0F0F0F0Fu;
+      w.hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+    }
+    const float d = h2f(u16(head[0] & 0xFFFFu)), dmin = h2f(u16(head[0] >> 16));
+    const u32 sw[3] = {head[1], head[2], head[3]};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      u32 sc, mn;
+      scaleMinK4(sw, 2 * p + i, &sc, &mn);
+      w.d1[i] = __fmul_rn(d, float(sc));
+      w.m1[i] = __fmul_rn(dmin, float(mn));
+    }
+  }
+  static JL_DEV void loadX(const u8* xr, int u, X& x) {
+    const uint4* a = reinterpret_cast<const uint4*>(xr + 64 * u);
+    const uint4* b = reinterpret_cast<const uint4*>(xr + kXqB + 64 * u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint4 va = __ldg(a + i), vb = __ldg(b + i);
+      x.a[4 * i] = va.x, x.a[4 * i + 1] = va.y, x.a[4 * i + 2] = va.z, x.a[4 * i + 3] = va.w;
+      x.b[4 * i] = vb.x, x.b[4 * i + 1] = vb.y, x.b[4 * i + 2] = vb.z, x.b[4 * i + 3] = vb.w;
+    }
+    const float2 s = __ldg(reinterpret_cast<const float2*>(xr + kXqS256) + u);
+    const float2 m = __ldg(reinterpret_cast<const float2*>(xr + kXqBsum) + u);
+    x.s256[0] = s.x, x.s256[1] = s.y, x.bsum[0] = m.x, x.bsum[1] = m.y;
+  }
+  static JL_DEV float dot(const Unit& w, const X& x, float acc) {
+    int la0 = 0, lb0 = 0, la1 = 0, lb1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      la0 = dp4a(w.lo[i], x.a[i], la0);
+      lb0 = dp4a(w.lo[i], x.b[i], lb0);
+      la1 = dp4a(w.hi[i], x.a[8 + i], la1);
+      lb1 = dp4a(w.hi[i], x.b[8 + i], lb1);
+    }
+    // |256 la + lb| <= 32 * 15 * 32639 < 2^24: converts exactly.
+    acc = fmaf(__fmul_rn(w.d1[0], x.s256[0]), float(la0 * 256 + lb0), acc);
+    acc = fmaf(-w.m1[0], x.bsum[0], acc);
+    acc = fmaf(__fmul_rn(w.d1[1], x.s256[1]), float(la1 * 256 + lb1), acc);
+    acc = fmaf(-w.m1[1], x.bsum[1], acc);
+    return acc;
+  }
+};
+
+struct IntQ6_K {
+  static constexpr int kUnitElems = 32, kBlockBytes = 210;
+  // A row's unit u (block u / 8, half h = u / 4 % 2, j = u % 4): elements 128h + 32qt + 8j .. +7
+  // of the block for the quarters qt = 0..3, 6-bit quants 0..63 in bytes (q[qt]), and d * scale
+  // of each quarter's 16-element group.
+  struct Unit {
+    u32 q[4][2];
+    float ds[4];
+  };
+  struct X {
+    u32 a[4][2], b[4][2];
+    int sum8[4];
+    float s256[4];
+  };
+  static JL_DEV int firstElement(int u) { return (u >> 3) * 256 + ((u >> 2) & 1) * 128 + (u & 3) * 8; }
+  static JL_DEV void load(const u8* row, int u, Unit& w) {
+    const u8* b = row + (u >> 3) * kBlockBytes;
+    const int h = (u >> 2) & 1, j = u & 3;
+    u32 ql0[2], ql1[2], qh[2];
+    ld8Unaligned(b + 64 * h + 8 * j, ql0);
+    ld8Unaligned(b + 64 * h + 32 + 8 * j, ql1);
+    ld8Unaligned(b + 128 + 32 * h + 8 * j, qh);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      w.q[0][i] = (ql0[i] & 0x0F0F0F0Fu) | ((qh[i] << 4) & 0x30303030u);
+      w.q[1][i] = (ql1[i] & 0x0F0F0F0Fu) | ((qh[i] << 2) & 0x30303030u);
+      w.q[2][i] = ((ql0[i] >> 4) & 0x0F0F0F0Fu) | (qh[i] & 0x30303030u);
+      w.q[3][i] = ((ql1[i] >> 4) & 0x0F0F0F0Fu) | ((qh[i] >> 2) & 0x30303030u);
+    }
+    const float d = h2f(ldU16(b + 208));
+#pragma unroll
+    for (int qt = 0; qt < 4; qt++) {
+      const float sc = float(int(i8(u8(ldU8(b + 192 + 8 * h + 2 * qt + (j >> 1))))));
+      w.ds[qt] = __fmul_rn(d, sc);
+    }
+  }
+  static JL_DEV void loadX(const u8* xr, int u, X& x) {
+    const int e = firstElement(u);
+#pragma unroll
+    for (int qt = 0; qt < 4; qt++) {
+      const uint2 va = __ldg(reinterpret_cast<const uint2*>(xr + e + 32 * qt));
+      const uint2 vb = __ldg(reinterpret_cast<const uint2*>(xr + kXqB + e + 32 * qt));
+      x.a[qt][0] = va.x, x.a[qt][1] = va.y, x.b[qt][0] = vb.x, x.b[qt][1] = vb.y;
+      x.sum8[qt] = __ldg(reinterpret_cast<const int*>(xr + kXqSum8) + (e + 32 * qt) / 8);
+      x.s256[qt] = __ldg(reinterpret_cast<const float*>(xr + kXqS256) + (e + 32 * qt) / 32);
+    }
+  }
+  static JL_DEV float dot(const Unit& w, const X& x, float acc) {
+#pragma unroll
+    for (int qt = 0; qt < 4; qt++) {
+      int la = dp4a(w.q[qt][0], x.a[qt][0], 0);
+      la = dp4a(w.q[qt][1], x.a[qt][1], la);
+      int lb = dp4a(w.q[qt][0], x.b[qt][0], 0);
+      lb = dp4a(w.q[qt][1], x.b[qt][1], lb);
+      // The quants' offset of 32: sum (q - 32)(256a + b) = 256 la + lb - 32 sum8 (exact).
+      const int l = la * 256 + lb - 32 * x.sum8[qt];
+      acc = fmaf(__fmul_rn(w.ds[qt], x.s256[qt]), float(l), acc);
+    }
+    return acc;
+  }
+};
+
+#if JL_WTYPE == 12
+typedef IntQ4_K IntWeights;
+#elif JL_WTYPE == 14
+typedef IntQ6_K IntWeights;
+#else
+#error "JL_WTYPE: the integer kernels take q4_K (12) and q6_K (14)"
+#endif
+
+constexpr int kUnits = JL_K / IntWeights::kUnitElems;
+static_assert(JL_K % 256 == 0, "K-quant rows hold whole 256-element blocks");
+
+// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS), tokens / JL_TOKENS),
+// 128 threads; xq holds `tokens` rows of xqStride bytes.
+extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
+                                                             const u8* __restrict__ xq, u64 xqStride, int tokens,
+                                                             float* __restrict__ y, const float* __restrict__ bias) {
+  constexpr int kTokens = JL_TOKENS, kRows = JL_ROWS;
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int r0 = warp * kRows;
+  if (r0 >= rows) return;
+  const int t0 = blockIdx.y * kTokens;
+  float acc[kRows][kTokens];
+#pragma unroll
+  for (int r = 0; r < kRows; r++) {
+#pragma unroll
+    for (int t = 0; t < kTokens; t++) acc[r][t] = 0.0f;
+  }
+  const u8* wr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; r++) wr[r] = w + u64(min(r0 + r, rows - 1)) * rowStride;
+
+  // Decode reads each weight once: two units' loads in flight per lane.
+  constexpr int kUnroll = kTokens == 1 ? 2 : 1;
+#pragma unroll kUnroll
+  for (int u = lane; u < kUnits; u += 32) {
+    IntWeights::Unit wu[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; r++) IntWeights::load(wr[r], u, wu[r]);
+#pragma unroll
+    for (int t = 0; t < kTokens; t++) {
+      IntWeights::X x;
+      IntWeights::loadX(xq + u64(min(t0 + t, tokens - 1)) * xqStride, u, x);
+#pragma unroll
+      for (int r = 0; r < kRows; r++) acc[r][t] = IntWeights::dot(wu[r], x, acc[r][t]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; r++) {
+#pragma unroll
+    for (int t = 0; t < kTokens; t++) {
+      const float sum = warpSum(acc[r][t]);
+      const int row = r0 + r, token = t0 + t;
+      if (lane == ((r * kTokens + t) & 31) && row < rows && token < tokens) {
+        y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
+      }
+    }
+  }
+}
