@@ -121,6 +121,9 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
   const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
   integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
+  // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
+  if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
+  if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
 }
 
 CudaDevice::~CudaDevice() {
@@ -714,7 +717,9 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   // Decode: two rows per warp on tall matrices (each lane's activations serve both), one on the
   // rest so the grid still covers the GPU. Prefill: 4 or 16 tokens per warp reuse each weight.
   const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
-  const int perWarpRows = perWarpTokens == 1 && w.rows < 4096 ? 1 : 2;
+  int perWarpRows = perWarpTokens == 1 ? (w.rows < 4096 ? 1 : 2) : 2;
+  if (perWarpTokens == 1 && intDecodeRows_ > 0) perWarpRows = intDecodeRows_;
+  if (perWarpTokens > 1 && intPrefillRows_ > 0) perWarpRows = intPrefillRows_;
   CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows);
   const int64_t rowsPerBlock = 4 * int64_t(perWarpRows);
   const int64_t gridY = (tokens + perWarpTokens - 1) / perWarpTokens;

@@ -226,6 +226,7 @@ class CudaDevice final : public Device {
   };
   QuantizedInput quantized_;
   bool keepQuantized_ = false;  // set while an integer product queues its own launches
+  int intDecodeRows_ = 0, intPrefillRows_ = 0;  // 0: the built-in choice
   std::optional<ElementwiseKernels> elementwise_;
 
   // JITLLM_CUDA_PROFILE=1: each launch is submitted at once between two timing events, and its
