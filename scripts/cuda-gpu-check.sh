@@ -5,6 +5,7 @@
 #   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b|migrate|stream]
 # migrate: the migration tests (CPU and CUDA) and jitllm-migrate-bench between the GPUs found
 # (cuda:0,cuda:1 on a two-GPU machine) and between cuda:0 and the CPU.
+# tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
 # cuda:0 capped at 2 GB with the blocks that do not fit streamed through it, or run on the CPU.
@@ -33,6 +34,19 @@ if [ "$what" = stream ]; then
     timeout 240 $B/bin/jitllm-bench /tmp/8b.gguf $args -p 512 -n 64 -r 2 2>&1 | tee -a "$OUT/bench-8b-stream.txt" |
       grep -E "^fit|^#|error"
   done
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = tune ]; then
+  # The integer kernels' rows per warp ("decode prefill" pairs in $TUNE), then a profile.
+  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  for cfg in ${TUNE:-"0,0"}; do
+    echo "== decode rows ${cfg%,*}, prefill rows ${cfg#*,} (0: default)"
+    JITLLM_CUDA_INT_DECODE_ROWS=${cfg%,*} JITLLM_CUDA_INT_PREFILL_ROWS=${cfg#*,} \
+      $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | grep -E "^# (pp|tg)"
+  done
+  JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 32 -r 1 2>&1 | grep -E "calls" |
+    sort -k4 -n -r | head -40
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

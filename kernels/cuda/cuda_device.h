@@ -23,6 +23,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,10 @@ class CudaDevice final : public Device {
   // How many op queues ran as a captured graph, and how many graphs were captured (tests, tools).
   uint64_t graphLaunches() const { return graphLaunches_.load(); }
   uint64_t graphsCaptured() const { return graphsCaptured_.load(); }
+  // Activations quantized for the integer products: by quantize_x, or by the op that produced
+  // them (fused). Executor thread (tests).
+  uint64_t separateQuantizations() const { return separateQuantizations_; }
+  uint64_t fusedQuantizations() const { return fusedQuantizations_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -135,8 +140,8 @@ class CudaDevice final : public Device {
   static constexpr size_t kMaxGraphs = 16;        // per device, least recently used dropped
   static constexpr size_t kMinGraphCommands = 8;  // shorter queues go straight to the stream
   template <typename... A>
-  void launch(const char* op, CUfunction f, unsigned gridX, unsigned gridY, unsigned block, size_t sharedBytes,
-              const A&... args) {
+  static Command makeLaunch(CUfunction f, unsigned gridX, unsigned gridY, unsigned block, size_t sharedBytes,
+                            const A&... args) {
     Command c;
     c.kernel = f;
     c.gridX = gridX;
@@ -153,9 +158,16 @@ class CudaDevice final : public Device {
     };
     (pack(args), ...);
     c.paramBytes = uint32_t(offset);
-    enqueue(op, c);
+    return c;
   }
-  void enqueue(const char* op, const Command& c);
+  template <typename... A>
+  void launch(const char* op, CUfunction f, unsigned gridX, unsigned gridY, unsigned block, size_t sharedBytes,
+              const A&... args) {
+    enqueue(op, makeLaunch(f, gridX, gridY, block, sharedBytes, args...));
+  }
+  // Queues c; returns its index in the queue (kNotQueued when profiling submitted it at once).
+  static constexpr size_t kNotQueued = ~size_t(0);
+  size_t enqueue(const char* op, const Command& c);
   // Submits what is queued: as a cached graph when one matches, else call by call (capturing it
   // as a graph when it repeats the previous queue). Safe from any thread.
   void flush();
@@ -226,6 +238,23 @@ class CudaDevice final : public Device {
   };
   QuantizedInput quantized_;
   bool keepQuantized_ = false;  // set while an integer product queues its own launches
+  // The last op queued, when it produced a float array a product may read next and can write that
+  // array's integer form as it goes (rms_norm, swiglu with an xq argument): an integer product
+  // reading exactly that array swaps the queued command for its fused form instead of launching
+  // quantize_x. `fused` returns the fused command for activations of `k` columns at xq (rows of
+  // `stride` bytes), or nothing when the op cannot produce that shape.
+  struct FusableProducer {
+    size_t index = kNotQueued;
+    Command command;
+    const float* out = nullptr;
+    int64_t elements = 0;
+    std::function<std::optional<Command>(CUdeviceptr xq, uint64_t stride, int k)> fused;
+  };
+  FusableProducer producer_;
+  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0;
+  // Records the command at `index` as fusable (when the integer kernels are on).
+  void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
+                   std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);
   int intDecodeRows_ = 0, intPrefillRows_ = 0;  // 0: the built-in choice
   std::optional<ElementwiseKernels> elementwise_;
 

@@ -53,6 +53,7 @@ std::string ModuleSpec::source() const {
   for (const auto& [name, value] : defines) s += "#define " + name + " " + std::to_string(value) + "\n";
   s += requireSource("common.cuh");
   if (file == "matmul.cuh" || file == "matmul_int.cuh") s += requireSource("weights.cuh");
+  if (file == "elementwise.cuh") s += requireSource("quantize_x.cuh");
   s += requireSource(file);
   return s;
 }
@@ -100,8 +101,6 @@ ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, in
                      {"JL_ROWS", rows}}};
 }
 
-ModuleSpec quantizeModule() { return ModuleSpec{"quantize_x.cuh", {}}; }
-
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
   return ModuleSpec{"attention.cuh",
                     {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
@@ -122,7 +121,6 @@ std::vector<ModuleSpec> representativeModules() {
     for (const auto& [tokens, rows] : kIntMatmulVariants) specs.push_back(intMatmulModule(t, 2048, 16, tokens, rows));
     specs.push_back(intMatmulModule(t, 3072, 2, 1, 1));  // a 3B row, rows only 2-byte aligned
   }
-  specs.push_back(quantizeModule());
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
   }

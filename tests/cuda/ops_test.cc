@@ -209,6 +209,47 @@ TEST_F(CudaOps, AnInputWrittenBetweenIntegerProductsIsQuantizedAgain) {
   }
 }
 
+// rms_norm and swiglu write the integer form of their output themselves when an integer product
+// reads it next; the product's result is bit for bit what quantize_x's form gives.
+TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfter) {
+  constexpr int64_t kRows = 96, kCols = 512, kTokens = 3;
+  const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 21);
+  auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
+  const WeightRef gw{TensorType::kQ4_K, w->data(), kRows, kCols, m.stride};
+  auto x = upload(*gpu, randomFloats(size_t(kTokens * kCols), freshSeed() + 22, 3.0f));
+  auto u = upload(*gpu, randomFloats(size_t(kTokens * kCols), freshSeed() + 23));
+  auto norm = upload(*gpu, randomFloats(size_t(kCols), freshSeed() + 24, 0.2f, 1.0f));
+  auto out = gpu->allocate(size_t(kTokens * kCols) * 4);
+  auto y = gpu->allocate(size_t(2 * kTokens * kRows) * 4);
+  auto* o = reinterpret_cast<float*>(out->data());
+  auto* ys = reinterpret_cast<float*>(y->data());
+  // The same product on a copy of `out`, which only quantize_x can quantize.
+  const auto separately = [&] {
+    auto copy = upload(*gpu, download<float>(*gpu, *out, size_t(kTokens * kCols)));
+    const uint64_t before = gpu->separateQuantizations();
+    gpu->matmul(gw, copy.as<float>(), kTokens, ys, nullptr);
+    EXPECT_EQ(before + 1, gpu->separateQuantizations());
+    return download<float>(*gpu, *y, size_t(kTokens * kRows));
+  };
+  for (bool swiglu : {false, true}) {
+    SCOPED_TRACE(swiglu ? "swiglu" : "rmsNorm");
+    if (swiglu) {
+      gpu->swiglu(x.as<float>(), u.as<float>(), o, kTokens * kCols);
+    } else {
+      gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
+    }
+    const uint64_t fused = gpu->fusedQuantizations(), separate = gpu->separateQuantizations();
+    gpu->matmul(gw, o, kTokens, ys, nullptr);
+    gpu->matmul(gw, o, kTokens, ys + kTokens * kRows, nullptr);  // q, k, v: one quantization
+    EXPECT_EQ(fused + 1, gpu->fusedQuantizations());
+    EXPECT_EQ(separate, gpu->separateQuantizations());
+    const auto got = download<float>(*gpu, *y, size_t(2 * kTokens * kRows));
+    const auto want = separately();
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+    EXPECT_EQ(0, std::memcmp(got.data() + want.size(), want.data(), want.size() * 4));
+  }
+}
+
 TEST_F(CudaOps, RmsNormMatchesTheCpu) {
   for (int64_t dim : {64, 517, 2048}) {
     SCOPED_TRACE(dim);

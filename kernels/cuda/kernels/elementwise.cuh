@@ -1,10 +1,15 @@
 // The small ops: RMS norm, RoPE, SwiGLU, add, and storing K/V into pages. Each mirrors the CPU
 // device's arithmetic (kernels/cpu/cpu_device.cc) operation for operation; the RMS sum of squares
 // is in double, in a fixed tree order.
+//
+// rms_norm and swiglu feed matrix products; given xq (non-null) they also write their output's
+// integer form for the integer kernels (quantize_x.cuh, compiled into this module before this
+// file), saving the separate quantize_x launch. Then the row length is a multiple of 32, so each
+// warp's 32 consecutive outputs are one quantization block.
 
 // One block of 256 threads per row.
 extern "C" __global__ void __launch_bounds__(256) rms_norm(const float* x, const float* w, float* out, int dim,
-                                                           float eps) {
+                                                           float eps, u8* xq, u64 xqStride) {
   __shared__ double partial[8];
   __shared__ float scaleShared;
   const float* xr = x + i64(blockIdx.x) * dim;
@@ -21,6 +26,15 @@ extern "C" __global__ void __launch_bounds__(256) rms_norm(const float* x, const
   }
   __syncthreads();
   const float scale = scaleShared;
+  if (xq) {
+    u8* q = xq + u64(blockIdx.x) * xqStride;
+    for (int i = threadIdx.x; i < dim; i += 256) {  // dim % 32 == 0: whole warps take each turn
+      const float v = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+      o[i] = v;
+      quantizeBlock32(v, q, dim, i & ~31);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < dim; i += 256) o[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
 }
 
@@ -48,10 +62,14 @@ extern "C" __global__ void __launch_bounds__(256) rope(float* x, int heads, int 
   }
 }
 
-extern "C" __global__ void swiglu(const float* gate, const float* up, float* out, i64 n) {
+// With xq: rows of k elements (n and k multiples of 32; blockDim 256).
+extern "C" __global__ void swiglu(const float* gate, const float* up, float* out, i64 n, u8* xq, u64 xqStride,
+                                  int k) {
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
     const float g = gate[i];
-    out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    const float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    out[i] = v;
+    if (xq) quantizeBlock32(v, xq + u64(i / k) * xqStride, k, int(i % k) & ~31);
   }
 }
 
