@@ -151,6 +151,7 @@ CudaDevice::~CudaDevice() {
   for (auto& [key, m] : modules_) api_.cuModuleUnload(m);
   if (ringDevice_) api_.cuMemFree(ringDevice_);
   if (xq_) api_.cuMemFree(xq_);
+  if (partials_) api_.cuMemFree(partials_);
   if (ringHost_) api_.cuMemFreeHost(ringHost_);
   for (auto* s : staging_) {
     if (s) api_.cuMemFreeHost(s);
@@ -458,6 +459,15 @@ CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, b
   return f;
 }
 
+std::pair<CUfunction, CUfunction> CudaDevice::attentionSplitKernels(int headDim, int group, int pageTokens, bool f16) {
+  const uint64_t key = (uint64_t(headDim) << 40) | (uint64_t(group) << 24) | (uint64_t(pageTokens) << 1) | f16;
+  if (auto it = attentionSplits_.find(key); it != attentionSplits_.end()) return it->second;
+  CUmodule m = module(attentionModule(headDim, group, pageTokens, f16));
+  const std::pair<CUfunction, CUfunction> k{function(m, "attention_partial"), function(m, "attention_combine")};
+  attentionSplits_.emplace(key, k);
+  return k;
+}
+
 bool CudaDevice::Command::operator==(const Command& o) const {
   return kernel == o.kernel && gridX == o.gridX && gridY == o.gridY && block == o.block &&
          sharedBytes == o.sharedBytes && paramBytes == o.paramBytes &&
@@ -692,28 +702,30 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
          yp, bp);
 }
 
+bool CudaDevice::growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what) {
+  if (need <= bytes) return false;
+  // Queued kernels may still use the old buffer: run them first (growth is rare - the first op of
+  // each larger batch or context), and graphs that name it go too.
+  flush();
+  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  dropGraphs();
+  if (buffer) {
+    api_.cuMemFree(buffer);
+    used_ -= bytes;
+    buffer = 0;
+    bytes = 0;
+  }
+  const size_t rounded = (need + (size_t(1) << 20) - 1) & ~((size_t(1) << 20) - 1);
+  check(api_.cuMemAlloc(&buffer, rounded), what);
+  bytes = rounded;
+  used_ += rounded;
+  return true;
+}
+
 void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
                                int align) {
   const size_t rowBytes = size_t(xqRowBytes(w.cols));
-  const size_t need = rowBytes * size_t(tokens);
-  if (need > xqBytes_) {
-    // Queued products may still read the old buffer: run them first (growth is rare - the first
-    // product of each larger batch), and graphs that name it go too.
-    flush();
-    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-    dropGraphs();
-    if (xq_) {
-      api_.cuMemFree(xq_);
-      used_ -= xqBytes_;
-      xq_ = 0;
-      xqBytes_ = 0;
-    }
-    const size_t bytes = (need + (size_t(1) << 20) - 1) & ~((size_t(1) << 20) - 1);
-    check(api_.cuMemAlloc(&xq_, bytes), "cuMemAlloc (quantized activations)");
-    xqBytes_ = bytes;
-    used_ += bytes;
-    quantized_ = {};
-  }
+  if (growScratch(xq_, xqBytes_, rowBytes * size_t(tokens), "quantized activations")) quantized_ = {};
   keepQuantized_ = true;
   struct Reset {
     bool& flag;
@@ -857,6 +869,22 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     tableStart[i] = int32_t(totalPages);
     totalPages += tables[i].second;
   }
+  // Few blocks (decode: one per KV head) over a long context: each 64-position chunk its own block,
+  // then the chunks folded in order - the same bits as one block per head (attention.cuh). The
+  // chunk count is rounded up to 8 so a decode step's queue (and its graph) stays the same for
+  // 512 positions at a time. The scratch grows before anything is staged (growing synchronises,
+  // and the staging ring starts over after that).
+  int maxPositions = 0;
+  for (int64_t t = 0; t < batch.tokens; t++) maxPositions = std::max(maxPositions, batch.positions[t] + 1);
+  const int maxChunks = (maxPositions + 8 * kAttentionChunk - 1) / (8 * kAttentionChunk) * 8;
+  const bool split = batch.tokens * kv.kvHeads < multiprocessors_ && maxPositions > kAttentionChunk &&
+                     int64_t(kv.kvHeads) * maxChunks < 65536;
+  if (split) {
+    const size_t partialFloats = size_t(group) * size_t(kv.headDim + 2);
+    growScratch(partials_, partialsBytes_,
+                size_t(batch.tokens) * size_t(kv.kvHeads) * size_t(maxChunks) * partialFloats * sizeof(float),
+                "attention partials");
+  }
   const size_t intBytes = roundUp(size_t(batch.tokens) * sizeof(int32_t), 16);
   Staged s = stage(2 * intBytes + totalPages * sizeof(uint64_t));
   auto* positions = reinterpret_cast<int32_t*>(s.host);
@@ -875,6 +903,16 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
               pagesPtr = s.device + 2 * intBytes;
   int heads = batch.heads, kvHeads = kv.kvHeads;
   float scale = batch.scale;
+  if (split) {
+    const auto [partial, combine] =
+        attentionSplitKernels(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16);
+    CUdeviceptr pp = partials_;
+    launch("attention_partial", partial, unsigned(batch.tokens), unsigned(kv.kvHeads * maxChunks), 128, 0, qp, pp,
+           heads, kvHeads, scale, posPtr, offPtr, pagesPtr, maxChunks);
+    launch("attention_combine", combine, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, pp, op, heads,
+           kvHeads, posPtr, maxChunks);
+    return;
+  }
   launch("attention", f, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, qp, op, heads, kvHeads, scale, posPtr,
          offPtr, pagesPtr);
 }

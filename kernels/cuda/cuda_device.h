@@ -183,6 +183,12 @@ class CudaDevice final : public Device {
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
   const ElementwiseKernels& elementwise();
   CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16);
+  // attention_partial and attention_combine of the same module (attention.cuh).
+  std::pair<CUfunction, CUfunction> attentionSplitKernels(int headDim, int group, int pageTokens, bool f16);
+  // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
+  // work ran; false when it was large enough. Its old contents are gone.
+  bool growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what);
+  static constexpr int kAttentionChunk = 64;  // attention.cuh's kChunk
 
   const DriverApi& api_;
   DeviceInfo info_;
@@ -223,6 +229,9 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> matmuls_;
   std::unordered_map<uint64_t, CUfunction> attentions_;
   std::unordered_map<uint64_t, CUfunction> intMatmuls_;
+  std::unordered_map<uint64_t, std::pair<CUfunction, CUfunction>> attentionSplits_;
+  CUdeviceptr partials_ = 0;  // per-chunk attention states (attention_partial)
+  size_t partialsBytes_ = 0;
   CUfunction quantize_ = nullptr;
 
   // Activations quantized for the integer products (quantize_x.cuh), grown on demand. `quantized_`

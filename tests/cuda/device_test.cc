@@ -203,7 +203,29 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     std::vector<float> want(q.size());
     b.pageTables = cT.data();
     cpu->attention(q.data(), want.data(), b);
-    EXPECT_LT(nmse(download<float>(*gpu, *out, want.size()), want), 1e-12);
+    const auto got = download<float>(*gpu, *out, want.size());
+    EXPECT_LT(nmse(got, want), 1e-12);
+
+    // Five tokens use 40 blocks, so each token's 64-position chunks ran in blocks of their own
+    // and were folded after (attention_partial + attention_combine). The same queries four times
+    // over (160 blocks) take one block per token and KV head, folding as they go: same bits.
+    std::vector<int32_t> many;
+    std::vector<float> manyQ;
+    for (int r = 0; r < 4; r++) {
+      many.insert(many.end(), positions.begin(), positions.end());
+      manyQ.insert(manyQ.end(), q.begin(), q.end());
+    }
+    std::vector<const uint8_t*const*> manyT(many.size(), gTable.data());
+    auto gManyQ = upload(*gpu, manyQ);
+    auto manyOut = gpu->allocate(manyQ.size() * 4);
+    b.tokens = int64_t(many.size());
+    b.positions = many.data();
+    b.pageTables = manyT.data();
+    gpu->attention(gManyQ.as<float>(), reinterpret_cast<float*>(manyOut->data()), b);
+    const auto whole = download<float>(*gpu, *manyOut, manyQ.size());
+    for (int r = 0; r < 4; r++) {
+      EXPECT_EQ(0, std::memcmp(whole.data() + r * got.size(), got.data(), got.size() * 4)) << "copy " << r;
+    }
   }
 }
 

@@ -8,6 +8,13 @@
 // order, tile sums are warp butterflies, and each output element accumulates its tile's
 // positions in order - the result never depends on timing.
 //
+// Positions are also cut into chunks of kChunk: each chunk's softmax state starts afresh, and
+// the chunks' states are folded together in order (fold()). That fixed structure lets decode -
+// one token, a handful of blocks - spread one token's chunks over many blocks (attention_partial
+// writes each chunk's state, attention_combine folds them) and still give the bits of the
+// one-block kernel (attention), which folds the same states in the same order as it goes: a
+// token's result does not depend on which kernel ran it, so prefill and decode agree exactly.
+//
 // Tables: token t's pages are tables[tableOffsets[t] ..] (device addresses); it attends to
 // positions 0..positions[t].
 
@@ -15,6 +22,9 @@ constexpr int kHd = JL_HD, kGroup = JL_GROUP, kPageTokens = JL_PAGE_TOKENS;
 constexpr int kTile = 4096 / JL_HD > 64 ? 64 : 4096 / JL_HD;  // K and V tiles take 32 KiB together
 constexpr int kThreads = 128;
 constexpr int kOwned = (kGroup * kHd + kThreads - 1) / kThreads;  // output elements per thread
+constexpr int kChunk = 64;                                          // positions; a multiple of kTile
+static_assert(kChunk % kTile == 0, "chunks hold whole tiles");
+constexpr int kPartialFloats = kGroup * kHd + 2 * kGroup;  // one chunk's state: o, then max and sum per head
 #if JL_KV_F16
 typedef u16 KvElement;
 JL_DEV float kvLoad(const KvElement* p) { return h2f(__ldg(reinterpret_cast<const unsigned short*>(p))); }
@@ -23,92 +33,166 @@ typedef float KvElement;
 JL_DEV float kvLoad(const KvElement* p) { return __ldg(p); }
 #endif
 
-extern "C" __global__ void __launch_bounds__(128) attention(const float* q, float* out, int heads, int kvHeads,
-                                                            float scale, const int* positions, const int* tableOffsets,
-                                                            const u64* tables) {
+// Folds a chunk's softmax state (max m, sum l, unnormalised output o) into the running total
+// (the first chunk is taken as it is): one order of operations for every kernel here.
+JL_DEV void fold(bool first, float m, float l, float o, float& totMax, float& totSum, float& totO) {
+  if (first) {
+    totMax = m, totSum = l, totO = o;
+    return;
+  }
+  const float now = fmaxf(totMax, m);
+  const float a = expf(__fsub_rn(totMax, now)), b = expf(__fsub_rn(m, now));
+  totSum = __fadd_rn(__fmul_rn(totSum, a), __fmul_rn(l, b));
+  totO = __fadd_rn(__fmul_rn(totO, a), __fmul_rn(o, b));
+  totMax = now;
+}
+
+// The chunks [c0, c1) of token t over KV head kh. partial == null: folds them and writes the
+// normalised output; else (one chunk) writes that chunk's state to `partial`.
+JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, int kvHeads, float scale, int t,
+                         int kh, int n, int c0, int c1, const u64* pages) {
   __shared__ float qs[kGroup][kHd];
   __shared__ float ks[kTile][kHd + 1];  // +1: threads reading different rows hit different banks
   __shared__ float vs[kTile][kHd];
   __shared__ float ps[kGroup][kTile];
   __shared__ float runMax[kGroup], runSum[kGroup], rescale[kGroup];
 
-  const int t = blockIdx.x, kh = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int n = positions[t] + 1;
-  const u64* pages = tables + tableOffsets[t];
   const i64 tokenElems = i64(kvHeads) * kHd;  // one token's K (or V) in a page
 
   for (int i = tid; i < kGroup * kHd; i += kThreads) {
     qs[i / kHd][i % kHd] = q[(i64(t) * heads + kh * kGroup + i / kHd) * kHd + i % kHd];
   }
-  if (tid < kGroup) {
-    runMax[tid] = -__int_as_float(0x7f800000);
-    runSum[tid] = 0.0f;
-  }
-  float o[kOwned];
+  float o[kOwned], totO[kOwned], totMax[kOwned], totSum[kOwned];
+  for (int c = c0; c < c1; c++) {
+    __syncthreads();  // the previous chunk's state is read (and qs is written, first time)
+    if (tid < kGroup) {
+      runMax[tid] = -__int_as_float(0x7f800000);
+      runSum[tid] = 0.0f;
+    }
 #pragma unroll
-  for (int i = 0; i < kOwned; i++) o[i] = 0.0f;
-
-  for (int base = 0; base < n; base += kTile) {
-    const int count = min(kTile, n - base);
-    __syncthreads();  // the previous tile is consumed (and qs / state are written, first time)
-    for (int i = tid; i < count * kHd; i += kThreads) {
-      const int j = i / kHd, d = i % kHd, pos = base + j;
-      const KvElement* page = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]);
-      const int slot = pos % kPageTokens;
-      ks[j][d] = kvLoad(page + i64(slot) * tokenElems + kh * kHd + d);
-      vs[j][d] = kvLoad(page + i64(kPageTokens + slot) * tokenElems + kh * kHd + d);
-    }
-    __syncthreads();
-    for (int i = tid; i < kGroup * kTile; i += kThreads) {
-      const int g = i / kTile, j = i % kTile;
-      if (j < count) {
-        float s = 0.0f;
+    for (int i = 0; i < kOwned; i++) o[i] = 0.0f;
+    const int end = min(n, (c + 1) * kChunk);
+    for (int base = c * kChunk; base < end; base += kTile) {
+      const int count = min(kTile, end - base);
+      __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
+      for (int i = tid; i < count * kHd; i += kThreads) {
+        const int j = i / kHd, d = i % kHd, pos = base + j;
+        const KvElement* page = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]);
+        const int slot = pos % kPageTokens;
+        ks[j][d] = kvLoad(page + i64(slot) * tokenElems + kh * kHd + d);
+        vs[j][d] = kvLoad(page + i64(kPageTokens + slot) * tokenElems + kh * kHd + d);
+      }
+      __syncthreads();
+      for (int i = tid; i < kGroup * kTile; i += kThreads) {
+        const int g = i / kTile, j = i % kTile;
+        if (j < count) {
+          float s = 0.0f;
 #pragma unroll 8
-        for (int d = 0; d < kHd; d++) s = fmaf(qs[g][d], ks[j][d], s);
-        ps[g][j] = __fmul_rn(s, scale);
+          for (int d = 0; d < kHd; d++) s = fmaf(qs[g][d], ks[j][d], s);
+          ps[g][j] = __fmul_rn(s, scale);
+        }
+      }
+      __syncthreads();
+      for (int g = warp; g < kGroup; g += kThreads / 32) {
+        float m = -__int_as_float(0x7f800000);
+        for (int j = lane; j < count; j += 32) m = fmaxf(m, ps[g][j]);
+        m = warpMax(m);
+        const float before = runMax[g];
+        const float now = fmaxf(before, m);
+        float sum = 0.0f;
+        for (int j = lane; j < count; j += 32) {
+          const float p = expf(__fsub_rn(ps[g][j], now));
+          ps[g][j] = p;
+          sum += p;
+        }
+        sum = warpSum(sum);
+        if (lane == 0) {
+          const float a = expf(__fsub_rn(before, now));  // 0 on the first tile (before = -inf)
+          rescale[g] = a;
+          runSum[g] = __fadd_rn(__fmul_rn(runSum[g], a), sum);
+          runMax[g] = now;
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < kOwned; i++) {
+        const int idx = tid + i * kThreads;
+        if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+          const int g = idx / kHd, d = idx % kHd;
+          float acc = __fmul_rn(o[i], rescale[g]);
+          for (int j = 0; j < count; j++) acc = fmaf(ps[g][j], vs[j][d], acc);
+          o[i] = acc;
+        }
       }
     }
-    __syncthreads();
-    for (int g = warp; g < kGroup; g += kThreads / 32) {
-      float m = -__int_as_float(0x7f800000);
-      for (int j = lane; j < count; j += 32) m = fmaxf(m, ps[g][j]);
-      m = warpMax(m);
-      const float before = runMax[g];
-      const float now = fmaxf(before, m);
-      float sum = 0.0f;
-      for (int j = lane; j < count; j += 32) {
-        const float p = expf(__fsub_rn(ps[g][j], now));
-        ps[g][j] = p;
-        sum += p;
-      }
-      sum = warpSum(sum);
-      if (lane == 0) {
-        const float a = expf(__fsub_rn(before, now));  // 0 on the first tile (before = -inf)
-        rescale[g] = a;
-        runSum[g] = __fadd_rn(__fmul_rn(runSum[g], a), sum);
-        runMax[g] = now;
-      }
-    }
-    __syncthreads();
+    __syncthreads();  // runMax / runSum final for this chunk
 #pragma unroll
     for (int i = 0; i < kOwned; i++) {
       const int idx = tid + i * kThreads;
       if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
-        const int g = idx / kHd, d = idx % kHd;
-        float acc = __fmul_rn(o[i], rescale[g]);
-        for (int j = 0; j < count; j++) acc = fmaf(ps[g][j], vs[j][d], acc);
-        o[i] = acc;
+        const int g = idx / kHd;
+        if (partial) {
+          partial[idx] = o[i];
+        } else {
+          fold(c == c0, runMax[g], runSum[g], o[i], totMax[i], totSum[i], totO[i]);
+        }
       }
     }
+    if (partial && tid < kGroup) {
+      partial[kGroup * kHd + tid] = runMax[tid];
+      partial[kGroup * kHd + kGroup + tid] = runSum[tid];
+    }
   }
-  __syncthreads();
+  if (partial) return;
 #pragma unroll
   for (int i = 0; i < kOwned; i++) {
     const int idx = tid + i * kThreads;
     if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
       const int g = idx / kHd, d = idx % kHd;
-      out[(i64(t) * heads + kh * kGroup + g) * kHd + d] = __fmul_rn(o[i], __frcp_rn(runSum[g]));
+      out[(i64(t) * heads + kh * kGroup + g) * kHd + d] = __fmul_rn(totO[i], __frcp_rn(totSum[i]));
+    }
+  }
+}
+
+// Grid (tokens, kvHeads): every chunk of token t in one block.
+extern "C" __global__ void __launch_bounds__(128) attention(const float* q, float* out, int heads, int kvHeads,
+                                                            float scale, const int* positions, const int* tableOffsets,
+                                                            const u64* tables) {
+  const int t = blockIdx.x, n = positions[t] + 1;
+  attendChunks(q, out, nullptr, heads, kvHeads, scale, t, blockIdx.y, n, 0, (n + kChunk - 1) / kChunk,
+               tables + tableOffsets[t]);
+}
+
+// Grid (tokens, kvHeads * maxChunks), blockIdx.y = kh + kvHeads * chunk: one chunk's state per
+// block, to partials[((t * kvHeads + kh) * maxChunks + chunk) * kPartialFloats ..].
+extern "C" __global__ void __launch_bounds__(128) attention_partial(const float* q, float* partials, int heads,
+                                                                    int kvHeads, float scale, const int* positions,
+                                                                    const int* tableOffsets, const u64* tables,
+                                                                    int maxChunks) {
+  const int t = blockIdx.x, kh = blockIdx.y % kvHeads, c = blockIdx.y / kvHeads, n = positions[t] + 1;
+  if (c * kChunk >= n) return;
+  float* partial = partials + (i64(t * kvHeads + kh) * maxChunks + c) * kPartialFloats;
+  attendChunks(q, nullptr, partial, heads, kvHeads, scale, t, kh, n, c, c + 1, tables + tableOffsets[t]);
+}
+
+// Grid (tokens, kvHeads): folds token t's chunk states in order, as attention() does.
+extern "C" __global__ void __launch_bounds__(128) attention_combine(const float* partials, float* out, int heads,
+                                                                    int kvHeads, const int* positions, int maxChunks) {
+  const int t = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
+  const int chunks = (positions[t] + 1 + kChunk - 1) / kChunk;
+  const float* base = partials + i64(t * kvHeads + kh) * maxChunks * kPartialFloats;
+#pragma unroll
+  for (int i = 0; i < kOwned; i++) {
+    const int idx = tid + i * kThreads;
+    if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+      const int g = idx / kHd, d = idx % kHd;
+      float totMax = 0, totSum = 0, totO = 0;
+      for (int c = 0; c < chunks; c++) {
+        const float* p = base + i64(c) * kPartialFloats;
+        fold(c == 0, p[kGroup * kHd + g], p[kGroup * kHd + kGroup + g], p[idx], totMax, totSum, totO);
+      }
+      out[(i64(t) * heads + kh * kGroup + g) * kHd + d] = __fmul_rn(totO, __frcp_rn(totSum));
     }
   }
 }
