@@ -24,6 +24,8 @@ constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-
   -p N         prompt tokens for the prefill test (default 128; 0 skips it)
   -n N         tokens for the decode test (default 64; 0 skips it)
   -r REPS      repetitions after one warm-up (default 5)
+  -d N         context already in the session before each test, untimed (default 0), as
+               llama-bench's -d: decode speed at depth N (attention over N + i positions)
   --device S   devices, e.g. cpu:0 (default), cpu:0,cpu:1, vulkan:0 or cpu:0,vulkan:0
   --fit MODE   a model larger than the first device (e.g. --device cuda:0@2G,cpu:0): the blocks
                that do not fit are `stream`ed through its memory each step, or run on the `cpu`
@@ -95,7 +97,7 @@ std::vector<int32_t> benchTokens(int64_t n, int64_t vocab) {
 int run(int argc, char** argv) {
   tools::CommandLine cl(argc, argv);
   std::string modelPath, deviceSpec = "cpu:0";
-  int64_t nPrompt = 128, nGen = 64;
+  int64_t nPrompt = 128, nGen = 64, depth = 0;
   int reps = 5;
   std::string fit;
   runtime::DeviceSpecOptions deviceOptions;
@@ -109,6 +111,8 @@ int run(int argc, char** argv) {
       nGen = cl.number<int64_t>(a);
     else if (a == "-r")
       reps = cl.number<int>(a);
+    else if (a == "-d")
+      depth = cl.number<int64_t>(a);
     else if (a == "--device")
       deviceSpec = cl.value(a);
     else if (a == "--fit")
@@ -124,7 +128,9 @@ int run(int argc, char** argv) {
       throw tools::UsageError("unexpected argument " + a);
   }
   if (modelPath.empty()) throw tools::UsageError("no model given");
-  if (nPrompt < 0 || nGen < 0 || reps < 1) throw tools::UsageError("-p and -n must be >= 0, -r >= 1");
+  if (nPrompt < 0 || nGen < 0 || depth < 0 || reps < 1) {
+    throw tools::UsageError("-p, -n and -d must be >= 0, -r >= 1");
+  }
   if (!fit.empty() && fit != "stream" && fit != "cpu") throw tools::UsageError("--fit takes stream or cpu");
 
   auto devices = runtime::createDevices(deviceSpec, deviceOptions);
@@ -132,7 +138,8 @@ int run(int argc, char** argv) {
   for (auto& d : devices) options.devices.push_back(d.get());
   if (!fit.empty()) {
     options.placer = [&](const std::vector<size_t>& weights, size_t kvPerToken, int64_t, size_t) {
-      return fitPlacement(weights, kvPerToken, std::max(nPrompt, nGen) + 1, devices, fit == "stream", options.streamed);
+      return fitPlacement(weights, kvPerToken, depth + std::max(nPrompt, nGen) + 1, devices, fit == "stream",
+                          options.streamed);
     };
   }
   auto model = runtime::Model::load(modelPath, options);
@@ -160,11 +167,23 @@ int run(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   std::vector<std::pair<std::string, Result>> results;
   std::vector<float> logits;
+  const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
+  // A session with `depth` tokens already in its context (prefilled untimed), room for `more`.
+  const auto context = [&](int64_t more) {
+    auto session = model->createSession(depth + more);
+    if (depth > 0) {
+      const auto tokens = benchTokens(depth, c.vocabSize);
+      runtime::SequenceInput input{session.get(), tokens, false};
+      logits.clear();
+      model->forward({&input, 1}, logits);
+    }
+    return session;
+  };
   if (nPrompt > 0) {
     const auto tokens = benchTokens(nPrompt, c.vocabSize);
     std::vector<double> rates;
     for (int r = 0; r <= reps; r++) {
-      auto session = model->createSession(nPrompt);
+      auto session = context(nPrompt);
       runtime::SequenceInput input{session.get(), tokens, false};
       logits.clear();
       const auto t0 = Clock::now();
@@ -172,13 +191,13 @@ int run(int argc, char** argv) {
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (r > 0) rates.push_back(double(nPrompt) / s);  // r == 0 warms up
     }
-    results.emplace_back("pp" + std::to_string(nPrompt), summarize(rates));
+    results.emplace_back("pp" + std::to_string(nPrompt) + at, summarize(rates));
   }
   if (nGen > 0) {
     const auto tokens = benchTokens(nGen, c.vocabSize);
     std::vector<double> rates;
     for (int r = 0; r <= reps; r++) {
-      auto session = model->createSession(nGen);
+      auto session = context(nGen);
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < nGen; i++) {
         runtime::SequenceInput input{session.get(), {&tokens[size_t(i)], 1}, false};
@@ -188,7 +207,7 @@ int run(int argc, char** argv) {
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (r > 0) rates.push_back(double(nGen) / s);
     }
-    results.emplace_back("tg" + std::to_string(nGen), summarize(rates));
+    results.emplace_back("tg" + std::to_string(nGen) + at, summarize(rates));
   }
   for (const auto& [name, r] : results)
     std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, reps);

@@ -121,6 +121,8 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
   const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
   integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
+  const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
+  splitAttention_ = !(split && std::strcmp(split, "0") == 0);
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
@@ -477,7 +479,7 @@ bool CudaDevice::Command::operator==(const Command& o) const {
 
 size_t CudaDevice::enqueue(const char* op, const Command& c) {
   if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
-  producer_ = {};                         // and comes after the producer
+  producer_ = {};                        // and comes after the producer
   if (profile_) [[unlikely]] {
     // Each launch at once, between two timing events: the GPU's own time for it, read back at
     // the next synchronisation (collectProfile).
@@ -750,8 +752,7 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
       if (!quantize_) quantize_ = function(module(elementwiseModule()), "quantize_x");
       CUdeviceptr xp = dptr(x);
       int k = int(w.cols);
-      launch("quantize_x", quantize_, unsigned((w.cols + 255) / 256), unsigned(tokens), 256, 0, xp, k, xqPtr,
-             xqStride);
+      launch("quantize_x", quantize_, unsigned((w.cols + 255) / 256), unsigned(tokens), 256, 0, xp, k, xqPtr, xqStride);
       separateQuantizations_++;
     }
     quantized_ = {x, tokens, w.cols};
@@ -877,8 +878,8 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   int maxPositions = 0;
   for (int64_t t = 0; t < batch.tokens; t++) maxPositions = std::max(maxPositions, batch.positions[t] + 1);
   const int maxChunks = (maxPositions + 8 * kAttentionChunk - 1) / (8 * kAttentionChunk) * 8;
-  const bool split = batch.tokens * kv.kvHeads < multiprocessors_ && maxPositions > kAttentionChunk &&
-                     int64_t(kv.kvHeads) * maxChunks < 65536;
+  const bool split = splitAttention_ && batch.tokens * kv.kvHeads < multiprocessors_ &&
+                     maxPositions > kAttentionChunk && int64_t(kv.kvHeads) * maxChunks < 65536;
   if (split) {
     const size_t partialFloats = size_t(group) * size_t(kv.headDim + 2);
     growScratch(partials_, partialsBytes_,
@@ -909,8 +910,8 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     CUdeviceptr pp = partials_;
     launch("attention_partial", partial, unsigned(batch.tokens), unsigned(kv.kvHeads * maxChunks), 128, 0, qp, pp,
            heads, kvHeads, scale, posPtr, offPtr, pagesPtr, maxChunks);
-    launch("attention_combine", combine, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, pp, op, heads,
-           kvHeads, posPtr, maxChunks);
+    launch("attention_combine", combine, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, pp, op, heads, kvHeads,
+           posPtr, maxChunks);
     return;
   }
   launch("attention", f, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, qp, op, heads, kvHeads, scale, posPtr,

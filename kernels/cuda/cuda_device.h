@@ -230,7 +230,8 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> attentions_;
   std::unordered_map<uint64_t, CUfunction> intMatmuls_;
   std::unordered_map<uint64_t, std::pair<CUfunction, CUfunction>> attentionSplits_;
-  CUdeviceptr partials_ = 0;  // per-chunk attention states (attention_partial)
+  bool splitAttention_ = true;  // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
+  CUdeviceptr partials_ = 0;    // per-chunk attention states (attention_partial)
   size_t partialsBytes_ = 0;
   CUfunction quantize_ = nullptr;
 

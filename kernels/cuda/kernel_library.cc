@@ -93,12 +93,9 @@ bool cudaIntegerMatmulType(TensorType type, int64_t k) {
 
 ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, int rows) {
   JITLLM_ASSERT(cudaIntegerMatmulType(type, k));
-  return ModuleSpec{"matmul_int.cuh",
-                    {{"JL_WTYPE", int64_t(type)},
-                     {"JL_K", k},
-                     {"JL_ALIGN", align},
-                     {"JL_TOKENS", tokens},
-                     {"JL_ROWS", rows}}};
+  return ModuleSpec{
+      "matmul_int.cuh",
+      {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_TOKENS", tokens}, {"JL_ROWS", rows}}};
 }
 
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
@@ -110,9 +107,9 @@ ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
 
 std::vector<ModuleSpec> representativeModules() {
   std::vector<ModuleSpec> specs;
-  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0, TensorType::kQ4_1,
-                       TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ5_K,
-                       TensorType::kQ6_K}) {
+  for (TensorType t :
+       {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0,
+        TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     for (int variant : kMatmulVariants) specs.push_back(matmulModule(t, 2048, 16, true, variant));
     const bool isFloat = quant::typeTraits(t).blockElems == 1;
     specs.push_back(matmulModule(t, isFloat ? 517 : 512, 2, false, 1));  // padded rows, odd length

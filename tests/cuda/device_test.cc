@@ -135,8 +135,8 @@ TEST(CudaDevices, MatmulInModelShapesMatchesTheCpuAndIsBatchInvariant) {
         const auto xHost = randomFloats(size_t(tokens * cols), uint32_t(cols + 7));
         auto x = upload(*gpu, xHost);
         auto y = gpu->allocate(size_t(tokens * rows) * 4);
-        gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>(), tokens,
-                    reinterpret_cast<float*>(y->data()), nullptr);
+        gpu->matmul({type, w->data(), rows, cols, stride}, x.as<float>(), tokens, reinterpret_cast<float*>(y->data()),
+                    nullptr);
         const auto got = download<float>(*gpu, *y, size_t(tokens * rows));
         std::vector<float> want(got.size());
         cpu->matmul({type, bytes.data(), rows, cols, stride}, xHost.data(), tokens, want.data(), nullptr);
@@ -215,7 +215,7 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
       many.insert(many.end(), positions.begin(), positions.end());
       manyQ.insert(manyQ.end(), q.begin(), q.end());
     }
-    std::vector<const uint8_t*const*> manyT(many.size(), gTable.data());
+    std::vector<const uint8_t* const*> manyT(many.size(), gTable.data());
     auto gManyQ = upload(*gpu, manyQ);
     auto manyOut = gpu->allocate(manyQ.size() * 4);
     b.tokens = int64_t(many.size());

@@ -88,9 +88,9 @@ TEST_F(CudaOps, GetRowsRejectsTokenIdsOutsideTheTable) {
   auto table = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
   auto out = gpu->allocate(32 * 4);
   const int32_t bad = 4;
-  EXPECT_THROW(gpu->getRows(WeightRef{m.type, table->data(), 4, 32, m.stride}, &bad, 1,
-                            reinterpret_cast<float*>(out->data())),
-               Error);
+  EXPECT_THROW(
+      gpu->getRows(WeightRef{m.type, table->data(), 4, 32, m.stride}, &bad, 1, reinterpret_cast<float*>(out->data())),
+      Error);
 }
 
 TEST_F(CudaOps, MatmulOfEveryTypeMatchesTheCpuAndATokensResultIsTheSameAloneOrInABatch) {
@@ -181,8 +181,8 @@ TEST_F(CudaOps, AnInputWrittenBetweenIntegerProductsIsQuantizedAgain) {
     auto y = gpu->allocate(size_t(4 * kRows) * 4);
     auto* ys = reinterpret_cast<float*>(y->data());
     gpu->matmul(gw, x.as<float>(), 1, ys, nullptr);
-    gpu->matmul(gw, x.as<float>(), 1, ys + kRows, nullptr);         // the same input: reused
-    gpu->add(x.as<float>(), dd.as<float>(), kCols);  // an op writes it
+    gpu->matmul(gw, x.as<float>(), 1, ys + kRows, nullptr);  // the same input: reused
+    gpu->add(x.as<float>(), dd.as<float>(), kCols);          // an op writes it
     gpu->matmul(gw, x.as<float>(), 1, ys + 2 * kRows, nullptr);
     gpu->copyFromHost(x.buffer->data(), x2.data(), x2.size() * 4);
     gpu->matmul(gw, x.as<float>(), 1, ys + 3 * kRows, nullptr);
@@ -357,7 +357,7 @@ void checkPagedAttention(Device& gpu, Device& cpu, KvPrecision precision, uint32
 
   // Queries: the last 5 positions of session 0 (prefill-like) and the last of session 1.
   std::vector<int32_t> positions = {18, 19, 20, 21, 22, 8};
-  std::vector<const uint8_t* const*> gT, cT;
+  std::vector<const uint8_t*const*> gT, cT;
   for (size_t t = 0; t < positions.size(); t++) {
     const size_t s = t < 5 ? 0 : 1;
     gT.push_back(gpuTables[s].data());
