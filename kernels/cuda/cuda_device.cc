@@ -765,7 +765,7 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   if (perWarpTokens == 1 && intDecodeRows_ > 0) perWarpRows = intDecodeRows_;
   if (perWarpTokens > 1 && intPrefillRows_ > 0) perWarpRows = intPrefillRows_;
   CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows);
-  const int64_t rowsPerBlock = 4 * int64_t(perWarpRows);
+  const int64_t rowsPerBlock = 4 * int64_t(intMatmulRowsPerWarp(w.type, w.cols, perWarpRows));
   const int64_t gridY = (tokens + perWarpTokens - 1) / perWarpTokens;
   JITLLM_REQUIRE(gridY < 65536, info_.id, ": matmul: ", tokens, " tokens in one call are too many");
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);

@@ -91,6 +91,11 @@ bool cudaIntegerMatmulType(TensorType type, int64_t k) {
   return (type == TensorType::kQ4_K || type == TensorType::kQ6_K) && k % 256 == 0;
 }
 
+int intMatmulRowsPerWarp(TensorType type, int64_t k, int rows) {
+  const int64_t units = k / (type == TensorType::kQ4_K ? 64 : 32);
+  return units % 32 != 0 && units % 16 == 0 ? 2 * rows : rows;
+}
+
 ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, int rows) {
   JITLLM_ASSERT(cudaIntegerMatmulType(type, k));
   return ModuleSpec{

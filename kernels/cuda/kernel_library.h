@@ -47,6 +47,9 @@ ModuleSpec matmulModule(quant::TensorType type, int64_t k, int align, bool xvec,
 bool cudaIntegerMatmulType(quant::TensorType type, int64_t k);
 inline constexpr int kIntMatmulVariants[][2] = {{1, 1}, {1, 2}, {4, 4}, {16, 4}};  // {tokens, rows}
 ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows);
+// Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
+// half a warp (matmul_int.cuh: kSlots).
+int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
 inline constexpr int64_t xqRowBytes(int64_t k) { return 2 * k + k / 8 + k / 8 + k / 2; }
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16);
 ModuleSpec elementwiseModule();

@@ -10,9 +10,9 @@
 //
 // The order of the float operations - the only ones that round - is fixed by JL_K alone: a row is
 // cut into units (q4_K: 64 elements, a 16-byte run of quants and its two sub-blocks; q6_K: 32
-// elements, 8 quant bytes from each of its three arrays); lane l takes units l, l + 32, l + 64...,
-// adding each unit's terms to its accumulator in a fixed sequence, and the warp sums its lanes by
-// a fixed butterfly. Integer sums are exact in any order. So a token's result is bit-identical
+// elements, 8 quant bytes from each of its three arrays); lane l of the row's kLanes (32, or 16
+// when that balances the units: below) takes units l, l + kLanes, ..., adding each unit's terms
+// to its accumulator in a fixed sequence, and the lanes are summed by a fixed butterfly. Integer sums are exact in any order. So a token's result is bit-identical
 // whichever variant (tokens, rows per warp) computed it: prefill and decode agree exactly.
 //
 // The activation row of a token (quantize_x.cuh): a[K] | b[K] | s256[K/32] | bsum[K/32] | sum8[K/8].
@@ -184,17 +184,22 @@ typedef IntQ6_K IntWeights;
 
 constexpr int kUnits = JL_K / IntWeights::kUnitElems;
 static_assert(JL_K % 256 == 0, "K-quant rows hold whole 256-element blocks");
+// Lanes per row: 32, or 16 when that splits the units evenly and 32 would not (a 3072-element
+// q4_K row has 48 units: 16 lanes take 3 each, where 32 lanes would leave half the warp idle for
+// the second). A warp then serves two rows at a time, one per half (kSlots = 2).
+constexpr int kLanes = (kUnits % 32 != 0 && kUnits % 16 == 0) ? 16 : 32;
+constexpr int kSlots = 32 / kLanes;
 
-// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS), tokens / JL_TOKENS),
-// 128 threads; xq holds `tokens` rows of xqStride bytes.
+// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS kSlots), tokens /
+// JL_TOKENS), 128 threads; xq holds `tokens` rows of xqStride bytes.
 extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
                                                              const u8* __restrict__ xq, u64 xqStride, int tokens,
                                                              float* __restrict__ y, const float* __restrict__ bias) {
   constexpr int kTokens = JL_TOKENS, kRows = JL_ROWS;
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, slot = lane / kLanes, sub = lane % kLanes;
   const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int r0 = warp * kRows;
-  if (r0 >= rows) return;
+  const int r0 = (warp * kSlots + slot) * kRows;  // this half-warp's (or warp's) first row
+  if (warp * kSlots * kRows >= rows) return;       // whole warps leave: the sums below shuffle
   const int t0 = blockIdx.y * kTokens;
   float acc[kRows][kTokens];
 #pragma unroll
@@ -209,7 +214,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
   // Decode reads each weight once: two units' loads in flight per lane.
   constexpr int kUnroll = kTokens == 1 ? 2 : 1;
 #pragma unroll kUnroll
-  for (int u = lane; u < kUnits; u += 32) {
+  for (int u = sub; u < kUnits; u += kLanes) {
     IntWeights::Unit wu[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; r++) IntWeights::load(wr[r], u, wu[r]);
@@ -225,9 +230,12 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
   for (int r = 0; r < kRows; r++) {
 #pragma unroll
     for (int t = 0; t < kTokens; t++) {
-      const float sum = warpSum(acc[r][t]);
+      // A fixed butterfly over the row's lanes (xor by less than kLanes stays in the half).
+      float sum = acc[r][t];
+#pragma unroll
+      for (int off = kLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       const int row = r0 + r, token = t0 + t;
-      if (lane == ((r * kTokens + t) & 31) && row < rows && token < tokens) {
+      if (sub == ((r * kTokens + t) & (kLanes - 1)) && row < rows && token < tokens) {
         y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
       }
     }
