@@ -45,7 +45,12 @@ if [ "$what" = tune ]; then
     JITLLM_CUDA_INT_DECODE_ROWS=${cfg%,*} JITLLM_CUDA_INT_PREFILL_ROWS=${cfg#*,} \
       $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | grep -E "^# (pp|tg)"
   done
-  JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 32 -r 1 2>&1 | grep -E "calls" |
+  for fuse in 0 1; do
+    echo "== JITLLM_CUDA_FUSE=$fuse"
+    JITLLM_CUDA_FUSE=$fuse $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 | grep -E "^# tg"
+  done
+  # Decode only (each launch timed alone, so nothing is fused here).
+  JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 64 -r 1 2>&1 | grep -E "calls" |
     sort -k4 -n -r | head -40
   echo "total: $(( $(date +%s) - start )) s"
   exit 0

@@ -121,6 +121,8 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
   const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
   integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
+  const char* fuse = std::getenv("JITLLM_CUDA_FUSE");
+  fuse_ = !(fuse && std::strcmp(fuse, "0") == 0);
   const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
   splitAttention_ = !(split && std::strcmp(split, "0") == 0);
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
@@ -480,6 +482,7 @@ bool CudaDevice::Command::operator==(const Command& o) const {
 size_t CudaDevice::enqueue(const char* op, const Command& c) {
   if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
   producer_ = {};                        // and comes after the producer
+  lastAdd_ = {};                         // and after the add
   if (profile_) [[unlikely]] {
     // Each launch at once, between two timing events: the GPU's own time for it, read back at
     // the next synchronisation (collectProfile).
@@ -505,7 +508,7 @@ size_t CudaDevice::enqueue(const char* op, const Command& c) {
 
 void CudaDevice::offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                              std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused) {
-  if (!integerMatmul_ || index == kNotQueued) return;
+  if (!integerMatmul_ || !fuse_ || index == kNotQueued) return;
   producer_ = {index, c, out, elements, std::move(fused)};
 }
 
@@ -654,15 +657,39 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   requireOwned(weight, size_t(dim) * 4, "rmsNorm weight");
   requireOwned(out, size_t(rows * dim) * 4, "rmsNorm output");
   makeCurrent();
-  CUdeviceptr xp = dptr(x), wp = dptr(weight), op = dptr(out);
+  CUdeviceptr xp = dptr(x), wp = dptr(weight), op = dptr(out), addend = 0;
   int d = int(dim);
   const CUfunction f = elementwise().rmsNorm;
-  const Command c = makeLaunch(f, unsigned(rows), 1, 256, 0, xp, wp, op, d, eps, CUdeviceptr(0), uint64_t(0));
-  offerFusion(enqueue("rmsNorm", c), c, out, rows * dim,
-              [=](CUdeviceptr xq, uint64_t stride, int k) -> std::optional<Command> {
-                if (k != d || d % 32 != 0) return std::nullopt;
-                return makeLaunch(f, unsigned(rows), 1, 256, 0, xp, wp, op, d, eps, xq, stride);
-              });
+  // x += y just queued (the residual add) is done by this kernel as it reads x: the add's launch
+  // is replaced.
+  size_t index = kNotQueued;
+  if (fuse_ && lastAdd_.x == x && lastAdd_.elements == rows * dim) {
+    std::lock_guard lock(pendingMutex_);
+    if (lastAdd_.index + 1 == pending_.size() && pending_[lastAdd_.index] == lastAdd_.command) {
+      index = lastAdd_.index;
+      addend = dptr(lastAdd_.y);
+    }
+  }
+  const auto make = [=](CUdeviceptr xq, uint64_t stride) {
+    return makeLaunch(f, unsigned(rows), 1, kNormThreads, 0, xp, wp, op, d, eps, xq, stride, addend);
+  };
+  const Command c = make(0, 0);
+  if (index != kNotQueued) {
+    {
+      std::lock_guard lock(pendingMutex_);
+      pending_[index] = c;
+    }
+    lastAdd_ = {};
+    quantized_ = {};
+    producer_ = {};
+    fusedAdds_++;
+  } else {
+    index = enqueue("rmsNorm", c);
+  }
+  offerFusion(index, c, out, rows * dim, [=](CUdeviceptr xq, uint64_t stride, int k) -> std::optional<Command> {
+    if (k != d || d % 32 != 0) return std::nullopt;
+    return make(xq, stride);
+  });
 }
 
 void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
@@ -904,18 +931,34 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
               pagesPtr = s.device + 2 * intBytes;
   int heads = batch.heads, kvHeads = kv.kvHeads;
   float scale = batch.scale;
+  // The last kernel writes the output, and its integer form too when a product asks (offerFusion).
+  const unsigned tokens = unsigned(batch.tokens), kvh = unsigned(kv.kvHeads);
+  const int64_t outElems = batch.tokens * batch.heads * kv.headDim;
+  const bool fusable = (group * kv.headDim) % 32 == 0;
+  const int cols = heads * kv.headDim;
+  const auto offer = [&](const char* name, const std::function<Command(CUdeviceptr, uint64_t)>& make) {
+    const Command c = make(0, 0);
+    offerFusion(enqueue(name, c), c, out, outElems,
+                [=](CUdeviceptr xq, uint64_t stride, int k) -> std::optional<Command> {
+                  if (!fusable || k != cols) return std::nullopt;
+                  return make(xq, stride);
+                });
+  };
   if (split) {
     const auto [partial, combine] =
         attentionSplitKernels(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16);
     CUdeviceptr pp = partials_;
-    launch("attention_partial", partial, unsigned(batch.tokens), unsigned(kv.kvHeads * maxChunks), 128, 0, qp, pp,
-           heads, kvHeads, scale, posPtr, offPtr, pagesPtr, maxChunks);
-    launch("attention_combine", combine, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, pp, op, heads, kvHeads,
-           posPtr, maxChunks);
+    launch("attention_partial", partial, tokens, unsigned(kv.kvHeads * maxChunks), 128, 0, qp, pp, heads, kvHeads,
+           scale, posPtr, offPtr, pagesPtr, maxChunks);
+    const CUfunction cf = combine;
+    offer("attention_combine", [=](CUdeviceptr xq, uint64_t stride) {
+      return makeLaunch(cf, tokens, kvh, 128, 0, pp, op, heads, kvHeads, posPtr, maxChunks, xq, stride);
+    });
     return;
   }
-  launch("attention", f, unsigned(batch.tokens), unsigned(kv.kvHeads), 128, 0, qp, op, heads, kvHeads, scale, posPtr,
-         offPtr, pagesPtr);
+  offer("attention", [=](CUdeviceptr xq, uint64_t stride) {
+    return makeLaunch(f, tokens, kvh, 128, 0, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq, stride);
+  });
 }
 
 void CudaDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {
@@ -943,7 +986,9 @@ void CudaDevice::add(float* x, const float* y, int64_t n) {
   CUdeviceptr xp = dptr(x), yp = dptr(y);
   int64_t count = n;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
-  launch("add", elementwise().add, unsigned(blocks), 1, 256, 0, xp, yp, count);
+  const Command c = makeLaunch(elementwise().add, unsigned(blocks), 1, 256, 0, xp, yp, count);
+  const size_t index = enqueue("add", c);
+  if (index != kNotQueued) lastAdd_ = {index, c, x, y, n};  // an rmsNorm of x next takes it over
 }
 
 }  // namespace jitllm::cuda

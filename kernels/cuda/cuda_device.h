@@ -76,6 +76,8 @@ class CudaDevice final : public Device {
   // them (fused). Executor thread (tests).
   uint64_t separateQuantizations() const { return separateQuantizations_; }
   uint64_t fusedQuantizations() const { return fusedQuantizations_; }
+  // Residual adds done by the rmsNorm after them (tests).
+  uint64_t fusedAdds() const { return fusedAdds_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -188,7 +190,8 @@ class CudaDevice final : public Device {
   // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
   // work ran; false when it was large enough. Its old contents are gone.
   bool growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what);
-  static constexpr int kAttentionChunk = 64;  // attention.cuh's kChunk
+  static constexpr int kAttentionChunk = 64;      // attention.cuh's kChunk
+  static constexpr unsigned kNormThreads = 1024;  // elementwise.cuh's rms_norm block
 
   const DriverApi& api_;
   DeviceInfo info_;
@@ -230,6 +233,7 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> attentions_;
   std::unordered_map<uint64_t, CUfunction> intMatmuls_;
   std::unordered_map<uint64_t, std::pair<CUfunction, CUfunction>> attentionSplits_;
+  bool fuse_ = true;            // JITLLM_CUDA_FUSE=0: no queued launch is merged into another (A/B runs)
   bool splitAttention_ = true;  // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
   CUdeviceptr partials_ = 0;    // per-chunk attention states (attention_partial)
   size_t partialsBytes_ = 0;
@@ -261,7 +265,17 @@ class CudaDevice final : public Device {
     std::function<std::optional<Command>(CUdeviceptr xq, uint64_t stride, int k)> fused;
   };
   FusableProducer producer_;
-  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0;
+  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0;
+  // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
+  // kernel that adds and normalises (rms_norm's addend).
+  struct QueuedAdd {
+    size_t index = kNotQueued;
+    Command command;
+    const float* x = nullptr;
+    const float* y = nullptr;
+    int64_t elements = 0;
+  };
+  QueuedAdd lastAdd_;
   // Records the command at `index` as fusable (when the integer kernels are on).
   void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                    std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);

@@ -226,6 +226,33 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     for (int r = 0; r < 4; r++) {
       EXPECT_EQ(0, std::memcmp(whole.data() + r * got.size(), got.data(), got.size() * 4)) << "copy " << r;
     }
+
+    // The output projection after attention: attention (either kernel) writes the integer form
+    // of its output itself, with the bits quantize_x gives.
+    const int64_t cols = int64_t(heads) * headDim, rows = 64;
+    const size_t stride = *quant::rowBytes(TensorType::kQ4_K, cols);
+    std::vector<uint8_t> wBytes(stride * size_t(rows));
+    for (int64_t r = 0; r < rows; r++) {
+      const auto row = randomFloats(size_t(cols), uint32_t(r + 11), 0.05f);
+      quant::quantizeRow(TensorType::kQ4_K, row.data(), wBytes.data() + size_t(r) * stride, cols);
+    }
+    auto w = gpu->adoptHostBytes(wBytes.data(), wBytes.size());
+    const WeightRef wo{TensorType::kQ4_K, w->data(), rows, cols, stride};
+    for (bool split : {true, false}) {
+      SCOPED_TRACE(split ? "split attention" : "one block per token");
+      const int64_t n = split ? int64_t(positions.size()) : int64_t(many.size());
+      auto y = gpu->allocate(size_t(n * rows) * 4);
+      b.tokens = n;  // b.positions / pageTables: `many` starts with `positions`
+      gpu->matmul(wo, reinterpret_cast<float*>(manyOut->data()), n, reinterpret_cast<float*>(y->data()), nullptr);
+      const uint64_t fused = gpu->fusedQuantizations();
+      gpu->attention(gManyQ.as<float>(), reinterpret_cast<float*>(manyOut->data()), b);
+      gpu->matmul(wo, reinterpret_cast<float*>(manyOut->data()), n, reinterpret_cast<float*>(y->data()), nullptr);
+      EXPECT_EQ(fused + 1, gpu->fusedQuantizations());
+      const auto got = download<float>(*gpu, *y, size_t(n * rows));
+      auto copy = upload(*gpu, download<float>(*gpu, *manyOut, size_t(n * cols)));
+      gpu->matmul(wo, copy.as<float>(), n, reinterpret_cast<float*>(y->data()), nullptr);
+      EXPECT_EQ(0, std::memcmp(got.data(), download<float>(*gpu, *y, got.size()).data(), got.size() * 4));
+    }
   }
 }
 

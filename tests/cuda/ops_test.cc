@@ -209,8 +209,9 @@ TEST_F(CudaOps, AnInputWrittenBetweenIntegerProductsIsQuantizedAgain) {
   }
 }
 
-// rms_norm and swiglu write the integer form of their output themselves when an integer product
-// reads it next; the product's result is bit for bit what quantize_x's form gives.
+// rms_norm (also fused with the residual add before it) and swiglu write the integer form of their
+// output themselves when an integer product reads it next; the product's result is bit for bit
+// what quantize_x's form gives.
 TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfter) {
   constexpr int64_t kRows = 96, kCols = 512, kTokens = 3;
   const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 21);
@@ -235,11 +236,31 @@ TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfte
   // fusion then): a real step's first product is a prefill's.
   gpu->matmul(gw, x.as<float>(), kTokens, ys, nullptr);
   for (bool swiglu : {false, true}) {
-    SCOPED_TRACE(swiglu ? "swiglu" : "rmsNorm");
+    SCOPED_TRACE(swiglu ? "swiglu" : "add + rmsNorm");
     if (swiglu) {
       gpu->swiglu(x.as<float>(), u.as<float>(), o, kTokens * kCols);
     } else {
+      // The residual add and the norm after it run as one kernel: x is updated all the same, and
+      // the norm is of the sum.
+      const auto x0 = download<float>(*gpu, *x.buffer, size_t(kTokens * kCols));
+      const auto u0 = download<float>(*gpu, *u.buffer, size_t(kTokens * kCols));
+      const uint64_t adds = gpu->fusedAdds();
+      gpu->add(x.as<float>(), u.as<float>(), kTokens * kCols);
       gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
+      EXPECT_EQ(adds + 1, gpu->fusedAdds());
+      std::vector<float> sum(x0.size());
+      for (size_t i = 0; i < sum.size(); i++) sum[i] = x0[i] + u0[i];
+      auto unfused = upload(*gpu, sum);
+      auto normed = gpu->allocate(sum.size() * 4);
+      gpu->rmsNorm(unfused.as<float>(), norm.as<float>(), reinterpret_cast<float*>(normed->data()), kTokens, kCols,
+                   1e-5f);
+      const auto wantNorm = download<float>(*gpu, *normed, sum.size());
+      EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *x.buffer, sum.size()).data(), sum.data(), sum.size() * 4));
+      EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *out, sum.size()).data(), wantNorm.data(), sum.size() * 4));
+      // Again, now with the product after it (downloads above ran the queue).
+      gpu->add(x.as<float>(), u.as<float>(), kTokens * kCols);
+      gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
+      EXPECT_EQ(adds + 2, gpu->fusedAdds());
     }
     const uint64_t fused = gpu->fusedQuantizations(), separate = gpu->separateQuantizations();
     gpu->matmul(gw, o, kTokens, ys, nullptr);

@@ -49,8 +49,19 @@ JL_DEV void fold(bool first, float m, float l, float o, float& totMax, float& to
 
 // The chunks [c0, c1) of token t over KV head kh. partial == null: folds them and writes the
 // normalised output; else (one chunk) writes that chunk's state to `partial`.
+// out[] = v for output element idx of token t's KV head kh, and its integer form into xq when
+// given (the product after attention reads it; quantize_x.cuh). Called by all threads of the
+// block, each for its owned elements in turn.
+JL_DEV void storeOutput(float* out, u8* xq, u64 xqStride, int heads, int t, int kh, int idx, float v) {
+  const i64 col = i64(kh) * kGroup * kHd + idx;
+  out[i64(t) * heads * kHd + col] = v;
+  if constexpr ((kGroup * kHd) % 32 == 0) {  // whole warps own each 32-column block
+    if (xq) quantizeBlock32(v, xq + u64(t) * xqStride, heads * kHd, int(col) & ~31);
+  }
+}
+
 JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, int kvHeads, float scale, int t,
-                         int kh, int n, int c0, int c1, const u64* pages) {
+                         int kh, int n, int c0, int c1, const u64* pages, u8* xq, u64 xqStride) {
   __shared__ float qs[kGroup][kHd];
   __shared__ float ks[kTile][kHd + 1];  // +1: threads reading different rows hit different banks
   __shared__ float vs[kTile][kHd];
@@ -149,19 +160,19 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
   for (int i = 0; i < kOwned; i++) {
     const int idx = tid + i * kThreads;
     if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
-      const int g = idx / kHd, d = idx % kHd;
-      out[(i64(t) * heads + kh * kGroup + g) * kHd + d] = __fmul_rn(totO[i], __frcp_rn(totSum[i]));
+      storeOutput(out, xq, xqStride, heads, t, kh, idx, __fmul_rn(totO[i], __frcp_rn(totSum[i])));
     }
   }
 }
 
 // Grid (tokens, kvHeads): every chunk of token t in one block.
+// xq: null, or where the output's integer form goes (rows of xqStride bytes; heads * kHd columns).
 extern "C" __global__ void __launch_bounds__(128) attention(const float* q, float* out, int heads, int kvHeads,
                                                             float scale, const int* positions, const int* tableOffsets,
-                                                            const u64* tables) {
+                                                            const u64* tables, u8* xq, u64 xqStride) {
   const int t = blockIdx.x, n = positions[t] + 1;
   attendChunks(q, out, nullptr, heads, kvHeads, scale, t, blockIdx.y, n, 0, (n + kChunk - 1) / kChunk,
-               tables + tableOffsets[t]);
+               tables + tableOffsets[t], xq, xqStride);
 }
 
 // Grid (tokens, kvHeads * maxChunks), blockIdx.y = kh + kvHeads * chunk: one chunk's state per
@@ -173,12 +184,13 @@ extern "C" __global__ void __launch_bounds__(128) attention_partial(const float*
   const int t = blockIdx.x, kh = blockIdx.y % kvHeads, c = blockIdx.y / kvHeads, n = positions[t] + 1;
   if (c * kChunk >= n) return;
   float* partial = partials + (i64(t * kvHeads + kh) * maxChunks + c) * kPartialFloats;
-  attendChunks(q, nullptr, partial, heads, kvHeads, scale, t, kh, n, c, c + 1, tables + tableOffsets[t]);
+  attendChunks(q, nullptr, partial, heads, kvHeads, scale, t, kh, n, c, c + 1, tables + tableOffsets[t], nullptr, 0);
 }
 
 // Grid (tokens, kvHeads): folds token t's chunk states in order, as attention() does.
 extern "C" __global__ void __launch_bounds__(128) attention_combine(const float* partials, float* out, int heads,
-                                                                    int kvHeads, const int* positions, int maxChunks) {
+                                                                    int kvHeads, const int* positions, int maxChunks,
+                                                                    u8* xq, u64 xqStride) {
   const int t = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
   const int chunks = (positions[t] + 1 + kChunk - 1) / kChunk;
   const float* base = partials + i64(t * kvHeads + kh) * maxChunks * kPartialFloats;
@@ -186,13 +198,13 @@ extern "C" __global__ void __launch_bounds__(128) attention_combine(const float*
   for (int i = 0; i < kOwned; i++) {
     const int idx = tid + i * kThreads;
     if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
-      const int g = idx / kHd, d = idx % kHd;
+      const int g = idx / kHd;
       float totMax = 0, totSum = 0, totO = 0;
       for (int c = 0; c < chunks; c++) {
         const float* p = base + i64(c) * kPartialFloats;
         fold(c == 0, p[kGroup * kHd + g], p[kGroup * kHd + kGroup + g], p[idx], totMax, totSum, totO);
       }
-      out[(i64(t) * heads + kh * kGroup + g) * kHd + d] = __fmul_rn(totO, __frcp_rn(totSum));
+      storeOutput(out, xq, xqStride, heads, t, kh, idx, __fmul_rn(totO, __frcp_rn(totSum)));
     }
   }
 }

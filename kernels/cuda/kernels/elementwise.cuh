@@ -7,35 +7,48 @@
 // file), saving the separate quantize_x launch. Then the row length is a multiple of 32, so each
 // warp's 32 consecutive outputs are one quantization block.
 
-// One block of 256 threads per row.
-extern "C" __global__ void __launch_bounds__(256) rms_norm(const float* x, const float* w, float* out, int dim,
-                                                           float eps, u8* xq, u64 xqStride) {
-  __shared__ double partial[8];
+// One block of kNormThreads per row (decode normalises one row: a wide block keeps each thread's
+// chain of double adds short). With addend (non-null) it first adds that to x, in place - the
+// residual add before the next layer's norm, one launch instead of two; each thread re-reads only
+// the elements it wrote.
+constexpr int kNormThreads = 1024;
+extern "C" __global__ void __launch_bounds__(kNormThreads) rms_norm(float* x, const float* w, float* out, int dim,
+                                                                    float eps, u8* xq, u64 xqStride,
+                                                                    const float* addend) {
+  __shared__ double partial[kNormThreads / 32];
   __shared__ float scaleShared;
-  const float* xr = x + i64(blockIdx.x) * dim;
+  float* xr = x + i64(blockIdx.x) * dim;
   float* o = out + i64(blockIdx.x) * dim;
   double sum = 0;
-  for (int i = threadIdx.x; i < dim; i += 256) sum += double(xr[i]) * double(xr[i]);
+  if (addend) {
+    const float* ar = addend + i64(blockIdx.x) * dim;
+    for (int i = threadIdx.x; i < dim; i += kNormThreads) {
+      const float v = __fadd_rn(xr[i], ar[i]);
+      xr[i] = v;
+      sum += double(v) * double(v);
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += kNormThreads) sum += double(xr[i]) * double(xr[i]);
+  }
   sum = warpSumD(sum);
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0;
-    for (int i = 0; i < 8; i++) total += partial[i];
-    scaleShared = float(1.0 / sqrt(total / double(dim) + double(eps)));
+  if (threadIdx.x < 32) {
+    const double total = warpSumD(partial[threadIdx.x]);
+    if (threadIdx.x == 0) scaleShared = float(1.0 / sqrt(total / double(dim) + double(eps)));
   }
   __syncthreads();
   const float scale = scaleShared;
   if (xq) {
     u8* q = xq + u64(blockIdx.x) * xqStride;
-    for (int i = threadIdx.x; i < dim; i += 256) {  // dim % 32 == 0: whole warps take each turn
+    for (int i = threadIdx.x; i < dim; i += kNormThreads) {  // dim % 32 == 0: whole warps take each turn
       const float v = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
       o[i] = v;
       quantizeBlock32(v, q, dim, i & ~31);
     }
     return;
   }
-  for (int i = threadIdx.x; i < dim; i += 256) o[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+  for (int i = threadIdx.x; i < dim; i += kNormThreads) o[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
 }
 
 // One block per token; invFreq[i] = base^(-2i/dims) / factor[i], computed in double on the host
