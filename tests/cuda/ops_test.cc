@@ -248,16 +248,18 @@ TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfte
       gpu->add(x.as<float>(), u.as<float>(), kTokens * kCols);
       gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
       EXPECT_EQ(adds + 1, gpu->fusedAdds());
-      std::vector<float> sum(x0.size());
-      for (size_t i = 0; i < sum.size(); i++) sum[i] = x0[i] + u0[i];
-      auto unfused = upload(*gpu, sum);
-      auto normed = gpu->allocate(sum.size() * 4);
-      gpu->rmsNorm(unfused.as<float>(), norm.as<float>(), reinterpret_cast<float*>(normed->data()), kTokens, kCols,
-                   1e-5f);
-      const auto wantNorm = download<float>(*gpu, *normed, sum.size());
-      EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *x.buffer, sum.size()).data(), sum.data(), sum.size() * 4));
-      EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *out, sum.size()).data(), wantNorm.data(), sum.size() * 4));
-      // Again, now with the product after it (downloads above ran the queue).
+      {
+        std::vector<float> sum(x0.size());
+        for (size_t i = 0; i < sum.size(); i++) sum[i] = x0[i] + u0[i];
+        auto unfused = upload(*gpu, sum);
+        auto normed = gpu->allocate(sum.size() * 4);
+        gpu->rmsNorm(unfused.as<float>(), norm.as<float>(), reinterpret_cast<float*>(normed->data()), kTokens, kCols,
+                     1e-5f);
+        const auto wantNorm = download<float>(*gpu, *normed, sum.size());
+        EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *x.buffer, sum.size()).data(), sum.data(), sum.size() * 4));
+        EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *out, sum.size()).data(), wantNorm.data(), sum.size() * 4));
+      }  // (freeing a buffer runs the queue: before the fusions below, not between them)
+      // Again, now with the product after it.
       gpu->add(x.as<float>(), u.as<float>(), kTokens * kCols);
       gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
       EXPECT_EQ(adds + 2, gpu->fusedAdds());
