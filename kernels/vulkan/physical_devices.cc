@@ -13,12 +13,18 @@ namespace {
 // Placement preference of a device type: lower is preferred.
 int typeRank(VkPhysicalDeviceType type) {
   switch (type) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
-    case VK_PHYSICAL_DEVICE_TYPE_OTHER: return 3;
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 4;
-    default: return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_OTHER:
+      return 3;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return 4;
+    default:
+      return 3;
   }
 }
 
@@ -33,11 +39,16 @@ std::string PhysicalDeviceDescription::uuidString() const { return formatUuid(uu
 
 const char* PhysicalDeviceDescription::typeName() const {
   switch (type) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "software (CPU)";
-    default: return "other";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "software (CPU)";
+    default:
+      return "other";
   }
 }
 
@@ -67,8 +78,9 @@ std::shared_ptr<VulkanInstance> VulkanInstance::create() {
   ci.pApplicationInfo = &app;
   const VkResult created = g.vkCreateInstance(&ci, nullptr, &self->instance_);
   if (created == VK_ERROR_INCOMPATIBLE_DRIVER) {
-    JITLLM_FAIL(kUnimplemented, "the Vulkan loader found no driver (ICD) for Vulkan 1.2; install one (lavapipe: "
-                                "mesa-vulkan-drivers) or point VK_DRIVER_FILES at its JSON");
+    JITLLM_FAIL(kUnimplemented,
+                "the Vulkan loader found no driver (ICD) for Vulkan 1.2; install one (lavapipe: "
+                "mesa-vulkan-drivers) or point VK_DRIVER_FILES at its JSON");
   }
   vkCheck(created, "vkCreateInstance", "vulkan");
   self->fn_ = self->loader_->loadInstance(self->instance_);
@@ -116,6 +128,7 @@ PhysicalDeviceDescription VulkanInstance::describe(VkPhysicalDevice device, uint
   std::vector<VkExtensionProperties> extensions(extCount);
   fn_.vkEnumerateDeviceExtensionProperties(device, nullptr, &extCount, extensions.data());
   d.hasMemoryBudget = hasExtension(extensions, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  const bool hasIntegerDot = hasExtension(extensions, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
 
   VkPhysicalDeviceProperties base{};
   fn_.vkGetPhysicalDeviceProperties(device, &base);
@@ -150,12 +163,16 @@ PhysicalDeviceDescription VulkanInstance::describe(VkPhysicalDevice device, uint
   for (int i = 0; i < 3; i++) d.maxWorkgroupCount[size_t(i)] = limits.maxComputeWorkGroupCount[i];
   d.maxPushConstantBytes = limits.maxPushConstantsSize;
 
+  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  if (hasIntegerDot) f12.pNext = &dot;
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.pNext = &f12;
   VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   features.pNext = &f11;
   fn_.vkGetPhysicalDeviceFeatures2(device, &features);
+  d.integerDotProduct = hasIntegerDot && dot.shaderIntegerDotProduct;
   d.shaderFloat64 = features.features.shaderFloat64;
   d.shaderInt64 = features.features.shaderInt64;
   d.storageBuffer16BitAccess = f11.storageBuffer16BitAccess;

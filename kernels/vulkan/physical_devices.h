@@ -38,7 +38,7 @@ struct PhysicalDeviceDescription {
   std::string driverName;    // VkPhysicalDeviceDriverProperties
   std::string driverInfo;
   VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
-  bool software = false;     // a CPU implementation: usable, placed last
+  bool software = false;  // a CPU implementation: usable, placed last
   uint32_t vendorId = 0, deviceId = 0, apiVersion = 0, driverVersion = 0;
   std::array<uint8_t, 16> uuid{};
   std::vector<MemoryHeapInfo> heaps;
@@ -51,6 +51,7 @@ struct PhysicalDeviceDescription {
   std::array<uint32_t, 3> maxWorkgroupCount{};
   uint32_t maxPushConstantBytes = 0;
   bool shaderFloat64 = false;
+  bool integerDotProduct = false;  // VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct
 
   // Requirements (see unusableReason).
   uint32_t computeQueueFamily = UINT32_MAX;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -115,9 +116,15 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   qi.queueFamilyIndex = phys.computeQueueFamily;
   qi.queueCount = 1;
   qi.pQueuePriorities = &priority;
+  // Integer dot products (matmul_int.comp) where the device has them; spelt out otherwise.
+  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+  dot.shaderIntegerDotProduct = VK_TRUE;
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   f12.bufferDeviceAddress = VK_TRUE;
   f12.timelineSemaphore = VK_TRUE;
+  const bool dot4 = phys.integerDotProduct && options.integerDotProduct;
+  if (dot4) f12.pNext = &dot;
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.pNext = &f12;
   f11.storageBuffer16BitAccess = VK_TRUE;
@@ -127,6 +134,7 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   features.features.shaderFloat64 = phys.shaderFloat64 ? VK_TRUE : VK_FALSE;
   std::vector<const char*> extensions;
   if (phys.hasMemoryBudget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  if (dot4) extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
   VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   ci.pNext = &features;
   ci.queueCreateInfoCount = 1;
@@ -176,12 +184,17 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
       {"MAX_SHARED_BYTES", std::to_string(phys.maxSharedMemoryBytes)},
   };
   if (phys.shaderFloat64) deviceDefines.emplace_back("HAVE_FP64", "1");
+  if (dot4) deviceDefines.emplace_back("HAVE_DOT4", "1");
+  d->usesDot4_ = dot4;
+  const char* intdot = std::getenv("JITLLM_VULKAN_INTDOT");
+  d->integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
   d->pipelines_ = std::make_unique<PipelineLibrary>(
       ctx, KernelCache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys), std::move(deviceDefines));
   return d;
 }
 
 VulkanDevice::~VulkanDevice() {
+  xq_.reset();  // a buffer of this device: before the pool goes
   try {
     if (stream_) stream_->finish();
   } catch (...) {
@@ -274,6 +287,7 @@ void VulkanDevice::stageToDevice(const LocatedRange& dst, const uint8_t* src, si
 
 void VulkanDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  quantized_ = {};  // it may overwrite the quantized input
   const LocatedRange range = pool_->locate(reinterpret_cast<uint64_t>(dst), bytes);
   if (range.host && bytes >= kDirectCopyMinBytes) {
     stream_->finish();
@@ -317,6 +331,7 @@ void VulkanDevice::dispatch(VkPipeline pipeline, const Push& push, uint32_t x, u
   JITLLM_REQUIRE(x <= max[0] && y <= max[1] && z <= max[2], info_.id, ": a grid of ", x, "x", y, "x", z,
                  " workgroups exceeds the device's limits");
   if (x == 0 || y == 0 || z == 0) return;
+  if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
   VkCommandBuffer cb = stream_->recording();
   ctx_.fn.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
   ctx_.fn.vkCmdPushConstants(cb, pipelines_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Push), &push);
@@ -358,8 +373,63 @@ void VulkanDevice::rmsNorm(const float* x, const float* weight, float* out, int6
   dispatch(p, push, uint32_t(rows));
 }
 
+bool VulkanDevice::integerMatmulFits(const WeightRef& w) const {
+  using quant::TensorType;
+  if (!integerMatmul_ || w.cols % 256 != 0 || w.rowStride > UINT32_MAX) return false;
+  // q4_K is read in aligned words; q6_K's 210-byte blocks are only 2-byte aligned, read as words
+  // around them.
+  const uint64_t a = reinterpret_cast<uint64_t>(w.data) | w.rowStride;
+  return (w.type == TensorType::kQ4_K && a % 4 == 0) || (w.type == TensorType::kQ6_K && a % 2 == 0);
+}
+
+void VulkanDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
+  const uint64_t rowBytes = uint64_t(2 * w.cols + w.cols / 8 + w.cols / 8 + w.cols / 2);  // quantize_x.comp
+  const uint64_t need = rowBytes * uint64_t(tokens);
+  JITLLM_REQUIRE(rowBytes <= UINT32_MAX, info_.id, ": matmul: rows of ", w.cols, " elements are too long");
+  if (!xq_ || xq_->size() < need) {
+    xq_.reset();  // waits for queued work that reads it
+    xq_ = allocate(size_t(std::max<uint64_t>(need, uint64_t(1) << 20)));
+    quantized_ = {};
+  }
+  const uint64_t xqAddress = reinterpret_cast<uint64_t>(xq_->data());
+  keepQuantized_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{keepQuantized_};
+  if (quantized_.x != x || quantized_.tokens != tokens || quantized_.cols != w.cols) {
+    struct {
+      uint64_t x, xq;
+      uint32_t k, xqStride;
+    } push{address(x, uint64_t(tokens * w.cols) * 4, "matmul input"), xqAddress, uint32_t(w.cols), uint32_t(rowBytes)};
+    dispatch(pipelines_->get(KernelSpec{"quantize_x.comp", {}}), push, groupsFor(uint64_t(w.cols / 32), 64),
+             uint32_t(tokens));
+    quantized_ = {x, tokens, w.cols};
+  }
+  struct {
+    uint64_t w, xq, y, bias;
+    uint32_t rows, tokens, rowStride, xqStride;
+  } push{address(w.data, uint64_t(w.rows) * w.rowStride, "matmul weights"),
+         xqAddress,
+         address(y, uint64_t(tokens * w.rows) * 4, "matmul output"),
+         bias ? address(bias, uint64_t(w.rows) * 4, "matmul bias") : 0,
+         uint32_t(w.rows),
+         uint32_t(tokens),
+         uint32_t(w.rowStride),
+         uint32_t(rowBytes)};
+  dispatchMatmul("matmul_int.comp", w, tokens, push);
+  // A product whose output overwrites its own input leaves xq describing bytes that changed.
+  const auto* xb = reinterpret_cast<const uint8_t*>(x);
+  const auto* yb = reinterpret_cast<const uint8_t*>(y);
+  if (yb < xb + size_t(tokens * w.cols) * 4 && xb < yb + size_t(tokens * w.rows) * 4) quantized_ = {};
+}
+
 void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
   if (tokens <= 0 || w.rows <= 0) return;
+  if (integerMatmulFits(w)) {
+    matmulInteger(w, x, tokens, y, bias);
+    return;
+  }
   const char* type = typeDefine(w.type);
   JITLLM_REQUIRE(type != nullptr, info_.id, ": matmul: tensor type ", quant::typeName(w.type), " is not supported");
   const auto rowBytes = quant::rowBytes(w.type, w.cols);
@@ -379,12 +449,18 @@ void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, fl
          uint32_t(w.rows),
          uint32_t(tokens),
          uint32_t(w.rowStride)};
-  // Tuning knobs that leave the summation order alone (see shaders/matmul.comp): tokens per
-  // workgroup grow with the batch up to 8; two row groups of two rows keep 64 invocations busy.
+  dispatchMatmul("matmul.comp", w, tokens, push);
+}
+
+template <typename Push>
+void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push) {
+  // Tuning knobs that leave the summation order alone (shaders/matmul.comp, matmul_int.comp):
+  // tokens per workgroup grow with the batch up to 8; two row groups of two rows keep 64
+  // invocations busy.
   const int tt = tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
   const int wr = 2, nr = 2;
-  const VkPipeline p = pipelines_->get(KernelSpec{"matmul.comp", {}}
-                                           .define(type)
+  const VkPipeline p = pipelines_->get(KernelSpec{shader, {}}
+                                           .define(typeDefine(w.type))
                                            .define("K", w.cols)
                                            .define("LANES", int64_t(kMatmulLanes))
                                            .define("WR", int64_t(wr))

@@ -44,6 +44,12 @@ struct VulkanDeviceOptions {
   std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
   std::shared_ptr<VulkanInstance> instance;  // devices made together share one; null: a new one
   int idIndex = -1;  // N of its id "vulkan:N" where that is not `index` (a device found after start); -1: index
+  // q4_K / q6_K products on integer dot products (shaders/matmul_int.comp) rather than float
+  // decoding; unset: on unless JITLLM_VULKAN_INTDOT=0.
+  std::optional<bool> integerMatmul;
+  // Use VK_KHR_shader_integer_dot_product where the device has it (default); false spells the
+  // dot products out in integer arithmetic (the same integers, so the same bits: tests).
+  bool integerDotProduct = true;
 };
 
 class VulkanDevice final : public Device {
@@ -76,6 +82,8 @@ class VulkanDevice final : public Device {
   // Waits until every queued op has run.
   void synchronize();
   const PhysicalDeviceDescription& physical() const { return *ctx_.physical; }
+  // Whether the integer products use the device's dot product instructions.
+  bool usesIntegerDotProduct() const { return usesDot4_; }
   const KernelStats& kernelStats() const { return pipelines_->stats(); }
   const std::string& cacheDirectory() const { return pipelines_->cache().directory(); }
   PipelineLibrary& pipelines() { return *pipelines_; }
@@ -88,6 +96,12 @@ class VulkanDevice final : public Device {
   template <typename Push>
   void dispatch(VkPipeline pipeline, const Push& push, uint32_t x, uint32_t y = 1, uint32_t z = 1);
   void stageToDevice(const LocatedRange& dst, const uint8_t* src, size_t bytes);
+  // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
+  bool integerMatmulFits(const WeightRef& w) const;
+  void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias);
+  // Records `shader` (matmul.comp or matmul_int.comp) for w's type and row length over `tokens`.
+  template <typename Push>
+  void dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push);
 
   DeviceInfo info_;
   DeviceContext ctx_;
@@ -108,6 +122,19 @@ class VulkanDevice final : public Device {
     uint64_t address = 0;
     uint64_t generation = 0;
   } rope_;
+
+  // Activations quantized for the integer products (shaders/quantize_x.comp), grown on demand.
+  // `quantized_` names the input xq_ holds while nothing else has been recorded since - q, k and
+  // v (gate and up) read one x and quantize it once; any other op or copy forgets it.
+  bool integerMatmul_ = true;
+  bool usesDot4_ = false;
+  std::unique_ptr<DeviceBuffer> xq_;
+  struct QuantizedInput {
+    const float* x = nullptr;
+    int64_t tokens = 0, cols = 0;
+  };
+  QuantizedInput quantized_;
+  bool keepQuantized_ = false;  // set while an integer product records its own dispatches
 };
 
 // Every Vulkan device of this machine as the loader sees it, in "vulkan:N" order, unusable ones

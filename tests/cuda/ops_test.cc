@@ -8,6 +8,7 @@
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/gpu/integer_product_checks.h"
 
 namespace jitllm::testing {
 namespace {
@@ -162,50 +163,9 @@ TEST_F(CudaOps, AnInputWrittenBetweenIntegerProductsIsQuantizedAgain) {
     const Matrix m = randomMatrix(type, kRows, kCols, freshSeed() + 11 * uint32_t(type));
     auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
     const WeightRef gw{type, w->data(), kRows, kCols, m.stride};
-    const auto x0 = randomFloats(size_t(kCols), freshSeed() + 1), d = randomFloats(size_t(kCols), freshSeed() + 2);
-    const auto x2 = randomFloats(size_t(kCols), freshSeed() + 3);
-    std::vector<float> x1(x0.size());
-    for (size_t i = 0; i < x1.size(); i++) x1[i] = x0[i] + d[i];
-    // What each input gives, each computed alone.
-    const auto alone = [&](const std::vector<float>& xHost) {
-      auto x = upload(*gpu, xHost);
-      auto y = gpu->allocate(size_t(kRows) * 4);
-      gpu->matmul(gw, x.as<float>(), 1, reinterpret_cast<float*>(y->data()), nullptr);
-      return download<float>(*gpu, *y, size_t(kRows));
-    };
-    const auto want0 = alone(x0), want1 = alone(x1), want2 = alone(x2);
-    ASSERT_NE(0, std::memcmp(want0.data(), want1.data(), want0.size() * 4));
-
-    auto x = upload(*gpu, x0);
-    auto dd = upload(*gpu, d);
-    auto y = gpu->allocate(size_t(4 * kRows) * 4);
-    auto* ys = reinterpret_cast<float*>(y->data());
-    gpu->matmul(gw, x.as<float>(), 1, ys, nullptr);
-    gpu->matmul(gw, x.as<float>(), 1, ys + kRows, nullptr);  // the same input: reused
-    gpu->add(x.as<float>(), dd.as<float>(), kCols);          // an op writes it
-    gpu->matmul(gw, x.as<float>(), 1, ys + 2 * kRows, nullptr);
-    gpu->copyFromHost(x.buffer->data(), x2.data(), x2.size() * 4);
-    gpu->matmul(gw, x.as<float>(), 1, ys + 3 * kRows, nullptr);
-    const auto got = download<float>(*gpu, *y, size_t(4 * kRows));
-    EXPECT_EQ(0, std::memcmp(got.data(), want0.data(), want0.size() * 4));
-    EXPECT_EQ(0, std::memcmp(got.data() + kRows, want0.data(), want0.size() * 4));
-    EXPECT_EQ(0, std::memcmp(got.data() + 2 * kRows, want1.data(), want1.size() * 4));
-    EXPECT_EQ(0, std::memcmp(got.data() + 3 * kRows, want2.data(), want2.size() * 4));
-
-    // A square product writing over its own input: the next product reads the new values.
     const Matrix sq = randomMatrix(type, kCols, kCols, freshSeed() + 5);
     auto ws = gpu->adoptHostBytes(sq.bytes.data(), sq.bytes.size());
-    const WeightRef sw{type, ws->data(), kCols, kCols, sq.stride};
-    auto xa = upload(*gpu, x0);
-    float* xp = xa.as<float>();
-    gpu->matmul(sw, xp, 1, xp, nullptr);
-    const auto mid = download<float>(*gpu, *xa.buffer, size_t(kCols));
-    gpu->matmul(sw, xp, 1, xp, nullptr);
-    const auto twice = download<float>(*gpu, *xa.buffer, size_t(kCols));
-    auto xb = upload(*gpu, mid);
-    auto yb = gpu->allocate(size_t(kCols) * 4);
-    gpu->matmul(sw, xb.as<float>(), 1, reinterpret_cast<float*>(yb->data()), nullptr);
-    EXPECT_EQ(0, std::memcmp(twice.data(), download<float>(*gpu, *yb, size_t(kCols)).data(), twice.size() * 4));
+    expectWrittenInputsQuantizedAgain(*gpu, gw, WeightRef{type, ws->data(), kCols, kCols, sq.stride}, freshSeed());
   }
 }
 

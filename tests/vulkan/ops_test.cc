@@ -7,6 +7,7 @@
 
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
+#include "tests/gpu/integer_product_checks.h"
 #include "tests/vulkan/vulkan_test_support.h"
 
 namespace jitllm::testing {
@@ -88,9 +89,9 @@ TEST_F(VulkanOps, GetRowsRejectsTokenIdsOutsideTheTable) {
   auto table = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
   auto out = gpu->allocate(32 * 4);
   const int32_t bad = 4;
-  EXPECT_THROW(gpu->getRows(WeightRef{m.type, table->data(), 4, 32, m.stride}, &bad, 1,
-                            reinterpret_cast<float*>(out->data())),
-               Error);
+  EXPECT_THROW(
+      gpu->getRows(WeightRef{m.type, table->data(), 4, 32, m.stride}, &bad, 1, reinterpret_cast<float*>(out->data())),
+      Error);
 }
 
 TEST_F(VulkanOps, MatmulOfEveryTypeMatchesTheCpuAndATokensResultIsTheSameAloneOrInABatch) {
@@ -116,15 +117,25 @@ TEST_F(VulkanOps, MatmulOfEveryTypeMatchesTheCpuAndATokensResultIsTheSameAloneOr
       cpu->matmul(cw, xHost.data(), tokens, want.data(), withBias ? biasHost.data() : nullptr);
       // Against the float64 sum over the CPU's exact dequantized weights (the reference the CPU
       // kernels are held to), and against the CPU device itself.
+      // q4_K and q6_K run on the integer kernels (matmul_int.comp), whose activations are off by at
+      // most s/512, s <= amax/63.5 of the element's block of 32 (quantize_x.comp).
+      const bool integer = (type == TensorType::kQ4_K || type == TensorType::kQ6_K) && cols % 256 == 0;
       for (int64_t t = 0; t < tokens; t++) {
         for (int64_t r = 0; r < kRows; r++) {
-          double exact = withBias ? biasHost[size_t(r)] : 0.0, magnitude = std::fabs(exact);
+          double exact = withBias ? biasHost[size_t(r)] : 0.0, magnitude = std::fabs(exact), rounding = 0;
           for (int64_t k = 0; k < cols; k++) {
             const double p = double(m.dequantized[size_t(r * cols + k)]) * xHost[size_t(t * cols + k)];
             exact += p;
             magnitude += std::fabs(p);
+            if (integer) {
+              float amax = 0;
+              for (int64_t i = k / 32 * 32; i < k / 32 * 32 + 32; i++) {
+                amax = std::max(amax, std::fabs(xHost[size_t(t * cols + i)]));
+              }
+              rounding += std::fabs(double(m.dequantized[size_t(r * cols + k)])) * amax / (63.5 * 512);
+            }
           }
-          ASSERT_NEAR(got[size_t(t * kRows + r)], exact, 2e-6 * magnitude) << "row " << r << " token " << t;
+          ASSERT_NEAR(got[size_t(t * kRows + r)], exact, 2e-6 * magnitude + rounding) << "row " << r << " token " << t;
         }
       }
       // The CPU device may round activations for its integer paths (tests/quant/matmul_test.cc
@@ -143,6 +154,49 @@ TEST_F(VulkanOps, MatmulOfEveryTypeMatchesTheCpuAndATokensResultIsTheSameAloneOr
         }
       }
     }
+  }
+}
+
+// The integer kernels (q4_K, q6_K) against the float ones on the same device, with the device's
+// dot product instructions and spelt out; and the quantized input q, k and v share is quantized
+// again after anything writes it (tests/gpu/integer_product_checks.h).
+TEST_F(VulkanOps, IntegerProductsMatchTheFloatKernelsAndRequantizeAWrittenInput) {
+  vulkan::VulkanDeviceOptions o;
+  o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+  o.integerMatmul = false;
+  auto floats = vulkan::VulkanDevice::create(o);
+  // And the integer kernels with their dot products spelt out, where the device has instructions:
+  // the same integers, so the same bits.
+  o.integerMatmul = true;
+  o.integerDotProduct = false;
+  auto spelt = vulkan::VulkanDevice::create(o);
+  std::printf("%s: integer dot product instructions: %s\n", gpu->info().id.c_str(),
+              gpu->usesIntegerDotProduct() ? "yes" : "no (spelt out)");
+  constexpr int64_t kRows = 64, kCols = 512;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+    SCOPED_TRACE(std::string(quant::typeName(type)));
+    const Matrix m = randomMatrix(type, kRows, kCols, freshSeed() + 11 * uint32_t(type));
+    auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
+    auto wf = floats->adoptHostBytes(m.bytes.data(), m.bytes.size());
+    const WeightRef gw{type, w->data(), kRows, kCols, m.stride};
+    // The integer kernels against the float ones, and their dot products spelt out.
+    const auto alone = [&](Device& dev, const WeightRef& wr) {
+      auto x = upload(dev, randomFloats(size_t(kCols), freshSeed() + 1));
+      auto y = dev.allocate(size_t(wr.rows) * 4);
+      dev.matmul(wr, x.as<float>(), 1, reinterpret_cast<float*>(y->data()), nullptr);
+      return download<float>(dev, *y, size_t(wr.rows));
+    };
+    const auto got = alone(*gpu, gw);
+    const double error = nmse(got, alone(*floats, WeightRef{type, wf->data(), kRows, kCols, m.stride}));
+    EXPECT_LT(error, 1e-8);
+    EXPECT_GT(error, 0.0) << "the integer kernels did not run";
+    auto ws0 = spelt->adoptHostBytes(m.bytes.data(), m.bytes.size());
+    const auto spelt0 = alone(*spelt, WeightRef{type, ws0->data(), kRows, kCols, m.stride});
+    EXPECT_EQ(0, std::memcmp(spelt0.data(), got.data(), got.size() * 4)) << "spelt-out dot products";
+
+    const Matrix sq = randomMatrix(type, kCols, kCols, freshSeed() + 5);
+    auto ws = gpu->adoptHostBytes(sq.bytes.data(), sq.bytes.size());
+    expectWrittenInputsQuantizedAgain(*gpu, gw, WeightRef{type, ws->data(), kCols, kCols, sq.stride}, freshSeed());
   }
 }
 
@@ -250,7 +304,7 @@ void checkPagedAttention(Device& gpu, Device& cpu, KvPrecision precision, uint32
 
   // Queries: the last 5 positions of session 0 (prefill-like) and the last of session 1.
   std::vector<int32_t> positions = {18, 19, 20, 21, 22, 8};
-  std::vector<const uint8_t* const*> gT, cT;
+  std::vector<const uint8_t*const*> gT, cT;
   for (size_t t = 0; t < positions.size(); t++) {
     const size_t s = t < 5 ? 0 : 1;
     gT.push_back(gpuTables[s].data());
