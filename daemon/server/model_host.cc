@@ -420,10 +420,14 @@ void ModelHost::serviceMigration() {
     events_.emit({0, EventKind::kMigration, "layers.pinned", name_, target, 0,
                   "pinned " + runtime::unitRangeName(range, layers) + " of " + name_ + " to " + target});
   }
-  // The requester hears of it once ps shows the new placement (after this iteration's publish).
+  // The requester hears of it once ps shows the new placement (after this iteration's publish),
+  // and until then the model still counts as migrating: a snapshot that said "not migrating" with
+  // the old placement let the scheduler plan its next move from units that had already moved.
   committed_ = {m.ticket, st};
   retiring_ = std::move(m.migration);
-  migrationEnded();
+  running_.reset();
+  std::lock_guard lock(mutex_);
+  commitUnpublished_ = true;
 }
 
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
@@ -488,6 +492,10 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   publishedKv_ = std::move(kv);
   publishedUnits_ = std::move(units);
   publishedMigration_ = std::move(migration);
+  if (commitUnpublished_) {  // the committed placement is visible now
+    commitUnpublished_ = false;
+    migrating_ = pendingMigration_ != nullptr;
+  }
   if (!published_.empty()) {  // sessions ran (or wait) this iteration; idle ones do not count
     lastActiveMs_ = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
   }

@@ -188,7 +188,8 @@ class ModelHost final {
   int64_t lastActiveMs_ = 0;
   std::vector<std::string> pins_;                      // per unit: device id or ""
   std::shared_ptr<MigrationTicket> pendingMigration_;  // requested, not yet started by the worker
-  bool migrating_ = false;                             // pending or running
+  bool migrating_ = false;                             // pending or running, or committed but not yet published
+  bool commitUnpublished_ = false;                     // a commit publish() has not shown yet
   std::unique_ptr<RunningMigration> running_;          // worker thread only
   // A committed migration whose source pages and weights go back after the next step, so the
   // streams do not wait for that (worker thread only).

@@ -45,6 +45,10 @@ constexpr size_t kDirectCopyMinBytes = 1ull << 20;
 constexpr int kMatmulLanes = 32;
 constexpr int kNormWorkgroup = 64;
 constexpr int kAttentionWorkgroup = 64;
+// Attention with fewer (head, token) workgroups than this spreads each token's chunks of
+// positions over workgroups of their own (decode: 32 heads of the 1B shape would leave most of a
+// GPU idle over a long context).
+constexpr int64_t kSplitAttentionBelow = 256;
 constexpr int kElementwiseWorkgroup = 256;
 
 const char* typeDefine(quant::TensorType type) {
@@ -194,7 +198,8 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
 }
 
 VulkanDevice::~VulkanDevice() {
-  xq_.reset();  // a buffer of this device: before the pool goes
+  xq_.reset();  // buffers of this device: before the pool goes
+  partials_.reset();
   try {
     if (stream_) stream_->finish();
   } catch (...) {
@@ -563,6 +568,23 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
     e.first = totalPages;
     totalPages += e.second;
   }
+  // Few workgroups (decode: one per head) over a long context: each chunk of positions gets its
+  // own workgroup, and a second pass folds the chunks in order - the same bits as one workgroup
+  // per head and token folding as it goes (shaders/attention.comp). The scratch grows before
+  // anything is uploaded: growing waits for the queue, which recycles the upload arena.
+  int64_t maxPositions = 0;
+  for (int64_t t = 0; t < batch.tokens; t++) maxPositions = std::max<int64_t>(maxPositions, batch.positions[t] + 1);
+  const uint32_t maxChunks = uint32_t((maxPositions + kAttentionWorkgroup - 1) / kAttentionWorkgroup);
+  const bool split = batch.tokens * batch.heads < kSplitAttentionBelow && maxChunks > 1 &&
+                     maxChunks <= ctx_.physical->maxWorkgroupCount[2];
+  if (split) {
+    const uint64_t bytes =
+        uint64_t(batch.tokens) * uint64_t(batch.heads) * maxChunks * uint64_t(kv.headDim + 2) * sizeof(float);
+    if (!partials_ || partials_->size() < bytes) {
+      partials_.reset();  // waits for queued work that reads it
+      partials_ = allocate(size_t(std::max<uint64_t>(bytes, uint64_t(1) << 20)));
+    }
+  }
   const size_t infoBytes = size_t(batch.tokens) * 8;
   const CommandStream::Upload up = stream_->upload(infoBytes + size_t(totalPages) * 8);
   for (int64_t t = 0; t < batch.tokens; t++) {
@@ -577,18 +599,34 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   }
   const uint64_t qBytes = uint64_t(batch.tokens) * uint64_t(batch.heads) * uint64_t(kv.headDim) * 4;
   struct {
-    uint64_t q, out, info, pages;
+    uint64_t q, out, info, pages, partials;
     float scale;
-  } push{address(q, qBytes, "attention queries"), address(out, qBytes, "attention output"), up.address,
-         up.address + infoBytes, batch.scale};
-  const VkPipeline p = pipelines_->get(KernelSpec{"attention.comp", {}}
-                                           .define("HD", int64_t(kv.headDim))
-                                           .define("HEADS", int64_t(batch.heads))
-                                           .define("KVH", int64_t(kv.kvHeads))
-                                           .define("PAGE_TOKENS", int64_t(kv.pageTokens))
-                                           .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
-                                           .define("WG", int64_t(kAttentionWorkgroup)));
-  dispatch(p, push, uint32_t(batch.heads), uint32_t(batch.tokens));
+    uint32_t maxChunks;
+  } push{address(q, qBytes, "attention queries"),
+         address(out, qBytes, "attention output"),
+         up.address,
+         up.address + infoBytes,
+         0,
+         batch.scale,
+         0};
+  const auto pipeline = [&](int mode) {
+    return pipelines_->get(KernelSpec{"attention.comp", {}}
+                               .define("HD", int64_t(kv.headDim))
+                               .define("HEADS", int64_t(batch.heads))
+                               .define("KVH", int64_t(kv.kvHeads))
+                               .define("PAGE_TOKENS", int64_t(kv.pageTokens))
+                               .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
+                               .define("WG", int64_t(kAttentionWorkgroup))
+                               .define("MODE", int64_t(mode)));
+  };
+  if (split) {
+    push.partials = reinterpret_cast<uint64_t>(partials_->data());
+    push.maxChunks = maxChunks;
+    dispatch(pipeline(1), push, uint32_t(batch.heads), uint32_t(batch.tokens), maxChunks);
+    dispatch(pipeline(2), push, uint32_t(batch.heads), uint32_t(batch.tokens));
+    return;
+  }
+  dispatch(pipeline(0), push, uint32_t(batch.heads), uint32_t(batch.tokens));
 }
 
 void VulkanDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {

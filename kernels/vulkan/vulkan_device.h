@@ -135,6 +135,7 @@ class VulkanDevice final : public Device {
   };
   QuantizedInput quantized_;
   bool keepQuantized_ = false;  // set while an integer product records its own dispatches
+  std::unique_ptr<DeviceBuffer> partials_;  // per-chunk attention states (attention.comp MODE 1)
 };
 
 // Every Vulkan device of this machine as the loader sees it, in "vulkan:N" order, unusable ones

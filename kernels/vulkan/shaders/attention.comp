@@ -1,11 +1,16 @@
-// Attention of one query head over its session's paged KV cache: a workgroup per (head, token).
+// Attention of one query head over its session's paged KV cache.
 //
-// Positions are taken in chunks of WG (one score per invocation), with an online softmax: the
-// running maximum M and sum S are rescaled when a chunk raises M, and every invocation keeps the
-// output dims d = lid, lid + WG, ... . All sums run in a fixed order (scores: sequential FMAs over
-// the head dim; chunk sums: a fixed tree; V: sequential over positions), so results depend only
-// on WG, which the host fixes (not per device).
-// Defines: HD, HEADS, KVH, PAGE_TOKENS, KV_F16 (0/1), WG.
+// Positions are taken in chunks of WG (one score per invocation). Each chunk's softmax state -
+// its maximum m, its sum s = sum exp(score - m) and its unnormalised output o = sum exp(score - m) v -
+// starts afresh, and the chunks' states are folded together in order (fold()). Every sum runs in
+// a fixed order (scores: sequential FMAs over the head dim; chunk max and sum: a fixed tree;
+// o: sequential over the chunk's positions), so results depend only on WG, which the host fixes.
+//
+// MODE 0: a workgroup per (head, token) computes and folds all of that token's chunks.
+// MODE 1: a workgroup per (head, token, chunk) writes that chunk's state to `partials`, and
+// MODE 2: a workgroup per (head, token) folds them in order - the same operations as MODE 0, so
+// the same bits. Decode (a handful of workgroups over a long context) uses 1 + 2.
+// Defines: HD, HEADS, KVH, PAGE_TOKENS, KV_F16 (0/1), WG, MODE.
 #include "common.glsl"
 
 layout(local_size_x = WG) in;
@@ -13,14 +18,17 @@ layout(local_size_x = WG) in;
 layout(push_constant) uniform Params {
   uint64_t q;
   uint64_t out_;
-  uint64_t info;    // per token: uvec2(position, first index into pages)
-  uint64_t pages;   // page addresses
+  uint64_t info;      // per token: uvec2(position, first index into pages)
+  uint64_t pages;     // page addresses
+  uint64_t partials;  // MODE 1, 2: per (token, head, chunk) a state of HD + 2 floats
   float scale;
+  uint maxChunks;     // MODE 1, 2: chunks per (token, head) in `partials`
 } p;
 
 #define DPT ((HD + WG - 1) / WG)
 #define GROUP (HEADS / KVH)
 #define ROW (KVH * HD)  // elements of one token's K (or V)
+#define STATE (HD + 2)  // o[HD], m, s
 
 shared float qs[HD];
 shared float pr[WG];
@@ -35,72 +43,127 @@ float kvAt(uint64_t page, uint index) {
 #endif
 }
 
+// Folds a chunk's state (m, s, o) into the running total (the first chunk is taken as it is).
+void fold(bool first, float m, float s, float o[DPT], inout float totM, inout float totS, inout float totO[DPT]) {
+  if (first) {
+    totM = m;
+    totS = s;
+    for (uint i = 0u; i < DPT; i++) totO[i] = o[i];
+    return;
+  }
+  const float now = max(totM, m);
+  const float a = exp(totM - now), b = exp(m - now);
+  precise float sum = totS * a + s * b;
+  totS = sum;
+  for (uint i = 0u; i < DPT; i++) {
+    precise float v = totO[i] * a + o[i] * b;
+    totO[i] = v;
+  }
+  totM = now;
+}
+
+// Chunk c of token t (n positions) for head `head`: its max, sum and output dims lid + i WG.
+void chunkState(uint t, uint head, uint n, uint first, uint c, out float m, out float s, out float o[DPT]) {
+  const uint kvh = head / GROUP;
+  const uint lid = gl_LocalInvocationID.x;
+  U64Buf pages = U64Buf(p.pages);
+  const uint j0 = c * WG;
+  const uint j = j0 + lid;
+  float score = 0.0;
+  if (j < n) {
+    const uint64_t page = pages.v[first + j / PAGE_TOKENS];
+    pg[lid] = page;
+    const uint base = (j % PAGE_TOKENS) * ROW + kvh * HD;
+    for (uint d = 0u; d < HD; d++) score = fma(qs[d], kvAt(page, base + d), score);
+    score *= p.scale;
+  }
+  red[lid] = j < n ? score : -3.402823466e38;
+  barrier();
+  for (uint h = WG / 2u; h > 0u; h >>= 1) {
+    if (lid < h) red[lid] = max(red[lid], red[lid + h]);
+    barrier();
+  }
+  m = red[0];
+  barrier();
+  const float e = j < n ? exp(score - m) : 0.0;
+  pr[lid] = e;
+  red[lid] = e;
+  barrier();
+  for (uint h = WG / 2u; h > 0u; h >>= 1) {
+    if (lid < h) red[lid] += red[lid + h];
+    barrier();
+  }
+  s = red[0];
+  const uint count = min(uint(WG), n - j0);
+  for (uint i = 0u; i < DPT; i++) {
+    const uint d = lid + i * WG;
+    float a = 0.0;
+    if (d < HD) {
+      for (uint jj = 0u; jj < count; jj++) {
+        const uint pos = j0 + jj;
+        a = fma(pr[jj], kvAt(pg[jj], (PAGE_TOKENS + pos % PAGE_TOKENS) * ROW + kvh * HD + d), a);
+      }
+    }
+    o[i] = a;
+  }
+  barrier();  // pr, pg and red are free for the next chunk
+}
+
+void writeOutput(uint t, uint head, float totS, float totO[DPT]) {
+  const float inv = 1.0 / totS;
+  F32Buf o = F32Buf(p.out_ + (uint64_t(t) * HEADS + head) * HD * 4u);
+  for (uint i = 0u; i < DPT; i++) {
+    const uint d = gl_LocalInvocationID.x + i * WG;
+    if (d < HD) o.v[d] = totO[i] * inv;
+  }
+}
+
 void main() {
-  const uint t = gl_WorkGroupID.y;
-  const uint th = t * HEADS + gl_WorkGroupID.x;  // token * HEADS + head
-  const uint kvh = gl_WorkGroupID.x / GROUP;
+  const uint head = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
   const uint lid = gl_LocalInvocationID.x;
   U32Buf info = U32Buf(p.info + uint64_t(t) * 8u);
   const uint n = info.v[0] + 1u;
   const uint first = info.v[1];
-  U64Buf pages = U64Buf(p.pages);
-
-  F32Buf q = F32Buf(p.q + uint64_t(th) * HD * 4u);
-  for (uint d = lid; d < HD; d += WG) qs[d] = q.v[d];
-  barrier();
-
-  float acc[DPT];
-  for (uint i = 0u; i < DPT; i++) acc[i] = 0.0;
-  float M = 0.0, S = 0.0;
-  bool started = false;
-  for (uint j0 = 0u; j0 < n; j0 += WG) {
-    const uint j = j0 + lid;
-    float s = 0.0;
-    if (j < n) {
-      const uint64_t page = pages.v[first + j / PAGE_TOKENS];
-      pg[lid] = page;
-      const uint base = (j % PAGE_TOKENS) * ROW + kvh * HD;
-      for (uint d = 0u; d < HD; d++) s = fma(qs[d], kvAt(page, base + d), s);
-      s *= p.scale;
-    }
-    red[lid] = j < n ? s : -3.402823466e38;
-    barrier();
-    for (uint h = WG / 2u; h > 0u; h >>= 1) {
-      if (lid < h) red[lid] = max(red[lid], red[lid + h]);
-      barrier();
-    }
-    const float newM = started ? max(M, red[0]) : red[0];
-    barrier();
-    const float e = j < n ? exp(s - newM) : 0.0;
-    pr[lid] = e;
-    red[lid] = e;
-    barrier();
-    for (uint h = WG / 2u; h > 0u; h >>= 1) {
-      if (lid < h) red[lid] += red[lid + h];
-      barrier();
-    }
-    const float factor = started ? exp(M - newM) : 0.0;
-    S = S * factor + red[0];
-    const uint m = min(uint(WG), n - j0);
+  const uint chunks = (n + WG - 1u) / WG;
+#if MODE == 2
+  F32Buf states = F32Buf(p.partials + (uint64_t(t) * HEADS + head) * p.maxChunks * STATE * 4u);
+  float totM = 0.0, totS = 0.0, totO[DPT];
+  for (uint c = 0u; c < chunks; c++) {
+    const uint at = c * STATE;
+    float o[DPT];
     for (uint i = 0u; i < DPT; i++) {
       const uint d = lid + i * WG;
-      if (d < HD) {
-        float a = acc[i] * factor;
-        for (uint jj = 0u; jj < m; jj++) {
-          const uint pos = j0 + jj;
-          a = fma(pr[jj], kvAt(pg[jj], (PAGE_TOKENS + pos % PAGE_TOKENS) * ROW + kvh * HD + d), a);
-        }
-        acc[i] = a;
-      }
+      o[i] = d < HD ? states.v[at + d] : 0.0;
     }
-    M = newM;
-    started = true;
-    barrier();
+    fold(c == 0u, states.v[at + HD], states.v[at + HD + 1u], o, totM, totS, totO);
   }
-  const float inv = 1.0 / S;
-  F32Buf o = F32Buf(p.out_ + uint64_t(th) * HD * 4u);
+  writeOutput(t, head, totS, totO);
+#else
+  F32Buf q = F32Buf(p.q + (uint64_t(t) * HEADS + head) * HD * 4u);
+  for (uint d = lid; d < HD; d += WG) qs[d] = q.v[d];
+  barrier();
+#if MODE == 1
+  const uint c = gl_WorkGroupID.z;
+  if (c >= chunks) return;  // the whole workgroup: no barrier is left waiting
+  float m, s, o[DPT];
+  chunkState(t, head, n, first, c, m, s, o);
+  F32Buf state = F32Buf(p.partials + ((uint64_t(t) * HEADS + head) * p.maxChunks + c) * STATE * 4u);
   for (uint i = 0u; i < DPT; i++) {
     const uint d = lid + i * WG;
-    if (d < HD) o.v[d] = acc[i] * inv;
+    if (d < HD) state.v[d] = o[i];
   }
+  if (lid == 0u) {
+    state.v[HD] = m;
+    state.v[HD + 1u] = s;
+  }
+#else
+  float totM = 0.0, totS = 0.0, totO[DPT];
+  for (uint c = 0u; c < chunks; c++) {
+    float m, s, o[DPT];
+    chunkState(t, head, n, first, c, m, s, o);
+    fold(c == 0u, m, s, o, totM, totS, totO);
+  }
+  writeOutput(t, head, totS, totO);
+#endif
+#endif
 }
