@@ -12,6 +12,7 @@
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/gpu/long_context.h"
 
 namespace jitllm::testing {
 namespace {
@@ -166,66 +167,23 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
   auto cpu = makeCpuDevice();
   for (int headDim : {64, 128}) {
     SCOPED_TRACE(headDim);
-    KvLayout kv{16, 8, headDim, KvPrecision::kF32};
-    const int heads = 32, length = 1100;
-    const int pages = (length + kv.pageTokens - 1) / kv.pageTokens;
-    auto gpuPages = gpu->allocate(kv.pageBytes() * size_t(pages));
-    std::vector<uint8_t> cpuPages(kv.pageBytes() * size_t(pages));
-    std::vector<const uint8_t*> gTable, cTable;
-    for (int p = 0; p < pages; p++) {
-      const size_t off = size_t(pages - 1 - p) * kv.pageBytes();  // reversed
-      gTable.push_back(gpuPages->data() + off);
-      cTable.push_back(cpuPages.data() + off);
-    }
-    const int64_t width = int64_t(kv.kvHeads) * headDim;
-    const auto k = randomFloats(size_t(length * width), 5), v = randomFloats(size_t(length * width), 6);
-    auto gk = upload(*gpu, k), gv = upload(*gpu, v);
-    std::vector<KvSlot> gs, cs;
-    for (int t = 0; t < length; t++) {
-      gs.push_back({const_cast<uint8_t*>(gTable[size_t(t / kv.pageTokens)]), t % kv.pageTokens});
-      cs.push_back({const_cast<uint8_t*>(cTable[size_t(t / kv.pageTokens)]), t % kv.pageTokens});
-    }
-    gpu->kvStore(gk.as<float>(), gv.as<float>(), length, gs.data(), kv);
-    cpu->kvStore(k.data(), v.data(), length, cs.data(), kv);
-    std::vector<int32_t> positions = {length - 1, 0, 63, 64, 500};
-    std::vector<const uint8_t*const*> gT(positions.size(), gTable.data()), cT(positions.size(), cTable.data());
-    const auto q = randomFloats(positions.size() * heads * size_t(headDim), 7, 0.3f);
-    auto gq = upload(*gpu, q);
-    auto out = gpu->allocate(q.size() * 4);
-    AttentionBatch b;
-    b.tokens = int64_t(positions.size());
-    b.heads = heads;
-    b.kv = kv;
-    b.scale = float(1.0 / std::sqrt(double(headDim)));
-    b.positions = positions.data();
-    b.pageTables = gT.data();
-    gpu->attention(gq.as<float>(), reinterpret_cast<float*>(out->data()), b);
-    std::vector<float> want(q.size());
-    b.pageTables = cT.data();
-    cpu->attention(q.data(), want.data(), b);
-    const auto got = download<float>(*gpu, *out, want.size());
-    EXPECT_LT(nmse(got, want), 1e-12);
-
-    // Five tokens use 40 blocks, so each token's 64-position chunks ran in blocks of their own
-    // and were folded after (attention_partial + attention_combine). The same queries four times
+    const int heads = 32;
+    LongContext ctx(*gpu, *cpu, KvLayout{16, 8, headDim, KvPrecision::kF32}, 1100, 5);
+    // Five tokens use 40 blocks, so each token's 64-position chunks run in blocks of their own
+    // and are folded after (attention_partial + attention_combine); the same queries four times
     // over (160 blocks) take one block per token and KV head, folding as they go: same bits.
+    std::vector<int32_t> positions = {ctx.length() - 1, 0, 63, 64, 500};
+    const auto q = randomFloats(positions.size() * heads * size_t(headDim), 7, 0.3f);
+    const float scale = float(1.0 / std::sqrt(double(headDim)));
+    ctx.expectChunkedAndWholeAgree(q, positions, heads, scale, 4);
     std::vector<int32_t> many;
     std::vector<float> manyQ;
     for (int r = 0; r < 4; r++) {
       many.insert(many.end(), positions.begin(), positions.end());
       manyQ.insert(manyQ.end(), q.begin(), q.end());
     }
-    std::vector<const uint8_t* const*> manyT(many.size(), gTable.data());
     auto gManyQ = upload(*gpu, manyQ);
     auto manyOut = gpu->allocate(manyQ.size() * 4);
-    b.tokens = int64_t(many.size());
-    b.positions = many.data();
-    b.pageTables = manyT.data();
-    gpu->attention(gManyQ.as<float>(), reinterpret_cast<float*>(manyOut->data()), b);
-    const auto whole = download<float>(*gpu, *manyOut, manyQ.size());
-    for (int r = 0; r < 4; r++) {
-      EXPECT_EQ(0, std::memcmp(whole.data() + r * got.size(), got.data(), got.size() * 4)) << "copy " << r;
-    }
 
     // The output projection after attention: attention (either kernel) writes the integer form
     // of its output itself, with the bits quantize_x gives.
@@ -241,11 +199,11 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     for (bool split : {true, false}) {
       SCOPED_TRACE(split ? "split attention" : "one block per token");
       const int64_t n = split ? int64_t(positions.size()) : int64_t(many.size());
+      const std::vector<int32_t> at(many.begin(), many.begin() + n);  // `many` starts with `positions`
       auto y = gpu->allocate(size_t(n * rows) * 4);
-      b.tokens = n;  // b.positions / pageTables: `many` starts with `positions`
       gpu->matmul(wo, reinterpret_cast<float*>(manyOut->data()), n, reinterpret_cast<float*>(y->data()), nullptr);
       const uint64_t fused = gpu->fusedQuantizations();
-      gpu->attention(gManyQ.as<float>(), reinterpret_cast<float*>(manyOut->data()), b);
+      ctx.attendOnGpu(gManyQ.as<float>(), reinterpret_cast<float*>(manyOut->data()), at, heads, scale);
       gpu->matmul(wo, reinterpret_cast<float*>(manyOut->data()), n, reinterpret_cast<float*>(y->data()), nullptr);
       EXPECT_EQ(fused + 1, gpu->fusedQuantizations());
       const auto got = download<float>(*gpu, *y, size_t(n * rows));

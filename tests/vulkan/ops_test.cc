@@ -8,6 +8,7 @@
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 #include "tests/gpu/integer_product_checks.h"
+#include "tests/gpu/long_context.h"
 #include "tests/vulkan/vulkan_test_support.h"
 
 namespace jitllm::testing {
@@ -341,63 +342,11 @@ TEST_F(VulkanOps, KvStoreAndAttentionOverShuffledFp16PagesMatchTheCpu) {
 // workgroups and folds them after (attention.comp MODE 1 + 2); with many tokens one workgroup
 // per head and token folds as it goes (MODE 0). Same operations in the same order: same bits.
 TEST_F(VulkanOps, AttentionChunksSpreadOverWorkgroupsGiveTheBitsOfOneWorkgroupPerToken) {
-  KvLayout kv{16, 2, 64, KvPrecision::kF32};
-  const int heads = 8, length = 300;
-  const int pages = (length + kv.pageTokens - 1) / kv.pageTokens;
-  auto gpuPages = gpu->allocate(kv.pageBytes() * size_t(pages));
-  std::vector<uint8_t> cpuPages(kv.pageBytes() * size_t(pages));
-  std::vector<const uint8_t*> gTable, cTable;
-  for (int pg = 0; pg < pages; pg++) {
-    const size_t off = size_t(pages - 1 - pg) * kv.pageBytes();  // reversed
-    gTable.push_back(gpuPages->data() + off);
-    cTable.push_back(cpuPages.data() + off);
-  }
-  const int64_t width = int64_t(kv.kvHeads) * kv.headDim;
-  const auto k = randomFloats(size_t(length * width), freshSeed() + 40);
-  const auto v = randomFloats(size_t(length * width), freshSeed() + 41);
-  auto gk = upload(*gpu, k), gv = upload(*gpu, v);
-  std::vector<KvSlot> gs, cs;
-  for (int t = 0; t < length; t++) {
-    gs.push_back({const_cast<uint8_t*>(gTable[size_t(t / kv.pageTokens)]), t % kv.pageTokens});
-    cs.push_back({const_cast<uint8_t*>(cTable[size_t(t / kv.pageTokens)]), t % kv.pageTokens});
-  }
-  gpu->kvStore(gk.as<float>(), gv.as<float>(), length, gs.data(), kv);
-  cpu->kvStore(k.data(), v.data(), length, cs.data(), kv);
-  const std::vector<int32_t> few = {length - 1, 0, 63, 64, 200};  // 5 x 8 = 40 workgroups
-  std::vector<int32_t> many;                                      // 40 x 8 = 320
-  for (int r = 0; r < 8; r++) many.insert(many.end(), few.begin(), few.end());
-  const auto q = randomFloats(few.size() * heads * size_t(kv.headDim), freshSeed() + 42, 0.3f);
-  std::vector<float> manyQ;  // the same queries for each copy
-  for (int r = 0; r < 8; r++) manyQ.insert(manyQ.end(), q.begin(), q.end());
-  auto gq = upload(*gpu, manyQ);
-  const auto run = [&](const std::vector<int32_t>& positions) {
-    std::vector<const uint8_t* const*> tables(positions.size(), gTable.data());
-    auto out = gpu->allocate(positions.size() * heads * size_t(kv.headDim) * 4);
-    AttentionBatch b;
-    b.tokens = int64_t(positions.size());
-    b.heads = heads;
-    b.kv = kv;
-    b.scale = 0.125f;
-    b.positions = positions.data();
-    b.pageTables = tables.data();
-    gpu->attention(gq.as<float>(), reinterpret_cast<float*>(out->data()), b);
-    return download<float>(*gpu, *out, positions.size() * heads * size_t(kv.headDim));
-  };
-  const auto split = run(few), whole = run(many);
-  for (int r = 0; r < 8; r++) {
-    EXPECT_EQ(0, std::memcmp(whole.data() + r * split.size(), split.data(), split.size() * 4)) << "copy " << r;
-  }
-  std::vector<const uint8_t* const*> cT(few.size(), cTable.data());
-  AttentionBatch b;
-  b.tokens = int64_t(few.size());
-  b.heads = heads;
-  b.kv = kv;
-  b.scale = 0.125f;
-  b.positions = few.data();
-  b.pageTables = cT.data();
-  std::vector<float> want(split.size());
-  cpu->attention(q.data(), want.data(), b);
-  EXPECT_LT(nmse(split, want), 1e-12);
+  LongContext ctx(*gpu, *cpu, KvLayout{16, 2, 64, KvPrecision::kF32}, 300, freshSeed() + 40);
+  const int heads = 8;
+  const std::vector<int32_t> positions = {ctx.length() - 1, 0, 63, 64, 200};  // 5 x 8 = 40 workgroups
+  const auto q = randomFloats(positions.size() * heads * 64, freshSeed() + 42, 0.3f);
+  ctx.expectChunkedAndWholeAgree(q, positions, heads, 0.125f, 8);  // 40 x 8 = 320 workgroups
 }
 
 TEST_F(VulkanOps, CopiesRoundTripAtAnyOffsetAndSize) {
