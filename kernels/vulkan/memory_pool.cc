@@ -10,6 +10,7 @@ struct MemoryBlock {
   RawBuffer raw;
   bool dedicated = false;
   std::map<VkDeviceSize, VkDeviceSize> freeRanges;  // offset -> size, coalesced
+  std::map<VkDeviceSize, VkDeviceSize> liveRanges;  // offset -> size of each allocation
   size_t live = 0;
 };
 
@@ -45,9 +46,9 @@ uint32_t findMemoryType(const DeviceContext& ctx, VkMemoryPropertyFlags required
     if ((f & required) != required) continue;
     // Larger heaps first among equals: a 256 MiB BAR window must not win over all of VRAM.
     const int score = (((f & preferred) == preferred) ? 4 : 0) + ((f & avoid) ? 0 : 2);
-    const bool better = score > bestScore ||
-                        (score == bestScore && props.memoryHeaps[props.memoryTypes[i].heapIndex].size >
-                                                   props.memoryHeaps[props.memoryTypes[best].heapIndex].size);
+    const bool better =
+        score > bestScore || (score == bestScore && props.memoryHeaps[props.memoryTypes[i].heapIndex].size >
+                                                        props.memoryHeaps[props.memoryTypes[best].heapIndex].size);
     if (better) {
       best = i;
       bestScore = score;
@@ -76,8 +77,7 @@ RawBuffer createRawBuffer(const DeviceContext& ctx, VkDeviceSize bytes, uint32_t
   if (r != VK_SUCCESS) {
     ctx.fn.vkDestroyBuffer(ctx.device, b.buffer, nullptr);
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-      JITLLM_FAIL(kOverloaded, ctx.id, ": the driver has no memory for ", bytes, " more bytes (", vkResultName(r),
-                  ")");
+      JITLLM_FAIL(kOverloaded, ctx.id, ": the driver has no memory for ", bytes, " more bytes (", vkResultName(r), ")");
     }
     ctx.check(r, "vkAllocateMemory");
   }
@@ -132,6 +132,7 @@ Allocation MemoryPool::allocate(VkDeviceSize bytes) {
     const VkDeviceSize offset = it->first, rest = it->second - size;
     b->freeRanges.erase(it);
     if (rest) b->freeRanges[offset + size] = rest;
+    b->liveRanges[offset] = size;
     b->live++;
     return Allocation{b, offset, size, b->raw.address + offset};
   };
@@ -152,6 +153,7 @@ Allocation MemoryPool::allocate(VkDeviceSize bytes) {
 void MemoryPool::free(const Allocation& a) {
   MemoryBlock* b = a.block;
   JITLLM_ASSERT(b != nullptr && b->live > 0);
+  b->liveRanges.erase(a.offset);
   b->live--;
   if (b->live == 0) {
     destroyBlock(b);  // an empty block goes back to the driver (also shared ones: budgets are tight)
@@ -183,7 +185,14 @@ const MemoryBlock* MemoryPool::find(uint64_t address) const {
 
 bool MemoryPool::contains(uint64_t address, uint64_t bytes) const {
   const MemoryBlock* b = find(address);
-  return b && address + bytes <= b->raw.address + b->raw.size;
+  if (!b) return false;
+  // Inside one live allocation: a range running from one buffer into the next (or into free
+  // space) is a caller's bug that would otherwise corrupt a neighbour silently.
+  const VkDeviceSize offset = address - b->raw.address;
+  auto it = b->liveRanges.upper_bound(offset);
+  if (it == b->liveRanges.begin()) return false;
+  --it;
+  return offset + bytes <= it->first + it->second;
 }
 
 LocatedRange MemoryPool::locate(uint64_t address, uint64_t bytes) const {

@@ -51,6 +51,8 @@ class MemoryPool final {
 
   // Throws Error(FAILED) when [address, address + bytes) is not inside one block of this pool.
   LocatedRange locate(uint64_t address, uint64_t bytes) const;
+  // Whether [address, address + bytes) lies inside one live allocation (ops check every range
+  // they are given against it).
   bool contains(uint64_t address, uint64_t bytes) const;
 
   bool hostVisible() const { return hostVisible_; }

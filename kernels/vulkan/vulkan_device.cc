@@ -192,6 +192,8 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   d->usesDot4_ = dot4;
   const char* intdot = std::getenv("JITLLM_VULKAN_INTDOT");
   d->integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
+  const char* split = std::getenv("JITLLM_VULKAN_ATTENTION_SPLIT");
+  d->splitAttention_ = !(split && std::strcmp(split, "0") == 0);
   d->pipelines_ = std::make_unique<PipelineLibrary>(
       ctx, KernelCache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys), std::move(deviceDefines));
   return d;
@@ -392,8 +394,11 @@ void VulkanDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tok
   const uint64_t need = rowBytes * uint64_t(tokens);
   JITLLM_REQUIRE(rowBytes <= UINT32_MAX, info_.id, ": matmul: rows of ", w.cols, " elements are too long");
   if (!xq_ || xq_->size() < need) {
+    // Doubling, not rounding up to a large unit: the scratch counts against the device's budget,
+    // which placement fills with models (a tight budget is a test here and a laptop there).
+    const uint64_t bytes = std::max<uint64_t>(need, xq_ ? 2 * uint64_t(xq_->size()) : 0);
     xq_.reset();  // waits for queued work that reads it
-    xq_ = allocate(size_t(std::max<uint64_t>(need, uint64_t(1) << 20)));
+    xq_ = allocate(size_t(bytes));
     quantized_ = {};
   }
   const uint64_t xqAddress = reinterpret_cast<uint64_t>(xq_->data());
@@ -575,14 +580,15 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   int64_t maxPositions = 0;
   for (int64_t t = 0; t < batch.tokens; t++) maxPositions = std::max<int64_t>(maxPositions, batch.positions[t] + 1);
   const uint32_t maxChunks = uint32_t((maxPositions + kAttentionWorkgroup - 1) / kAttentionWorkgroup);
-  const bool split = batch.tokens * batch.heads < kSplitAttentionBelow && maxChunks > 1 &&
+  const bool split = splitAttention_ && batch.tokens * batch.heads < kSplitAttentionBelow && maxChunks > 1 &&
                      maxChunks <= ctx_.physical->maxWorkgroupCount[2];
   if (split) {
     const uint64_t bytes =
         uint64_t(batch.tokens) * uint64_t(batch.heads) * maxChunks * uint64_t(kv.headDim + 2) * sizeof(float);
-    if (!partials_ || partials_->size() < bytes) {
+    if (!partials_ || partials_->size() < bytes) {  // doubling, as xq_ (matmulInteger)
+      const uint64_t grown = std::max<uint64_t>(bytes, partials_ ? 2 * uint64_t(partials_->size()) : 0);
       partials_.reset();  // waits for queued work that reads it
-      partials_ = allocate(size_t(std::max<uint64_t>(bytes, uint64_t(1) << 20)));
+      partials_ = allocate(size_t(grown));
     }
   }
   const size_t infoBytes = size_t(batch.tokens) * 8;

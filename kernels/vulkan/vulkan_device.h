@@ -134,8 +134,9 @@ class VulkanDevice final : public Device {
     int64_t tokens = 0, cols = 0;
   };
   QuantizedInput quantized_;
-  bool keepQuantized_ = false;  // set while an integer product records its own dispatches
+  bool keepQuantized_ = false;              // set while an integer product records its own dispatches
   std::unique_ptr<DeviceBuffer> partials_;  // per-chunk attention states (attention.comp MODE 1)
+  bool splitAttention_ = true;              // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)
 };
 
 // Every Vulkan device of this machine as the loader sees it, in "vulkan:N" order, unusable ones

@@ -381,6 +381,14 @@ TEST_F(VulkanOps, AllocationPastTheBudgetIsOverloadedAndForeignPointersAreRefuse
   std::vector<float> host(16);
   EXPECT_THROW(small->add(host.data(), host.data(), 16), Error);  // a host pointer, not device memory
   EXPECT_THROW(small->copyToHost(host.data(), reinterpret_cast<const uint8_t*>(host.data()), 64), Error);
+  // A range that starts in one buffer and runs on into the next (or past the last) is refused:
+  // it would write over a neighbour.
+  auto x = small->allocate(1024), y = small->allocate(1024);
+  auto* xf = reinterpret_cast<float*>(x->data());
+  auto* yf = reinterpret_cast<float*>(y->data());
+  small->add(xf, yf, 256);                             // the whole of each: fine
+  EXPECT_THROW(small->add(xf, yf, 512), Error);        // 2 KiB from 1 KiB buffers
+  EXPECT_THROW(small->add(xf + 128, yf, 256), Error);  // starts inside, ends past
 }
 
 }  // namespace
