@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <set>
 
 #include "daemon/runtime/host_kv.h"
@@ -28,6 +29,8 @@ struct ModelHost::Active {
   Clock::time_point started, firstToken;
   bool done = false;
   bool keep = false;  // finished normally: its session stays as an idle session
+  // A reply that ended normally: the job hears of it after the step's publish (see finishActive).
+  std::optional<GenerationStats> finished;
 
   Active(std::shared_ptr<GenerationJob> j, std::unique_ptr<runtime::Session> s, const tokenizer::Tokenizer& tok)
       : job(std::move(j)),
@@ -585,7 +588,9 @@ void ModelHost::finishActive(Active& a, StopReason reason) {
   st.stopReason = reason;
   st.sessionId = a.session->id();
   st.reusedTokens = uint32_t(a.reused);
-  a.job->finish(st);
+  // The client hears that its reply ended once ps no longer shows it running (after this step's
+  // publish): a load or a request sent the moment a reply ends sees the model idle.
+  a.finished = st;
   a.done = true;
   a.keep = options_.idleSessions > 0;
   events_.emit({0, EventKind::kSession, "session.finished", name_, "", st.sessionId,
@@ -843,13 +848,16 @@ void ModelHost::workerLoop() {
 
     // Retire finished sessions (their pages return to the pools) and publish what ps shows.
     const bool hadSessions = !active.empty();
+    std::vector<std::pair<std::shared_ptr<GenerationJob>, GenerationStats>> finished;
     for (auto& a : active) {
       if (a->done && a->keep) keepIdle(*a);
+      if (a->done && a->finished) finished.emplace_back(a->job, *a->finished);
     }
     std::erase_if(active, [](const auto& a) { return a->done; });
     // A burst just ended: hand the heap's free memory back to the OS rather than keep the peak.
     if (hadSessions && active.empty()) ::malloc_trim(0);
     publish(active);
+    for (auto& [job, stats] : finished) job->finish(stats);
     if (committed_.first) {
       committed_.first->succeed(committed_.second);
       committed_ = {};
