@@ -660,25 +660,23 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   CUdeviceptr xp = dptr(x), wp = dptr(weight), op = dptr(out), addend = 0;
   int d = int(dim);
   const CUfunction f = elementwise().rmsNorm;
+  const auto make = [=](CUdeviceptr add, CUdeviceptr xq, uint64_t stride) {
+    return makeLaunch(f, unsigned(rows), 1, kNormThreads, 0, xp, wp, op, d, eps, xq, stride, add);
+  };
   // x += y just queued (the residual add) is done by this kernel as it reads x: the add's launch
-  // is replaced.
+  // is replaced - checked and replaced under one lock, since another thread's flush may take the
+  // queue in between.
   size_t index = kNotQueued;
   if (fuse_ && lastAdd_.x == x && lastAdd_.elements == rows * dim) {
     std::lock_guard lock(pendingMutex_);
     if (lastAdd_.index + 1 == pending_.size() && pending_[lastAdd_.index] == lastAdd_.command) {
-      index = lastAdd_.index;
       addend = dptr(lastAdd_.y);
+      index = lastAdd_.index;
+      pending_[index] = make(addend, 0, 0);
     }
   }
-  const auto make = [=](CUdeviceptr xq, uint64_t stride) {
-    return makeLaunch(f, unsigned(rows), 1, kNormThreads, 0, xp, wp, op, d, eps, xq, stride, addend);
-  };
-  const Command c = make(0, 0);
+  const Command c = make(addend, 0, 0);
   if (index != kNotQueued) {
-    {
-      std::lock_guard lock(pendingMutex_);
-      pending_[index] = c;
-    }
     lastAdd_ = {};
     quantized_ = {};
     producer_ = {};
@@ -688,7 +686,7 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   }
   offerFusion(index, c, out, rows * dim, [=](CUdeviceptr xq, uint64_t stride, int k) -> std::optional<Command> {
     if (k != d || d % 32 != 0) return std::nullopt;
-    return make(xq, stride);
+    return make(addend, xq, stride);
   });
 }
 
