@@ -429,8 +429,6 @@ void ModelHost::serviceMigration() {
   committed_ = {m.ticket, st};
   retiring_ = std::move(m.migration);
   running_.reset();
-  std::lock_guard lock(mutex_);
-  commitUnpublished_ = true;
 }
 
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
@@ -495,10 +493,7 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   publishedKv_ = std::move(kv);
   publishedUnits_ = std::move(units);
   publishedMigration_ = std::move(migration);
-  if (commitUnpublished_) {  // the committed placement is visible now
-    commitUnpublished_ = false;
-    migrating_ = pendingMigration_ != nullptr;
-  }
+  if (committed_.first) migrating_ = pendingMigration_ != nullptr;  // the committed placement is visible now
   if (!published_.empty()) {  // sessions ran (or wait) this iteration; idle ones do not count
     lastActiveMs_ = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
   }

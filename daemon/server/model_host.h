@@ -189,12 +189,12 @@ class ModelHost final {
   std::vector<std::string> pins_;                      // per unit: device id or ""
   std::shared_ptr<MigrationTicket> pendingMigration_;  // requested, not yet started by the worker
   bool migrating_ = false;                             // pending or running, or committed but not yet published
-  bool commitUnpublished_ = false;                     // a commit publish() has not shown yet
   std::unique_ptr<RunningMigration> running_;          // worker thread only
   // A committed migration whose source pages and weights go back after the next step, so the
   // streams do not wait for that (worker thread only).
   std::unique_ptr<runtime::LiveMigration> retiring_;
-  std::pair<std::shared_ptr<MigrationTicket>, runtime::MigrationStats> committed_;  // to succeed after publish
+  // A commit publish() has not shown yet: its ticket succeeds, and migrating_ clears, at the publish.
+  std::pair<std::shared_ptr<MigrationTicket>, runtime::MigrationStats> committed_;
   struct LostDevice {
     Device* lost;
     Device* fallback;
