@@ -506,6 +506,13 @@ size_t CudaDevice::enqueue(const char* op, const Command& c) {
   return pending_.size() - 1;
 }
 
+bool CudaDevice::replaceIfLastQueued(size_t index, const Command& expected, const Command& replacement) {
+  std::lock_guard lock(pendingMutex_);
+  if (index + 1 != pending_.size() || !(pending_[index] == expected)) return false;
+  pending_[index] = replacement;
+  return true;
+}
+
 void CudaDevice::offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                              std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused) {
   if (!integerMatmul_ || !fuse_ || index == kNotQueued) return;
@@ -664,16 +671,12 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
     return makeLaunch(f, unsigned(rows), 1, kNormThreads, 0, xp, wp, op, d, eps, xq, stride, add);
   };
   // x += y just queued (the residual add) is done by this kernel as it reads x: the add's launch
-  // is replaced - checked and replaced under one lock, since another thread's flush may take the
-  // queue in between.
+  // is replaced.
   size_t index = kNotQueued;
-  if (fuse_ && lastAdd_.x == x && lastAdd_.elements == rows * dim) {
-    std::lock_guard lock(pendingMutex_);
-    if (lastAdd_.index + 1 == pending_.size() && pending_[lastAdd_.index] == lastAdd_.command) {
-      addend = dptr(lastAdd_.y);
-      index = lastAdd_.index;
-      pending_[index] = make(addend, 0, 0);
-    }
+  if (fuse_ && lastAdd_.x == x && lastAdd_.elements == rows * dim &&
+      replaceIfLastQueued(lastAdd_.index, lastAdd_.command, make(dptr(lastAdd_.y), 0, 0))) {
+    addend = dptr(lastAdd_.y);
+    index = lastAdd_.index;
   }
   const Command c = make(addend, 0, 0);
   if (index != kNotQueued) {
@@ -715,18 +718,24 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
   const int perWarpRows = perWarpTokens == 16 ? 4 : perWarpTokens == 4 ? 2 : 1;
   CUfunction f = matmulKernel(w.type, w.cols, align, xvec, perWarpTokens);
-  const int64_t rowsPerBlock = 4 * int64_t(perWarpRows);  // 4 warps of 128 threads
-  const int64_t gridY = (tokens + perWarpTokens - 1) / perWarpTokens;
-  JITLLM_REQUIRE(gridY < 65536, info_.id, ": matmul: ", tokens, " tokens in one call are too many");
   CUdeviceptr wp = dptr(w.data), xp = dptr(x), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
-  char op[64] = "matmul";
+  launchMatmul("matmul", f, w, tokens, perWarpTokens, perWarpRows, perWarpRows, wp, stride, rows, xp, t, yp, bp);
+}
+
+template <typename... A>
+void CudaDevice::launchMatmul(const char* kernel, CUfunction f, const WeightRef& w, int64_t tokens, int perWarpTokens,
+                              int perWarpRows, int rowsPerWarp, const A&... args) {
+  const int64_t rowsPerBlock = 4 * int64_t(rowsPerWarp);  // 4 warps of 128 threads
+  const int64_t gridY = (tokens + perWarpTokens - 1) / perWarpTokens;
+  JITLLM_REQUIRE(gridY < 65536, info_.id, ": matmul: ", tokens, " tokens in one call are too many");
+  char op[64];
+  std::snprintf(op, sizeof op, "%s", kernel);
   if (profile_)
-    std::snprintf(op, sizeof op, "matmul %s %lldx%lld t%d r%d", std::string(quant::typeName(w.type)).c_str(),
+    std::snprintf(op, sizeof op, "%s %s %lldx%lld t%d r%d", kernel, std::string(quant::typeName(w.type)).c_str(),
                   (long long)w.rows, (long long)w.cols, perWarpTokens, perWarpRows);
-  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, wp, stride, rows, xp, t,
-         yp, bp);
+  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, args...);
 }
 
 bool CudaDevice::growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what) {
@@ -762,18 +771,13 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   uint64_t xqStride = rowBytes;
   if (quantized_.x != x || quantized_.tokens != tokens || quantized_.cols != w.cols) {
     // The op that just produced x writes its integer form too, if it can; else quantize_x does.
-    bool fused = false;
+    std::optional<Command> fused;
     if (producer_.fused && producer_.out == x && producer_.elements == tokens * w.cols) {
-      std::lock_guard lock(pendingMutex_);
-      if (producer_.index + 1 == pending_.size() && pending_[producer_.index] == producer_.command) {
-        if (auto c = producer_.fused(xqPtr, xqStride, int(w.cols))) {
-          pending_[producer_.index] = *c;
-          fused = true;
-          fusedQuantizations_++;
-        }
-      }
+      fused = producer_.fused(xqPtr, xqStride, int(w.cols));
     }
-    if (!fused) {
+    if (fused && replaceIfLastQueued(producer_.index, producer_.command, *fused)) {
+      fusedQuantizations_++;
+    } else {
       if (!quantize_) quantize_ = function(module(elementwiseModule()), "quantize_x");
       CUdeviceptr xp = dptr(x);
       int k = int(w.cols);
@@ -790,18 +794,11 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   if (perWarpTokens == 1 && intDecodeRows_ > 0) perWarpRows = intDecodeRows_;
   if (perWarpTokens > 1 && intPrefillRows_ > 0) perWarpRows = intPrefillRows_;
   CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows);
-  const int64_t rowsPerBlock = 4 * int64_t(intMatmulRowsPerWarp(w.type, w.cols, perWarpRows));
-  const int64_t gridY = (tokens + perWarpTokens - 1) / perWarpTokens;
-  JITLLM_REQUIRE(gridY < 65536, info_.id, ": matmul: ", tokens, " tokens in one call are too many");
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
-  char op[64] = "matmul_int";
-  if (profile_)
-    std::snprintf(op, sizeof op, "matmul_int %s %lldx%lld t%d r%d", std::string(quant::typeName(w.type)).c_str(),
-                  (long long)w.rows, (long long)w.cols, perWarpTokens, perWarpRows);
-  launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, wp, stride, rows, xqPtr,
-         xqStride, t, yp, bp);
+  launchMatmul("matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
+               intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp, bp);
   // A product whose output overwrites its own input leaves xq_ describing bytes that changed.
   const auto* xb = reinterpret_cast<const uint8_t*>(x);
   const auto* yb = reinterpret_cast<const uint8_t*>(y);

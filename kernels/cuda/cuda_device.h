@@ -181,6 +181,11 @@ class CudaDevice final : public Device {
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
   CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows);
+  // Launches a matrix-product kernel over w's rows and `tokens`: blocks of 4 warps of rowsPerWarp
+  // rows, a grid row per perWarpTokens tokens; the profile names the shape. `args`: the kernel's.
+  template <typename... A>
+  void launchMatmul(const char* kernel, CUfunction f, const WeightRef& w, int64_t tokens, int perWarpTokens,
+                    int perWarpRows, int rowsPerWarp, const A&... args);
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
   const ElementwiseKernels& elementwise();
@@ -276,6 +281,9 @@ class CudaDevice final : public Device {
     int64_t elements = 0;
   };
   QueuedAdd lastAdd_;
+  // Puts `replacement` in place of the queued command at `index` if that is still the last one
+  // queued and still `expected` (another thread's flush may have taken the queue); false if not.
+  bool replaceIfLastQueued(size_t index, const Command& expected, const Command& replacement);
   // Records the command at `index` as fusable (when the integer kernels are on).
   void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                    std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);
