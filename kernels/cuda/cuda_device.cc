@@ -760,7 +760,7 @@ bool CudaDevice::growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, co
 
 void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
                                int align) {
-  const size_t rowBytes = size_t(xqRowBytes(w.cols));
+  const size_t rowBytes = size_t(quantizedRowBytes(w.cols));
   if (growScratch(xq_, xqBytes_, rowBytes * size_t(tokens), "quantized activations")) quantized_ = {};
   keepQuantized_ = true;
   struct Reset {
@@ -769,7 +769,7 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   } reset{keepQuantized_};
   CUdeviceptr xqPtr = xq_;
   uint64_t xqStride = rowBytes;
-  if (quantized_.x != x || quantized_.tokens != tokens || quantized_.cols != w.cols) {
+  if (!quantized_.holds(x, tokens, w.cols)) {
     // The op that just produced x writes its integer form too, if it can; else quantize_x does.
     std::optional<Command> fused;
     if (producer_.fused && producer_.out == x && producer_.elements == tokens * w.cols) {
@@ -800,9 +800,7 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   launchMatmul("matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
                intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp, bp);
   // A product whose output overwrites its own input leaves xq_ describing bytes that changed.
-  const auto* xb = reinterpret_cast<const uint8_t*>(x);
-  const auto* yb = reinterpret_cast<const uint8_t*>(y);
-  if (yb < xb + size_t(tokens * w.cols) * 4 && xb < yb + size_t(tokens * w.rows) * 4) quantized_ = {};
+  quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
 }
 
 void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,

@@ -36,6 +36,7 @@
 #include "kernels/cuda/driver_api.h"
 #include "kernels/cuda/kernel_library.h"
 #include "kernels/device.h"
+#include "kernels/quantized_input.h"
 
 namespace jitllm::cuda {
 
@@ -251,10 +252,6 @@ class CudaDevice final : public Device {
   bool integerMatmul_ = true;
   CUdeviceptr xq_ = 0;
   size_t xqBytes_ = 0;
-  struct QuantizedInput {
-    const float* x = nullptr;
-    int64_t tokens = 0, cols = 0;
-  };
   QuantizedInput quantized_;
   bool keepQuantized_ = false;  // set while an integer product queues its own launches
   // The last op queued, when it produced a float array a product may read next and can write that

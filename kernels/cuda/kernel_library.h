@@ -43,14 +43,13 @@ inline constexpr int kMatmulVariants[] = {0, 1, 4, 16};
 ModuleSpec matmulModule(quant::TensorType type, int64_t k, int align, bool xvec, int variant);
 // The integer kernels of matmul_int.cuh (q4_K, q6_K; rows of whole 256-element blocks): `tokens`
 // per warp (1, 4 or 16) and `rows` per warp, against activations quantized (quantize_x.cuh, in
-// the elementwise module) into rows of xqRowBytes(k) bytes.
+// the elementwise module) into rows of quantizedRowBytes(k) bytes (kernels/quantized_input.h).
 bool cudaIntegerMatmulType(quant::TensorType type, int64_t k);
 inline constexpr int kIntMatmulVariants[][2] = {{1, 1}, {1, 2}, {4, 4}, {16, 4}};  // {tokens, rows}
 ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows);
 // Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
-inline constexpr int64_t xqRowBytes(int64_t k) { return 2 * k + k / 8 + k / 8 + k / 2; }
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16);
 ModuleSpec elementwiseModule();
 

@@ -380,6 +380,16 @@ void VulkanDevice::rmsNorm(const float* x, const float* weight, float* out, int6
   dispatch(p, push, uint32_t(rows));
 }
 
+bool VulkanDevice::growScratch(std::unique_ptr<DeviceBuffer>& buffer, uint64_t need) {
+  if (buffer && buffer->size() >= need) return false;
+  // Doubling, not rounding up to a large unit: the scratch counts against the device's budget,
+  // which placement fills with models (a tight budget is a test here and a laptop there).
+  const uint64_t bytes = std::max<uint64_t>(need, buffer ? 2 * uint64_t(buffer->size()) : 0);
+  buffer.reset();  // waits for queued work that reads it
+  buffer = allocate(size_t(bytes));
+  return true;
+}
+
 bool VulkanDevice::integerMatmulFits(const WeightRef& w) const {
   using quant::TensorType;
   if (!integerMatmul_ || w.cols % 256 != 0 || w.rowStride > UINT32_MAX) return false;
@@ -390,24 +400,17 @@ bool VulkanDevice::integerMatmulFits(const WeightRef& w) const {
 }
 
 void VulkanDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
-  const uint64_t rowBytes = uint64_t(2 * w.cols + w.cols / 8 + w.cols / 8 + w.cols / 2);  // quantize_x.comp
+  const uint64_t rowBytes = uint64_t(quantizedRowBytes(w.cols));
   const uint64_t need = rowBytes * uint64_t(tokens);
   JITLLM_REQUIRE(rowBytes <= UINT32_MAX, info_.id, ": matmul: rows of ", w.cols, " elements are too long");
-  if (!xq_ || xq_->size() < need) {
-    // Doubling, not rounding up to a large unit: the scratch counts against the device's budget,
-    // which placement fills with models (a tight budget is a test here and a laptop there).
-    const uint64_t bytes = std::max<uint64_t>(need, xq_ ? 2 * uint64_t(xq_->size()) : 0);
-    xq_.reset();  // waits for queued work that reads it
-    xq_ = allocate(size_t(bytes));
-    quantized_ = {};
-  }
+  if (growScratch(xq_, need)) quantized_ = {};
   const uint64_t xqAddress = reinterpret_cast<uint64_t>(xq_->data());
   keepQuantized_ = true;
   struct Reset {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{keepQuantized_};
-  if (quantized_.x != x || quantized_.tokens != tokens || quantized_.cols != w.cols) {
+  if (!quantized_.holds(x, tokens, w.cols)) {
     struct {
       uint64_t x, xq;
       uint32_t k, xqStride;
@@ -429,9 +432,7 @@ void VulkanDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tok
          uint32_t(rowBytes)};
   dispatchMatmul("matmul_int.comp", w, tokens, push);
   // A product whose output overwrites its own input leaves xq describing bytes that changed.
-  const auto* xb = reinterpret_cast<const uint8_t*>(x);
-  const auto* yb = reinterpret_cast<const uint8_t*>(y);
-  if (yb < xb + size_t(tokens * w.cols) * 4 && xb < yb + size_t(tokens * w.rows) * 4) quantized_ = {};
+  quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
 }
 
 void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
@@ -585,11 +586,7 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   if (split) {
     const uint64_t bytes =
         uint64_t(batch.tokens) * uint64_t(batch.heads) * maxChunks * uint64_t(kv.headDim + 2) * sizeof(float);
-    if (!partials_ || partials_->size() < bytes) {  // doubling, as xq_ (matmulInteger)
-      const uint64_t grown = std::max<uint64_t>(bytes, partials_ ? 2 * uint64_t(partials_->size()) : 0);
-      partials_.reset();  // waits for queued work that reads it
-      partials_ = allocate(size_t(grown));
-    }
+    growScratch(partials_, bytes);
   }
   const size_t infoBytes = size_t(batch.tokens) * 8;
   const CommandStream::Upload up = stream_->upload(infoBytes + size_t(totalPages) * 8);

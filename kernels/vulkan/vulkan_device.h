@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kernels/device.h"
+#include "kernels/quantized_input.h"
 #include "kernels/vulkan/command_stream.h"
 #include "kernels/vulkan/device_context.h"
 #include "kernels/vulkan/memory_pool.h"
@@ -96,6 +97,9 @@ class VulkanDevice final : public Device {
   template <typename Push>
   void dispatch(VkPipeline pipeline, const Push& push, uint32_t x, uint32_t y = 1, uint32_t z = 1);
   void stageToDevice(const LocatedRange& dst, const uint8_t* src, size_t bytes);
+  // Grows a scratch buffer of this device to at least `need` bytes (at least doubling it) after
+  // the queued work that may read it ran; false when it was large enough. Contents are lost.
+  bool growScratch(std::unique_ptr<DeviceBuffer>& buffer, uint64_t need);
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   bool integerMatmulFits(const WeightRef& w) const;
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias);
@@ -129,10 +133,6 @@ class VulkanDevice final : public Device {
   bool integerMatmul_ = true;
   bool usesDot4_ = false;
   std::unique_ptr<DeviceBuffer> xq_;
-  struct QuantizedInput {
-    const float* x = nullptr;
-    int64_t tokens = 0, cols = 0;
-  };
   QuantizedInput quantized_;
   bool keepQuantized_ = false;              // set while an integer product records its own dispatches
   std::unique_ptr<DeviceBuffer> partials_;  // per-chunk attention states (attention.comp MODE 1)

@@ -6,7 +6,8 @@
 // error of at most s / 512. Every step before the rounding of b is exact (power-of-two scaling,
 // exact residual). Rounding is to nearest even (__float2int_rn), as the CPU's cvtps2dq.
 //
-// Row layout (xqRowBytes(K) = 2.75 K bytes, K a multiple of 32), every part 8-byte aligned:
+// Row layout (quantizedRowBytes(K) = 2.75 K bytes, kernels/quantized_input.h; K a multiple of
+// 32), every part 8-byte aligned:
 //   a[K] int8 | b[K] int8 | s256[K/32] float: s / 256 | bsum[K/32] float: s / 256 * sum(256a + b)
 //   | sum8[K/8] int32: sum of (256 a + b) over each 8 columns
 // A block holding inf or NaN gets that value as s256 and bsum, so it reaches every result.
