@@ -91,3 +91,32 @@ JL_DEV float warpMax(float v) {
   for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }
+
+// The kRows weight rows a warp of a matrix product takes from r0 on; past the last row, the last
+// row again (computed, never stored).
+template <int kRows>
+JL_DEV void rowPointers(const u8* w, u64 rowStride, int r0, int rows, const u8* (&wr)[kRows]) {
+#pragma unroll
+  for (int r = 0; r < kRows; r++) wr[r] = w + u64(min(r0 + r, rows - 1)) * rowStride;
+}
+
+// The end of a matrix product: each (row, token) accumulator is summed over the kLanes lanes that
+// hold it (lane `sub` of them) by a fixed butterfly - xor by less than kLanes stays among them, and
+// for 32 lanes it is warpSum - and lane (r kTokens + t) % kLanes stores y[t0 + t][r0 + r] (+ bias).
+template <int kLanes, int kRows, int kTokens>
+JL_DEV void storeLaneSums(const float (&acc)[kRows][kTokens], int sub, int r0, int t0, int rows, int tokens,
+                          float* __restrict__ y, const float* __restrict__ bias) {
+#pragma unroll
+  for (int r = 0; r < kRows; r++) {
+#pragma unroll
+    for (int t = 0; t < kTokens; t++) {
+      float sum = acc[r][t];
+#pragma unroll
+      for (int off = kLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      const int row = r0 + r, token = t0 + t;
+      if (sub == ((r * kTokens + t) & (kLanes - 1)) && row < rows && token < tokens) {
+        y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
+      }
+    }
+  }
+}

@@ -18,15 +18,9 @@ JL_DEV void matmulBody(const u8* __restrict__ w, u64 rowStride, int rows, const 
   const int r0 = warp * kRows;
   if (r0 >= rows) return;
   const int t0 = blockIdx.y * kTokens;
-  float acc[kRows][kTokens];
-#pragma unroll
-  for (int r = 0; r < kRows; r++) {
-#pragma unroll
-    for (int t = 0; t < kTokens; t++) acc[r][t] = 0.0f;
-  }
+  float acc[kRows][kTokens] = {};
   const u8* wr[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; r++) wr[r] = w + u64(min(r0 + r, rows - 1)) * rowStride;
+  rowPointers(w, rowStride, r0, rows, wr);
 
   constexpr int kSteps = (JL_K + 255) / 256;
   const auto step = [&](int s) {
@@ -64,17 +58,7 @@ JL_DEV void matmulBody(const u8* __restrict__ w, u64 rowStride, int rows, const 
 #pragma unroll 1
     for (int s = 0; s < kSteps; s++) step(s);
   }
-#pragma unroll
-  for (int r = 0; r < kRows; r++) {
-#pragma unroll
-    for (int t = 0; t < kTokens; t++) {
-      const float sum = warpSum(acc[r][t]);
-      const int row = r0 + r, token = t0 + t;
-      if (lane == ((r * kTokens + t) & 31) && row < rows && token < tokens) {
-        y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
-      }
-    }
-  }
+  storeLaneSums<32>(acc, lane, r0, t0, rows, tokens, y, bias);
 }
 
 // JL_VARIANT picks the one kernel this module holds (each compiles on first use, so a model that

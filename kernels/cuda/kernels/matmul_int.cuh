@@ -201,15 +201,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
   const int r0 = (warp * kSlots + slot) * kRows;  // this half-warp's (or warp's) first row
   if (warp * kSlots * kRows >= rows) return;       // whole warps leave: the sums below shuffle
   const int t0 = blockIdx.y * kTokens;
-  float acc[kRows][kTokens];
-#pragma unroll
-  for (int r = 0; r < kRows; r++) {
-#pragma unroll
-    for (int t = 0; t < kTokens; t++) acc[r][t] = 0.0f;
-  }
+  float acc[kRows][kTokens] = {};
   const u8* wr[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; r++) wr[r] = w + u64(min(r0 + r, rows - 1)) * rowStride;
+  rowPointers(w, rowStride, r0, rows, wr);
 
   // Decode reads each weight once: two units' loads in flight per lane.
   constexpr int kUnroll = kTokens == 1 ? 2 : 1;
@@ -226,18 +220,5 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
       for (int r = 0; r < kRows; r++) acc[r][t] = IntWeights::dot(wu[r], x, acc[r][t]);
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRows; r++) {
-#pragma unroll
-    for (int t = 0; t < kTokens; t++) {
-      // A fixed butterfly over the row's lanes (xor by less than kLanes stays in the half).
-      float sum = acc[r][t];
-#pragma unroll
-      for (int off = kLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      const int row = r0 + r, token = t0 + t;
-      if (sub == ((r * kTokens + t) & (kLanes - 1)) && row < rows && token < tokens) {
-        y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
-      }
-    }
-  }
+  storeLaneSums<kLanes>(acc, sub, r0, t0, rows, tokens, y, bias);
 }
