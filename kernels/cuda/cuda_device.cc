@@ -875,8 +875,10 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   // longest of its tokens needs.
   std::vector<std::pair<const uint8_t* const*, size_t>> tables;  // table, pages needed
   std::vector<int32_t> tableOf(static_cast<size_t>(batch.tokens));
+  int maxPositions = 0;  // the longest context of the batch
   for (int64_t t = 0; t < batch.tokens; t++) {
     JITLLM_REQUIRE(batch.positions[t] >= 0, info_.id, ": attention: negative position");
+    maxPositions = std::max(maxPositions, batch.positions[t] + 1);
     const size_t need = size_t(batch.positions[t]) / size_t(kv.pageTokens) + 1;
     size_t i = 0;
     while (i < tables.size() && tables[i].first != batch.pageTables[t]) i++;
@@ -895,8 +897,6 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   // chunk count is rounded up to 8 so a decode step's queue (and its graph) stays the same for
   // 512 positions at a time. The scratch grows before anything is staged (growing synchronises,
   // and the staging ring starts over after that).
-  int maxPositions = 0;
-  for (int64_t t = 0; t < batch.tokens; t++) maxPositions = std::max(maxPositions, batch.positions[t] + 1);
   const int maxChunks = (maxPositions + 8 * kAttentionChunk - 1) / (8 * kAttentionChunk) * 8;
   const bool split = splitAttention_ && batch.tokens * kv.kvHeads < multiprocessors_ &&
                      maxPositions > kAttentionChunk && int64_t(kv.kvHeads) * maxChunks < 65536;

@@ -563,8 +563,10 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   // Page tables: tokens of one session share theirs, so each distinct table goes up once, as
   // long as its longest user needs.
   std::map<const uint8_t* const*, std::pair<uint32_t, uint32_t>> tables;  // table -> (first, pages)
+  int64_t maxPositions = 0;                                               // the longest context of the batch
   for (int64_t t = 0; t < batch.tokens; t++) {
     JITLLM_REQUIRE(batch.positions[t] >= 0, "attention: negative position ", batch.positions[t]);
+    maxPositions = std::max<int64_t>(maxPositions, batch.positions[t] + 1);
     const uint32_t pages = uint32_t(batch.positions[t] / kv.pageTokens + 1);
     auto& e = tables[batch.pageTables[t]];
     e.second = std::max(e.second, pages);
@@ -578,8 +580,6 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   // own workgroup, and a second pass folds the chunks in order - the same bits as one workgroup
   // per head and token folding as it goes (shaders/attention.comp). The scratch grows before
   // anything is uploaded: growing waits for the queue, which recycles the upload arena.
-  int64_t maxPositions = 0;
-  for (int64_t t = 0; t < batch.tokens; t++) maxPositions = std::max<int64_t>(maxPositions, batch.positions[t] + 1);
   const uint32_t maxChunks = uint32_t((maxPositions + kAttentionWorkgroup - 1) / kAttentionWorkgroup);
   const bool split = splitAttention_ && batch.tokens * batch.heads < kSplitAttentionBelow && maxChunks > 1 &&
                      maxChunks <= ctx_.physical->maxWorkgroupCount[2];
