@@ -51,10 +51,17 @@ VkCommandBuffer CommandStream::recording() {
   ctx_.check(ctx_.fn.vkBeginCommandBuffer(current_, &bi), "vkBeginCommandBuffer");
   open_ = true;
   commandsInCurrent_ = 0;
+  if (profile_) profile_->begin(current_);
   return current_;
 }
 
-void CommandStream::endCommand() {
+void CommandStream::enableProfile() {
+  if (profile_) return;
+  finish();  // command buffers already begun have no start timestamp
+  profile_ = std::make_unique<StreamProfile>(ctx_);
+}
+
+void CommandStream::endCommand(std::string_view label) {
   JITLLM_ASSERT(open_);
   // One global barrier: every earlier write (shader or copy) is visible to every later access.
   // Ops are dependent in sequence anyway, so finer barriers would buy little.
@@ -65,6 +72,13 @@ void CommandStream::endCommand() {
   const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
   ctx_.fn.vkCmdPipelineBarrier(current_, stages, stages | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0,
                                nullptr);
+  if (profile_) {
+    profile_->mark(current_, label);
+    if (!profile_->hasRoom()) {
+      finish();
+      return;
+    }
+  }
   if (++commandsInCurrent_ >= kCommandsPerSubmit) submit();
 }
 
@@ -108,6 +122,7 @@ void CommandStream::finish() {
     ctx_.check(ctx_.fn.vkWaitSemaphores(ctx_.device, &wi, UINT64_MAX), "vkWaitSemaphores");
     recycle(submitted_);
   }
+  if (profile_) profile_->collect();
   if (arenaUsed_) {
     arenaUsed_ = 0;
     generation_++;

@@ -15,10 +15,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "kernels/vulkan/device_context.h"
 #include "kernels/vulkan/memory_pool.h"
+#include "kernels/vulkan/stream_profile.h"
 
 namespace jitllm::vulkan {
 
@@ -36,7 +39,13 @@ class CommandStream final {
   // The command buffer being recorded (begun on first use).
   VkCommandBuffer recording();
   // Call after each recorded command: adds the barrier, and submits every kCommandsPerSubmit.
-  void endCommand();
+  // `label` names the command in the profile (empty: a copy).
+  void endCommand(std::string_view label = {});
+
+  // Times every command from now on (StreamProfile); the stream finishes whenever the profile's
+  // queries run out, so profiling changes how often the host waits, never the results.
+  void enableProfile();
+  const StreamProfile* profile() const { return profile_.get(); }
 
   struct Upload {
     uint8_t* host = nullptr;  // write the bytes here before the work that reads them is submitted
@@ -78,6 +87,7 @@ class CommandStream final {
   RawBuffer arena_;
   VkDeviceSize arenaUsed_ = 0;
   uint64_t generation_ = 1;
+  std::unique_ptr<StreamProfile> profile_;
 };
 
 }  // namespace jitllm::vulkan

@@ -72,6 +72,11 @@ namespace jitllm::vulkan {
   X(vkCreatePipelineCache)            \
   X(vkDestroyPipelineCache)           \
   X(vkGetPipelineCacheData)           \
+  X(vkCreateQueryPool)                \
+  X(vkDestroyQueryPool)               \
+  X(vkCmdResetQueryPool)              \
+  X(vkCmdWriteTimestamp)              \
+  X(vkGetQueryPoolResults)            \
   X(vkDeviceWaitIdle)
 
 #define JITLLM_VK_DECLARE(name) PFN_##name name = nullptr;

@@ -157,11 +157,14 @@ PhysicalDeviceDescription VulkanInstance::describe(VkPhysicalDevice device, uint
   d.driverName = driver.driverName;
   d.driverInfo = driver.driverInfo;
   d.subgroupSize = subgroup.subgroupSize;
+  d.subgroupShuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                      (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   const VkPhysicalDeviceLimits& limits = props.properties.limits;
   d.maxSharedMemoryBytes = limits.maxComputeSharedMemorySize;
   d.maxWorkgroupInvocations = limits.maxComputeWorkGroupInvocations;
   for (int i = 0; i < 3; i++) d.maxWorkgroupCount[size_t(i)] = limits.maxComputeWorkGroupCount[i];
   d.maxPushConstantBytes = limits.maxPushConstantsSize;
+  d.timestampPeriodNs = limits.timestampPeriod;  // kept only if the queue below has timestamps
 
   VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
@@ -207,6 +210,9 @@ PhysicalDeviceDescription VulkanInstance::describe(VkPhysicalDevice device, uint
       d.computeQueueFamily = i;
       break;
     }
+  }
+  if (d.computeQueueFamily == UINT32_MAX || families[d.computeQueueFamily].timestampValidBits == 0) {
+    d.timestampPeriodNs = 0;
   }
 
   std::string missing;

@@ -46,10 +46,12 @@ struct PhysicalDeviceDescription {
 
   // What the kernels are specialised for.
   uint32_t subgroupSize = 0;
+  bool subgroupShuffle = false;  // subgroupShuffleXor in compute shaders
   uint32_t maxSharedMemoryBytes = 0;
   uint32_t maxWorkgroupInvocations = 0;
   std::array<uint32_t, 3> maxWorkgroupCount{};
   uint32_t maxPushConstantBytes = 0;
+  float timestampPeriodNs = 0;  // 0: compute queues cannot write timestamps
   bool shaderFloat64 = false;
   bool integerDotProduct = false;  // VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct
 

@@ -1,9 +1,8 @@
 #include "kernels/vulkan/pipeline_library.h"
 
-#include <shaderc/shaderc.hpp>
-
 #include <chrono>
 #include <set>
+#include <shaderc/shaderc.hpp>
 #include <sstream>
 
 #include "kernels/error.h"
@@ -120,6 +119,12 @@ std::vector<uint32_t> PipelineLibrary::compile(const std::string& source, const 
   return std::vector<uint32_t>(result.cbegin(), result.cend());
 }
 
+const std::string& PipelineLibrary::name(VkPipeline pipeline) const {
+  static const std::string unknown = "?";
+  const auto it = names_.find(pipeline);
+  return it == names_.end() ? unknown : it->second;
+}
+
 VkPipeline PipelineLibrary::get(const KernelSpec& spec) {
   const std::string key = spec.key();
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
@@ -160,6 +165,7 @@ VkPipeline PipelineLibrary::get(const KernelSpec& spec) {
   stats_.pipelineSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
   stats_.pipelines++;
   pipelines_.emplace(key, pipeline);
+  names_.emplace(pipeline, key);
   return pipeline;
 }
 

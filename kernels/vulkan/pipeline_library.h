@@ -36,9 +36,9 @@ struct KernelSpec {
 };
 
 struct KernelStats {
-  int pipelines = 0;       // variants made in this process
-  int compiled = 0;        // of which shaderc compiled
-  int loadedFromDisk = 0;  // of which came from the SPIR-V cache
+  int pipelines = 0;           // variants made in this process
+  int compiled = 0;            // of which shaderc compiled
+  int loadedFromDisk = 0;      // of which came from the SPIR-V cache
   double compileSeconds = 0;   // shaderc
   double pipelineSeconds = 0;  // vkCreateComputePipelines (the driver's own compile)
 };
@@ -55,6 +55,8 @@ class PipelineLibrary final {
   PipelineLibrary& operator=(const PipelineLibrary&) = delete;
 
   VkPipeline get(const KernelSpec& spec);
+  // The key of the spec a pipeline of this library was made from ("matmul.comp|K=2048|...").
+  const std::string& name(VkPipeline pipeline) const;
   VkPipelineLayout layout() const { return layout_; }
   const KernelStats& stats() const { return stats_; }
   const KernelCache& cache() const { return cache_; }
@@ -73,6 +75,7 @@ class PipelineLibrary final {
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkPipelineCache pipelineCache_ = VK_NULL_HANDLE;
   std::unordered_map<std::string, VkPipeline> pipelines_;
+  std::unordered_map<VkPipeline, std::string> names_;
   KernelStats stats_;
 };
 

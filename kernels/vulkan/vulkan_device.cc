@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -43,7 +44,10 @@ constexpr size_t kDirectCopyMinBytes = 1ull << 20;
 
 // Reduction widths fixed for numerics (see the shaders): never chosen per device or by timing.
 constexpr int kMatmulLanes = 32;
-constexpr int kNormWorkgroup = 64;
+// 256: 8 loads per invocation for the 2048-wide rows of the 1B shape (at 64, each invocation's 32
+// dependent loads made a norm take 22 us on an H200, more than a 2048 x 2048 product); every
+// desktop GPU and lavapipe allow 1024 invocations.
+constexpr int kNormWorkgroup = 256;
 constexpr int kAttentionWorkgroup = 64;
 // Attention with fewer (head, token) workgroups than this spreads each token's chunks of
 // positions over workgroups of their own (decode: 32 heads of the 1B shape would leave most of a
@@ -189,11 +193,23 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   };
   if (phys.shaderFloat64) deviceDefines.emplace_back("HAVE_FP64", "1");
   if (dot4) deviceDefines.emplace_back("HAVE_DOT4", "1");
+  const char* shuffle = std::getenv("JITLLM_VULKAN_SUBGROUP");
+  if (phys.subgroupShuffle && options.subgroupShuffle.value_or(!(shuffle && std::strcmp(shuffle, "0") == 0))) {
+    deviceDefines.emplace_back("HAVE_SUBGROUP_SHUFFLE", "1");
+  }
   d->usesDot4_ = dot4;
   const char* intdot = std::getenv("JITLLM_VULKAN_INTDOT");
   d->integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
   const char* split = std::getenv("JITLLM_VULKAN_ATTENTION_SPLIT");
   d->splitAttention_ = !(split && std::strcmp(split, "0") == 0);
+  const char* profile = std::getenv("JITLLM_VULKAN_PROFILE");
+  if (profile && *profile && std::strcmp(profile, "0") != 0) {
+    if (phys.timestampPeriodNs > 0) {
+      d->stream_->enableProfile();
+    } else {
+      std::fprintf(stderr, "%s: JITLLM_VULKAN_PROFILE: the compute queue has no timestamps\n", ctx.id.c_str());
+    }
+  }
   d->pipelines_ = std::make_unique<PipelineLibrary>(
       ctx, KernelCache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys), std::move(deviceDefines));
   return d;
@@ -207,6 +223,7 @@ VulkanDevice::~VulkanDevice() {
   } catch (...) {
     // A lost device: tear down anyway.
   }
+  if (stream_ && stream_->profile()) stream_->profile()->report(stderr);
   pipelines_.reset();
   stream_.reset();
   pool_.reset();
@@ -343,7 +360,7 @@ void VulkanDevice::dispatch(VkPipeline pipeline, const Push& push, uint32_t x, u
   ctx_.fn.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
   ctx_.fn.vkCmdPushConstants(cb, pipelines_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Push), &push);
   ctx_.fn.vkCmdDispatch(cb, x, y, z);
-  stream_->endCommand();
+  stream_->endCommand(pipelines_->name(pipeline));
 }
 
 void VulkanDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
@@ -371,13 +388,34 @@ void VulkanDevice::rmsNorm(const float* x, const float* weight, float* out, int6
   if (rows <= 0) return;
   const uint64_t bytes = uint64_t(rows * dim) * 4;
   struct {
-    uint64_t x, weight, out;
+    uint64_t x, weight, out, xq;
     float eps;
-  } push{address(x, bytes, "rmsNorm input"), address(weight, uint64_t(dim) * 4, "rmsNorm weight"),
-         address(out, bytes, "rmsNorm output"), eps};
-  const VkPipeline p =
-      pipelines_->get(KernelSpec{"rms_norm.comp", {}}.define("DIM", dim).define("WG", int64_t(kNormWorkgroup)));
-  dispatch(p, push, uint32_t(rows));
+    uint32_t xqStride;
+  } push{address(x, bytes, "rmsNorm input"),
+         address(weight, uint64_t(dim) * 4, "rmsNorm weight"),
+         address(out, bytes, "rmsNorm output"),
+         0,
+         eps,
+         0};
+  // A norm's output is the input of integer products (q, k, v; gate, up; the head) whenever they
+  // run at all, so it is quantized here (rms_norm.comp's QUANTIZE) rather than by a quantize_x
+  // dispatch of its own. Not in place: the fused part reads x after other invocations wrote out.
+  const uint64_t rowBytes = uint64_t(quantizedRowBytes(dim));
+  const bool quantize = integerMatmul_ && dim % 256 == 0 && rowBytes <= UINT32_MAX &&
+                        (push.out + bytes <= push.x || push.x + bytes <= push.out);
+  KernelSpec spec{"rms_norm.comp", {}};
+  spec.define("DIM", dim).define("WG", int64_t(kNormWorkgroup));
+  if (quantize) {
+    growScratch(xq_, rowBytes * uint64_t(rows));
+    push.xq = reinterpret_cast<uint64_t>(xq_->data());
+    push.xqStride = uint32_t(rowBytes);
+    spec.define("QUANTIZE");
+  }
+  dispatch(pipelines_->get(spec), push, uint32_t(rows));
+  if (quantize) {
+    quantized_ = {out, rows, dim};
+    fusedQuantizations_++;
+  }
 }
 
 bool VulkanDevice::growScratch(std::unique_ptr<DeviceBuffer>& buffer, uint64_t need) {
@@ -418,6 +456,7 @@ void VulkanDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tok
     dispatch(pipelines_->get(KernelSpec{"quantize_x.comp", {}}), push, groupsFor(uint64_t(w.cols / 32), 64),
              uint32_t(tokens));
     quantized_ = {x, tokens, w.cols};
+    separateQuantizations_++;
   }
   struct {
     uint64_t w, xq, y, bias;

@@ -51,6 +51,9 @@ struct VulkanDeviceOptions {
   // Use VK_KHR_shader_integer_dot_product where the device has it (default); false spells the
   // dot products out in integer arithmetic (the same integers, so the same bits: tests).
   bool integerDotProduct = true;
+  // Reductions' narrower levels as subgroup shuffles where the device has them (shaders/
+  // lane_sums.glsl: the same bits either way); unset: on unless JITLLM_VULKAN_SUBGROUP=0.
+  std::optional<bool> subgroupShuffle;
 };
 
 class VulkanDevice final : public Device {
@@ -88,6 +91,10 @@ class VulkanDevice final : public Device {
   const KernelStats& kernelStats() const { return pipelines_->stats(); }
   const std::string& cacheDirectory() const { return pipelines_->cache().directory(); }
   PipelineLibrary& pipelines() { return *pipelines_; }
+  // Inputs of integer products quantized by a quantize_x dispatch of their own, and by the op
+  // that produced them (rmsNorm): for tests that check which path ran.
+  uint64_t separateQuantizations() const { return separateQuantizations_; }
+  uint64_t fusedQuantizations() const { return fusedQuantizations_; }
 
  private:
   friend class VulkanBuffer;
@@ -129,11 +136,13 @@ class VulkanDevice final : public Device {
 
   // Activations quantized for the integer products (shaders/quantize_x.comp), grown on demand.
   // `quantized_` names the input xq_ holds while nothing else has been recorded since - q, k and
-  // v (gate and up) read one x and quantize it once; any other op or copy forgets it.
+  // v (gate and up) read one x and quantize it once; any other op or copy forgets it. rmsNorm
+  // writes its output's integer form too (rms_norm.comp's QUANTIZE) and names it here.
   bool integerMatmul_ = true;
   bool usesDot4_ = false;
   std::unique_ptr<DeviceBuffer> xq_;
   QuantizedInput quantized_;
+  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0;
   bool keepQuantized_ = false;              // set while an integer product records its own dispatches
   std::unique_ptr<DeviceBuffer> partials_;  // per-chunk attention states (attention.comp MODE 1)
   bool splitAttention_ = true;              // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)

@@ -201,6 +201,81 @@ TEST_F(VulkanOps, IntegerProductsMatchTheFloatKernelsAndRequantizeAWrittenInput)
   }
 }
 
+// rmsNorm writes its output's integer form for the products after it (rms_norm.comp's QUANTIZE):
+// the same bytes quantize_x would write, so the products' bits do not depend on which ran; an
+// in-place norm (whose fused part would read overwritten inputs) leaves it to quantize_x.
+TEST_F(VulkanOps, RmsNormQuantizesItsOutputForTheProductsAfterItWithQuantizeXsBits) {
+  constexpr int64_t kRows = 96, kCols = 512, kTokens = 3;
+  const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 21);
+  auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
+  const WeightRef gw{TensorType::kQ4_K, w->data(), kRows, kCols, m.stride};
+  const auto xHost = randomFloats(size_t(kTokens * kCols), freshSeed() + 22, 3.0f);
+  auto x = upload(*gpu, xHost);
+  auto norm = upload(*gpu, randomFloats(size_t(kCols), freshSeed() + 24, 0.2f, 1.0f));
+  auto out = gpu->allocate(size_t(kTokens * kCols) * 4);
+  auto y = gpu->allocate(size_t(2 * kTokens * kRows) * 4);
+  auto* o = reinterpret_cast<float*>(out->data());
+  auto* ys = reinterpret_cast<float*>(y->data());
+  // The same product on a copy of the norm's output, which only quantize_x can quantize.
+  const auto separately = [&](const DeviceBuffer& normed) {
+    auto copy = upload(*gpu, download<float>(*gpu, normed, size_t(kTokens * kCols)));
+    const uint64_t before = gpu->separateQuantizations();
+    gpu->matmul(gw, copy.as<float>(), kTokens, ys, nullptr);
+    EXPECT_EQ(before + 1, gpu->separateQuantizations());
+    return download<float>(*gpu, *y, size_t(kTokens * kRows));
+  };
+
+  const uint64_t fused = gpu->fusedQuantizations(), separate = gpu->separateQuantizations();
+  gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
+  gpu->matmul(gw, o, kTokens, ys, nullptr);
+  gpu->matmul(gw, o, kTokens, ys + kTokens * kRows, nullptr);  // q, k, v: one quantization
+  EXPECT_EQ(fused + 1, gpu->fusedQuantizations());
+  EXPECT_EQ(separate, gpu->separateQuantizations());
+  const auto got = download<float>(*gpu, *y, size_t(2 * kTokens * kRows));
+  const auto want = separately(*out);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+  EXPECT_EQ(0, std::memcmp(got.data() + want.size(), want.data(), want.size() * 4));
+
+  // In place: not fused, and the product still reads the norm's output.
+  gpu->rmsNorm(x.as<float>(), norm.as<float>(), x.as<float>(), kTokens, kCols, 1e-5f);
+  const uint64_t fusedBefore = gpu->fusedQuantizations(), separateBefore = gpu->separateQuantizations();
+  gpu->matmul(gw, x.as<float>(), kTokens, ys, nullptr);
+  EXPECT_EQ(fusedBefore, gpu->fusedQuantizations());
+  EXPECT_EQ(separateBefore + 1, gpu->separateQuantizations());
+  const auto inPlace = download<float>(*gpu, *y, size_t(kTokens * kRows));
+  EXPECT_EQ(0, std::memcmp(inPlace.data(), separately(*x.buffer).data(), inPlace.size() * 4));
+}
+
+// Subgroup shuffles take over the reductions' narrower levels (shaders/lane_sums.glsl) and must
+// give the shared-memory tree's bits: on lavapipe (8-wide subgroups) the two are mixed, on a
+// 32-wide GPU the shuffles do it all.
+TEST_F(VulkanOps, SubgroupShufflesGiveTheBitsOfTheSharedMemoryTree) {
+  if (!gpu->physical().subgroupShuffle) GTEST_SKIP() << gpu->info().id << " has no subgroup shuffles";
+  std::printf("%s: subgroups of %u\n", gpu->info().id.c_str(), gpu->physical().subgroupSize);
+  vulkan::VulkanDeviceOptions options;
+  options.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+  options.subgroupShuffle = false;
+  auto tree = vulkan::VulkanDevice::create(options);
+  constexpr int64_t kRows = 37, kCols = 512, kTokens = 5;
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K}) {
+    SCOPED_TRACE(std::string(quant::typeName(type)));
+    const Matrix m = randomMatrix(type, kRows, kCols, freshSeed() + 31 * uint32_t(type));
+    const auto xHost = randomFloats(size_t(kTokens * kCols), freshSeed() + 32);
+    const auto product = [&](Device& dev, int64_t tokens) {
+      auto w = dev.adoptHostBytes(m.bytes.data(), m.bytes.size());
+      auto x = upload(dev, xHost);
+      auto y = dev.allocate(size_t(tokens * kRows) * 4);
+      dev.matmul(WeightRef{type, w->data(), kRows, kCols, m.stride}, x.as<float>(), tokens,
+                 reinterpret_cast<float*>(y->data()), nullptr);
+      return download<float>(dev, *y, size_t(tokens * kRows));
+    };
+    for (int64_t tokens : {int64_t(1), kTokens}) {
+      const auto shuffled = product(*gpu, tokens);
+      EXPECT_EQ(0, std::memcmp(shuffled.data(), product(*tree, tokens).data(), shuffled.size() * 4)) << tokens;
+    }
+  }
+}
+
 TEST_F(VulkanOps, RmsNormMatchesTheCpu) {
   for (int64_t dim : {64, 517, 2048}) {
     SCOPED_TRACE(dim);

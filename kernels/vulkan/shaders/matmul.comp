@@ -23,7 +23,7 @@ layout(push_constant) uniform Params {
   uint rowStride;  // bytes
 } p;
 
-shared float red[WR][NR * TT][LANES];
+#include "lane_sums.glsl"
 
 void main() {
   const uint lane = gl_LocalInvocationID.x;
@@ -57,22 +57,5 @@ void main() {
     }
   }
 
-  for (uint r = 0u; r < NR; r++)
-    for (uint t = 0u; t < TT; t++) red[wr][r * TT + t][lane] = acc[r][t];
-  barrier();
-  for (uint s = LANES / 2u; s > 0u; s >>= 1) {
-    if (lane < s) {
-      for (uint i = 0u; i < NR * TT; i++) red[wr][i][lane] += red[wr][i][lane + s];
-    }
-    barrier();
-  }
-  for (uint i = lane; i < NR * TT; i += LANES) {
-    const uint row = row0 + i / TT;
-    const uint tok = t0 + i % TT;
-    if (row < p.rows && tok < p.tokens) {
-      float v = red[wr][i][0];
-      if (p.bias != 0ul) v += F32Buf(p.bias).v[row];
-      F32Buf(p.y + (uint64_t(tok) * p.rows + row) * 4u).v[0] = v;
-    }
-  }
+  storeLaneSums(acc, lane, wr, row0, t0);
 }

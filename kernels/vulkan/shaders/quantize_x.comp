@@ -1,15 +1,7 @@
-// Activations in the integer form matmul_int.comp reads: ~15 bits per element, the scheme of the
-// CPU's VNNI kernels and of the CUDA backend (docs/cpu-kernels.md, kernels/cuda/kernels/quantize_x.cuh).
-//
-// Per token row and per block of 32 columns: s = a power of two with max|x| / s <= 127,
-// a = round(x / s), b = round(256 (x / s - a)) clamped to +-127 (round half to even), so
-// x ~= s (a + b / 256) within s / 512. Row layout (2.75 K bytes, K a multiple of 32):
-//   a[K] int8 | b[K] int8 | s256[K/32] float: s / 256 | bsum[K/32] float: s / 256 * sum(256a + b)
-//   | sum8[K/8] int: sum of (256 a + b) over each 8 columns
-// A block holding inf or NaN gets that value as s256 and bsum, so it reaches every result.
-// One invocation per 32-column block; each token row alone, so a token quantizes the same way
-// in any batch. Integer sums are exact; the float steps are exact but for the two roundings.
+// Activations to the integer form matmul_int.comp reads (quantize.glsl). One invocation per
+// 32-column block; each token row alone, so a token quantizes the same way in any batch.
 #include "common.glsl"
+#include "quantize.glsl"
 
 layout(local_size_x = 64) in;
 
@@ -20,61 +12,12 @@ layout(push_constant) uniform Params {
   uint xqStride;
 } p;
 
-// 2^e for e in [-126, 127], exactly.
-float pow2(int e) { return uintBitsToFloat(uint(e + 127) << 23); }
-
 void main() {
   const uint block = gl_GlobalInvocationID.x;
   const uint t = gl_WorkGroupID.y;
   if (block * 32u >= p.k) return;
   F32Buf xr = F32Buf(p.x + (uint64_t(t) * p.k + block * 32u) * 4u);
   float v[32];
-  float amax = 0.0;
-  bool bad = false, nan = false;
-  for (uint j = 0u; j < 32u; j++) {
-    v[j] = xr.v[j];
-    const uint bits = floatBitsToUint(v[j]) & 0x7FFFFFFFu;
-    bad = bad || bits >= 0x7F800000u;
-    nan = nan || bits > 0x7F800000u;
-    amax = max(amax, uintBitsToFloat(bits));
-  }
-  int e = -120;  // blocks below 1e-36 (zero, subnormal) quantize to ~0 instead of overflowing 1 / s
-  if (!bad && amax >= 1e-36) {
-    e = int((floatBitsToUint(amax) >> 23) & 0xFFu) - 126 - 7;  // amax = m 2^(e+7), m in [0.5, 1)
-    precise float limit = 127.0 * pow2(e);
-    if (amax > limit) e++;  // now amax / 2^e <= 127
-  }
-  const float inv = pow2(-e);
-  const uint64_t row = p.xq + uint64_t(t) * p.xqStride;
-  U32Buf aOut = U32Buf(row + block * 32u);
-  U32Buf bOut = U32Buf(row + p.k + block * 32u);
-  I32Buf sum8 = I32Buf(row + 2u * p.k + p.k / 4u);
-  int total = 0;
-  for (uint g = 0u; g < 4u; g++) {  // 8 columns at a time: two words of a, two of b, one sum
-    int s8 = 0;
-    for (uint h = 0u; h < 2u; h++) {
-      uint pa = 0u, pb = 0u;
-      for (uint i = 0u; i < 4u; i++) {
-        const uint j = 8u * g + 4u * h + i;
-        precise float vs = v[j] * inv;
-        const int a = bad ? 0 : int(roundEven(vs));
-        precise float rest = (vs - float(a)) * 256.0;
-        const int b = bad ? 0 : clamp(int(roundEven(rest)), -127, 127);
-        pa |= (uint(a) & 0xFFu) << (8u * i);
-        pb |= (uint(b) & 0xFFu) << (8u * i);
-        s8 += a * 256 + b;
-      }
-      aOut.v[2u * g + h] = pa;
-      bOut.v[2u * g + h] = pb;
-    }
-    sum8.v[block * 4u + g] = s8;
-    total += s8;
-  }
-  F32Buf s256 = F32Buf(row + 2u * p.k);
-  F32Buf bsum = F32Buf(row + 2u * p.k + p.k / 8u);
-  const float special = nan ? uintBitsToFloat(0x7FC00000u) : amax;  // amax is inf when a value is
-  precise float scale = pow2(e) * (1.0 / 256.0);
-  precise float represented = scale * float(total);  // |total| < 2^21: exact
-  s256.v[block] = bad ? special : scale;
-  bsum.v[block] = bad ? special : represented;
+  for (uint j = 0u; j < 32u; j++) v[j] = xr.v[j];
+  quantizeBlock(v, p.xq + uint64_t(t) * p.xqStride, block, p.k);
 }
