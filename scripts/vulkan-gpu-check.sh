@@ -10,7 +10,7 @@
 #   run(command="bash scripts/vulkan-gpu-check.sh", carry=[".carry", ".gl", ".devshared"])
 # The test binaries have this checkout's absolute paths compiled in (../shared, tests/goldens):
 # BUILT_AT (default /work/main) is linked to the working tree there and its ../shared to .devshared.
-# Env: MODELS (default "1b 3b"), WHAT (any of "tests bench profile", default "tests bench"),
+# Env: MODELS (default "1b 3b"), WHAT (any of "tests bench tune profile", default "tests bench"),
 # CUDA_TESTS=1 also runs the carried cuda_tests, ROUNDS (default 2) alternations of the engines,
 # INTDOT_AB=0 skips the 1B run with JITLLM_VULKAN_INTDOT=0. Logs go to $OUT.
 set -o pipefail
@@ -35,6 +35,13 @@ fi
 mkdir -p build-vk
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 
+bench() { # label, env..., then jitllm-bench arguments
+  local label=$1
+  shift
+  echo "== $label"
+  env "$@" 2>&1 | tee -a "$OUT/bench.txt" | grep -E "^# (pp|tg)|error" | sed "s/^/$label: /"
+}
+
 if [[ "${WHAT:-tests bench}" == *tests* ]]; then
   timeout 300 "$C/vulkan_tests" 2>&1 | tee "$OUT/vulkan_tests.log" |
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |nmse|Failure|Expected|Which is|error|differ" | head -60
@@ -50,12 +57,6 @@ if [[ "${WHAT:-tests bench}" == *bench* ]]; then
   for m in ${MODELS:-1b 3b}; do
     "$C/jitllm-mkmodel" llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$PWD/.devshared" > /dev/null || echo "mkmodel $m failed"
   done
-  bench() { # label, env..., then jitllm-bench arguments
-    local label=$1
-    shift
-    echo "== $label"
-    env "$@" 2>&1 | tee -a "$OUT/bench.txt" | grep -E "^# (pp|tg)|error" | sed "s/^/$label: /"
-  }
   for m in ${MODELS:-1b 3b}; do
     for round in $(seq "${ROUNDS:-2}"); do
       bench "$m vulkan r$round" timeout 200 "$C/jitllm-bench" /tmp/$m.gguf --device vulkan:0 -p 512 -n 128 -r 3
@@ -63,6 +64,14 @@ if [[ "${WHAT:-tests bench}" == *bench* ]]; then
     done
     [ "$m" = 1b ] && [ "${INTDOT_AB:-1}" = 1 ] && bench "$m vulkan intdot=0" JITLLM_VULKAN_INTDOT=0 timeout 200 "$C/jitllm-bench" /tmp/$m.gguf \
       --device vulkan:0 -p 512 -n 128 -r 3
+  done
+fi
+if [[ "${WHAT:-tests bench}" == *tune* ]]; then
+  # Decode's row groups per workgroup and rows per group of the matrix products (JITLLM_VULKAN_DECODE_ROWS).
+  [ -f /tmp/1b.gguf ] || "$C/jitllm-mkmodel" llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$PWD/.devshared" > /dev/null
+  for rows in ${TUNE:-2,2 1,1 2,1 4,1 8,1 1,2 4,2}; do
+    bench "1b vulkan decode rows $rows" JITLLM_VULKAN_DECODE_ROWS=$rows timeout 100 "$C/jitllm-bench" /tmp/1b.gguf \
+      --device vulkan:0 -p 0 -n 128 -r 3
   done
 fi
 if [[ "${WHAT:-tests bench}" == *profile* ]]; then

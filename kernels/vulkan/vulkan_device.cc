@@ -202,6 +202,15 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   d->integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
   const char* split = std::getenv("JITLLM_VULKAN_ATTENTION_SPLIT");
   d->splitAttention_ = !(split && std::strcmp(split, "0") == 0);
+  // Tuning experiments only (docs/vulkan.md): decode's row groups per workgroup and rows per group.
+  if (const char* rows = std::getenv("JITLLM_VULKAN_DECODE_ROWS")) {
+    int wr = 0, nr = 0;
+    if (std::sscanf(rows, "%d,%d", &wr, &nr) == 2 && wr >= 1 && nr >= 1 && wr * nr <= 16 &&
+        wr * kMatmulLanes <= int(phys.maxWorkgroupInvocations)) {
+      d->decodeRowGroups_ = wr;
+      d->decodeRowsPerGroup_ = nr;
+    }
+  }
   const char* profile = std::getenv("JITLLM_VULKAN_PROFILE");
   if (profile && *profile && std::strcmp(profile, "0") != 0) {
     if (phys.timestampPeriodNs > 0) {
@@ -508,7 +517,7 @@ void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_
   // tokens per workgroup grow with the batch up to 8; two row groups of two rows keep 64
   // invocations busy.
   const int tt = tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
-  const int wr = 2, nr = 2;
+  const int wr = tokens == 1 ? decodeRowGroups_ : 2, nr = tokens == 1 ? decodeRowsPerGroup_ : 2;
   const VkPipeline p = pipelines_->get(KernelSpec{shader, {}}
                                            .define(typeDefine(w.type))
                                            .define("K", w.cols)
@@ -627,6 +636,12 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
         uint64_t(batch.tokens) * uint64_t(batch.heads) * maxChunks * uint64_t(kv.headDim + 2) * sizeof(float);
     growScratch(partials_, bytes);
   }
+  // The output is the output projection's input: quantized here (attention.comp's QUANTIZE), as
+  // rmsNorm does for the products after it.
+  const int64_t width = int64_t(batch.heads) * kv.headDim;
+  const uint64_t rowBytes = uint64_t(quantizedRowBytes(width));
+  const bool quantize = integerMatmul_ && width % 256 == 0 && kv.headDim % 32 == 0 && rowBytes <= UINT32_MAX;
+  if (quantize) growScratch(xq_, rowBytes * uint64_t(batch.tokens));
   const size_t infoBytes = size_t(batch.tokens) * 8;
   const CommandStream::Upload up = stream_->upload(infoBytes + size_t(totalPages) * 8);
   for (int64_t t = 0; t < batch.tokens; t++) {
@@ -641,34 +656,42 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   }
   const uint64_t qBytes = uint64_t(batch.tokens) * uint64_t(batch.heads) * uint64_t(kv.headDim) * 4;
   struct {
-    uint64_t q, out, info, pages, partials;
+    uint64_t q, out, info, pages, partials, xq;
     float scale;
-    uint32_t maxChunks;
+    uint32_t maxChunks, xqStride;
   } push{address(q, qBytes, "attention queries"),
          address(out, qBytes, "attention output"),
          up.address,
          up.address + infoBytes,
          0,
+         quantize ? reinterpret_cast<uint64_t>(xq_->data()) : 0,
          batch.scale,
-         0};
+         0,
+         quantize ? uint32_t(rowBytes) : 0};
   const auto pipeline = [&](int mode) {
-    return pipelines_->get(KernelSpec{"attention.comp", {}}
-                               .define("HD", int64_t(kv.headDim))
-                               .define("HEADS", int64_t(batch.heads))
-                               .define("KVH", int64_t(kv.kvHeads))
-                               .define("PAGE_TOKENS", int64_t(kv.pageTokens))
-                               .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
-                               .define("WG", int64_t(kAttentionWorkgroup))
-                               .define("MODE", int64_t(mode)));
+    KernelSpec spec{"attention.comp", {}};
+    spec.define("HD", int64_t(kv.headDim))
+        .define("HEADS", int64_t(batch.heads))
+        .define("KVH", int64_t(kv.kvHeads))
+        .define("PAGE_TOKENS", int64_t(kv.pageTokens))
+        .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
+        .define("WG", int64_t(kAttentionWorkgroup))
+        .define("MODE", int64_t(mode));
+    if (quantize && mode != 1) spec.define("QUANTIZE");
+    return pipelines_->get(spec);
   };
   if (split) {
     push.partials = reinterpret_cast<uint64_t>(partials_->data());
     push.maxChunks = maxChunks;
     dispatch(pipeline(1), push, uint32_t(batch.heads), uint32_t(batch.tokens), maxChunks);
     dispatch(pipeline(2), push, uint32_t(batch.heads), uint32_t(batch.tokens));
-    return;
+  } else {
+    dispatch(pipeline(0), push, uint32_t(batch.heads), uint32_t(batch.tokens));
   }
-  dispatch(pipeline(0), push, uint32_t(batch.heads), uint32_t(batch.tokens));
+  if (quantize) {
+    quantized_ = {out, batch.tokens, width};
+    fusedQuantizations_++;
+  }
 }
 
 void VulkanDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {

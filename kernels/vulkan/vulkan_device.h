@@ -145,6 +145,7 @@ class VulkanDevice final : public Device {
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0;
   bool keepQuantized_ = false;              // set while an integer product records its own dispatches
   std::unique_ptr<DeviceBuffer> partials_;  // per-chunk attention states (attention.comp MODE 1)
+  int decodeRowGroups_ = 2, decodeRowsPerGroup_ = 2;  // WR, NR of one-token products
   bool splitAttention_ = true;              // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)
 };
 

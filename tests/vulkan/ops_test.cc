@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "kernels/quant/dequantize.h"
@@ -201,40 +202,54 @@ TEST_F(VulkanOps, IntegerProductsMatchTheFloatKernelsAndRequantizeAWrittenInput)
   }
 }
 
-// rmsNorm writes its output's integer form for the products after it (rms_norm.comp's QUANTIZE):
-// the same bytes quantize_x would write, so the products' bits do not depend on which ran; an
-// in-place norm (whose fused part would read overwritten inputs) leaves it to quantize_x.
-TEST_F(VulkanOps, RmsNormQuantizesItsOutputForTheProductsAfterItWithQuantizeXsBits) {
+// rmsNorm and attention write their output's integer form for the products after it (QUANTIZE in
+// rms_norm.comp and attention.comp): the same bytes quantize_x would write, so the products' bits
+// do not depend on which ran. An in-place norm (whose fused part would read overwritten inputs)
+// leaves it to quantize_x.
+TEST_F(VulkanOps, ProducersQuantizeTheirOutputForTheProductsAfterItWithQuantizeXsBits) {
   constexpr int64_t kRows = 96, kCols = 512, kTokens = 3;
   const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 21);
   auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
   const WeightRef gw{TensorType::kQ4_K, w->data(), kRows, kCols, m.stride};
-  const auto xHost = randomFloats(size_t(kTokens * kCols), freshSeed() + 22, 3.0f);
-  auto x = upload(*gpu, xHost);
+  auto x = upload(*gpu, randomFloats(size_t(kTokens * kCols), freshSeed() + 22, 3.0f));
   auto norm = upload(*gpu, randomFloats(size_t(kCols), freshSeed() + 24, 0.2f, 1.0f));
   auto out = gpu->allocate(size_t(kTokens * kCols) * 4);
   auto y = gpu->allocate(size_t(2 * kTokens * kRows) * 4);
   auto* o = reinterpret_cast<float*>(out->data());
   auto* ys = reinterpret_cast<float*>(y->data());
-  // The same product on a copy of the norm's output, which only quantize_x can quantize.
-  const auto separately = [&](const DeviceBuffer& normed) {
-    auto copy = upload(*gpu, download<float>(*gpu, normed, size_t(kTokens * kCols)));
+  // The same product on a copy of the producer's output, which only quantize_x can quantize.
+  const auto separately = [&](const DeviceBuffer& produced) {
+    auto copy = upload(*gpu, download<float>(*gpu, produced, size_t(kTokens * kCols)));
     const uint64_t before = gpu->separateQuantizations();
     gpu->matmul(gw, copy.as<float>(), kTokens, ys, nullptr);
     EXPECT_EQ(before + 1, gpu->separateQuantizations());
     return download<float>(*gpu, *y, size_t(kTokens * kRows));
   };
-
-  const uint64_t fused = gpu->fusedQuantizations(), separate = gpu->separateQuantizations();
-  gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
-  gpu->matmul(gw, o, kTokens, ys, nullptr);
-  gpu->matmul(gw, o, kTokens, ys + kTokens * kRows, nullptr);  // q, k, v: one quantization
-  EXPECT_EQ(fused + 1, gpu->fusedQuantizations());
-  EXPECT_EQ(separate, gpu->separateQuantizations());
-  const auto got = download<float>(*gpu, *y, size_t(2 * kTokens * kRows));
-  const auto want = separately(*out);
-  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
-  EXPECT_EQ(0, std::memcmp(got.data() + want.size(), want.data(), want.size() * 4));
+  // `produce` writes `o`; then two products read it (as q, k and v do) with no quantize_x.
+  const auto check = [&](const std::function<void()>& produce) {
+    const uint64_t fused = gpu->fusedQuantizations(), separate = gpu->separateQuantizations();
+    produce();
+    gpu->matmul(gw, o, kTokens, ys, nullptr);
+    gpu->matmul(gw, o, kTokens, ys + kTokens * kRows, nullptr);
+    EXPECT_EQ(fused + 1, gpu->fusedQuantizations());
+    EXPECT_EQ(separate, gpu->separateQuantizations());
+    const auto got = download<float>(*gpu, *y, size_t(2 * kTokens * kRows));
+    const auto want = separately(*out);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+    EXPECT_EQ(0, std::memcmp(got.data() + want.size(), want.data(), want.size() * 4));
+  };
+  {
+    SCOPED_TRACE("rmsNorm");
+    check([&] { gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f); });
+  }
+  // 8 heads of 64 = kCols. Three tokens over 300 positions: few workgroups, so the chunks run
+  // apart and are folded after (MODE 1 + 2); over 30 positions one workgroup per head (MODE 0).
+  LongContext ctx(*gpu, *cpu, KvLayout{16, 2, 64, KvPrecision::kF32}, 300, freshSeed() + 25);
+  auto q = upload(*gpu, randomFloats(size_t(kTokens * kCols), freshSeed() + 26, 0.3f));
+  for (const std::vector<int32_t>& positions : {std::vector<int32_t>{299, 150, 70}, std::vector<int32_t>{9, 20, 30}}) {
+    SCOPED_TRACE("attention at " + std::to_string(positions[0]));
+    check([&] { ctx.attendOnGpu(q.as<float>(), o, positions, 8, 0.125f); });
+  }
 
   // In place: not fused, and the product still reads the norm's output.
   gpu->rmsNorm(x.as<float>(), norm.as<float>(), x.as<float>(), kTokens, kCols, 1e-5f);

@@ -10,8 +10,13 @@
 // MODE 1: a workgroup per (head, token, chunk) writes that chunk's state to `partials`, and
 // MODE 2: a workgroup per (head, token) folds them in order - the same operations as MODE 0, so
 // the same bits. Decode (a handful of workgroups over a long context) uses 1 + 2.
-// Defines: HD, HEADS, KVH, PAGE_TOKENS, KV_F16 (0/1), WG, MODE.
+// Defines: HD, HEADS, KVH, PAGE_TOKENS, KV_F16 (0/1), WG, MODE; QUANTIZE (optional, MODE 0 and 2,
+// HD a multiple of 32) also writes the output's integer form (quantize.glsl) at p.xq, a token's
+// row of HEADS x HD columns every p.xqStride bytes, for the output projection that reads it.
 #include "common.glsl"
+#ifdef QUANTIZE
+#include "quantize.glsl"
+#endif
 
 layout(local_size_x = WG) in;
 
@@ -21,8 +26,10 @@ layout(push_constant) uniform Params {
   uint64_t info;      // per token: uvec2(position, first index into pages)
   uint64_t pages;     // page addresses
   uint64_t partials;  // MODE 1, 2: per (token, head, chunk) a state of HD + 2 floats
+  uint64_t xq;        // QUANTIZE
   float scale;
   uint maxChunks;     // MODE 1, 2: chunks per (token, head) in `partials`
+  uint xqStride;      // QUANTIZE
 } p;
 
 #define DPT ((HD + WG - 1) / WG)
@@ -109,13 +116,32 @@ void chunkState(uint t, uint head, uint n, uint first, uint c, out float m, out 
   barrier();  // pr, pg and red are free for the next chunk
 }
 
+#ifdef QUANTIZE
+shared float outS[HD];
+#endif
+
 void writeOutput(uint t, uint head, float totS, float totO[DPT]) {
   const float inv = 1.0 / totS;
   F32Buf o = F32Buf(p.out_ + (uint64_t(t) * HEADS + head) * HD * 4u);
   for (uint i = 0u; i < DPT; i++) {
     const uint d = gl_LocalInvocationID.x + i * WG;
-    if (d < HD) o.v[d] = totO[i] * inv;
+    if (d < HD) {
+      precise float v = totO[i] * inv;
+      o.v[d] = v;
+#ifdef QUANTIZE
+      outS[d] = v;
+#endif
+    }
   }
+#ifdef QUANTIZE
+  // The head's HD / 32 blocks of the token's row, from the values just written.
+  barrier();
+  for (uint b = gl_LocalInvocationID.x; b < HD / 32u; b += WG) {
+    float v[32];
+    for (uint j = 0u; j < 32u; j++) v[j] = outS[32u * b + j];
+    quantizeBlock(v, p.xq + uint64_t(t) * p.xqStride, head * (HD / 32u) + b, HEADS * HD);
+  }
+#endif
 }
 
 void main() {
