@@ -61,17 +61,33 @@ void CommandStream::enableProfile() {
   profile_ = std::make_unique<StreamProfile>(ctx_);
 }
 
+namespace {
+
+VkPipelineStageFlags stageOf(CommandStream::Work work) {
+  return work == CommandStream::Work::kShader ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT : VK_PIPELINE_STAGE_TRANSFER_BIT;
+}
+
+}  // namespace
+
+VkCommandBuffer CommandStream::beginCommand(Work work) {
+  VkCommandBuffer cb = recording();
+  if (unorderedStages_) {
+    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    barrier.srcAccessMask = unorderedWrites_;
+    barrier.dstAccessMask = work == Work::kShader ? VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT
+                                                  : VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    ctx_.fn.vkCmdPipelineBarrier(cb, unorderedStages_, stageOf(work), 0, 1, &barrier, 0, nullptr, 0, nullptr);
+    unorderedStages_ = 0;
+    unorderedWrites_ = 0;
+  }
+  currentWork_ = work;
+  return cb;
+}
+
 void CommandStream::endCommand(std::string_view label) {
   JITLLM_ASSERT(open_);
-  // One global barrier: every earlier write (shader or copy) is visible to every later access.
-  // Ops are dependent in sequence anyway, so finer barriers would buy little.
-  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                          VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT;
-  const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-  ctx_.fn.vkCmdPipelineBarrier(current_, stages, stages | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0,
-                               nullptr);
+  unorderedStages_ |= stageOf(currentWork_);
+  unorderedWrites_ |= currentWork_ == Work::kShader ? VK_ACCESS_SHADER_WRITE_BIT : VK_ACCESS_TRANSFER_WRITE_BIT;
   if (profile_) {
     profile_->mark(current_, label);
     if (!profile_->hasRoom()) {
@@ -84,6 +100,15 @@ void CommandStream::endCommand(std::string_view label) {
 
 void CommandStream::submit() {
   if (!open_) return;
+  if (unorderedStages_) {
+    // The host may read what this submission wrote once its semaphore value is reached. The
+    // device-side order of the next command after these is still owed (unordered* stay set).
+    VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    barrier.srcAccessMask = unorderedWrites_;
+    barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    ctx_.fn.vkCmdPipelineBarrier(current_, unorderedStages_, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr,
+                                 0, nullptr);
+  }
   ctx_.check(ctx_.fn.vkEndCommandBuffer(current_), "vkEndCommandBuffer");
   open_ = false;
   const uint64_t value = submitted_ + 1;

@@ -1,8 +1,14 @@
-// The ordered stream of work on one Vulkan device: command buffers recorded in call order, a full
-// memory barrier after every command (ops see their predecessors' results, as the Device
+// The ordered stream of work on one Vulkan device: command buffers recorded in call order, each
+// command ordered after everything before it (ops see their predecessors' results, as the Device
 // interface promises), submissions tracked by one timeline semaphore, and an upload arena - a
 // host-visible buffer with a device address where each op puts the small host-side data it
 // brings along (token ids, KV slots, page tables, RoPE tables) and copies stage their bytes.
+//
+// The ordering is one memory barrier in front of each command, from the stages and writes of the
+// commands since the last barrier to what this command does (a shader or a copy), and one to the
+// host at the end of each submission. Not a barrier with every stage and the host after each
+// command: on NVIDIA's driver that one cost ~4 us a command, more than the 1B shape's decode
+// spends in shaders (docs/vulkan.md).
 //
 // Recording does not wait: every kCommandsPerSubmit commands the stream submits what it has so
 // the device starts while the host records more. finish() submits and waits for everything and
@@ -36,11 +42,12 @@ class CommandStream final {
   CommandStream(const CommandStream&) = delete;
   CommandStream& operator=(const CommandStream&) = delete;
 
-  // The command buffer being recorded (begun on first use).
-  VkCommandBuffer recording();
-  // Call after each recorded command: adds the barrier, and submits every kCommandsPerSubmit.
-  // `label` names the command in the profile (empty: a copy).
-  void endCommand(std::string_view label = {});
+  enum class Work { kShader, kCopy };
+  // The command buffer to record one command of kind `work` into (begun on first use), with the
+  // barrier that orders it after every command before it already recorded.
+  VkCommandBuffer beginCommand(Work work);
+  // After each command: submits every kCommandsPerSubmit. `label` names it in the profile.
+  void endCommand(std::string_view label);
 
   // Times every command from now on (StreamProfile); the stream finishes whenever the profile's
   // queries run out, so profiling changes how often the host waits, never the results.
@@ -73,6 +80,7 @@ class CommandStream final {
     uint64_t value;
   };
   void recycle(uint64_t completed);
+  VkCommandBuffer recording();
 
   const DeviceContext& ctx_;
   uint32_t arenaType_;
@@ -82,6 +90,10 @@ class CommandStream final {
   VkCommandBuffer current_ = VK_NULL_HANDLE;
   bool open_ = false;
   int commandsInCurrent_ = 0;
+  // Stages and writes of the commands since the last barrier: what the next command waits for.
+  VkPipelineStageFlags unorderedStages_ = 0;
+  VkAccessFlags unorderedWrites_ = 0;
+  Work currentWork_ = Work::kShader;
   std::vector<VkCommandBuffer> spare_;
   std::vector<InFlight> inFlight_;
   RawBuffer arena_;

@@ -312,8 +312,8 @@ void VulkanDevice::stageToDevice(const LocatedRange& dst, const uint8_t* src, si
     const CommandStream::Upload up = stream_->upload(n);
     std::memcpy(up.host, src + done, n);
     VkBufferCopy region{up.offset, dst.offset + done, n};
-    ctx_.fn.vkCmdCopyBuffer(stream_->recording(), up.buffer, dst.buffer, 1, &region);
-    stream_->endCommand();
+    ctx_.fn.vkCmdCopyBuffer(stream_->beginCommand(CommandStream::Work::kCopy), up.buffer, dst.buffer, 1, &region);
+    stream_->endCommand("copy to the device");
     done += n;
   }
 }
@@ -342,8 +342,8 @@ void VulkanDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
     const size_t n = std::min(bytes - done, kCopySliceBytes);
     const CommandStream::Upload up = stream_->upload(n);
     VkBufferCopy region{range.offset + done, up.offset, n};
-    ctx_.fn.vkCmdCopyBuffer(stream_->recording(), range.buffer, up.buffer, 1, &region);
-    stream_->endCommand();
+    ctx_.fn.vkCmdCopyBuffer(stream_->beginCommand(CommandStream::Work::kCopy), range.buffer, up.buffer, 1, &region);
+    stream_->endCommand("copy to the host");
     stream_->finish();
     std::memcpy(static_cast<uint8_t*>(dst) + done, up.host, n);
     done += n;
@@ -365,7 +365,7 @@ void VulkanDevice::dispatch(VkPipeline pipeline, const Push& push, uint32_t x, u
                  " workgroups exceeds the device's limits");
   if (x == 0 || y == 0 || z == 0) return;
   if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
-  VkCommandBuffer cb = stream_->recording();
+  VkCommandBuffer cb = stream_->beginCommand(CommandStream::Work::kShader);
   ctx_.fn.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
   ctx_.fn.vkCmdPushConstants(cb, pipelines_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Push), &push);
   ctx_.fn.vkCmdDispatch(cb, x, y, z);
