@@ -66,6 +66,10 @@ if [[ "${WHAT:-tests bench}" == *bench* ]]; then
       --device vulkan:0 -p 512 -n 128 -r 3
   done
 fi
+if [[ "${WHAT:-tests bench}" == *bench* ]]; then
+  echo "== product shapes the tuner chose (key WR NR):"
+  cat /tmp/jitllm-cache/vulkan/*/matmul-tuning.txt 2>/dev/null | sed 's/|src=[0-9a-f]*//' | tee "$OUT/matmul-tuning.txt"
+fi
 if [[ "${WHAT:-tests bench}" == *tune* ]]; then
   # Decode's row groups per workgroup and rows per group of the matrix products (JITLLM_VULKAN_DECODE_ROWS).
   [ -f /tmp/1b.gguf ] || "$C/jitllm-mkmodel" llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$PWD/.devshared" > /dev/null

@@ -84,6 +84,14 @@ VkCommandBuffer CommandStream::beginCommand(Work work) {
   return cb;
 }
 
+void CommandStream::resetQueries(VkQueryPool pool, uint32_t first, uint32_t count) {
+  ctx_.fn.vkCmdResetQueryPool(recording(), pool, first, count);
+}
+
+void CommandStream::writeTimestamp(VkQueryPool pool, uint32_t query) {
+  ctx_.fn.vkCmdWriteTimestamp(recording(), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pool, query);
+}
+
 void CommandStream::endCommand(std::string_view label) {
   JITLLM_ASSERT(open_);
   unorderedStages_ |= stageOf(currentWork_);
@@ -106,8 +114,8 @@ void CommandStream::submit() {
     VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     barrier.srcAccessMask = unorderedWrites_;
     barrier.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-    ctx_.fn.vkCmdPipelineBarrier(current_, unorderedStages_, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr,
-                                 0, nullptr);
+    ctx_.fn.vkCmdPipelineBarrier(current_, unorderedStages_, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &barrier, 0, nullptr, 0,
+                                 nullptr);
   }
   ctx_.check(ctx_.fn.vkEndCommandBuffer(current_), "vkEndCommandBuffer");
   open_ = false;

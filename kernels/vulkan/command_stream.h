@@ -43,6 +43,10 @@ class CommandStream final {
   CommandStream& operator=(const CommandStream&) = delete;
 
   enum class Work { kShader, kCopy };
+  // Timestamps of `pool` (a VK_QUERY_TYPE_TIMESTAMP pool): reset, and written once every command
+  // recorded so far has completed. For timing a few commands (MatmulTuner), not commands themselves.
+  void resetQueries(VkQueryPool pool, uint32_t first, uint32_t count);
+  void writeTimestamp(VkQueryPool pool, uint32_t query);
   // The command buffer to record one command of kind `work` into (begun on first use), with the
   // barrier that orders it after every command before it already recorded.
   VkCommandBuffer beginCommand(Work work);

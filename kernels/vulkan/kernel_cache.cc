@@ -119,4 +119,15 @@ void KernelCache::storePipelineCache(const std::vector<uint8_t>& data) const {
   writeAtomically(directory_ + "/pipeline-cache.bin", data.data(), data.size());
 }
 
+std::string KernelCache::loadText(const std::string& name) const {
+  if (!enabled()) return {};
+  const std::vector<char> bytes = readAll(directory_ + "/" + name);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+void KernelCache::storeText(const std::string& name, const std::string& text) const {
+  if (!enabled()) return;
+  writeAtomically(directory_ + "/" + name, text.data(), text.size());
+}
+
 }  // namespace jitllm::vulkan

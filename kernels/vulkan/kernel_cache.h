@@ -6,6 +6,7 @@
 //   spirv/<key>.spv       one kernel variant; key = hash of its full source (defines included),
 //                         the compile options and the shaderc/SPIR-V versions
 //   pipeline-cache.bin    vkGetPipelineCacheData, given back to vkCreatePipelineCache
+//   matmul-tuning.txt     the dispatch shapes MatmulTuner timed (matmul_tuner.h)
 // The UUID and driver version in the path keep drivers and devices apart (a driver update starts
 // a fresh cache); each .spv also records a second, independent hash of its source and a checksum
 // of its words, so a collision or a torn file is recompiled, never used. Writes go to a temporary
@@ -42,6 +43,9 @@ class KernelCache final {
   void storeSpirv(uint64_t key, uint64_t check, const std::vector<uint32_t>& spirv) const;
   std::vector<uint8_t> loadPipelineCache() const;
   void storePipelineCache(const std::vector<uint8_t>& data) const;
+  // A small file of the cache directory by name ("" when absent or caching is off).
+  std::string loadText(const std::string& name) const;
+  void storeText(const std::string& name, const std::string& text) const;
 
  private:
   std::string spirvPath(uint64_t key) const;

@@ -16,22 +16,22 @@
 
 namespace jitllm::vulkan {
 
-#define JITLLM_VK_GLOBAL_FUNCTIONS(X)      \
-  X(vkCreateInstance)                      \
-  X(vkEnumerateInstanceVersion)            \
+#define JITLLM_VK_GLOBAL_FUNCTIONS(X) \
+  X(vkCreateInstance)                 \
+  X(vkEnumerateInstanceVersion)       \
   X(vkEnumerateInstanceExtensionProperties)
 
-#define JITLLM_VK_INSTANCE_FUNCTIONS(X)          \
-  X(vkDestroyInstance)                           \
-  X(vkEnumeratePhysicalDevices)                  \
-  X(vkGetPhysicalDeviceProperties)               \
-  X(vkGetPhysicalDeviceProperties2)              \
-  X(vkGetPhysicalDeviceFeatures2)                \
-  X(vkGetPhysicalDeviceMemoryProperties)         \
-  X(vkGetPhysicalDeviceMemoryProperties2)        \
-  X(vkGetPhysicalDeviceQueueFamilyProperties)    \
-  X(vkEnumerateDeviceExtensionProperties)        \
-  X(vkCreateDevice)                              \
+#define JITLLM_VK_INSTANCE_FUNCTIONS(X)       \
+  X(vkDestroyInstance)                        \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceProperties2)           \
+  X(vkGetPhysicalDeviceFeatures2)             \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
+  X(vkGetPhysicalDeviceMemoryProperties2)     \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkEnumerateDeviceExtensionProperties)     \
+  X(vkCreateDevice)                           \
   X(vkGetDeviceProcAddr)
 
 #define JITLLM_VK_DEVICE_FUNCTIONS(X) \

@@ -219,8 +219,12 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
       std::fprintf(stderr, "%s: JITLLM_VULKAN_PROFILE: the compute queue has no timestamps\n", ctx.id.c_str());
     }
   }
-  d->pipelines_ = std::make_unique<PipelineLibrary>(
-      ctx, KernelCache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys), std::move(deviceDefines));
+  const KernelCache cache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys);
+  d->pipelines_ = std::make_unique<PipelineLibrary>(ctx, cache, std::move(deviceDefines));
+  d->tuner_ = std::make_unique<MatmulTuner>(cache);
+  const char* tune = std::getenv("JITLLM_VULKAN_TUNE");
+  const bool tuneByDefault = tune && *tune ? std::strcmp(tune, "0") != 0 : !phys.software;
+  d->tune_ = options.tune.value_or(tuneByDefault) && phys.timestampPeriodNs > 0;
   return d;
 }
 
@@ -233,6 +237,7 @@ VulkanDevice::~VulkanDevice() {
     // A lost device: tear down anyway.
   }
   if (stream_ && stream_->profile()) stream_->profile()->report(stderr);
+  if (tuneQueries_) ctx_.fn.vkDestroyQueryPool(ctx_.device, tuneQueries_, nullptr);
   pipelines_.reset();
   stream_.reset();
   pool_.reset();
@@ -478,7 +483,8 @@ void VulkanDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tok
          uint32_t(tokens),
          uint32_t(w.rowStride),
          uint32_t(rowBytes)};
-  dispatchMatmul("matmul_int.comp", w, tokens, push);
+  // The integer kernel reads xq, never x: dispatching it again gives the same y even in place.
+  dispatchMatmul("matmul_int.comp", w, tokens, push, true);
   // A product whose output overwrites its own input leaves xq describing bytes that changed.
   quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
 }
@@ -508,24 +514,102 @@ void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, fl
          uint32_t(w.rows),
          uint32_t(tokens),
          uint32_t(w.rowStride)};
-  dispatchMatmul("matmul.comp", w, tokens, push);
+  const bool overlaps =
+      push.y < push.x + uint64_t(tokens * w.cols) * 4 && push.x < push.y + uint64_t(tokens * w.rows) * 4;
+  dispatchMatmul("matmul.comp", w, tokens, push, !overlaps);
 }
 
 template <typename Push>
-void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push) {
-  // Tuning knobs that leave the summation order alone (shaders/matmul.comp, matmul_int.comp):
-  // tokens per workgroup grow with the batch up to 8; two row groups of two rows keep 64
-  // invocations busy.
+void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push,
+                                  bool repeatable) {
+  // Tokens per workgroup grow with the batch up to 8; the rows per workgroup (WR x NR) are the
+  // tuner's. None of it changes the summation order (shaders/matmul.comp, matmul_int.comp).
   const int tt = tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
-  const int wr = tokens == 1 ? decodeRowGroups_ : 2, nr = tokens == 1 ? decodeRowsPerGroup_ : 2;
-  const VkPipeline p = pipelines_->get(KernelSpec{shader, {}}
-                                           .define(typeDefine(w.type))
-                                           .define("K", w.cols)
-                                           .define("LANES", int64_t(kMatmulLanes))
-                                           .define("WR", int64_t(wr))
-                                           .define("NR", int64_t(nr))
-                                           .define("TT", int64_t(tt)));
-  dispatch(p, push, groupsFor(uint64_t(w.rows), uint64_t(wr * nr)), groupsFor(uint64_t(tokens), uint64_t(tt)));
+  KernelSpec variant{shader, {}};
+  variant.define(typeDefine(w.type))
+      .define("K", w.cols)
+      .define("LANES", int64_t(kMatmulLanes))
+      .define("TT", int64_t(tt));
+  MatmulTuner::Shape shape = MatmulTuner::kDefault;
+  if (tokens == 1 && decodeRowGroups_ > 0) {
+    shape = {decodeRowGroups_, decodeRowsPerGroup_};
+  } else {
+    const std::string local = variant.key() + "|rows=" + std::to_string(w.rows);
+    if (auto it = matmulShapes_.find(local); it != matmulShapes_.end()) {
+      shape = it->second;
+    } else {
+      // The file's key also carries the kernel's source hash: a changed kernel is timed afresh.
+      KernelSpec defaults = variant;
+      defaults.define("WR", int64_t(shape.wr)).define("NR", int64_t(shape.nr));
+      char hash[24];
+      std::snprintf(hash, sizeof hash, "%016llx",
+                    static_cast<unsigned long long>(fnv1a64(pipelines_->source(defaults))));
+      const std::string key = local + "|src=" + hash;
+      if (auto found = tuner_->find(key)) {
+        shape = *found;
+        matmulShapes_.emplace(local, shape);
+      } else if (tune_ && repeatable) {
+        shape = tuneMatmul(variant, w, tokens, push);
+        tuner_->remember(key, shape);
+        matmulShapes_.emplace(local, shape);
+      }
+    }
+  }
+  KernelSpec spec = variant;
+  spec.define("WR", int64_t(shape.wr)).define("NR", int64_t(shape.nr));
+  dispatch(pipelines_->get(spec), push, groupsFor(uint64_t(w.rows), uint64_t(shape.wr * shape.nr)),
+           groupsFor(uint64_t(tokens), uint64_t(tt)));
+}
+
+template <typename Push>
+MatmulTuner::Shape VulkanDevice::tuneMatmul(const KernelSpec& variant, const WeightRef& w, int64_t tokens,
+                                            const Push& push) {
+  const int tt = std::stoi(std::find_if(variant.defines.begin(), variant.defines.end(), [](const auto& d) {
+                             return d.first == "TT";
+                           })->second);
+  const std::vector<MatmulTuner::Shape> candidates = MatmulTuner::candidates(tt, kMatmulLanes, *ctx_.physical);
+  // Pipelines first, so no compile lands inside a timed span; then rounds of (a warm-up dispatch,
+  // a timestamp, kRepeats dispatches, a timestamp) per candidate, well under one submission.
+  std::vector<VkPipeline> pipelines;
+  for (const MatmulTuner::Shape& c : candidates) {
+    KernelSpec spec = variant;
+    spec.define("WR", int64_t(c.wr)).define("NR", int64_t(c.nr));
+    pipelines.push_back(pipelines_->get(spec));
+  }
+  constexpr int kRounds = 2, kRepeats = 5;
+  static_assert(8 * (1 + kRepeats) < CommandStream::kCommandsPerSubmit);
+  const uint32_t queries = uint32_t(2 * candidates.size());
+  if (!tuneQueries_) {
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = 16;
+    ctx_.check(ctx_.fn.vkCreateQueryPool(ctx_.device, &qi, nullptr, &tuneQueries_), "vkCreateQueryPool");
+  }
+  JITLLM_ASSERT(queries <= 16);
+  std::vector<double> best(candidates.size(), 1e300);
+  stream_->finish();
+  for (int round = 0; round < kRounds; round++) {
+    stream_->resetQueries(tuneQueries_, 0, queries);
+    for (size_t i = 0; i < candidates.size(); i++) {
+      const uint32_t groups = groupsFor(uint64_t(w.rows), uint64_t(candidates[i].wr * candidates[i].nr));
+      const uint32_t tokenGroups = groupsFor(uint64_t(tokens), uint64_t(tt));
+      dispatch(pipelines[i], push, groups, tokenGroups);
+      stream_->writeTimestamp(tuneQueries_, uint32_t(2 * i));
+      for (int r = 0; r < kRepeats; r++) dispatch(pipelines[i], push, groups, tokenGroups);
+      stream_->writeTimestamp(tuneQueries_, uint32_t(2 * i + 1));
+    }
+    stream_->finish();
+    std::vector<uint64_t> ticks(queries);
+    ctx_.check(ctx_.fn.vkGetQueryPoolResults(ctx_.device, tuneQueries_, 0, queries, ticks.size() * sizeof(uint64_t),
+                                             ticks.data(), sizeof(uint64_t),
+                                             VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+               "vkGetQueryPoolResults");
+    for (size_t i = 0; i < candidates.size(); i++) {
+      best[i] = std::min(best[i], double(ticks[2 * i + 1] - ticks[2 * i]));
+    }
+  }
+  matmulTunings_++;
+  return candidates[size_t(std::min_element(best.begin(), best.end()) - best.begin())];
 }
 
 void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,

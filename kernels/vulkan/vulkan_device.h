@@ -27,12 +27,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/device.h"
 #include "kernels/quantized_input.h"
 #include "kernels/vulkan/command_stream.h"
 #include "kernels/vulkan/device_context.h"
+#include "kernels/vulkan/matmul_tuner.h"
 #include "kernels/vulkan/memory_pool.h"
 #include "kernels/vulkan/physical_devices.h"
 #include "kernels/vulkan/pipeline_library.h"
@@ -54,6 +56,10 @@ struct VulkanDeviceOptions {
   // Reductions' narrower levels as subgroup shuffles where the device has them (shaders/
   // lane_sums.glsl: the same bits either way); unset: on unless JITLLM_VULKAN_SUBGROUP=0.
   std::optional<bool> subgroupShuffle;
+  // Time each matrix product shape's dispatch candidates once and remember the fastest
+  // (matmul_tuner.h); unset: on for devices that are not software ones and have timestamps,
+  // unless JITLLM_VULKAN_TUNE=0 (=1 turns it on for software devices too).
+  std::optional<bool> tune;
 };
 
 class VulkanDevice final : public Device {
@@ -95,6 +101,8 @@ class VulkanDevice final : public Device {
   // that produced them (rmsNorm): for tests that check which path ran.
   uint64_t separateQuantizations() const { return separateQuantizations_; }
   uint64_t fusedQuantizations() const { return fusedQuantizations_; }
+  // Product shapes this device timed (not found in its tuning file).
+  uint64_t matmulTunings() const { return matmulTunings_; }
 
  private:
   friend class VulkanBuffer;
@@ -110,9 +118,16 @@ class VulkanDevice final : public Device {
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   bool integerMatmulFits(const WeightRef& w) const;
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias);
-  // Records `shader` (matmul.comp or matmul_int.comp) for w's type and row length over `tokens`.
+  // Records `shader` (matmul.comp or matmul_int.comp) for w's type and row length over `tokens`,
+  // in the dispatch shape the tuner chose (timing the candidates first where none was chosen yet
+  // and `repeatable`: dispatching it again gives the same output, i.e. it does not overwrite what
+  // it reads).
   template <typename Push>
-  void dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push);
+  void dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push, bool repeatable);
+  // Times the candidates of one product (each dispatched on its real operands) and returns the
+  // fastest.
+  template <typename Push>
+  MatmulTuner::Shape tuneMatmul(const KernelSpec& variant, const WeightRef& w, int64_t tokens, const Push& push);
 
   DeviceInfo info_;
   DeviceContext ctx_;
@@ -143,10 +158,16 @@ class VulkanDevice final : public Device {
   std::unique_ptr<DeviceBuffer> xq_;
   QuantizedInput quantized_;
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0;
-  bool keepQuantized_ = false;              // set while an integer product records its own dispatches
-  std::unique_ptr<DeviceBuffer> partials_;  // per-chunk attention states (attention.comp MODE 1)
-  int decodeRowGroups_ = 2, decodeRowsPerGroup_ = 2;  // WR, NR of one-token products
-  bool splitAttention_ = true;              // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)
+  bool keepQuantized_ = false;                        // set while an integer product records its own dispatches
+  std::unique_ptr<DeviceBuffer> partials_;            // per-chunk attention states (attention.comp MODE 1)
+  int decodeRowGroups_ = 0, decodeRowsPerGroup_ = 0;  // JITLLM_VULKAN_DECODE_ROWS (0: the tuner's)
+  std::unique_ptr<MatmulTuner> tuner_;
+  bool tune_ = false;
+  VkQueryPool tuneQueries_ = VK_NULL_HANDLE;
+  uint64_t matmulTunings_ = 0;
+  // (variant key, rows) -> shape, for this process: the tuner's key hashes the kernel's source.
+  std::unordered_map<std::string, MatmulTuner::Shape> matmulShapes_;
+  bool splitAttention_ = true;  // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)
 };
 
 // Every Vulkan device of this machine as the loader sees it, in "vulkan:N" order, unusable ones

@@ -1,8 +1,11 @@
 // Every op of the Vulkan device against the CPU device, on fresh random inputs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <numeric>
 
@@ -259,6 +262,66 @@ TEST_F(VulkanOps, ProducersQuantizeTheirOutputForTheProductsAfterItWithQuantizeX
   EXPECT_EQ(separateBefore + 1, gpu->separateQuantizations());
   const auto inPlace = download<float>(*gpu, *y, size_t(kTokens * kRows));
   EXPECT_EQ(0, std::memcmp(inPlace.data(), separately(*x.buffer).data(), inPlace.size() * 4));
+}
+
+// Product shapes are timed once per (device, kernel, shape) and the choice is remembered on disk
+// (matmul_tuner.h): the tuned device gives the untuned one's bits, and the next device with the
+// same cache directory times nothing.
+TEST_F(VulkanOps, ProductShapesAreTunedOnceRememberedOnDiskAndKeepTheBits) {
+  const auto root = std::filesystem::temp_directory_path() / ("jitllm-vk-tune-test-" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const auto device = [&](bool tune) {
+    vulkan::VulkanDeviceOptions o;
+    o.cacheRoot = tune ? root.string() : JITLLM_TEST_KERNEL_CACHE;
+    o.tune = tune;
+    return vulkan::VulkanDevice::create(o);
+  };
+  if (device(true)->physical().timestampPeriodNs == 0) GTEST_SKIP() << gpu->info().id << " has no timestamps";
+  constexpr int64_t kRows = 40, kCols = 512;
+  const Matrix q4 = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 51);
+  const Matrix q8 = randomMatrix(TensorType::kQ8_0, kRows, kCols, freshSeed() + 52);
+  const auto xHost = randomFloats(size_t(3 * kCols), freshSeed() + 53);
+  // Both matrices at 1 and 3 tokens, and an integer product over its own input (which it can
+  // repeat: it reads the quantized copy): five shapes.
+  const auto products = [&](vulkan::VulkanDevice& dev) {
+    std::vector<float> all;
+    for (const Matrix* m : {&q4, &q8}) {
+      auto w = dev.adoptHostBytes(m->bytes.data(), m->bytes.size());
+      const WeightRef ref{m->type, w->data(), kRows, kCols, m->stride};
+      for (int64_t tokens : {1, 3}) {
+        auto x = upload(dev, xHost);
+        auto y = dev.allocate(size_t(tokens * kRows) * 4);
+        dev.matmul(ref, x.as<float>(), tokens, reinterpret_cast<float*>(y->data()), nullptr);
+        const auto got = download<float>(dev, *y, size_t(tokens * kRows));
+        all.insert(all.end(), got.begin(), got.end());
+      }
+    }
+    auto square = randomMatrix(TensorType::kQ4_K, kCols, kCols, freshSeed() + 54);
+    auto w = dev.adoptHostBytes(square.bytes.data(), square.bytes.size());
+    auto x = upload(dev, xHost);
+    dev.matmul(WeightRef{square.type, w->data(), kCols, kCols, square.stride}, x.as<float>(), 2, x.as<float>(),
+               nullptr);
+    const auto inPlace = download<float>(dev, *x.buffer, size_t(2 * kCols));
+    all.insert(all.end(), inPlace.begin(), inPlace.end());
+    return all;
+  };
+  auto untuned = device(false);
+  const auto want = products(*untuned);
+  EXPECT_EQ(0u, untuned->matmulTunings());
+  auto first = device(true);
+  const auto tuned = products(*first);
+  EXPECT_EQ(5u, first->matmulTunings());
+  EXPECT_EQ(0, std::memcmp(tuned.data(), want.data(), want.size() * 4));
+  std::ifstream file(first->cacheDirectory() + "/" + vulkan::MatmulTuner::kFile);
+  std::string line;
+  int lines = 0;
+  while (std::getline(file, line)) lines++;
+  EXPECT_EQ(5, lines);
+  auto second = device(true);
+  const auto again = products(*second);
+  EXPECT_EQ(0u, second->matmulTunings());
+  EXPECT_EQ(0, std::memcmp(again.data(), want.data(), want.size() * 4));
+  std::filesystem::remove_all(root);
 }
 
 // Subgroup shuffles take over the reductions' narrower levels (shaders/lane_sums.glsl) and must
