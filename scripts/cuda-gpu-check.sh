@@ -5,6 +5,7 @@
 #   bash scripts/cuda-gpu-check.sh [tests|bench|all|all3b|migrate|stream]
 # migrate: the migration tests (CPU and CUDA) and jitllm-migrate-bench between the GPUs found
 # (cuda:0,cuda:1 on a two-GPU machine) and between cuda:0 and the CPU.
+# mma: all CUDA tests, a memory check of the tensor-core prefill test, pp512 with JITLLM_CUDA_MMA=0/1.
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
@@ -33,6 +34,24 @@ if [ "$what" = stream ]; then
     echo "== jitllm-bench /tmp/8b.gguf $args -p 512 -n 64 -r 2"
     timeout 240 $B/bin/jitllm-bench /tmp/8b.gguf $args -p 512 -n 64 -r 2 2>&1 | tee -a "$OUT/bench-8b-stream.txt" |
       grep -E "^fit|^#|error"
+  done
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = mma ]; then
+  # All CUDA tests, a memory check of the tensor-core test, then prefill with and without them.
+  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
+  echo "tests: $(( $(date +%s) - start )) s"
+  timeout 120 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests --gtest_filter='*TensorCore*' \
+    > "$OUT/memcheck-mma.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck-mma.log" | head -10
+  for m in 1b 3b; do
+    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    for mma in 0 1 0 1; do
+      echo "== $m JITLLM_CUDA_MMA=$mma"
+      JITLLM_CUDA_MMA=$mma timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 32 -r 3 2>&1 |
+        tee -a "$OUT/bench-mma.txt" | grep -E "^# (pp|tg)"
+    done
   done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0

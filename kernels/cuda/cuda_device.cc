@@ -121,6 +121,8 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
   const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
   integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
+  const char* mma = std::getenv("JITLLM_CUDA_MMA");
+  tensorCores_ = options.tensorCores.value_or(!(mma && std::strcmp(mma, "0") == 0)) && arch_ >= 80;
   const char* fuse = std::getenv("JITLLM_CUDA_FUSE");
   fuse_ = !(fuse && std::strcmp(fuse, "0") == 0);
   const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
@@ -432,11 +434,12 @@ CUfunction CudaDevice::matmulKernel(quant::TensorType type, int64_t cols, int al
   return f;
 }
 
-CUfunction CudaDevice::intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows) {
+CUfunction CudaDevice::intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows,
+                                       bool mma) {
   const uint64_t key = (uint64_t(type) << 56) | (uint64_t(align) << 48) | (uint64_t(tokens) << 40) |
-                       (uint64_t(rows) << 34) | uint64_t(cols);
+                       (uint64_t(rows) << 34) | (uint64_t(mma) << 33) | uint64_t(cols);
   if (auto it = intMatmuls_.find(key); it != intMatmuls_.end()) return it->second;
-  CUfunction f = function(module(intMatmulModule(type, cols, align, tokens, rows)), "matmul_int");
+  CUfunction f = function(module(intMatmulModule(type, cols, align, tokens, rows, mma)), "matmul_int");
   intMatmuls_.emplace(key, f);
   return f;
 }
@@ -789,16 +792,19 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   // Decode: two rows per warp on tall matrices (each lane's activations serve both), one on the
   // rest so the grid still covers the GPU. Prefill: 4 or 16 tokens by 4 rows per warp reuse each
   // weight and each activation load (2 rows: pp512 6200 tok/s on the 1B shape, 4: 9200; H200).
-  const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
-  int perWarpRows = perWarpTokens == 1 ? (w.rows < 4096 ? 1 : 2) : 4;
-  if (perWarpTokens == 1 && intDecodeRows_ > 0) perWarpRows = intDecodeRows_;
-  if (perWarpTokens > 1 && intPrefillRows_ > 0) perWarpRows = intPrefillRows_;
-  CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows);
+  // q4_K prefill of 16 tokens or more: on tensor cores, 16 x 16 per warp, the same bits.
+  const bool mma = tensorCores_ && tokens >= 16 && w.type == quant::TensorType::kQ4_K && align >= 4;
+  const int perWarpTokens = mma ? 16 : tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
+  int perWarpRows = mma ? 16 : perWarpTokens == 1 ? (w.rows < 4096 ? 1 : 2) : 4;
+  if (!mma && perWarpTokens == 1 && intDecodeRows_ > 0) perWarpRows = intDecodeRows_;
+  if (!mma && perWarpTokens > 1 && intPrefillRows_ > 0) perWarpRows = intPrefillRows_;
+  CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows, mma);
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
-  launchMatmul("matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
-               intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp, bp);
+  launchMatmul(mma ? "matmul_mma" : "matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
+               mma ? 16 : intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp,
+               bp);
   // A product whose output overwrites its own input leaves xq_ describing bytes that changed.
   quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
 }

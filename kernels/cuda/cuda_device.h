@@ -48,6 +48,9 @@ struct CudaDeviceOptions {
   // q4_K / q6_K products on integer dot products (matmul_int.cuh) rather than float decoding;
   // unset: on unless JITLLM_CUDA_INTDOT=0.
   std::optional<bool> integerMatmul;
+  // q4_K prefill (16 tokens or more) on int8 tensor cores (matmul_int.cuh's JL_MMA, sm_80 and
+  // later; the same bits as the dp4a kernels); unset: on unless JITLLM_CUDA_MMA=0.
+  std::optional<bool> tensorCores;
 };
 
 class CudaDevice final : public Device {
@@ -181,7 +184,7 @@ class CudaDevice final : public Device {
   CUmodule module(const ModuleSpec& spec);
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
-  CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows);
+  CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows, bool mma);
   // Launches a matrix-product kernel over w's rows and `tokens`: blocks of 4 warps of rowsPerWarp
   // rows, a grid row per perWarpTokens tokens; the profile names the shape. `args`: the kernel's.
   template <typename... A>
@@ -250,6 +253,7 @@ class CudaDevice final : public Device {
   // v (gate and up) read one x and quantize it once; any other op or copy may write that x and
   // forgets it. Executor thread only.
   bool integerMatmul_ = true;
+  bool tensorCores_ = true;
   CUdeviceptr xq_ = 0;
   size_t xqBytes_ = 0;
   QuantizedInput quantized_;

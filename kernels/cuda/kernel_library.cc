@@ -96,11 +96,16 @@ int intMatmulRowsPerWarp(TensorType type, int64_t k, int rows) {
   return units % 32 != 0 && units % 16 == 0 ? 2 * rows : rows;
 }
 
-ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, int rows) {
+ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, int rows, bool mma) {
   JITLLM_ASSERT(cudaIntegerMatmulType(type, k));
-  return ModuleSpec{
+  ModuleSpec spec{
       "matmul_int.cuh",
       {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_TOKENS", tokens}, {"JL_ROWS", rows}}};
+  if (mma) {
+    JITLLM_ASSERT(type == TensorType::kQ4_K && tokens == 16 && rows == 16 && align >= 4);
+    spec.defines.emplace_back("JL_MMA", 1);
+  }
+  return spec;
 }
 
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
@@ -123,6 +128,9 @@ std::vector<ModuleSpec> representativeModules() {
     for (const auto& [tokens, rows] : kIntMatmulVariants) specs.push_back(intMatmulModule(t, 2048, 16, tokens, rows));
     specs.push_back(intMatmulModule(t, 3072, 2, 1, 1));  // a 3B row, rows only 2-byte aligned
   }
+  // The tensor-core prefill kernel: 32 lane slots (2048) and 16 (3072).
+  specs.push_back(intMatmulModule(TensorType::kQ4_K, 2048, 16, 16, 16, true));
+  specs.push_back(intMatmulModule(TensorType::kQ4_K, 3072, 4, 16, 16, true));
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
   }

@@ -46,7 +46,9 @@ ModuleSpec matmulModule(quant::TensorType type, int64_t k, int align, bool xvec,
 // the elementwise module) into rows of quantizedRowBytes(k) bytes (kernels/quantized_input.h).
 bool cudaIntegerMatmulType(quant::TensorType type, int64_t k);
 inline constexpr int kIntMatmulVariants[][2] = {{1, 1}, {1, 2}, {4, 4}, {16, 4}};  // {tokens, rows}
-ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows);
+// mma: the tensor-core prefill kernel instead (q4_K, 16 tokens x 16 rows per warp, align >= 4,
+// sm_80 and later), which gives the same bits.
+ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows, bool mma = false);
 // Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);

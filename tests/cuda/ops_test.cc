@@ -152,6 +152,42 @@ TEST_F(CudaOps, MatmulOfEveryTypeMatchesTheCpuAndATokensResultIsTheSameAloneOrIn
   }
 }
 
+// q4_K prefill on tensor cores (matmul_int.cuh's JL_MMA) has the dp4a kernels' bits, which are
+// decode's: every token of a batch as computed alone. Rows that end mid-warp and tokens that end
+// mid-tile, 32 lane slots (2048), 16 (3072) and fewer units than slots (256), and a bias.
+TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
+  if (gpu->computeCapability() < 80) GTEST_SKIP() << gpu->info().name << ": int8 mma needs sm_80 or later";
+  cuda::CudaDeviceOptions o;
+  o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+  o.tensorCores = false;
+  auto dp4a = cuda::CudaDevice::create(o);
+  constexpr int64_t kRows = 100;
+  for (int64_t cols : {2048, 3072, 256}) {
+    const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, cols, freshSeed() + uint32_t(cols));
+    const auto biasHost = randomFloats(size_t(kRows), freshSeed() + 61);
+    for (int64_t tokens : {16, 37}) {
+      SCOPED_TRACE(std::to_string(cols) + " columns, " + std::to_string(tokens) + " tokens");
+      const auto xHost = randomFloats(size_t(tokens * cols), freshSeed() + uint32_t(tokens), 2.0f);
+      const auto product = [&](cuda::CudaDevice& dev, int64_t first, int64_t n) {
+        auto w = dev.adoptHostBytes(m.bytes.data(), m.bytes.size());
+        auto x = upload(dev, xHost);
+        auto bias = upload(dev, biasHost);
+        auto y = dev.allocate(size_t(n * kRows) * 4);
+        dev.matmul(WeightRef{TensorType::kQ4_K, w->data(), kRows, cols, m.stride}, x.as<float>() + first * cols, n,
+                   reinterpret_cast<float*>(y->data()), bias.as<float>());
+        return download<float>(dev, *y, size_t(n * kRows));
+      };
+      const auto mma = product(*gpu, 0, tokens);
+      const auto want = product(*dp4a, 0, tokens);
+      EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
+      for (int64_t t : {int64_t(0), int64_t(9), tokens - 1}) {
+        const auto alone = product(*gpu, t, 1);
+        EXPECT_EQ(0, std::memcmp(alone.data(), mma.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;
+      }
+    }
+  }
+}
+
 // q, k and v read one input and the integer kernels quantize it once; anything that may write
 // that input in between - an op, a copy, the product's own output - must make the next product
 // quantize it again. No synchronisation between the steps, as in a real step's queue.

@@ -71,14 +71,18 @@ struct IntQ4_K {
       w.lo[i] = q[i] & 0x0F0F0F0Fu;
       w.hi[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
     }
+    scales(head, p, w.d1, w.m1);
+  }
+  // d * scale and dmin * min of sub-blocks 2p and 2p + 1, from the block's first 16 bytes.
+  static JL_DEV void scales(const u32 (&head)[4], int p, float (&d1)[2], float (&m1)[2]) {
     const float d = h2f(u16(head[0] & 0xFFFFu)), dmin = h2f(u16(head[0] >> 16));
     const u32 sw[3] = {head[1], head[2], head[3]};
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       u32 sc, mn;
       scaleMinK4(sw, 2 * p + i, &sc, &mn);
-      w.d1[i] = __fmul_rn(d, float(sc));
-      w.m1[i] = __fmul_rn(dmin, float(mn));
+      d1[i] = __fmul_rn(d, float(sc));
+      m1[i] = __fmul_rn(dmin, float(mn));
     }
   }
   static JL_DEV void loadX(const u8* xr, int u, X& x) {
@@ -190,6 +194,145 @@ static_assert(JL_K % 256 == 0, "K-quant rows hold whole 256-element blocks");
 constexpr int kLanes = (kUnits % 32 != 0 && kUnits % 16 == 0) ? 16 : 32;
 constexpr int kSlots = 32 / kLanes;
 
+#if JL_MMA
+// Prefill of q4_K rows on int8 tensor cores (mma.sync m16n8k32, sm_80 and later; JL_MMA = 1, with
+// JL_TOKENS = JL_ROWS = 16 and JL_ALIGN >= 4). A warp computes 16 rows x 16 tokens: per unit, four
+// mma per 8 tokens give each (row, token) the unit's integer sums la0, lb0, la1, lb1 - the same
+// integers the dp4a kernel adds up, exact in any order - and then the float steps are
+// IntQ4_K::dot's, in its order. What the dp4a kernel's lanes and butterfly do across the row is
+// reproduced per (row, token) in registers: lane slot l's accumulator takes units l, l + kLanes,
+// ... in order from zero, and the slots are added in the butterfly's tree. The slots are visited in
+// bit-reversed order, which is that tree's left-to-right order, so each finished slot merges into
+// a short stack like a binary counter (depth log2(kLanes) + 1). So a token's result has the bits of
+// every other variant, and prefill still agrees with decode exactly.
+//
+// Fragments (PTX ISA, lane = 4 g + q): A (16 x 32 row-major) a[0] = A[g][4q..], a[1] = A[g+8][4q..],
+// a[2] = A[g][16+4q..], a[3] = A[g+8][16+4q..]; B (32 x 8 column-major) b[0] = B[4q..][g],
+// b[1] = B[16+4q..][g]; C c[0] = C[g][2q], c[1] = C[g][2q+1], c[2] = C[g+8][2q], c[3] = C[g+8][2q+1].
+// A sub-block's 32 quants are the low (or high) nibbles of 32 consecutive bytes and a token's
+// activation bytes are consecutive, so every fragment is a 4-byte load.
+JL_DEV void mmaS8(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the host never picks this kernel below sm_80
+#endif
+}
+
+static_assert(JL_WTYPE == 12 && JL_TOKENS == 16 && JL_ROWS == 16 && JL_ALIGN >= 4, "matmul_int JL_MMA: q4_K, 16 x 16");
+constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
+
+// Constant for each unrolled step, so the stack below stays in registers.
+JL_DEV constexpr int bitReversed(int i) {
+  int r = 0;
+  for (int b = 0; b < kSlotBits; b++) r |= ((i >> b) & 1) << (kSlotBits - 1 - b);
+  return r;
+}
+JL_DEV constexpr int onesIn(int i) { return i == 0 ? 0 : (i & 1) + onesIn(i >> 1); }
+
+// Unit u's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as IntQ4_K::dot.
+JL_DEV void mmaUnit(const u8* const (&rowA)[2], const u8* const (&xB)[2], const u8* const (&xC)[4], int u,
+                    float (&acc)[2][4]) {
+  const int lane = threadIdx.x & 31, q = lane & 3;
+  const int p = u & 3;
+  u32 lo[4], hi[4];
+  float d1[2][2], m1[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const u8* b = rowA[i] + (u >> 2) * IntQ4_K::kBlockBytes;
+    u32 head[4];
+    ld16<IntQ4_K::kA>(b, head);
+    const u32 w0 = __ldg(reinterpret_cast<const unsigned int*>(b + 16 + 32 * p + 4 * q));
+    const u32 w1 = __ldg(reinterpret_cast<const unsigned int*>(b + 32 + 32 * p + 4 * q));
+    lo[i] = w0 & 0x0F0F0F0Fu, lo[2 + i] = w1 & 0x0F0F0F0Fu;
+    hi[i] = (w0 >> 4) & 0x0F0F0F0Fu, hi[2 + i] = (w1 >> 4) & 0x0F0F0F0Fu;
+    IntQ4_K::scales(head, p, d1[i], m1[i]);
+  }
+  int la0[2][4] = {}, lb0[2][4] = {}, la1[2][4] = {}, lb1[2][4] = {};
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    const unsigned int* a = reinterpret_cast<const unsigned int*>(xB[j] + 64 * u + 4 * q);
+    const unsigned int* b = reinterpret_cast<const unsigned int*>(xB[j] + kXqB + 64 * u + 4 * q);
+    mmaS8(la0[j], lo, __ldg(a), __ldg(a + 4));
+    mmaS8(lb0[j], lo, __ldg(b), __ldg(b + 4));
+    mmaS8(la1[j], hi, __ldg(a + 8), __ldg(a + 12));
+    mmaS8(lb1[j], hi, __ldg(b + 8), __ldg(b + 12));
+  }
+#pragma unroll
+  for (int c = 0; c < 4; c++) {  // token t0 + 8 (c / 2) + 2q + c % 2
+    const float2 s = __ldg(reinterpret_cast<const float2*>(xC[c] + kXqS256) + u);
+    const float2 m = __ldg(reinterpret_cast<const float2*>(xC[c] + kXqBsum) + u);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {  // row r0 + g + 8i: C element 2i + c % 2 of token group c / 2
+      const int e = 2 * i + (c & 1), j = c >> 1;
+      float v = acc[i][c];
+      v = fmaf(__fmul_rn(d1[i][0], s.x), float(la0[j][e] * 256 + lb0[j][e]), v);
+      v = fmaf(-m1[i][0], m.x, v);
+      v = fmaf(__fmul_rn(d1[i][1], s.y), float(la1[j][e] * 256 + lb1[j][e]), v);
+      v = fmaf(-m1[i][1], m.y, v);
+      acc[i][c] = v;
+    }
+  }
+}
+
+// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / 16), 128 threads.
+extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
+                                                             const u8* __restrict__ xq, u64 xqStride, int tokens,
+                                                             float* __restrict__ y, const float* __restrict__ bias) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 16;
+  if (r0 >= rows) return;  // whole warps leave: the mma below are warp-wide
+  const int t0 = blockIdx.y * 16;
+  const u8* const rowA[2] = {w + u64(min(r0 + g, rows - 1)) * rowStride,
+                             w + u64(min(r0 + g + 8, rows - 1)) * rowStride};
+  const u8* const xB[2] = {xq + u64(min(t0 + g, tokens - 1)) * xqStride,
+                           xq + u64(min(t0 + 8 + g, tokens - 1)) * xqStride};
+  const u8* xC[4];
+#pragma unroll
+  for (int c = 0; c < 4; c++) xC[c] = xq + u64(min(t0 + 8 * (c >> 1) + 2 * q + (c & 1), tokens - 1)) * xqStride;
+
+  float stack[kSlotBits + 1][2][4];
+  // The unit count as the compiler cannot see it: with one unit per slot (K = 2048) it otherwise
+  // unrolled every slot's loads into one stretch (255 registers, spills); kept a loop, each slot's
+  // work stays apart while the slot loop is unrolled for the stack's constant indices.
+  int units;
+  asm("mov.b32 %0, %1;" : "=r"(units) : "r"(kUnits));
+#pragma unroll
+  for (int i = 0; i < kLanes; i++) {
+    float acc[2][4] = {};
+#pragma unroll 1
+    for (int u = bitReversed(i); u < units; u += kLanes) mmaUnit(rowA, xB, xC, u, acc);
+    // Push, then merge complete subtrees as a binary counter carries: once per trailing one of i.
+    const int depth = onesIn(i);  // entries on the stack before this push
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) stack[depth][r][c] = acc[r][c];
+    int top = depth;
+#pragma unroll
+    for (int b = i; b & 1; b >>= 1) {
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) stack[top - 1][r][c] = stack[top - 1][r][c] + stack[top][r][c];
+      top--;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      const int row = r0 + g + 8 * r, token = t0 + 8 * (c >> 1) + 2 * q + (c & 1);
+      if (row < rows && token < tokens) {
+        const float sum = stack[0][r][c];
+        y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
+      }
+    }
+  }
+}
+#else
 // y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS kSlots), tokens /
 // JL_TOKENS), 128 threads; xq holds `tokens` rows of xqStride bytes.
 extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
@@ -222,3 +365,4 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
   }
   storeLaneSums<kLanes>(acc, sub, r0, t0, rows, tokens, y, bias);
 }
+#endif  // JL_MMA
