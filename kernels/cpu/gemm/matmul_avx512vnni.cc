@@ -51,8 +51,11 @@ using quant::block_q8_0;
 // Tokens quantized together; their int8 activations (about 4 bytes per column and token) stay in
 // L2 while every row of the thread's range passes over them.
 constexpr int64_t kTokenBlock = 16;
-// Rows computed together, sharing each activation load.
-constexpr int kRowTile = 4;
+// Decode rows computed together. One: a thread then reads its rows as one sequential stream,
+// which the prefetches below and the hardware keep ahead of (2 or 4 rows sharing each activation
+// load were 17-20 % slower end to end on the 1B shape: decode waits on memory, not on loads
+// of the activations, which stay in L1).
+constexpr int kRowTile = 1;
 // Prefill tiles (each kernel's kTileRows x kTileTokens): rows x tokens sharing each weight
 // extraction (rows) and activation load (tokens), their float accumulators and the extracted
 // weights within the 32 vector registers. Sizes measured with matmul_microbench (2x4, 4x4, 2x8,
@@ -365,14 +368,17 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
     rows[i] = w.data + size_t(r + i) * w.rowStride;
   }
   const int64_t units = w.cols / K::kUnit;
-  // Decode streams the weights once from memory: each row's bytes about 576 ahead are requested
-  // while this unit computes (measured end to end on 2 threads: 1B q4_K_M decode +14 %, q6_K +9 %,
-  // q8_0 +24 %; 1152 bytes ahead was slower than none for q4_K). Rows are contiguous, so near a row's end this
-  // fetches the start of the next tile's rows.
-  constexpr size_t kAhead = std::max<size_t>(1, 576 / K::kUnitBytes) * K::kUnitBytes;
+  // Decode streams the weights once from memory: every cache line of each row about 2 KB ahead
+  // is requested while this unit computes. Measured end to end on 2 threads (jitllm-bench 1B,
+  // -p 0 -n 32, alternating binaries; docs/cpu-kernels.md): one line per unit 576 bytes ahead gave
+  // q4_K_M 13.1, q6_K 14.2, q8_0 15.5 tok/s; every line 2 KB ahead, with the decode rows taken one
+  // at a time (kRowTile) so each thread reads one sequential stream, 21.6, 24.1 and 21.4. Rows are
+  // contiguous, so near a row's end this fetches the start of the next.
+  constexpr size_t kAhead = std::max<size_t>(1, 2048 / K::kUnitBytes) * K::kUnitBytes;
   for (int64_t u = 0; u < units; u++) {
     for (int i = 0; i < NR; i++) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + size_t(u) * K::kUnitBytes + kAhead), _MM_HINT_T0);
+      const char* ahead = reinterpret_cast<const char*>(rows[i] + size_t(u) * K::kUnitBytes + kAhead);
+      for (size_t line = 0; line < K::kUnitBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
       K::unit(rows[i] + size_t(u) * K::kUnitBytes, x, u * K::kUnit, st[i]);
     }
   }
