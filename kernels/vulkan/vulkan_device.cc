@@ -549,7 +549,7 @@ void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_
         shape = *found;
         matmulShapes_.emplace(local, shape);
       } else if (tune_ && repeatable) {
-        shape = tuneMatmul(variant, w, tokens, push);
+        shape = tuneMatmul(variant, tt, w, tokens, push);
         tuner_->remember(key, shape);
         matmulShapes_.emplace(local, shape);
       }
@@ -562,11 +562,8 @@ void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_
 }
 
 template <typename Push>
-MatmulTuner::Shape VulkanDevice::tuneMatmul(const KernelSpec& variant, const WeightRef& w, int64_t tokens,
+MatmulTuner::Shape VulkanDevice::tuneMatmul(const KernelSpec& variant, int tt, const WeightRef& w, int64_t tokens,
                                             const Push& push) {
-  const int tt = std::stoi(std::find_if(variant.defines.begin(), variant.defines.end(), [](const auto& d) {
-                             return d.first == "TT";
-                           })->second);
   const std::vector<MatmulTuner::Shape> candidates = MatmulTuner::candidates(tt, kMatmulLanes, *ctx_.physical);
   // Pipelines first, so no compile lands inside a timed span; then rounds of (a warm-up dispatch,
   // a timestamp, kRepeats dispatches, a timestamp) per candidate, well under one submission.

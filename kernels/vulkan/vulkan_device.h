@@ -124,10 +124,11 @@ class VulkanDevice final : public Device {
   // it reads).
   template <typename Push>
   void dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push, bool repeatable);
-  // Times the candidates of one product (each dispatched on its real operands) and returns the
-  // fastest.
+  // Times the candidates of one product (`variant` without WR and NR, tt tokens per workgroup),
+  // each dispatched on its real operands, and returns the fastest.
   template <typename Push>
-  MatmulTuner::Shape tuneMatmul(const KernelSpec& variant, const WeightRef& w, int64_t tokens, const Push& push);
+  MatmulTuner::Shape tuneMatmul(const KernelSpec& variant, int tt, const WeightRef& w, int64_t tokens,
+                                const Push& push);
 
   DeviceInfo info_;
   DeviceContext ctx_;
