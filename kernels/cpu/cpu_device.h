@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <unordered_map>
 
 #include "kernels/cpu/gemm/isa.h"
 #include "kernels/cpu/thread_pool.h"
@@ -59,10 +60,16 @@ class CpuDevice final : public Device {
   friend class CpuBuffer;
   void release(size_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
 
+  // Whether w's rows stream from memory: the distinct weight matrices this device has multiplied
+  // with add up to more than the caches hold. A model's first step counts as it goes.
+  bool streamsFromMemory(const WeightRef& w);
+
   DeviceInfo info_;
   Isa isa_;
   ThreadPool pool_;
   std::atomic<size_t> used_{0};
+  std::unordered_map<const void*, size_t> weightBytes_;  // executor thread only
+  size_t weightBytesTotal_ = 0;
 };
 
 }  // namespace jitllm::cpu

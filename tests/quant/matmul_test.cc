@@ -196,6 +196,17 @@ TEST(Matmul, ResultsAreBitwiseIdenticalHoweverRowsAreSplitAndHoweverTokensAreBat
         t += n;
       }
       EXPECT_TRUE(bitwiseEqual(whole, batches)) << "batch composition changed the result";
+      // Rows streamed from memory (WeightView::streamed: decode takes them one at a time) give
+      // the same bits, token by token and in a batch.
+      WeightView streamed = m.view();
+      streamed.streamed = true;
+      std::vector<float> streamedSingle(whole.size(), NAN), streamedWhole(whole.size(), NAN);
+      for (int64_t t = 0; t < kTokens; t++) {
+        matmulRows(streamed, x.data() + t * cols, cols, 1, streamedSingle.data() + t * kRows, kRows, 0, kRows, isa);
+      }
+      matmulRows(streamed, x.data(), cols, kTokens, streamedWhole.data(), kRows, 0, kRows, isa);
+      EXPECT_TRUE(bitwiseEqual(whole, streamedSingle)) << "streamed decode differs";
+      EXPECT_TRUE(bitwiseEqual(whole, streamedWhole)) << "streamed batch differs";
       for (float v : whole) ASSERT_TRUE(std::isfinite(v));
     }
   }

@@ -29,6 +29,9 @@ struct WeightView {
   int64_t rows;
   int64_t cols;      // a multiple of the type's block size
   size_t rowStride;  // bytes, at least rowBytes(type, cols)
+  // A hint, never a change to results: the matrix comes from memory at each use (the weights in
+  // use do not fit the caches), so decode reads its rows as one sequential stream per thread.
+  bool streamed = false;
 };
 
 // y[t*yStride + r] = sum_k W[r,k] * x[t*xStride + k], for r in [rowBegin,rowEnd) and t in

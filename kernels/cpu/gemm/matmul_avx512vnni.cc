@@ -51,16 +51,16 @@ using quant::block_q8_0;
 // Tokens quantized together; their int8 activations (about 4 bytes per column and token) stay in
 // L2 while every row of the thread's range passes over them.
 constexpr int64_t kTokenBlock = 16;
-// Decode rows computed together, sharing each activation load: kRowTile for matrices smaller than
-// kStreamedBytes (about a core's L2), one for larger ones. A large matrix comes from memory at
-// each step, and a thread reading its rows one after the other makes one sequential stream, which
-// the prefetches below and the hardware keep ahead of; small ones stay in the caches, where
-// sharing the activation loads is what counts. Measured on 2 threads (jitllm-bench -p 0, decode
-// tok/s, 1B Q4_K_M with 0.6-9.4 MB matrices / tiny Q4_K_M with 36-99 KB ones and a 6.7 MB head):
-// 4 rows everywhere 14.3 / 2875, 2 rows 18.2 / 2469, one row 20.6 / 2417; 4 rows below 1 MB and one
-// above 20.6 / 2598, below 8 MB 19.1 / 2806, below 64 MB 15.1 / 2722.
+// Decode rows computed together, sharing each activation load: kRowTile for matrices in the
+// caches, one for those that stream from memory (WeightView::streamed). A thread reading its rows
+// one after the other makes one sequential stream, which the prefetches below and the hardware
+// keep ahead of; in the caches, sharing the activation loads is what counts. Measured on 2
+// threads (jitllm-bench -p 0, decode tok/s; 1B Q4_K_M, 807 MB, and the tiny Q4_K_M, 15 MB):
+// 4 rows everywhere 14.3 / 2875, 2 rows 18.2 / 2469, one row 20.6 / 2417; by matrix size instead
+// of by the weights' total (4 rows below 1, 2, 8 and 64 MB, one above) 20.6 / 2598, 21.3 / 2625,
+// 19.1 / 2806 and 15.1 / 2722: the tiny model's 6.7 MB head is in the caches, the 1B's 2.4 MB
+// matrices are not.
 constexpr int kRowTile = 4;
-constexpr size_t kStreamedBytes = size_t(2) << 20;
 // Prefill tiles (each kernel's kTileRows x kTileTokens): rows x tokens sharing each weight
 // extraction (rows) and activation load (tokens), their float accumulators and the extracted
 // weights within the 32 vector registers. Sizes measured with matmul_microbench (2x4, 4x4, 2x8,
@@ -377,7 +377,7 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
   // is requested while this unit computes. Measured end to end on 2 threads (jitllm-bench 1B,
   // -p 0 -n 32, alternating binaries): one line per unit 576 bytes ahead and 4 rows at a time gave
   // q4_K_M 13.1, q6_K 14.2, q8_0 15.5 tok/s; every line 2 KB ahead with large matrices read a row at
-  // a time (kStreamedBytes) 21.6, 24.1 and 21.4; 1.2-3 KB ahead were within 3 %, 4.6 KB 10 % slower. Rows are
+  // a time (WeightView::streamed) 21.6, 24.1 and 21.4; 1.2-3 KB ahead were within 3 %, 4.6 KB 10 % slower. Rows are
   // contiguous, so near a row's end this fetches the start of the next.
   constexpr size_t kAhead = std::max<size_t>(1, 2048 / K::kUnitBytes) * K::kUnitBytes;
   for (int64_t u = 0; u < units; u++) {
@@ -453,7 +453,7 @@ void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTok
         for (int64_t t = tiled; t < nt; t++) dotRows<K, K::kTileRows>(w, r, xs[t], y + (t0 + t) * yStride, 1);
       }
     }
-    if (size_t(w.rows) * w.rowStride < kStreamedBytes) {
+    if (!w.streamed) {
       for (; r + kRowTile <= rowEnd; r += kRowTile) {
         for (int64_t t = 0; t < nt; t++) dotRows<K, kRowTile>(w, r, xs[t], y + (t0 + t) * yStride, 1);
       }
