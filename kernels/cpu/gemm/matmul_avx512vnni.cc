@@ -178,6 +178,7 @@ float sum256(__m256 h) {
 // --- q4_K: 8 sub-blocks of 32, w = d * sc * q - dmin * m, q in 0..15.
 struct KernelQ4_K {
   static constexpr int kOffset = 0;
+  static constexpr size_t kPrefetchBytes = 4096;  // decode's distance ahead (dotRows)
   static constexpr int kTileRows = 2, kTileTokens = 8;
   static constexpr int64_t kUnit = quant::kQK_K;
   static constexpr size_t kUnitBytes = sizeof(block_q4_K);
@@ -246,6 +247,7 @@ struct KernelQ4_K {
 // --- q6_K: 16 sub-blocks of 16, w = d * sc * (q - 32), q in 0..63.
 struct KernelQ6_K {
   static constexpr int kOffset = 32;
+  static constexpr size_t kPrefetchBytes = 4096;
   static constexpr int kTileRows = 2, kTileTokens = 8;
   static constexpr int64_t kUnit = quant::kQK_K;
   static constexpr size_t kUnitBytes = sizeof(block_q6_K);
@@ -317,6 +319,7 @@ struct KernelQ6_K {
 // per unit; a row of an odd number of blocks ends in a half unit whose upper lanes are zero.
 struct KernelQ8_0 {
   static constexpr int kOffset = 128;
+  static constexpr size_t kPrefetchBytes = 2048;
   static constexpr int kTileRows = 2, kTileTokens = 4;
   static constexpr int64_t kUnit = 64;
   static constexpr size_t kUnitBytes = 2 * sizeof(block_q8_0);
@@ -373,17 +376,21 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
     rows[i] = w.data + size_t(r + i) * w.rowStride;
   }
   const int64_t units = w.cols / K::kUnit;
-  // Decode streams the weights once from memory: every cache line of each row about 2 KB ahead
-  // is requested while this unit computes. Measured end to end on 2 threads (jitllm-bench 1B,
-  // -p 0 -n 32, alternating binaries): one line per unit 576 bytes ahead and 4 rows at a time gave
-  // q4_K_M 13.1, q6_K 14.2, q8_0 15.5 tok/s; every line 2 KB ahead with large matrices read a row at
-  // a time (WeightView::streamed) 21.6, 24.1 and 21.4; 1.2-3 KB ahead were within 3 %, 4.6 KB 10 % slower. Rows are
-  // contiguous, so near a row's end this fetches the start of the next.
-  constexpr size_t kAhead = std::max<size_t>(1, 2048 / K::kUnitBytes) * K::kUnitBytes;
+  // Decode streams the weights once from memory: every cache line of each row about 4 KB ahead
+  // is requested into L2 (prefetcht1: L2's own request queue, leaving L1's line fill buffers,
+  // which the hardware's L1 prefetcher fills from L2, to the loads). Measured end to end on 2
+  // threads (jitllm-bench 1B, -p 0 -n 32, alternating binaries; docs/cpu-kernels.md): one line per
+  // unit 576 bytes ahead into L1 and 4 rows at a time gave q4_K_M 13.1, q6_K 14.2, q8_0 15.5 tok/s;
+  // every line 2 KB ahead into L1 with streamed rows one at a time 21.6, 24.1, 21.4 (1.2-3 KB within
+  // 3 %, 4.6 KB 10 % slower); then, on a slower hour, into L2 at 4 KB q4_K_M 20.2 -> 24.6,
+  // q6_K 21.0 -> 23.4, q8_0 14.8 -> 15.1 (at 2 KB 23.3, 21.3, 15.8; at 1 KB 20.5 and 14.1): hence
+  // each kernel's kPrefetchBytes. Rows are contiguous, so near a row's end this fetches the start
+  // of the next.
+  constexpr size_t kAhead = std::max<size_t>(1, K::kPrefetchBytes / K::kUnitBytes) * K::kUnitBytes;
   for (int64_t u = 0; u < units; u++) {
     for (int i = 0; i < NR; i++) {
       const char* ahead = reinterpret_cast<const char*>(rows[i] + size_t(u) * K::kUnitBytes + kAhead);
-      for (size_t line = 0; line < K::kUnitBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+      for (size_t line = 0; line < K::kUnitBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T1);
       K::unit(rows[i] + size_t(u) * K::kUnitBytes, x, u * K::kUnit, st[i]);
     }
   }
