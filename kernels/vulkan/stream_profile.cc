@@ -4,11 +4,24 @@
 
 namespace jitllm::vulkan {
 
-StreamProfile::StreamProfile(const DeviceContext& ctx) : ctx_(ctx) {
+VkQueryPool createTimestampQueries(const DeviceContext& ctx, uint32_t count) {
   VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
   qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-  qi.queryCount = kQueries;
-  ctx.check(ctx.fn.vkCreateQueryPool(ctx.device, &qi, nullptr, &pool_), "vkCreateQueryPool");
+  qi.queryCount = count;
+  VkQueryPool pool;
+  ctx.check(ctx.fn.vkCreateQueryPool(ctx.device, &qi, nullptr, &pool), "vkCreateQueryPool");
+  return pool;
+}
+
+std::vector<uint64_t> readTimestamps(const DeviceContext& ctx, VkQueryPool pool, uint32_t count) {
+  std::vector<uint64_t> ticks(count);
+  ctx.check(ctx.fn.vkGetQueryPoolResults(ctx.device, pool, 0, count, ticks.size() * sizeof(uint64_t), ticks.data(),
+                                         sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+            "vkGetQueryPoolResults");
+  return ticks;
+}
+
+StreamProfile::StreamProfile(const DeviceContext& ctx) : ctx_(ctx), pool_(createTimestampQueries(ctx, kQueries)) {
   labels_.reserve(kQueries);
 }
 
@@ -30,10 +43,7 @@ void StreamProfile::mark(VkCommandBuffer cb, std::string_view label) {
 
 void StreamProfile::collect() {
   if (used_ == 0) return;
-  std::vector<uint64_t> ticks(used_);
-  ctx_.check(ctx_.fn.vkGetQueryPoolResults(ctx_.device, pool_, 0, used_, ticks.size() * sizeof(uint64_t), ticks.data(),
-                                           sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-             "vkGetQueryPoolResults");
+  const std::vector<uint64_t> ticks = readTimestamps(ctx_, pool_, used_);
   const double period = ctx_.physical->timestampPeriodNs;
   for (uint32_t i = 1; i < used_; i++) {
     if (labels_[i].empty()) continue;  // a command buffer's start: the time before it is the host's

@@ -22,6 +22,11 @@
 
 namespace jitllm::vulkan {
 
+// A pool of `count` timestamp queries, and the first `count` of its results once the work that
+// writes them has completed (waits for them). The profile's and the matmul tuner's.
+VkQueryPool createTimestampQueries(const DeviceContext& ctx, uint32_t count);
+std::vector<uint64_t> readTimestamps(const DeviceContext& ctx, VkQueryPool pool, uint32_t count);
+
 class StreamProfile final {
  public:
   static constexpr uint32_t kQueries = 8192;

@@ -29,6 +29,11 @@ class VulkanBuffer final : public DeviceBuffer {
 
 namespace {
 
+// Whether the byte ranges [a, a + aBytes) and [b, b + bBytes) share a byte.
+bool rangesOverlap(uint64_t a, uint64_t aBytes, uint64_t b, uint64_t bBytes) {
+  return a < b + bBytes && b < a + aBytes;
+}
+
 // Share of the device-local heap left to the driver, other processes and our own arena when no
 // explicit budget is given.
 constexpr uint64_t kHeapReserveDivisor = 16;
@@ -414,22 +419,28 @@ void VulkanDevice::rmsNorm(const float* x, const float* weight, float* out, int6
   // A norm's output is the input of integer products (q, k, v; gate, up; the head) whenever they
   // run at all, so it is quantized here (rms_norm.comp's QUANTIZE) rather than by a quantize_x
   // dispatch of its own. Not in place: the fused part reads x after other invocations wrote out.
-  const uint64_t rowBytes = uint64_t(quantizedRowBytes(dim));
-  const bool quantize = integerMatmul_ && dim % 256 == 0 && rowBytes <= UINT32_MAX &&
-                        (push.out + bytes <= push.x || push.x + bytes <= push.out);
   KernelSpec spec{"rms_norm.comp", {}};
   spec.define("DIM", dim).define("WG", int64_t(kNormWorkgroup));
-  if (quantize) {
-    growScratch(xq_, rowBytes * uint64_t(rows));
-    push.xq = reinterpret_cast<uint64_t>(xq_->data());
-    push.xqStride = uint32_t(rowBytes);
-    spec.define("QUANTIZE");
-  }
+  const bool quantize =
+      !rangesOverlap(push.x, bytes, push.out, bytes) && fusedQuantizationScratch(rows, dim, push.xq, push.xqStride);
+  if (quantize) spec.define("QUANTIZE");
   dispatch(pipelines_->get(spec), push, uint32_t(rows));
-  if (quantize) {
-    quantized_ = {out, rows, dim};
-    fusedQuantizations_++;
-  }
+  if (quantize) noteFusedQuantization(out, rows, dim);
+}
+
+bool VulkanDevice::fusedQuantizationScratch(int64_t rows, int64_t cols, uint64_t& xq, uint32_t& xqStride) {
+  const uint64_t rowBytes = uint64_t(quantizedRowBytes(cols));
+  // Only the integer products read the integer form, and only rows of whole 256-element blocks.
+  if (!integerMatmul_ || cols % 256 != 0 || rowBytes > UINT32_MAX) return false;
+  growScratch(xq_, rowBytes * uint64_t(rows));
+  xq = reinterpret_cast<uint64_t>(xq_->data());
+  xqStride = uint32_t(rowBytes);
+  return true;
+}
+
+void VulkanDevice::noteFusedQuantization(const float* out, int64_t rows, int64_t cols) {
+  quantized_ = {out, rows, cols};
+  fusedQuantizations_++;
 }
 
 bool VulkanDevice::growScratch(std::unique_ptr<DeviceBuffer>& buffer, uint64_t need) {
@@ -514,9 +525,8 @@ void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, fl
          uint32_t(w.rows),
          uint32_t(tokens),
          uint32_t(w.rowStride)};
-  const bool overlaps =
-      push.y < push.x + uint64_t(tokens * w.cols) * 4 && push.x < push.y + uint64_t(tokens * w.rows) * 4;
-  dispatchMatmul("matmul.comp", w, tokens, push, !overlaps);
+  dispatchMatmul("matmul.comp", w, tokens, push,
+                 !rangesOverlap(push.x, uint64_t(tokens * w.cols) * 4, push.y, uint64_t(tokens * w.rows) * 4));
 }
 
 template <typename Push>
@@ -576,13 +586,9 @@ MatmulTuner::Shape VulkanDevice::tuneMatmul(const KernelSpec& variant, int tt, c
   constexpr int kRounds = 2, kRepeats = 5;
   static_assert(8 * (1 + kRepeats) < CommandStream::kCommandsPerSubmit);
   const uint32_t queries = uint32_t(2 * candidates.size());
-  if (!tuneQueries_) {
-    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
-    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-    qi.queryCount = 16;
-    ctx_.check(ctx_.fn.vkCreateQueryPool(ctx_.device, &qi, nullptr, &tuneQueries_), "vkCreateQueryPool");
-  }
-  JITLLM_ASSERT(queries <= 16);
+  constexpr uint32_t kQueries = 16;
+  if (!tuneQueries_) tuneQueries_ = createTimestampQueries(ctx_, kQueries);
+  JITLLM_ASSERT(queries <= kQueries);
   std::vector<double> best(candidates.size(), 1e300);
   stream_->finish();
   for (int round = 0; round < kRounds; round++) {
@@ -596,11 +602,7 @@ MatmulTuner::Shape VulkanDevice::tuneMatmul(const KernelSpec& variant, int tt, c
       stream_->writeTimestamp(tuneQueries_, uint32_t(2 * i + 1));
     }
     stream_->finish();
-    std::vector<uint64_t> ticks(queries);
-    ctx_.check(ctx_.fn.vkGetQueryPoolResults(ctx_.device, tuneQueries_, 0, queries, ticks.size() * sizeof(uint64_t),
-                                             ticks.data(), sizeof(uint64_t),
-                                             VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-               "vkGetQueryPoolResults");
+    const std::vector<uint64_t> ticks = readTimestamps(ctx_, tuneQueries_, queries);
     for (size_t i = 0; i < candidates.size(); i++) {
       best[i] = std::min(best[i], double(ticks[2 * i + 1] - ticks[2 * i]));
     }
@@ -720,9 +722,9 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   // The output is the output projection's input: quantized here (attention.comp's QUANTIZE), as
   // rmsNorm does for the products after it.
   const int64_t width = int64_t(batch.heads) * kv.headDim;
-  const uint64_t rowBytes = uint64_t(quantizedRowBytes(width));
-  const bool quantize = integerMatmul_ && width % 256 == 0 && kv.headDim % 32 == 0 && rowBytes <= UINT32_MAX;
-  if (quantize) growScratch(xq_, rowBytes * uint64_t(batch.tokens));
+  uint64_t xq = 0;
+  uint32_t xqStride = 0;
+  const bool quantize = kv.headDim % 32 == 0 && fusedQuantizationScratch(batch.tokens, width, xq, xqStride);
   const size_t infoBytes = size_t(batch.tokens) * 8;
   const CommandStream::Upload up = stream_->upload(infoBytes + size_t(totalPages) * 8);
   for (int64_t t = 0; t < batch.tokens; t++) {
@@ -745,10 +747,10 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
          up.address,
          up.address + infoBytes,
          0,
-         quantize ? reinterpret_cast<uint64_t>(xq_->data()) : 0,
+         xq,
          batch.scale,
          0,
-         quantize ? uint32_t(rowBytes) : 0};
+         xqStride};
   const auto pipeline = [&](int mode) {
     KernelSpec spec{"attention.comp", {}};
     spec.define("HD", int64_t(kv.headDim))
@@ -769,10 +771,7 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   } else {
     dispatch(pipeline(0), push, uint32_t(batch.heads), uint32_t(batch.tokens));
   }
-  if (quantize) {
-    quantized_ = {out, batch.tokens, width};
-    fusedQuantizations_++;
-  }
+  if (quantize) noteFusedQuantization(out, batch.tokens, width);
 }
 
 void VulkanDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {

@@ -115,6 +115,11 @@ class VulkanDevice final : public Device {
   // Grows a scratch buffer of this device to at least `need` bytes (at least doubling it) after
   // the queued work that may read it ran; false when it was large enough. Contents are lost.
   bool growScratch(std::unique_ptr<DeviceBuffer>& buffer, uint64_t need);
+  // A producer (rmsNorm, attention) writing the integer form of its rows x cols output itself:
+  // where to (xq_, grown to fit), or false when no integer product could read it. After the
+  // producer's dispatch, noteFusedQuantization names that output as what xq_ holds.
+  bool fusedQuantizationScratch(int64_t rows, int64_t cols, uint64_t& xq, uint32_t& xqStride);
+  void noteFusedQuantization(const float* out, int64_t rows, int64_t cols);
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   bool integerMatmulFits(const WeightRef& w) const;
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias);
