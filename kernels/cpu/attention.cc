@@ -77,7 +77,7 @@ struct HeadKernels {
 
 template <typename T>
 HeadKernels<T> kernelsFor(Isa isa, int headDim) {
-  if ((isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni) && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>};
+  if (isa >= Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>};
   if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2<T>, axpyAvx2<T>};
   return {dotScalar<T>, axpyScalar<T>};
 }

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
       quant::quantizeRow(type, row.data(), w.data() + size_t(r) * stride, cols);
     }
     const WeightView view{type, w.data(), rows, cols, stride};
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
       if (!isaSupported(isa)) continue;
       if (isa == Isa::kScalar && getenv("SCALAR") == nullptr) continue;
       double best = 1e9;

@@ -41,7 +41,7 @@ inline std::unique_ptr<cpu::CpuDevice> makeCpuDevice(int index = 0) {
   cpu::CpuDeviceOptions o;
   o.index = index;
   o.threads = 2;
-  if (cpu::bestIsa() == cpu::Isa::kAvx512Vnni) o.isa = cpu::Isa::kAvx512;
+  if (cpu::bestIsa() >= cpu::Isa::kAvx512Vnni) o.isa = cpu::Isa::kAvx512;
   return std::make_unique<cpu::CpuDevice>(o);
 }
 

@@ -43,16 +43,20 @@ TEST(Isa, DetectedFeaturesAreConsistentWithTheChosenIsa) {
   if (best >= Isa::kAvx512) {
     EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c);
   }
-  if (best == Isa::kAvx512Vnni) {
+  if (best >= Isa::kAvx512Vnni) {
     EXPECT_TRUE(f.avx512vnni);
+  }
+  if (best == Isa::kAvx512Amx) {
+    EXPECT_TRUE(f.amxInt8);
   }
   if (best >= Isa::kAvx2) {
     EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
   }
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
-    EXPECT_EQ(best, f.avx512vnni ? Isa::kAvx512Vnni : Isa::kAvx512);
+    EXPECT_EQ(best, !f.avx512vnni ? Isa::kAvx512 : f.amxInt8 ? Isa::kAvx512Amx : Isa::kAvx512Vnni);
   }
-  std::printf("best isa here: %s (vnni %d, bf16 %d)\n", isaName(best), f.avx512vnni, f.avx512bf16);
+  std::printf("best isa here: %s (vnni %d, bf16 %d, amx-int8 usable %d)\n", isaName(best), f.avx512vnni, f.avx512bf16,
+              f.amxInt8);
 }
 
 TEST(Isa, JitllmIsaLowersTheChoiceButNeverRaisesItAboveTheCpu) {
@@ -75,6 +79,10 @@ TEST(Isa, JitllmIsaLowersTheChoiceButNeverRaisesItAboveTheCpu) {
   }
   {
     ScopedIsaEnv env("avx512vnni");
+    EXPECT_EQ(bestIsa(), best >= Isa::kAvx512Vnni ? Isa::kAvx512Vnni : best);
+  }
+  {
+    ScopedIsaEnv env("avx512amx");
     EXPECT_EQ(bestIsa(), best);
   }
   {
@@ -89,7 +97,7 @@ TEST(Isa, AnUnknownJitllmIsaValueIsAnErrorNotASilentDefault) {
 }
 
 TEST(Isa, NamesRoundTrip) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
     EXPECT_EQ(parseIsaName(isaName(isa)), isa);
   }
   EXPECT_FALSE(parseIsaName("AVX2").has_value());

@@ -26,7 +26,7 @@ constexpr TensorType kComputable[] = {
 
 std::vector<Isa> isasHere() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
     if (isaSupported(isa)) out.push_back(isa);
   }
   return out;
@@ -72,7 +72,7 @@ std::vector<float> randomActivations(int64_t tokens, int64_t stride, uint32_t se
 
 // The types the VNNI variant multiplies with int8-pair activations (about 15 bits) instead of floats.
 bool usesIntegerActivations(TensorType type, Isa isa) {
-  return isa == Isa::kAvx512Vnni &&
+  return isa >= Isa::kAvx512Vnni &&
          (type == TensorType::kQ4_K || type == TensorType::kQ6_K || type == TensorType::kQ8_0);
 }
 
@@ -80,9 +80,13 @@ std::string describe(TensorType type, Isa isa, int64_t tokens) {
   return std::string(quant::typeName(type)) + " on " + isaName(isa) + " with " + std::to_string(tokens) + " tokens";
 }
 
-// Columns per type: two K-quant super-blocks, or an odd count for the float types so that their
-// rows end in a partial vector.
-int64_t colsFor(TensorType type) { return quant::typeTraits(type).blockElems == 1 ? 517 : 512; }
+// Columns per type: two K-quant super-blocks; 15 blocks of 32 (q8_0's integer kernels take 8
+// blocks at a time, so rows end in a partial unit of an odd block count); an odd count for the
+// float types so that their rows end in a partial vector.
+int64_t colsFor(TensorType type) {
+  const int64_t block = quant::typeTraits(type).blockElems;
+  return block == 1 ? 517 : block == 32 ? 480 : 512;
+}
 
 TEST(Matmul, EveryTypeOnEveryIsaMatchesAFloat64ReferenceOverTheDequantizedWeights) {
   constexpr int64_t kRows = 37;
@@ -208,6 +212,71 @@ TEST(Matmul, ResultsAreBitwiseIdenticalHoweverRowsAreSplitAndHoweverTokensAreBat
       EXPECT_TRUE(bitwiseEqual(whole, streamedSingle)) << "streamed decode differs";
       EXPECT_TRUE(bitwiseEqual(whole, streamedWhole)) << "streamed batch differs";
       for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+    }
+  }
+}
+
+// The AMX prefill and the VNNI kernels compute the same contract (matmul_int8.inc): every
+// (row, token) result has the same bits on either, for every row count, token count and q8_0 tail
+// length, including rows and tokens that fill only part of a 16 x 16 tile.
+TEST(Matmul, AmxPrefillGivesTheBitsOfTheVnniKernels) {
+  if (!isaSupported(Isa::kAvx512Amx)) {
+    GTEST_SKIP() << "this CPU (or OS) has no usable AMX-INT8; nothing to compare";
+  }
+  struct Shape {
+    TensorType type;
+    int64_t rows, cols, tokens;
+  };
+  const Shape shapes[] = {
+      {TensorType::kQ4_K, 37, 512, 17}, {TensorType::kQ4_K, 16, 2304, 64}, {TensorType::kQ4_K, 5, 256, 8},
+      {TensorType::kQ6_K, 33, 768, 23}, {TensorType::kQ6_K, 16, 256, 16},  {TensorType::kQ8_0, 19, 32, 9},
+      {TensorType::kQ8_0, 21, 224, 40}, {TensorType::kQ8_0, 16, 288, 16},  {TensorType::kQ8_0, 3, 1056, 70},
+  };
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(describe(s.type, Isa::kAvx512Amx, s.tokens) + ", " + std::to_string(s.rows) + " x " +
+                 std::to_string(s.cols));
+    const Matrix m = randomMatrix(s.type, s.rows, s.cols, 900 + uint32_t(s.cols));
+    const int64_t xStride = s.cols + 5;
+    std::vector<float> x = randomActivations(s.tokens, xStride, 31 + uint32_t(s.rows));
+    // Blocks of very different magnitudes, and an all-zero block, exercise the per-block scales.
+    for (int64_t k = 0; k < 32; k++) x[size_t(k)] = 0.0f;
+    for (int64_t k = 32; k < std::min<int64_t>(64, s.cols); k++) x[size_t(xStride + k)] *= 1e-6f;
+    std::vector<float> amx(size_t(s.tokens * s.rows), NAN), vnni(amx.size(), NAN);
+    matmulRows(m.view(), x.data(), xStride, s.tokens, amx.data(), s.rows, 0, s.rows, Isa::kAvx512Amx);
+    matmulRows(m.view(), x.data(), xStride, s.tokens, vnni.data(), s.rows, 0, s.rows, Isa::kAvx512Vnni);
+    ASSERT_TRUE(bitwiseEqual(amx, vnni)) << "the AMX prefill differs from the VNNI kernels";
+    // And from decode, one token at a time on AMX's Isa (which runs the VNNI decode).
+    std::vector<float> one(size_t(s.rows), NAN);
+    for (int64_t t = 0; t < s.tokens; t += 7) {
+      matmulRows(m.view(), x.data() + t * xStride, xStride, 1, one.data(), s.rows, 0, s.rows, Isa::kAvx512Amx);
+      ASSERT_EQ(std::memcmp(one.data(), amx.data() + t * s.rows, one.size() * sizeof(float)), 0) << "token " << t;
+    }
+    // Row ranges that start and end inside tiles.
+    std::vector<float> split(amx.size(), NAN);
+    for (int64_t begin = 0; begin < s.rows;) {
+      const int64_t end = std::min<int64_t>(s.rows, begin + 3 + 5 * (begin % 4));
+      matmulRows(m.view(), x.data(), xStride, s.tokens, split.data(), s.rows, begin, end, Isa::kAvx512Amx);
+      begin = end;
+    }
+    ASSERT_TRUE(bitwiseEqual(amx, split)) << "row splitting changed the AMX result";
+  }
+}
+
+// A non-finite activation reaches every result of its token, on every path, as in the float
+// kernels.
+TEST(Matmul, NonFiniteActivationsPropagateThroughTheIntegerKernels) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ8_0}) {
+    const Matrix m = randomMatrix(type, 17, 512, 1200 + uint32_t(type));
+    for (Isa isa : isasHere()) {
+      for (int64_t tokens : {1, 20}) {
+        SCOPED_TRACE(describe(type, isa, tokens));
+        std::vector<float> x = randomActivations(tokens, 512, 5);
+        x[size_t(300)] = INFINITY;  // token 0
+        std::vector<float> y(size_t(tokens * 17), 0.0f);
+        matmulRows(m.view(), x.data(), 512, tokens, y.data(), 17, 0, 17, isa);
+        for (int64_t r = 0; r < 17; r++) ASSERT_FALSE(std::isfinite(y[size_t(r)])) << "row " << r;
+        for (int64_t t = 1; t < tokens; t++) ASSERT_TRUE(std::isfinite(y[size_t(t * 17)])) << "token " << t;
+      }
     }
   }
 }

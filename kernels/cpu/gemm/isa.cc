@@ -7,6 +7,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define JITLLM_X86 1
 #endif
 
@@ -20,7 +22,8 @@ __attribute__((target("xsave"))) uint64_t readXcr0() { return __builtin_ia32_xge
 
 Isa bestSupportedIsa(const CpuFeatures& f) {
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
-    return f.avx512vnni ? Isa::kAvx512Vnni : Isa::kAvx512;
+    if (!f.avx512vnni) return Isa::kAvx512;
+    return f.amxInt8 ? Isa::kAvx512Amx : Isa::kAvx512Vnni;
   }
   if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
   return Isa::kScalar;
@@ -57,6 +60,14 @@ CpuFeatures detectCpuFeatures() {
       f.avx512vl = ebx & (1u << 31);
       f.avx512vnni = ecx & (1u << 11);
       const unsigned maxSubleaf = eax;
+      const bool amxTile = edx & (1u << 24), amxInt8 = edx & (1u << 25);
+      const bool osAmx = (xcr0 & (3u << 17)) == (3u << 17);  // XTILECFG and XTILEDATA
+      if (amxTile && amxInt8 && osAmx) {
+        // Linux keeps tile data off until a process asks (5.16+); an older kernel or a refusal
+        // (e.g. a sigaltstack too small for the tile state) leaves AMX unused.
+        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+        f.amxInt8 = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+      }
       if (maxSubleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
         f.avx512bf16 = eax & (1u << 5);
       }
@@ -73,7 +84,8 @@ Isa bestIsa() {
   const char* forced = std::getenv("JITLLM_ISA");
   if (forced == nullptr || *forced == '\0') return best;
   const std::optional<Isa> wanted = parseIsaName(forced);
-  JITLLM_REQUIRE(wanted.has_value(), "JITLLM_ISA=", forced, " is not one of scalar, avx2, avx512, avx512vnni");
+  JITLLM_REQUIRE(wanted.has_value(), "JITLLM_ISA=", forced,
+                 " is not one of scalar, avx2, avx512, avx512vnni, avx512amx");
   return int(*wanted) < int(best) ? *wanted : best;
 }
 
@@ -87,12 +99,14 @@ const char* isaName(Isa isa) {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
+    case Isa::kAvx512Amx:
+      return "avx512amx";
   }
   return "unknown";
 }
 
 std::optional<Isa> parseIsaName(std::string_view name) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
     if (name == isaName(isa)) return isa;
   }
   return std::nullopt;

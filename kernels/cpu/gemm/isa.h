@@ -22,6 +22,10 @@ enum class Isa {
   // multiply activations held as two int8 vectors per block (about 15 bits, see
   // matmul_avx512vnni.cc) with integer dot products; other types run the kAvx512 kernels.
   kAvx512Vnni,
+  // kAvx512Vnni plus AMX-INT8 with the OS's permission for tile data (Sapphire Rapids and later):
+  // prefill of those three types on the tile unit (matmul_amx.cc), with the same bits as
+  // kAvx512Vnni; decode is kAvx512Vnni's.
+  kAvx512Amx,
 };
 
 struct CpuFeatures {
@@ -34,13 +38,19 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  // AMX tiles with int8 products that this process may use: the CPU has AMX-TILE and AMX-INT8,
+  // XCR0 enables the tile state, and Linux granted the tile data permission (arch_prctl
+  // ARCH_REQ_XCOMP_PERM, which detectCpuFeatures requests; without it the first tile instruction
+  // would kill the process).
+  bool amxInt8 = false;
 };
 
-// Asks CPUID (and XGETBV for OS support of the AVX / AVX-512 register state).
+// Asks CPUID (and XGETBV for OS support of the AVX / AVX-512 register state), and Linux for the
+// AMX tile data permission when the CPU has AMX (granting it is process-wide and idempotent).
 CpuFeatures detectCpuFeatures();
 
 // The best Isa of this CPU, lowered to the one named by the environment variable
-// JITLLM_ISA=scalar|avx2|avx512|avx512vnni when that is set (tests use it to exercise every variant; asking
+// JITLLM_ISA=scalar|avx2|avx512|avx512vnni|avx512amx when that is set (tests use it to exercise every variant; asking
 // for more than the CPU has gives what it has). Throws FAILED for any other JITLLM_ISA value.
 Isa bestIsa();
 

@@ -53,6 +53,8 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
       return detail::matmulRowsAvx512(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx512Vnni:
       return detail::matmulRowsAvx512Vnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    case Isa::kAvx512Amx:
+      return detail::matmulRowsAvx512Amx(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }
   JITLLM_FAIL(kFailed, "matmul: unknown Isa ", int(isa));
 }

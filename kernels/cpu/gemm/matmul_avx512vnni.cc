@@ -1,21 +1,15 @@
 // matmulRows for AVX-512 with VNNI: integer dot products (vpdpbusd) for q4_K, q6_K and q8_0.
 //
-// Activations are quantized on the fly, per token row and per block of 32, into two int8
-// vectors: x ~= s * (a + b / 256), s a power of two with |x| / s <= 127, a = round(x / s) and
-// b = round(256 * (x / s - a)) (clamped to +-127, which only touches residuals of exactly 1/2).
-// That keeps about 15 significant bits per block (llama.cpp's q8 activations keep 8), and every
-// step before the integer products is exact (power-of-two scaling, exact residuals), so the
-// error is the rounding of b alone: at most s / 512 per element.
-//
-// The weights stay in their GGUF blocks (no repacking, no second copy). For 64 weights q (as
-// unsigned bytes, with the type's offset o: q4_K 0, q6_K 32, q8_0 128 after flipping the sign
-// bit) and the activations' a, b:
+// Activations are quantized on the fly into two int8 vectors per block of 32 (about 15 bits),
+// weights stay in their GGUF blocks (no repacking, no second copy), and each group of weights
+// sharing a scale is one exact integer product and one float multiply-add per token: the
+// contract is written out in matmul_int8.inc, shared with the AMX prefill (matmul_amx.cc), which
+// gives the same bits. Here the integer products are vpdpbusd on 64 weight bytes q (unsigned,
+// with the type's offset o: q4_K 0, q6_K 32, q8_0 128 after flipping the sign bit):
 //   L = 256 * dpbusd(q, a) + dpbusd(q, b) - o * sum4(256 a + b)       (16 int32 lanes, exact)
-// where each lane covers 4 consecutive elements and the last term is precomputed per token.
-// L is converted to float and multiplied by a per-lane scale (weight sub-block scale times s/256)
-// into one float accumulator per row; q4_K's mins go through the exact per-block sums of the
-// represented activations. Everything per (row, token) happens in one fixed order that depends
-// on neither the row range nor the number of tokens, so prefill and decode give the same bits.
+// the last term precomputed per token; the lanes of a group are then summed in integer.
+// Everything per (row, token) happens in one fixed order that depends on neither the row range
+// nor the number of tokens, so prefill and decode give the same bits.
 //
 // Other weight types run the plain AVX-512 kernels (float activations).
 #pragma GCC diagnostic push
@@ -48,9 +42,6 @@ using quant::block_q4_K;
 using quant::block_q6_K;
 using quant::block_q8_0;
 
-// Tokens quantized together; their int8 activations (about 4 bytes per column and token) stay in
-// L2 while every row of the thread's range passes over them.
-constexpr int64_t kTokenBlock = 16;
 // Decode rows computed together, sharing each activation load: kRowTile for matrices in the
 // caches, one for those that stream from memory (WeightView::streamed). A thread reading its rows
 // one after the other makes one sequential stream, which the prefetches below and the hardware
@@ -66,304 +57,7 @@ constexpr int kRowTile = 4;
 // weights within the 32 vector registers. Sizes measured with matmul_microbench (2x4, 4x4, 2x8,
 // 1x8): 2x8 for the K-quants, 2x4 for q8_0, whose extraction is cheap.
 
-float halfAt(const uint16_t& h) { return _cvtsh_ss(h); }
-
-// One token's activations in the integer form above, for `cols` columns (a multiple of 32).
-struct QuantizedRow {
-  const int8_t* a;      // cols
-  const int8_t* b;      // cols
-  const int32_t* bias;  // cols / 4: -o * sum over each 4 elements of (256 a + b); only if o != 0
-  const float* lscale;  // cols / 4: s / 256 of the block each 4-element lane belongs to
-  const float* bsum;    // cols / 32: s / 256 * sum of (256 a + b) over the block
-};
-
-size_t alignUp(size_t n) { return (n + 63) / 64 * 64; }
-
-// Bytes of one token's QuantizedRow.
-size_t quantizedRowBytes(int64_t cols) {
-  const size_t c = size_t(cols);
-  return 2 * alignUp(c) + 2 * alignUp(c) + alignUp(c / 8);
-}
-
-QuantizedRow layoutRow(uint8_t* p, int64_t cols) {
-  const size_t c = size_t(cols);
-  QuantizedRow q;
-  q.a = reinterpret_cast<int8_t*>(p);
-  q.b = reinterpret_cast<int8_t*>(p + alignUp(c));
-  q.bias = reinterpret_cast<int32_t*>(p + 2 * alignUp(c));
-  q.lscale = reinterpret_cast<float*>(p + 3 * alignUp(c));
-  q.bsum = reinterpret_cast<float*>(p + 4 * alignUp(c));
-  return q;
-}
-
-// Quantizes one token (cols a multiple of 32) into the layout at p; offset o as above.
-void quantizeRow(const float* x, int64_t cols, int offset, uint8_t* p) {
-  const QuantizedRow q = layoutRow(p, cols);
-  auto* a = const_cast<int8_t*>(q.a);
-  auto* b = const_cast<int8_t*>(q.b);
-  auto* bias = const_cast<int32_t*>(q.bias);
-  auto* lscale = const_cast<float*>(q.lscale);
-  auto* bsum = const_cast<float*>(q.bsum);
-  const __m512 absMask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-  const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
-  for (int64_t j = 0; j < cols / 32; j++) {
-    const __m512 x0 = _mm512_loadu_ps(x + 32 * j), x1 = _mm512_loadu_ps(x + 32 * j + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, absMask), _mm512_and_ps(x1, absMask)));
-    int e = 0;
-    if (amax > 0 && std::isfinite(amax)) {
-      int exponent;
-      std::frexp(amax, &exponent);  // amax = m * 2^exponent, m in [0.5, 1)
-      e = exponent - 7;             // amax / 2^e in [64, 128)
-      if (amax > std::ldexp(127.0f, e)) e++;
-    }
-    const __m512 inv = _mm512_set1_ps(std::ldexp(1.0f, -e));
-    const __m512 v0 = _mm512_mul_ps(x0, inv), v1 = _mm512_mul_ps(x1, inv);
-    const __m512i a0 = _mm512_cvtps_epi32(v0), a1 = _mm512_cvtps_epi32(v1);
-    const __m512 k256 = _mm512_set1_ps(256.0f);
-    __m512i b0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(v0, _mm512_cvtepi32_ps(a0)), k256));
-    __m512i b1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(v1, _mm512_cvtepi32_ps(a1)), k256));
-    b0 = _mm512_max_epi32(_mm512_min_epi32(b0, lim), nlim);
-    b1 = _mm512_max_epi32(_mm512_min_epi32(b1, lim), nlim);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(a + 32 * j), _mm512_cvtepi32_epi8(a0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(a + 32 * j + 16), _mm512_cvtepi32_epi8(a1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + 32 * j), _mm512_cvtepi32_epi8(b0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + 32 * j + 16), _mm512_cvtepi32_epi8(b1));
-    // 256 a + b per element; their block sum (|sum| < 2^21) converts to float exactly.
-    const __m512i i0 = _mm512_add_epi32(_mm512_slli_epi32(a0, 8), b0);
-    const __m512i i1 = _mm512_add_epi32(_mm512_slli_epi32(a1, 8), b1);
-    const float s256 = std::ldexp(1.0f, e - 8);
-    bsum[j] = s256 * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
-    if (!std::isfinite(amax)) bsum[j] = amax;  // propagate inf / nan into every result
-    _mm256_storeu_ps(lscale + 8 * j, _mm256_set1_ps(std::isfinite(amax) ? s256 : amax));
-    if (offset != 0) {
-      // Sums of 4 consecutive lanes: vpdpbusd with ones does exactly that on bytes.
-      const __m512i ones = _mm512_set1_epi8(1);
-      const __m256i aa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * j));
-      const __m256i bb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 * j));
-      const __m256i sa = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(ones), aa);
-      const __m256i sb = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(ones), bb);
-      const __m256i sum4 = _mm256_add_epi32(_mm256_slli_epi32(sa, 8), sb);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * j),
-                          _mm256_mullo_epi32(sum4, _mm256_set1_epi32(-offset)));
-    }
-  }
-}
-
-// L for 64 weights w (bytes) against the activations at element k, plus the type's bias.
-template <bool kBias>
-__m512i dot64(__m512i w, const QuantizedRow& x, int64_t k) {
-  const __m512i a = _mm512_loadu_si512(x.a + k), b = _mm512_loadu_si512(x.b + k);
-  __m512i init = _mm512_setzero_si512();
-  if constexpr (kBias) init = _mm512_loadu_si512(x.bias + k / 4);
-  const __m512i qa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, a);
-  const __m512i qb = _mm512_dpbusd_epi32(init, w, b);
-  return _mm512_add_epi32(_mm512_slli_epi32(qa, 8), qb);
-}
-
-float sum512(__m512 r) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(r), _mm512_extractf32x8_ps(r, 1));
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
-}
-
-float sum256(__m256 h) {
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
-}
-
-// --- q4_K: 8 sub-blocks of 32, w = d * sc * q - dmin * m, q in 0..15.
-struct KernelQ4_K {
-  static constexpr int kOffset = 0;
-  static constexpr size_t kPrefetchBytes = 4096;  // decode's distance ahead (dotRows)
-  static constexpr int kTileRows = 2, kTileTokens = 8;
-  static constexpr int64_t kUnit = quant::kQK_K;
-  static constexpr size_t kUnitBytes = sizeof(block_q4_K);
-  // Plain members, zeroed by start(): GCC does not compile implicit constructors for the
-  // target of this file.
-  struct State {
-    __m512 acc;
-    __m256 mins;
-  };
-  static void start(State& st) {
-    st.acc = _mm512_setzero_ps();
-    st.mins = _mm256_setzero_ps();
-  }
-  // 8 scales d*sc, then 8 mins dmin*m.
-  static __m512 scalesAndMins(const block_q4_K* blk) {
-    alignas(16) uint8_t raw[16];
-    quant::unpackScalesMinsK4(blk->scales, raw);
-    const __m512 values =
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(raw))));
-    const __m512 factors = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk->d)), _mm256_set1_ps(halfAt(blk->dmin)), 1);
-    return _mm512_mul_ps(values, factors);
-  }
-  // Byte lanes 0..31 take the low nibbles of 32 bytes, lanes 32..63 their high nibbles: sub-blocks
-  // 2p and 2p+1 in element order.
-  static __m512i pairWeights(const block_q4_K* blk, int pair) {
-    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i raw32 =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs + 32 * pair)));
-    return _mm512_and_si512(_mm512_srlv_epi16(raw32, shifts), _mm512_set1_epi8(0x0F));
-  }
-  static void addMins(__m512 products, const QuantizedRow& x, int64_t k, State& st) {
-    st.mins = _mm256_fmadd_ps(_mm512_extractf32x8_ps(products, 1), _mm256_loadu_ps(x.bsum + k / 32), st.mins);
-  }
-  static void addPair(__m512i w, __m512 products, int pair, const QuantizedRow& x, int64_t k, State& st) {
-    const __m512i l = dot64<false>(w, x, k + 64 * pair);
-    const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * pair), _mm256_set1_epi32(2 * pair + 1), 1);
-    const __m512 scale =
-        _mm512_mul_ps(_mm512_permutexvar_ps(idx, products), _mm512_loadu_ps(x.lscale + (k + 64 * pair) / 4));
-    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
-  }
-  // One token (decode): each pair's weights are used as soon as they are extracted.
-  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
-    const auto* blk = reinterpret_cast<const block_q4_K*>(p);
-    const __m512 products = scalesAndMins(blk);
-    addMins(products, x, k, st);
-    for (int pair = 0; pair < 4; pair++) addPair(pairWeights(blk, pair), products, pair, x, k, st);
-  }
-  // Several tokens (dotTile): the weights extracted once, then each token the same operations in
-  // the same order as unit().
-  struct Unpacked {
-    __m512 products;
-    __m512i w[4];
-  };
-  static void unpack(const uint8_t* p, Unpacked& u) {
-    const auto* blk = reinterpret_cast<const block_q4_K*>(p);
-    u.products = scalesAndMins(blk);
-    for (int pair = 0; pair < 4; pair++) u.w[pair] = pairWeights(blk, pair);
-  }
-  static void apply(const Unpacked& u, const QuantizedRow& x, int64_t k, State& st) {
-    addMins(u.products, x, k, st);
-    for (int pair = 0; pair < 4; pair++) addPair(u.w[pair], u.products, pair, x, k, st);
-  }
-  static float finish(const State& st) { return sum512(st.acc) - sum256(st.mins); }
-};
-
-// --- q6_K: 16 sub-blocks of 16, w = d * sc * (q - 32), q in 0..63.
-struct KernelQ6_K {
-  static constexpr int kOffset = 32;
-  static constexpr size_t kPrefetchBytes = 4096;
-  static constexpr int kTileRows = 2, kTileTokens = 8;
-  static constexpr int64_t kUnit = quant::kQK_K;
-  static constexpr size_t kUnitBytes = sizeof(block_q6_K);
-  struct State {
-    __m512 acc;
-  };
-  static void start(State& st) { st.acc = _mm512_setzero_ps(); }
-  // d * sc of the 16 sub-blocks.
-  static __m512 blockScales(const block_q6_K* blk) {
-    return _mm512_mul_ps(
-        _mm512_set1_ps(halfAt(blk->d)),
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)))));
-  }
-  // Elements 128 half .. +127 as bytes q in 0..63: the first 64 in w01, the next 64 in w23.
-  static void halfWeights(const block_q6_K* blk, int half, __m512i& w01, __m512i& w23) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-    const auto* ql = reinterpret_cast<const __m256i*>(blk->ql + 64 * half);
-    const __m256i l0 = _mm256_loadu_si256(ql), l1 = _mm256_loadu_si256(ql + 1);
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half));
-    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
-    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
-    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(h, bits45));
-    const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                       _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
-    w01 = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
-    w23 = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
-  }
-  // The 64 elements 128 half + 64 c .. +63 (weights w) of one token.
-  static void addChunk(__m512i w, __m512 scales, int half, int c, const QuantizedRow& x, int64_t k, State& st) {
-    // Lane j of 64 elements c..c+63 belongs to sub-block 4c/64 + j/4.
-    const __m512i lanes = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
-    const int64_t kk = k + 128 * half + 64 * c;
-    const __m512i l = dot64<true>(w, x, kk);
-    const __m512i idx = _mm512_add_epi32(lanes, _mm512_set1_epi32(8 * half + 4 * c));
-    const __m512 scale = _mm512_mul_ps(_mm512_permutexvar_ps(idx, scales), _mm512_loadu_ps(x.lscale + kk / 4));
-    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), scale, st.acc);
-  }
-  // One token (decode): each half's weights are used as soon as they are extracted.
-  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
-    const auto* blk = reinterpret_cast<const block_q6_K*>(p);
-    const __m512 scales = blockScales(blk);
-    for (int half = 0; half < 2; half++) {
-      __m512i w01, w23;
-      halfWeights(blk, half, w01, w23);
-      addChunk(w01, scales, half, 0, x, k, st);
-      addChunk(w23, scales, half, 1, x, k, st);
-    }
-  }
-  // Several tokens (dotTile): the weights extracted once, then each token the same operations in
-  // the same order as unit().
-  struct Unpacked {
-    __m512 scales;
-    __m512i w[4];  // elements 64i .. 64i + 63
-  };
-  static void unpack(const uint8_t* p, Unpacked& u) {
-    const auto* blk = reinterpret_cast<const block_q6_K*>(p);
-    u.scales = blockScales(blk);
-    for (int half = 0; half < 2; half++) halfWeights(blk, half, u.w[2 * half], u.w[2 * half + 1]);
-  }
-  static void apply(const Unpacked& u, const QuantizedRow& x, int64_t k, State& st) {
-    for (int half = 0; half < 2; half++) {
-      for (int c = 0; c < 2; c++) addChunk(u.w[2 * half + c], u.scales, half, c, x, k, st);
-    }
-  }
-  static float finish(const State& st) { return sum512(st.acc); }
-};
-
-// --- q8_0: blocks of 32, w = d * q, q in -128..127 (flipped to q + 128 as a byte). Two blocks
-// per unit; a row of an odd number of blocks ends in a half unit whose upper lanes are zero.
-struct KernelQ8_0 {
-  static constexpr int kOffset = 128;
-  static constexpr size_t kPrefetchBytes = 2048;
-  static constexpr int kTileRows = 2, kTileTokens = 4;
-  static constexpr int64_t kUnit = 64;
-  static constexpr size_t kUnitBytes = 2 * sizeof(block_q8_0);
-  struct State {
-    __m512 acc;
-  };
-  static void start(State& st) { st.acc = _mm512_setzero_ps(); }
-  struct Unpacked {
-    __m512i w;  // 64 bytes q + 128
-    __m512 d;   // each block's d over its 8 lanes
-  };
-  static void unpack(const uint8_t* p, Unpacked& u) {
-    const auto* blk = reinterpret_cast<const block_q8_0*>(p);
-    const __m512i q =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
-    u.w = _mm512_xor_si512(q, _mm512_set1_epi8(int8_t(0x80)));
-    u.d = _mm512_insertf32x8(_mm512_set1_ps(halfAt(blk[0].d)), _mm256_set1_ps(halfAt(blk[1].d)), 1);
-  }
-  static void apply(const Unpacked& u, const QuantizedRow& x, int64_t k, State& st) {
-    const __m512i l = dot64<true>(u.w, x, k);
-    st.acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), _mm512_mul_ps(u.d, _mm512_loadu_ps(x.lscale + k / 4)), st.acc);
-  }
-  static void unit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
-    Unpacked u;
-    unpack(p, u);
-    apply(u, x, k, st);
-  }
-  // The last 32 elements of a row with an odd block count.
-  static void halfUnit(const uint8_t* p, const QuantizedRow& x, int64_t k, State& st) {
-    const auto* blk = reinterpret_cast<const block_q8_0*>(p);
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
-    const __m256i w = _mm256_xor_si256(q, _mm256_set1_epi8(int8_t(0x80)));
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.a + k));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.b + k));
-    const __m256i qa = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);
-    const __m256i qb = _mm256_dpbusd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + k / 4)), w, b);
-    const __m256i l = _mm256_add_epi32(_mm256_slli_epi32(qa, 8), qb);
-    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(halfAt(blk[0].d)), _mm256_loadu_ps(x.lscale + k / 4));
-    // Lanes 8..15 of the accumulator get exact zeros added, as if the unit were whole.
-    st.acc = _mm512_add_ps(st.acc, _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(l), scale)));
-  }
-  static float finish(const State& st) { return sum512(st.acc); }
-};
+#include "kernels/cpu/gemm/matmul_int8.inc"
 
 // NR rows against one quantized token.
 template <class K, int NR>
@@ -396,7 +90,8 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
   }
   if constexpr (std::is_same_v<K, KernelQ8_0>) {
     if (w.cols % K::kUnit != 0) {
-      for (int i = 0; i < NR; i++) K::halfUnit(rows[i] + size_t(units) * K::kUnitBytes, x, units * K::kUnit, st[i]);
+      const int n = int(w.cols % K::kUnit / 32);
+      for (int i = 0; i < NR; i++) K::tail(rows[i] + size_t(units) * K::kUnitBytes, n, x, units * K::kUnit, st[i]);
     }
   }
   for (int i = 0; i < NR; i++) y[(r + i) * yStep] = K::finish(st[i]);
@@ -425,9 +120,10 @@ void dotTile(const WeightView& w, int64_t r, const QuantizedRow* xsIn, float* y,
   }
   if constexpr (std::is_same_v<K, KernelQ8_0>) {
     if (w.cols % K::kUnit != 0) {
+      const int n = int(w.cols % K::kUnit / 32);
       for (int i = 0; i < NR; i++) {
         for (int j = 0; j < NT; j++)
-          K::halfUnit(rows[i] + size_t(units) * K::kUnitBytes, xs[j], units * K::kUnit, st[i][j]);
+          K::tail(rows[i] + size_t(units) * K::kUnitBytes, n, xs[j], units * K::kUnit, st[i][j]);
       }
     }
   }
