@@ -183,13 +183,29 @@ void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float
   // Rows are split among threads in contiguous ranges; each row's result depends only on the
   // kernel variant, so the thread count never changes the output.
   const int64_t minRows = int64_t(kMinWeightBytesPerThread / std::max<size_t>(1, w.rowStride * size_t(tokens)));
+  auto addBias = [&](int64_t begin, int64_t end) {
+    if (!bias) return;
+    for (int64_t t = 0; t < tokens; t++) {
+      for (int64_t r = begin; r < end; r++) y[t * w.rows + r] += bias[r];
+    }
+  };
+  if (PreparedActivations::wanted(isa_, w.type, tokens)) {
+    // Prefill on AMX: the activations are laid out once (tiles of tokens split among the
+    // threads), then the threads take whole row tiles.
+    const int64_t tiles = prepared_.reset(tokens, w.cols);
+    pool_.parallelFor(tiles, 1, [&](int64_t begin, int64_t end) { prepared_.layOut(x, w.cols, begin, end); });
+    constexpr int64_t kGrain = PreparedActivations::kRowGrain;
+    const int64_t rowTiles = (w.rows + kGrain - 1) / kGrain;
+    pool_.parallelFor(rowTiles, 1, [&](int64_t begin, int64_t end) {
+      const int64_t rowBegin = begin * kGrain, rowEnd = std::min(w.rows, end * kGrain);
+      matmulRowsPrepared(view, prepared_, y, w.rows, rowBegin, rowEnd, isa_);
+      addBias(rowBegin, rowEnd);
+    });
+    return;
+  }
   pool_.parallelFor(w.rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
     matmulRows(view, x, w.cols, tokens, y, w.rows, begin, end, isa_);
-    if (bias) {
-      for (int64_t t = 0; t < tokens; t++) {
-        for (int64_t r = begin; r < end; r++) y[t * w.rows + r] += bias[r];
-      }
-    }
+    addBias(begin, end);
   });
 }
 

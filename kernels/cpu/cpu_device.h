@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "kernels/cpu/gemm/isa.h"
+#include "kernels/cpu/gemm/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/device.h"
 
@@ -69,6 +70,7 @@ class CpuDevice final : public Device {
   ThreadPool pool_;
   std::atomic<size_t> used_{0};
   std::unordered_map<const void*, size_t> weightBytes_;  // executor thread only
+  PreparedActivations prepared_;                         // executor thread only; reused by each matmul
   size_t weightBytesTotal_ = 0;
 };
 

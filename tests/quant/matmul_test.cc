@@ -259,6 +259,16 @@ TEST(Matmul, AmxPrefillGivesTheBitsOfTheVnniKernels) {
       begin = end;
     }
     ASSERT_TRUE(bitwiseEqual(amx, split)) << "row splitting changed the AMX result";
+    // Activations laid out once, in two tile ranges, and read by several row ranges.
+    PreparedActivations prepared;
+    ASSERT_TRUE(PreparedActivations::wanted(Isa::kAvx512Amx, s.type, s.tokens));
+    const int64_t tiles = prepared.reset(s.tokens, s.cols);
+    prepared.layOut(x.data(), xStride, 0, tiles / 2);
+    prepared.layOut(x.data(), xStride, tiles / 2, tiles);
+    std::vector<float> fromPrepared(amx.size(), NAN);
+    matmulRowsPrepared(m.view(), prepared, fromPrepared.data(), s.rows, 0, s.rows / 2, Isa::kAvx512Amx);
+    matmulRowsPrepared(m.view(), prepared, fromPrepared.data(), s.rows, s.rows / 2, s.rows, Isa::kAvx512Amx);
+    ASSERT_TRUE(bitwiseEqual(amx, fromPrepared)) << "prepared activations changed the result";
   }
 }
 
@@ -279,6 +289,24 @@ TEST(Matmul, NonFiniteActivationsPropagateThroughTheIntegerKernels) {
       }
     }
   }
+}
+
+TEST(Matmul, PreparedActivationsAreOnlyForTheAmxProductsAndRefuseAMismatch) {
+  EXPECT_FALSE(PreparedActivations::wanted(Isa::kAvx512Vnni, TensorType::kQ4_K, 64));
+  EXPECT_FALSE(PreparedActivations::wanted(Isa::kAvx512Amx, TensorType::kQ4_0, 64));
+  EXPECT_FALSE(PreparedActivations::wanted(Isa::kAvx512Amx, TensorType::kQ4_K, 1));
+  if (!isaSupported(Isa::kAvx512Amx)) GTEST_SKIP() << "no usable AMX-INT8 here; the rest needs it";
+  const Matrix m = randomMatrix(TensorType::kQ4_K, 16, 512, 3);
+  const std::vector<float> x = randomActivations(16, 256, 4);
+  PreparedActivations prepared;
+  prepared.layOut(x.data(), 256, 0, prepared.reset(16, 256));
+  std::vector<float> y(256);
+  // 256 prepared columns against a 512-column matrix; and a type the tiles do not multiply.
+  EXPECT_THROW(matmulRowsPrepared(m.view(), prepared, y.data(), 16, 0, 16, Isa::kAvx512Amx), Error);
+  WeightView bad = m.view();
+  bad.type = TensorType::kQ4_0;
+  EXPECT_THROW(matmulRowsPrepared(bad, prepared, y.data(), 16, 0, 16, Isa::kAvx512Amx), Error);
+  EXPECT_THROW(prepared.reset(16, 100), Error);
 }
 
 TEST(Matmul, RejectsShapesThatDoNotFitTheTypeOrTheMatrix) {

@@ -29,8 +29,10 @@ float* threadScratch(size_t floats) {
 
 }  // namespace detail
 
-void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
-                int64_t rowBegin, int64_t rowEnd, Isa isa) {
+namespace {
+
+// The checks every product starts with: a computable type, whole blocks, rows inside the matrix.
+void requireWeightsAndRows(const WeightView& w, int64_t rowBegin, int64_t rowEnd) {
   const quant::TypeTraits traits = quant::typeTraits(w.type);
   JITLLM_REQUIRE(traits.computable, "matmul: tensor type ", traits.name, " is not supported");
   const std::optional<size_t> rowBytes = quant::rowBytes(w.type, w.cols);
@@ -40,6 +42,13 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
                  " bytes of a ", traits.name, " row");
   JITLLM_REQUIRE(0 <= rowBegin && rowBegin <= rowEnd && rowEnd <= w.rows, "matmul: rows [", rowBegin, ", ", rowEnd,
                  ") are outside the ", w.rows, " of the matrix");
+}
+
+}  // namespace
+
+void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
+                int64_t rowBegin, int64_t rowEnd, Isa isa) {
+  requireWeightsAndRows(w, rowBegin, rowEnd);
   JITLLM_REQUIRE(nTokens >= 0 && (nTokens <= 1 || xStride >= w.cols), "matmul: ", nTokens,
                  " tokens with activation stride ", xStride, " for ", w.cols, " columns");
   JITLLM_REQUIRE(isaSupported(isa), "matmul: this CPU cannot run ", isaName(isa), " kernels");
@@ -57,6 +66,44 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
       return detail::matmulRowsAvx512Amx(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }
   JITLLM_FAIL(kFailed, "matmul: unknown Isa ", int(isa));
+}
+
+bool PreparedActivations::wanted(Isa isa, quant::TensorType type, int64_t nTokens) {
+  return isa == Isa::kAvx512Amx && isaSupported(isa) && nTokens >= detail::kAmxMinTokens && detail::amxMultiplies(type);
+}
+
+PreparedActivations::PreparedActivations() = default;
+PreparedActivations::~PreparedActivations() { std::free(tiles_); }
+
+int64_t PreparedActivations::reset(int64_t nTokens, int64_t cols) {
+  JITLLM_REQUIRE(nTokens > 0 && cols > 0 && cols % 32 == 0, "matmul: cannot prepare ", nTokens, " tokens of ", cols,
+                 " columns");
+  const int64_t nTiles = (nTokens + detail::kAmxTile - 1) / detail::kAmxTile;
+  const size_t bytes = size_t(nTiles) * detail::amxTokenTileBytes(cols);
+  if (bytes > capacity_) {
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+    if (p == nullptr) JITLLM_FAIL(kOverloaded, "matmul: no memory for ", bytes, " bytes of prepared activations");
+    std::free(tiles_);
+    tiles_ = p;
+    capacity_ = bytes;
+  }
+  tokens_ = nTokens;
+  cols_ = cols;
+  return nTiles;
+}
+
+void PreparedActivations::layOut(const float* x, int64_t xStride, int64_t tileBegin, int64_t tileEnd) {
+  detail::amxLayOutTokens(x, xStride, tokens_, cols_, tiles_, tileBegin, tileEnd);
+}
+
+void matmulRowsPrepared(const WeightView& w, const PreparedActivations& x, float* y, int64_t yStride, int64_t rowBegin,
+                        int64_t rowEnd, Isa isa) {
+  JITLLM_REQUIRE(PreparedActivations::wanted(isa, w.type, x.tokens()) && x.cols() == w.cols,
+                 "matmul: prepared activations of ", x.tokens(), " x ", x.cols(), " do not fit a ",
+                 quant::typeTraits(w.type).name, " product of ", w.cols, " columns on ", isaName(isa));
+  requireWeightsAndRows(w, rowBegin, rowEnd);
+  if (rowBegin == rowEnd) return;
+  detail::matmulRowsAmxPrepared(w, x.tiles(), x.tokens(), y, yStride, rowBegin, rowEnd);
 }
 
 }  // namespace jitllm::cpu

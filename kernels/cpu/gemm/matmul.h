@@ -41,4 +41,44 @@ struct WeightView {
 void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                 int64_t rowBegin, int64_t rowEnd, Isa isa);
 
+// Activations laid out once for a product whose rows several threads compute. Prefill on AMX
+// (Isa::kAvx512Amx; q4_K, q6_K and q8_0 weights; kMinTokens or more) reads the activations
+// quantized and transposed into tiles; matmulRows would have every call (every thread, every
+// chunk of rows) do that again. Results are matmulRows' bits exactly.
+//
+// Thread-safety: layOut may run on several threads at once for disjoint tile ranges; after it,
+// matmulRowsPrepared may run on many threads at once. reset() needs exclusive access.
+class PreparedActivations {
+ public:
+  // Whether matmulRows(w of this type, ..., nTokens, ..., isa) reads prepared activations.
+  static bool wanted(Isa isa, quant::TensorType type, int64_t nTokens);
+  // Rows per step of the prepared kernels: row ranges that are multiples of it waste nothing.
+  static constexpr int64_t kRowGrain = 16;
+
+  PreparedActivations();
+  ~PreparedActivations();
+  PreparedActivations(const PreparedActivations&) = delete;
+  PreparedActivations& operator=(const PreparedActivations&) = delete;
+
+  // Makes room for nTokens rows of `cols` columns (a multiple of 32), keeping the memory for
+  // later calls. Returns the number of tiles to lay out.
+  int64_t reset(int64_t nTokens, int64_t cols);
+  // Lays out tiles [tileBegin, tileEnd) from x (nTokens rows of xStride floats).
+  void layOut(const float* x, int64_t xStride, int64_t tileBegin, int64_t tileEnd);
+
+  int64_t tokens() const { return tokens_; }
+  int64_t cols() const { return cols_; }
+  const uint8_t* tiles() const { return tiles_; }
+
+ private:
+  int64_t tokens_ = 0, cols_ = 0;
+  size_t capacity_ = 0;
+  uint8_t* tiles_ = nullptr;  // 64-byte aligned, owned
+};
+
+// As matmulRows, with the activations of x.layOut (all its tiles laid out). `isa` must be one for
+// which PreparedActivations::wanted(isa, w.type, x.tokens()) holds.
+void matmulRowsPrepared(const WeightView& w, const PreparedActivations& x, float* y, int64_t yStride, int64_t rowBegin,
+                        int64_t rowEnd, Isa isa);
+
 }  // namespace jitllm::cpu

@@ -28,8 +28,10 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/gemm/matmul_variants.h"
+#include "kernels/error.h"
 #include "kernels/quant/blocks.h"
 
 #if defined(__clang__)
@@ -50,16 +52,14 @@ using quant::block_q8_0;
 
 #include "kernels/cpu/gemm/matmul_int8.inc"
 
-constexpr int kTile = 16;  // rows and tokens per tile (the tile unit's 16 x 16 int32 results)
-// Batches of fewer tokens take the VNNI kernels: a padded tile's products cost the same as a
-// full one's. Measured with matmul_microbench (docs/cpu-kernels.md).
-constexpr int64_t kMinTokens = 8;
-// Token tiles whose activations are laid out before the rows pass over them: 64 tokens of a
-// 8192-column matrix are 2 MB of tiles, about what L2 holds.
-constexpr int64_t kChunkTiles = 4;
+constexpr int kTile = kAmxTile;  // rows and tokens per tile (the tile unit's 16 x 16 int32 results)
+// Token tiles read by one pass of the rows: about 1 MB of them (4 tiles of 8192 columns, 16 of
+// 2048), so that they stay in L2 while each row tile's weights meet every one of them.
+constexpr size_t kChunkBytes = size_t(1) << 20;
 
 // The tile unit's configuration (palette 1): tile 0 the weights (16 rows x G bytes), 1 and 2 the
-// activations' a and b (G/4 rows of 16 tokens x 4 bytes), 3 and 4 the products with each.
+// activations' a and b (G/4 rows of 16 tokens x 4 bytes), 3 and 4 the products with each, and 5
+// and 6 those of the next group (tileProduct's pipeline).
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t startRow = 0;
@@ -77,64 +77,36 @@ void configureTiles() {
     c.rows[t] = K::kGroup / 4;
     c.colsBytes[t] = 4 * kTile;
   }
-  for (int t : {3, 4}) {
+  for (int t : {3, 4, 5, 6}) {
     c.rows[t] = kTile;
     c.colsBytes[t] = 4 * kTile;
   }
   _tile_loadconfig(&c);
 }
 
-// One token tile's activations: a and b in the B layout, S_g and (q4_K) bsum_g per token.
+// One token tile's activations: a and b in the tile unit's B layout, and per block of 32 columns
+// S and bsum of each token (zeros for the padding tokens of a last, partial tile).
 struct TokenTile {
-  int8_t* a;   // cols * 16 bytes: dword (k / 4, t) = a[t][k .. k + 3]
-  int8_t* b;   // the same for b
-  float* s;    // groups x 16: S_g of each token (0 for padding tokens)
-  float* sum;  // cols / 32 x 16: bsum of each block and token
-  int64_t tokens;
+  const int8_t* a;     // cols * 16 bytes: dword (k / 4, t) = a[t][k .. k + 3]
+  const int8_t* b;     // the same for b
+  const float* scale;  // cols / 32 x 16
+  const float* bsum;   // cols / 32 x 16
 
-  static size_t bytes(int64_t cols, int64_t groups) {
-    return 2 * size_t(cols) * kTile + size_t(groups) * kTile * 4 + size_t(cols / 32) * kTile * 4;
-  }
-  static TokenTile at(uint8_t* p, int64_t cols, int64_t groups) {
+  static TokenTile at(const uint8_t* tiles, int64_t cols, int64_t index) {
+    const uint8_t* p = tiles + size_t(index) * amxTokenTileBytes(cols);
     TokenTile t;
-    t.a = reinterpret_cast<int8_t*>(p);
-    t.b = reinterpret_cast<int8_t*>(p + size_t(cols) * kTile);
-    t.s = reinterpret_cast<float*>(p + 2 * size_t(cols) * kTile);
-    t.sum = reinterpret_cast<float*>(p + 2 * size_t(cols) * kTile + size_t(groups) * kTile * 4);
+    t.a = reinterpret_cast<const int8_t*>(p);
+    t.b = reinterpret_cast<const int8_t*>(p + size_t(cols) * kTile);
+    t.scale = reinterpret_cast<const float*>(p + 2 * size_t(cols) * kTile);
+    t.bsum = t.scale + cols / 32 * kTile;
     return t;
   }
 };
 
-// Quantizes tokens [0, n) of x (n <= 16) with quantizeRow into `rowScratch` and transposes them
-// into the tile layout; tokens n..15 are zeros.
-template <class K>
-void layOutTokens(const float* x, int64_t xStride, int64_t n, int64_t cols, uint8_t* rowScratch, const TokenTile& tt) {
-  const size_t rowBytes = quantizedRowBytes(cols);
-  const int64_t groups = cols / K::kGroup, words = cols / 4;
-  auto* a32 = reinterpret_cast<int32_t*>(tt.a);
-  auto* b32 = reinterpret_cast<int32_t*>(tt.b);
-  std::memset(tt.a, 0, size_t(cols) * kTile);
-  std::memset(tt.b, 0, size_t(cols) * kTile);
-  std::memset(tt.s, 0, size_t(groups) * kTile * 4);
-  std::memset(tt.sum, 0, size_t(cols / 32) * kTile * 4);
-  for (int64_t t = 0; t < n; t++) {
-    uint8_t* p = rowScratch + size_t(t) * rowBytes;
-    quantizeRow(x + t * xStride, cols, 0, p);
-    const QuantizedRow q = layoutRow(p, cols);
-    const auto* qa = reinterpret_cast<const int32_t*>(q.a);
-    const auto* qb = reinterpret_cast<const int32_t*>(q.b);
-    for (int64_t i = 0; i < words; i++) {
-      a32[i * kTile + t] = qa[i];
-      b32[i * kTile + t] = qb[i];
-    }
-    for (int64_t g = 0; g < groups; g++) tt.s[g * kTile + t] = q.scale[g * K::kGroup / 32];
-    for (int64_t j = 0; j < cols / 32; j++) tt.sum[j * kTile + t] = q.bsum[j];
-  }
-}
-
-// One row tile's weights: bytes in element order, W_g and (q4_K) dmin*m_g per row.
+// One row tile's weights: bytes group by group (group g's 16 rows x G bytes contiguous, one tile
+// load of consecutive cache lines), W_g and (q4_K) dmin*m_g per row.
 struct RowTile {
-  uint8_t* q;     // 16 x cols
+  uint8_t* q;     // groups x 16 x G
   float* scales;  // 16 x groups
   float* mins;    // 16 x groups
 
@@ -151,14 +123,14 @@ struct RowTile {
 template <class K>
 void unpackRows(const WeightView& w, int64_t r0, int64_t n, const RowTile& rt) {
   const int64_t groups = w.cols / K::kGroup;
+  constexpr size_t kGroupStride = size_t(kTile) * K::kGroup;
+  if (n < kTile) std::memset(rt.q, 0, size_t(w.cols) * kTile);  // padding rows: zeros, never stored
   for (int64_t i = 0; i < kTile; i++) {
-    uint8_t* q = rt.q + i * w.cols;
     float* scales = rt.scales + i * groups;
     float* mins = rt.mins + i * groups;
     if (i < n) {
-      K::unpackRow(w.data + size_t(r0 + i) * w.rowStride, w.cols, q, scales, mins);
-    } else {  // padding rows: zeros, never stored
-      std::memset(q, 0, size_t(w.cols));
+      K::unpackRow(w.data + size_t(r0 + i) * w.rowStride, w.cols, rt.q + i * K::kGroup, kGroupStride, scales, mins);
+    } else {
       std::memset(scales, 0, size_t(groups) * 4);
       std::memset(mins, 0, size_t(groups) * 4);
     }
@@ -176,38 +148,80 @@ __m512 sumLanes16(const __m512* v) {
   return sumLanes8(h);
 }
 
-// 16 rows x 16 tokens: y for rows r0 .. r0 + nRows - 1 and tokens t0 .. t0 + tt.tokens - 1.
+// Group g's integer products for the row tile and the token tile into `products` (a's 16 x 16
+// int32, then b's), through result tiles 3 and 4, or 5 and 6 when kSecond. (The tile intrinsics
+// take their tile numbers as literals, hence the two spelled-out branches.)
+template <class K, bool kSecond>
+void issueGroup(const RowTile& rt, const TokenTile& tt, int64_t g, int32_t* products) {
+  _tile_loadd(0, rt.q + g * K::kGroup * kTile, K::kGroup);
+  _tile_loadd(1, tt.a + g * K::kGroup * kTile, 4 * kTile);
+  _tile_loadd(2, tt.b + g * K::kGroup * kTile, 4 * kTile);
+  int32_t* const pb = products + kTile * kTile;
+  if constexpr (!kSecond) {
+    _tile_zero(3);
+    _tile_zero(4);
+    if constexpr (K::kSignedWeights) {
+      _tile_dpbssd(3, 0, 1);
+      _tile_dpbssd(4, 0, 2);
+    } else {
+      _tile_dpbusd(3, 0, 1);
+      _tile_dpbusd(4, 0, 2);
+    }
+    _tile_stored(3, products, 4 * kTile);
+    _tile_stored(4, pb, 4 * kTile);
+  } else {
+    _tile_zero(5);
+    _tile_zero(6);
+    if constexpr (K::kSignedWeights) {
+      _tile_dpbssd(5, 0, 1);
+      _tile_dpbssd(6, 0, 2);
+    } else {
+      _tile_dpbusd(5, 0, 1);
+      _tile_dpbusd(6, 0, 2);
+    }
+    _tile_stored(5, products, 4 * kTile);
+    _tile_stored(6, pb, 4 * kTile);
+  }
+}
+
+// The contract's float step for group g on the 16 rows: acc[i] (16 tokens of row i) +=
+// float(256 * a-products + b-products) * (W_g of row i * S_g of each token).
 template <class K>
-void tileProduct(const RowTile& rt, const TokenTile& tt, int64_t cols, int64_t r0, int64_t nRows, float* y,
-                 int64_t yStride, int32_t* products, float* lanes) {
+void addGroup(const RowTile& rt, const TokenTile& tt, int64_t groups, int64_t g, const int32_t* products, __m512* acc) {
+  const __m512 s = _mm512_loadu_ps(tt.scale + g * K::kGroup / 32 * kTile);
+#pragma GCC unroll 16
+  for (int i = 0; i < kTile; i++) {
+    const __m512i pa = _mm512_load_si512(products + i * kTile);
+    const __m512i pb = _mm512_load_si512(products + (kTile + i) * kTile);
+    const __m512i sums = _mm512_add_epi32(_mm512_slli_epi32(pa, 8), pb);
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(rt.scales[i * groups + g]), s);
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[i]);
+  }
+}
+
+// 16 rows x 16 tokens: y for rows r0 .. r0 + nRows - 1 and `tokens` tokens. `products` holds two
+// groups' products (4 KB), `lanes` the float accumulators (16 rows x L lanes x 16 tokens).
+template <class K>
+void tileProduct(const RowTile& rt, const TokenTile& tt, int64_t tokens, int64_t cols, int64_t r0, int64_t nRows,
+                 float* y, int64_t yStride, int32_t* products, float* lanes) {
   const int64_t groups = cols / K::kGroup;
+  int32_t* const buffers[2] = {products, products + 2 * kTile * kTile};
   for (int lane = 0; lane < K::kLanes; lane++) {
     __m512 acc[kTile];
     for (int i = 0; i < kTile; i++) acc[i] = _mm512_setzero_ps();
-    for (int64_t g = lane; g < groups; g += K::kLanes) {
-      _tile_loadd(0, rt.q + g * K::kGroup, int(cols));
-      _tile_loadd(1, tt.a + g * K::kGroup * kTile, 4 * kTile);
-      _tile_loadd(2, tt.b + g * K::kGroup * kTile, 4 * kTile);
-      _tile_zero(3);
-      _tile_zero(4);
-      if constexpr (K::kSignedWeights) {
-        _tile_dpbssd(3, 0, 1);
-        _tile_dpbssd(4, 0, 2);
-      } else {
-        _tile_dpbusd(3, 0, 1);
-        _tile_dpbusd(4, 0, 2);
-      }
-      _tile_stored(3, products, 4 * kTile);
-      _tile_stored(4, products + kTile * kTile, 4 * kTile);
-      const __m512 s = _mm512_loadu_ps(tt.s + g * kTile);
-#pragma GCC unroll 16
-      for (int i = 0; i < kTile; i++) {
-        const __m512i pa = _mm512_load_si512(products + i * kTile);
-        const __m512i pb = _mm512_load_si512(products + (kTile + i) * kTile);
-        const __m512i sums = _mm512_add_epi32(_mm512_slli_epi32(pa, 8), pb);
-        const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(rt.scales[i * groups + g]), s);
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[i]);
-      }
+    // A lane's groups in order, software-pipelined: the tile unit computes the next group (in the
+    // other pair of result tiles and the other buffer) while the vector units take this one.
+    int64_t g = lane;
+    if (g < groups) issueGroup<K, false>(rt, tt, g, buffers[0]);
+    while (g < groups) {
+      const int64_t next = g + K::kLanes;
+      if (next < groups) issueGroup<K, true>(rt, tt, next, buffers[1]);
+      addGroup<K>(rt, tt, groups, g, buffers[0], acc);
+      if (next >= groups) break;
+      const int64_t after = next + K::kLanes;
+      if (after < groups) issueGroup<K, false>(rt, tt, after, buffers[0]);
+      addGroup<K>(rt, tt, groups, next, buffers[1], acc);
+      g = after;
     }
     for (int i = 0; i < kTile; i++) _mm512_store_ps(lanes + (size_t(i) * K::kLanes + lane) * kTile, acc[i]);
   }
@@ -218,52 +232,47 @@ void tileProduct(const RowTile& rt, const TokenTile& tt, int64_t cols, int64_t r
       v[lane] = _mm512_load_ps(lanes + (size_t(i) * K::kLanes + lane) * kTile);
     __m512 result = K::kLanes == 8 ? sumLanes8(v) : sumLanes16(v);
     if constexpr (std::is_same_v<K, KernelQ4_K>) {
+      // Eight independent chains, each lane's groups in order (the contract's mins).
       __m512 mins[8];
-      for (int lane = 0; lane < 8; lane++) {
-        mins[lane] = _mm512_setzero_ps();
-        for (int64_t g = lane; g < groups; g += 8) {
+      for (int lane = 0; lane < 8; lane++) mins[lane] = _mm512_setzero_ps();
+      const float* m = rt.mins + i * groups;
+      for (int64_t g0 = 0; g0 < groups; g0 += 8) {  // q4_K: groups is a multiple of 8
+        for (int lane = 0; lane < 8; lane++) {
           mins[lane] =
-              _mm512_fmadd_ps(_mm512_set1_ps(rt.mins[i * groups + g]), _mm512_loadu_ps(tt.sum + g * kTile), mins[lane]);
+              _mm512_fmadd_ps(_mm512_set1_ps(m[g0 + lane]), _mm512_loadu_ps(tt.bsum + (g0 + lane) * kTile), mins[lane]);
         }
       }
       result = _mm512_sub_ps(result, sumLanes8(mins));
     }
     _mm512_store_ps(out, result);
-    for (int64_t t = 0; t < tt.tokens; t++) y[t * yStride + r0 + i] = out[t];
+    for (int64_t t = 0; t < tokens; t++) y[t * yStride + r0 + i] = out[t];
   }
 }
 
+// Rows [rowBegin, rowEnd) against nTokens laid out in `tiles` (amxLayOutTokens).
 template <class K>
-void amxRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
-             int64_t rowBegin, int64_t rowEnd) {
+void amxRows(const WeightView& w, const uint8_t* tiles, int64_t nTokens, float* y, int64_t yStride, int64_t rowBegin,
+             int64_t rowEnd) {
   const int64_t cols = w.cols, groups = cols / K::kGroup;
-  const size_t tokenTileBytes = alignUp(TokenTile::bytes(cols, groups));
   const size_t rowTileBytes = alignUp(RowTile::bytes(cols, groups));
-  const size_t rowScratchBytes = alignUp(quantizedRowBytes(cols)) * kTile;
-  const size_t productBytes = 2 * kTile * kTile * 4, laneBytes = size_t(K::kLanes) * kTile * kTile * 4;
-  const size_t total = kChunkTiles * tokenTileBytes + rowTileBytes + rowScratchBytes + productBytes + laneBytes;
-  auto* base = reinterpret_cast<uint8_t*>(threadScratch((total + 3) / 4));
-  uint8_t* tokenTiles = base;
-  const RowTile rows = RowTile::at(tokenTiles + kChunkTiles * tokenTileBytes, cols, groups);
-  uint8_t* rowScratch = reinterpret_cast<uint8_t*>(rows.q) + rowTileBytes;
-  auto* products = reinterpret_cast<int32_t*>(rowScratch + rowScratchBytes);
-  auto* lanes = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(products) + productBytes);
+  const size_t productBytes = 4 * kTile * kTile * 4, laneBytes = size_t(K::kLanes) * kTile * kTile * 4;
+  auto* base = reinterpret_cast<uint8_t*>(threadScratch((rowTileBytes + productBytes + laneBytes + 3) / 4));
+  const RowTile rows = RowTile::at(base, cols, groups);
+  auto* products = reinterpret_cast<int32_t*>(base + rowTileBytes);
+  auto* lanes = reinterpret_cast<float*>(base + rowTileBytes + productBytes);
 
+  const int64_t nTiles = (nTokens + kTile - 1) / kTile;
+  const int64_t chunkTiles = std::max<int64_t>(1, int64_t(kChunkBytes / amxTokenTileBytes(cols)));
   configureTiles<K>();
-  for (int64_t t0 = 0; t0 < nTokens; t0 += kChunkTiles * kTile) {
-    const int64_t chunkTokens = std::min(nTokens - t0, kChunkTiles * kTile);
-    const int64_t nTiles = (chunkTokens + kTile - 1) / kTile;
-    TokenTile tiles[kChunkTiles];
-    for (int64_t j = 0; j < nTiles; j++) {
-      tiles[j] = TokenTile::at(tokenTiles + size_t(j) * tokenTileBytes, cols, groups);
-      tiles[j].tokens = std::min<int64_t>(kTile, chunkTokens - j * kTile);
-      layOutTokens<K>(x + (t0 + j * kTile) * xStride, xStride, tiles[j].tokens, cols, rowScratch, tiles[j]);
-    }
+  for (int64_t j0 = 0; j0 < nTiles; j0 += chunkTiles) {
+    const int64_t j1 = std::min(nTiles, j0 + chunkTiles);
     for (int64_t r0 = rowBegin; r0 < rowEnd; r0 += kTile) {
       const int64_t nRows = std::min<int64_t>(kTile, rowEnd - r0);
       unpackRows<K>(w, r0, nRows, rows);
-      for (int64_t j = 0; j < nTiles; j++) {
-        tileProduct<K>(rows, tiles[j], cols, r0, nRows, y + (t0 + j * kTile) * yStride, yStride, products, lanes);
+      for (int64_t j = j0; j < j1; j++) {
+        const int64_t tokens = std::min<int64_t>(kTile, nTokens - j * kTile);
+        tileProduct<K>(rows, TokenTile::at(tiles, cols, j), tokens, cols, r0, nRows, y + j * kTile * yStride, yStride,
+                       products, lanes);
       }
     }
   }
@@ -272,22 +281,71 @@ void amxRows(const WeightView& w, const float* x, int64_t xStride, int64_t nToke
 
 }  // namespace
 
-void matmulRowsAvx512Amx(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                         int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
-  using quant::TensorType;
-  if (nTokens >= kMinTokens) {
-    switch (w.type) {
-      case TensorType::kQ4_K:
-        return amxRows<KernelQ4_K>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
-      case TensorType::kQ6_K:
-        return amxRows<KernelQ6_K>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
-      case TensorType::kQ8_0:
-        return amxRows<KernelQ8_0>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
-      default:
-        break;
+size_t amxTokenTileBytes(int64_t cols) { return alignUp(2 * size_t(cols) * kTile + 2 * size_t(cols / 32) * kTile * 4); }
+
+void amxLayOutTokens(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* tiles, int64_t tileBegin,
+                     int64_t tileEnd) {
+  const size_t rowBytes = alignUp(quantizedRowBytes(cols));
+  auto* rowScratch = reinterpret_cast<uint8_t*>(threadScratch(rowBytes / 4));
+  const int64_t words = cols / 4, blocks = cols / 32;
+  for (int64_t j = tileBegin; j < tileEnd; j++) {
+    uint8_t* p = tiles + size_t(j) * amxTokenTileBytes(cols);
+    auto* a32 = reinterpret_cast<int32_t*>(p);
+    auto* b32 = reinterpret_cast<int32_t*>(p + size_t(cols) * kTile);
+    auto* scale = reinterpret_cast<float*>(p + 2 * size_t(cols) * kTile);
+    float* bsum = scale + blocks * kTile;
+    const int64_t n = std::min<int64_t>(kTile, nTokens - j * kTile);
+    if (n < kTile) std::memset(p, 0, amxTokenTileBytes(cols));
+    for (int64_t t = 0; t < n; t++) {
+      quantizeRow(x + (j * kTile + t) * xStride, cols, 0, rowScratch);
+      const QuantizedRow q = layoutRow(rowScratch, cols);
+      const auto* qa = reinterpret_cast<const int32_t*>(q.a);
+      const auto* qb = reinterpret_cast<const int32_t*>(q.b);
+      for (int64_t i = 0; i < words; i++) {
+        a32[i * kTile + t] = qa[i];
+        b32[i * kTile + t] = qb[i];
+      }
+      for (int64_t i = 0; i < blocks; i++) {
+        scale[i * kTile + t] = q.scale[i];
+        bsum[i * kTile + t] = q.bsum[i];
+      }
     }
   }
-  return matmulRowsAvx512Vnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+}
+
+bool amxMultiplies(quant::TensorType type) {
+  using quant::TensorType;
+  return type == TensorType::kQ4_K || type == TensorType::kQ6_K || type == TensorType::kQ8_0;
+}
+
+void matmulRowsAmxPrepared(const WeightView& w, const uint8_t* tiles, int64_t nTokens, float* y, int64_t yStride,
+                           int64_t rowBegin, int64_t rowEnd) {
+  using quant::TensorType;
+  switch (w.type) {
+    case TensorType::kQ4_K:
+      return amxRows<KernelQ4_K>(w, tiles, nTokens, y, yStride, rowBegin, rowEnd);
+    case TensorType::kQ6_K:
+      return amxRows<KernelQ6_K>(w, tiles, nTokens, y, yStride, rowBegin, rowEnd);
+    case TensorType::kQ8_0:
+      return amxRows<KernelQ8_0>(w, tiles, nTokens, y, yStride, rowBegin, rowEnd);
+    default:
+      JITLLM_FAIL(kFailed, "matmul: AMX kernels do not multiply ", quant::typeName(w.type));
+  }
+}
+
+void matmulRowsAvx512Amx(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                         int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
+  if (nTokens < kAmxMinTokens || !amxMultiplies(w.type)) {
+    return matmulRowsAvx512Vnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+  }
+  // Unprepared (a caller without a PreparedActivations): this thread lays the tokens out itself,
+  // in a buffer of its own (threadScratch is the kernels').
+  thread_local std::vector<uint8_t> tiles;
+  const int64_t nTiles = (nTokens + kTile - 1) / kTile;
+  tiles.resize(size_t(nTiles) * amxTokenTileBytes(w.cols) + 64);
+  uint8_t* aligned = tiles.data() + (64 - reinterpret_cast<uintptr_t>(tiles.data()) % 64) % 64;
+  amxLayOutTokens(x, xStride, nTokens, w.cols, aligned, 0, nTiles);
+  matmulRowsAmxPrepared(w, aligned, nTokens, y, yStride, rowBegin, rowEnd);
 }
 
 }  // namespace jitllm::cpu::detail

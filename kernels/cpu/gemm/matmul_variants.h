@@ -3,6 +3,7 @@
 // matmul.cc) must have checked the arguments and that the CPU supports the variant.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cpu/gemm/matmul.h"
@@ -19,9 +20,27 @@ void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, 
                           int64_t yStride, int64_t rowBegin, int64_t rowEnd);
 
 // Prefill of q4_K / q6_K / q8_0 on AMX tiles (same bits as matmulRowsAvx512Vnni, which it calls
-// for everything else).
+// for everything else, and for batches under kAmxMinTokens).
 void matmulRowsAvx512Amx(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
                          int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+
+// The AMX kernels' activations, laid out in tiles of kAmxTile tokens (matmul_amx.cc):
+constexpr int64_t kAmxTile = 16;
+// Fewer tokens take the VNNI kernels: a padded tile costs what a full one does, and one token is
+// decode, which streams the weights instead (measured: docs/cpu-kernels.md).
+constexpr int64_t kAmxMinTokens = 8;
+// Whether the AMX kernels multiply this weight type.
+bool amxMultiplies(quant::TensorType type);
+// Bytes of one token tile of `cols` columns (a multiple of 64).
+size_t amxTokenTileBytes(int64_t cols);
+// Quantizes and lays out token tiles [tileBegin, tileEnd) of x (nTokens rows) into `tiles`
+// (64-byte aligned, one amxTokenTileBytes per tile). Disjoint tile ranges may be laid out by
+// several threads at once.
+void amxLayOutTokens(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* tiles, int64_t tileBegin,
+                     int64_t tileEnd);
+// Rows [rowBegin, rowEnd) of an amxMultiplies type against nTokens laid out by amxLayOutTokens.
+void matmulRowsAmxPrepared(const WeightView& w, const uint8_t* tiles, int64_t nTokens, float* y, int64_t yStride,
+                           int64_t rowBegin, int64_t rowEnd);
 
 // This thread's scratch of at least `floats` floats, 64-byte aligned. Valid until the next call
 // on the same thread; its contents are not preserved across calls.
