@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm/matmul.h"
 #include "kernels/error.h"
@@ -271,12 +272,7 @@ void CpuDevice::attention(const float* q, float* out, const AttentionBatch& batc
 }
 
 void CpuDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i++) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-  });
+  pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) { swigluRange(gate, up, out, begin, end, isa_); });
 }
 
 void CpuDevice::add(float* x, const float* y, int64_t n) {
