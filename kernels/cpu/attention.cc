@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/vector_math.h"
 #include "kernels/error.h"
 #include "kernels/quant/half.h"
 
@@ -82,6 +83,22 @@ HeadKernels<T> kernelsFor(Isa isa, int headDim) {
   return {dotScalar<T>, axpyScalar<T>};
 }
 
+// scores[j] = exp(scores[j] - shift): elementwise, so a score's bits do not depend on n.
+__attribute__((target("avx512f"))) void expShiftedAvx512(float* scores, int64_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(scores + j, exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + j), s)));
+  if (j < n) {
+    const __mmask16 m = __mmask16((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(scores + j, m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), s)));
+  }
+}
+
+void expShifted(float* scores, int64_t n, float shift, Isa isa) {
+  if (isa >= Isa::kAvx512) return expShiftedAvx512(scores, n, shift);
+  for (int64_t j = 0; j < n; j++) scores[j] = std::exp(scores[j] - shift);
+}
+
 template <typename T>
 void attend(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, Isa isa,
             AttentionScratch& scratch) {
@@ -107,12 +124,9 @@ void attend(const float* q, float* out, const AttentionBatch& batch, int64_t tok
     scratch.scores[size_t(j)] = s;
     maxScore = std::max(maxScore, s);
   }
+  expShifted(scratch.scores.data(), n, maxScore, isa);
   double sum = 0;
-  for (int64_t j = 0; j < n; j++) {
-    const float e = std::exp(scratch.scores[size_t(j)] - maxScore);
-    scratch.scores[size_t(j)] = e;
-    sum += e;
-  }
+  for (int64_t j = 0; j < n; j++) sum += scratch.scores[size_t(j)];
   scratch.accum.assign(size_t(hd), 0.0f);
   for (int64_t j = 0; j < n; j++) k.axpy(scratch.accum.data(), scratch.scores[size_t(j)], row(j, 1), hd);
   float* o = out + (token * batch.heads + head) * hd;

@@ -279,6 +279,35 @@ void amxRows(const WeightView& w, const uint8_t* tiles, int64_t nTokens, float* 
   _tile_release();
 }
 
+// Transposes 16 vectors of 16 dwords in place: r[k] lane t <- r[t] lane k.
+void transpose16x16(__m512i* r) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // dword pairs
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // qword pairs
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Now r[4g + c] holds, in 128-bit lane L, column 4L + c of rows 4g .. 4g + 3: exchange the
+  // 128-bit lanes across the four groups.
+  for (int c = 0; c < 4; c++) {
+    const __m512i a = r[c], b = r[4 + c], cc = r[8 + c], d = r[12 + c];
+    const __m512i ab0 = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i ab1 = _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i cd0 = _mm512_shuffle_i32x4(cc, d, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i cd1 = _mm512_shuffle_i32x4(cc, d, _MM_SHUFFLE(3, 1, 3, 1));
+    t[c] = _mm512_shuffle_i32x4(ab0, cd0, _MM_SHUFFLE(2, 0, 2, 0));       // column c
+    t[4 + c] = _mm512_shuffle_i32x4(ab1, cd1, _MM_SHUFFLE(2, 0, 2, 0));   // column 4 + c
+    t[8 + c] = _mm512_shuffle_i32x4(ab0, cd0, _MM_SHUFFLE(3, 1, 3, 1));   // column 8 + c
+    t[12 + c] = _mm512_shuffle_i32x4(ab1, cd1, _MM_SHUFFLE(3, 1, 3, 1));  // column 12 + c
+  }
+  for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
 }  // namespace
 
 size_t amxTokenTileBytes(int64_t cols) { return alignUp(2 * size_t(cols) * kTile + 2 * size_t(cols / 32) * kTile * 4); }
@@ -286,7 +315,7 @@ size_t amxTokenTileBytes(int64_t cols) { return alignUp(2 * size_t(cols) * kTile
 void amxLayOutTokens(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* tiles, int64_t tileBegin,
                      int64_t tileEnd) {
   const size_t rowBytes = alignUp(quantizedRowBytes(cols));
-  auto* rowScratch = reinterpret_cast<uint8_t*>(threadScratch(rowBytes / 4));
+  auto* rowScratch = reinterpret_cast<uint8_t*>(threadScratch(rowBytes * kTile / 4));
   const int64_t words = cols / 4, blocks = cols / 32;
   for (int64_t j = tileBegin; j < tileEnd; j++) {
     uint8_t* p = tiles + size_t(j) * amxTokenTileBytes(cols);
@@ -296,18 +325,34 @@ void amxLayOutTokens(const float* x, int64_t xStride, int64_t nTokens, int64_t c
     float* bsum = scale + blocks * kTile;
     const int64_t n = std::min<int64_t>(kTile, nTokens - j * kTile);
     if (n < kTile) std::memset(p, 0, amxTokenTileBytes(cols));
+    QuantizedRow q[kTile];
     for (int64_t t = 0; t < n; t++) {
-      quantizeRow(x + (j * kTile + t) * xStride, cols, 0, rowScratch);
-      const QuantizedRow q = layoutRow(rowScratch, cols);
-      const auto* qa = reinterpret_cast<const int32_t*>(q.a);
-      const auto* qb = reinterpret_cast<const int32_t*>(q.b);
-      for (int64_t i = 0; i < words; i++) {
-        a32[i * kTile + t] = qa[i];
-        b32[i * kTile + t] = qb[i];
-      }
+      quantizeRow(x + (j * kTile + t) * xStride, cols, 0, rowScratch + size_t(t) * rowBytes);
+      q[t] = layoutRow(rowScratch + size_t(t) * rowBytes, cols);
       for (int64_t i = 0; i < blocks; i++) {
-        scale[i * kTile + t] = q.scale[i];
-        bsum[i * kTile + t] = q.bsum[i];
+        scale[i * kTile + t] = q[t].scale[i];
+        bsum[i * kTile + t] = q[t].bsum[i];
+      }
+    }
+    // Dword (word, token) of the tile = dword `word` of the token's row: 16 x 16 transposes, the
+    // padding tokens' rows zeros. A last half block (cols % 64 == 32) goes one dword at a time.
+    for (int half = 0; half < 2; half++) {
+      auto* dst = half == 0 ? a32 : b32;
+      int64_t i = 0;
+      for (; i + kTile <= words; i += kTile) {
+        __m512i r[kTile];
+        for (int64_t t = 0; t < kTile; t++) {
+          r[t] = t < n ? _mm512_loadu_si512((half == 0 ? q[t].a : q[t].b) + 4 * i) : _mm512_setzero_si512();
+        }
+        transpose16x16(r);
+        for (int64_t k = 0; k < kTile; k++) _mm512_store_si512(dst + (i + k) * kTile, r[k]);
+      }
+      for (; i < words; i++) {
+        for (int64_t t = 0; t < n; t++) {
+          int32_t v;
+          std::memcpy(&v, (half == 0 ? q[t].a : q[t].b) + 4 * i, 4);
+          dst[i * kTile + t] = v;
+        }
       }
     }
   }
