@@ -28,7 +28,6 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/cpu/gemm/matmul_variants.h"
 #include "kernels/error.h"
@@ -384,13 +383,10 @@ void matmulRowsAvx512Amx(const WeightView& w, const float* x, int64_t xStride, i
     return matmulRowsAvx512Vnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }
   // Unprepared (a caller without a PreparedActivations): this thread lays the tokens out itself,
-  // in a buffer of its own (threadScratch is the kernels').
-  thread_local std::vector<uint8_t> tiles;
-  const int64_t nTiles = (nTokens + kTile - 1) / kTile;
-  tiles.resize(size_t(nTiles) * amxTokenTileBytes(w.cols) + 64);
-  uint8_t* aligned = tiles.data() + (64 - reinterpret_cast<uintptr_t>(tiles.data()) % 64) % 64;
-  amxLayOutTokens(x, xStride, nTokens, w.cols, aligned, 0, nTiles);
-  matmulRowsAmxPrepared(w, aligned, nTokens, y, yStride, rowBegin, rowEnd);
+  // into a PreparedActivations of its own (threadScratch is the kernels').
+  thread_local PreparedActivations prepared;
+  prepared.layOut(x, xStride, 0, prepared.reset(nTokens, w.cols));
+  matmulRowsAmxPrepared(w, prepared.tiles(), nTokens, y, yStride, rowBegin, rowEnd);
 }
 
 }  // namespace jitllm::cpu::detail
