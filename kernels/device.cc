@@ -68,6 +68,18 @@ std::string formatUuid(const uint8_t* u) {
   return out;
 }
 
+void Device::matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) {
+  for (const MatmulTarget& t : targets) matmul(t.w, x, tokens, t.y, t.bias);
+}
+
+void Device::ropeAndStore(float* q, float* k, const float* v, int64_t tokens, int heads, int kvHeads,
+                          const int32_t* positions, const RopeParams& params, const KvSlot* slots,
+                          const KvLayout& layout) {
+  rope(q, tokens, heads, layout.headDim, positions, params);
+  rope(k, tokens, kvHeads, layout.headDim, positions, params);
+  kvStore(k, v, tokens, slots, layout);
+}
+
 void Device::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) {
   // Chunks bound the staging memory; 4 MiB keeps each transfer large enough to run at full speed.
   constexpr size_t kChunk = size_t(4) << 20;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,13 @@ struct KvSlot {
   int slot = 0;
 };
 
+// One of several matrix products of the same input (Device::matmuls).
+struct MatmulTarget {
+  WeightRef w;
+  float* y = nullptr;
+  const float* bias = nullptr;
+};
+
 // Attention for a batch of query tokens over paged KV. Token t attends to positions
 // [0, positions[t]] of its session, whose pages are pageTables[t][0..].
 struct AttentionBatch {
@@ -199,6 +207,17 @@ class Device {
   virtual void attention(const float* q, float* out, const AttentionBatch& batch) = 0;
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
+
+  // Ops made of the ones above, which a device may run in fewer passes or launches; each gives
+  // exactly the results of the plain sequence (the default runs it).
+  // matmul(t.w, x, tokens, t.y, t.bias) for each target: the products of one input (a layer's q,
+  // k and v; gate and up). No target's y may overlap x or another target's y.
+  virtual void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens);
+  // rope(q, heads), rope(k, kvHeads) at the same positions, then kvStore(k, v): the rotated K and
+  // V of each token into its slot.
+  virtual void ropeAndStore(float* q, float* k, const float* v, int64_t tokens, int heads, int kvHeads,
+                            const int32_t* positions, const RopeParams& params, const KvSlot* slots,
+                            const KvLayout& layout);
 
   // Threads that share a device (two models' workers on one GPU, a load binding weights there)
   // take turns through this mutex, with DeviceLocks.

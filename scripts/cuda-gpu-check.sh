@@ -6,6 +6,7 @@
 # migrate: the migration tests (CPU and CUDA) and jitllm-migrate-bench between the GPUs found
 # (cuda:0,cuda:1 on a two-GPU machine) and between cuda:0 and the CPU.
 # mma: all CUDA tests, a memory check of the tensor-core prefill test, pp512 with JITLLM_CUDA_MMA=0/1.
+# decode: all CUDA tests, memcheck of the ops, 1B/3B pp512+tg128 with PDL and fusion on and off.
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
@@ -53,6 +54,27 @@ if [ "$what" = mma ]; then
         tee -a "$OUT/bench-mma.txt" | grep -E "^# (pp|tg)"
     done
   done
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = decode ]; then
+  # All CUDA tests, a memory check of the ops, then decode with each launch-saving path on and off
+  # (JITLLM_CUDA_PDL, JITLLM_CUDA_FUSE: docs/cuda.md) on the 1B and 3B shapes, and a profile.
+  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
+  echo "tests: $(( $(date +%s) - start )) s"
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests \
+    --gtest_filter='CudaOps.*:*AttentionOverAThousand*' > "$OUT/memcheck.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck.log" | head -10
+  for m in 1b 3b; do
+    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    for cfg in JITLLM_CUDA_PDL=1 JITLLM_CUDA_PDL=0 JITLLM_CUDA_FUSE=0 JITLLM_CUDA_PDL=1; do
+      echo "== $m $cfg"
+      env $cfg timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/bench-decode.txt" | grep -E "^# (pp|tg)"
+    done
+  done
+  JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 64 -r 1 2>&1 | grep -E "calls" |
+    sort -k4 -n -r | head -30
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

@@ -370,19 +370,15 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
   float* up = ws.f(ws.up);
 
   d.rmsNorm(x, u.attnNorm, normed, T, c.embedding, c.rmsEps);
-  d.matmul(u.wq, normed, T, q, u.bq);
-  d.matmul(u.wk, normed, T, k, u.bk);
-  d.matmul(u.wv, normed, T, v, u.bv);
+  const MatmulTarget qkv[] = {{u.wq, q, u.bq}, {u.wk, k, u.bk}, {u.wv, v, u.bv}};
+  d.matmuls(qkv, normed, T);
   RopeParams rope;
   rope.rotaryDims = int(c.rotaryDims);
   rope.freqBase = c.ropeFreqBase;
   rope.freqScale = c.ropeFreqScale;
   rope.freqFactors = ropeFactors_.empty() ? nullptr : ropeFactors_.data();
   rope.neox = c.ropeNeox;
-  d.rope(q, T, int(c.heads), int(c.headDim), positions, rope);
-  d.rope(k, T, int(c.kvHeads), int(c.headDim), positions, rope);
-
-  d.kvStore(k, v, T, slots, kvLayout_);
+  d.ropeAndStore(q, k, v, T, int(c.heads), int(c.kvHeads), positions, rope, slots, kvLayout_);
   AttentionBatch batch;
   batch.tokens = T;
   batch.heads = int(c.heads);
@@ -395,8 +391,8 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
   d.add(x, normed, T * c.embedding);
 
   d.rmsNorm(x, u.ffnNorm, normed, T, c.embedding, c.rmsEps);
-  d.matmul(u.gate, normed, T, gate, nullptr);
-  d.matmul(u.up, normed, T, up, nullptr);
+  const MatmulTarget gateUp[] = {{u.gate, gate, nullptr}, {u.up, up, nullptr}};
+  d.matmuls(gateUp, normed, T);
   d.swiglu(gate, up, gate, T * c.feedForward);
   d.matmul(u.down, gate, T, normed, nullptr);
   d.add(x, normed, T * c.embedding);

@@ -124,7 +124,10 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   const char* mma = std::getenv("JITLLM_CUDA_MMA");
   tensorCores_ = options.tensorCores.value_or(!(mma && std::strcmp(mma, "0") == 0)) && arch_ >= 80;
   const char* fuse = std::getenv("JITLLM_CUDA_FUSE");
-  fuse_ = !(fuse && std::strcmp(fuse, "0") == 0);
+  fuse_ = options.fuse.value_or(!(fuse && std::strcmp(fuse, "0") == 0));
+  const char* pdl = std::getenv("JITLLM_CUDA_PDL");
+  programmaticLaunch_ = options.programmaticLaunch.value_or(!(pdl && std::strcmp(pdl, "0") == 0)) && arch_ >= 90 &&
+                        api_.cuLaunchKernelEx != nullptr;
   const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
   splitAttention_ = !(split && std::strcmp(split, "0") == 0);
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
@@ -158,6 +161,7 @@ CudaDevice::~CudaDevice() {
   if (ringDevice_) api_.cuMemFree(ringDevice_);
   if (xq_) api_.cuMemFree(xq_);
   if (partials_) api_.cuMemFree(partials_);
+  if (chunkCounters_) api_.cuMemFree(chunkCounters_);
   if (ringHost_) api_.cuMemFreeHost(ringHost_);
   for (auto* s : staging_) {
     if (s) api_.cuMemFreeHost(s);
@@ -453,6 +457,7 @@ const CudaDevice::ElementwiseKernels& CudaDevice::elementwise() {
     k.swiglu = function(m, "swiglu");
     k.add = function(m, "add");
     k.kvStore = function(m, "kv_store");
+    k.ropeStore = function(m, "rope_store");
     elementwise_ = k;
   }
   return *elementwise_;
@@ -466,13 +471,12 @@ CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, b
   return f;
 }
 
-std::pair<CUfunction, CUfunction> CudaDevice::attentionSplitKernels(int headDim, int group, int pageTokens, bool f16) {
+CUfunction CudaDevice::attentionSplitKernel(int headDim, int group, int pageTokens, bool f16) {
   const uint64_t key = (uint64_t(headDim) << 40) | (uint64_t(group) << 24) | (uint64_t(pageTokens) << 1) | f16;
   if (auto it = attentionSplits_.find(key); it != attentionSplits_.end()) return it->second;
-  CUmodule m = module(attentionModule(headDim, group, pageTokens, f16));
-  const std::pair<CUfunction, CUfunction> k{function(m, "attention_partial"), function(m, "attention_combine")};
-  attentionSplits_.emplace(key, k);
-  return k;
+  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16)), "attention_split");
+  attentionSplits_.emplace(key, f);
+  return f;
 }
 
 bool CudaDevice::Command::operator==(const Command& o) const {
@@ -531,6 +535,23 @@ void CudaDevice::submit(const std::vector<Command>& commands) {
     size_t bytes = c.paramBytes;
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(c.params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
                      &bytes, CU_LAUNCH_PARAM_END};
+    if (programmaticLaunch_) {
+      // Every kernel begins with griddepcontrol.wait (common.cuh: awaitPreviousKernel), so it may
+      // be scheduled before the kernel ahead of it in the stream has finished; in a captured graph
+      // this becomes a programmatic edge.
+      CUlaunchAttribute attribute{};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = c.gridX, config.gridDimY = c.gridY, config.gridDimZ = 1;
+      config.blockDimX = c.block, config.blockDimY = 1, config.blockDimZ = 1;
+      config.sharedMemBytes = c.sharedBytes;
+      config.hStream = stream_;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      check(api_.cuLaunchKernelEx(&config, c.kernel, nullptr, extra), "cuLaunchKernelEx");
+      continue;
+    }
     check(api_.cuLaunchKernel(c.kernel, c.gridX, c.gridY, 1, c.block, 1, 1, c.sharedBytes, stream_, nullptr, extra),
           "cuLaunchKernel");
   }
@@ -696,8 +717,8 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   });
 }
 
-void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
-  if (tokens == 0 || w.rows == 0) return;
+int CudaDevice::checkMatmul(const WeightRef& w, const float* x, int64_t tokens, const float* y,
+                            const float* bias) const {
   JITLLM_REQUIRE(cudaSupportsWeightType(w.type), info_.id, ": matmul: weight type ", quant::typeName(w.type),
                  " is not supported");
   const auto rowBytes = quant::rowBytes(w.type, w.cols);
@@ -708,9 +729,15 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   requireOwned(x, size_t(tokens * w.cols) * 4, "matmul input");
   requireOwned(y, size_t(tokens * w.rows) * 4, "matmul output");
   if (bias) requireOwned(bias, size_t(w.rows) * 4, "bias");
-  makeCurrent();
   const int align = commonAlignment(reinterpret_cast<uintptr_t>(w.data), w.rowStride);
   JITLLM_REQUIRE(align >= 2, info_.id, ": weight rows must be 2-byte aligned");
+  return align;
+}
+
+void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
+  if (tokens == 0 || w.rows == 0) return;
+  const int align = checkMatmul(w, x, tokens, y, bias);
+  makeCurrent();
   if (integerMatmul_ && cudaIntegerMatmulType(w.type, w.cols)) {
     matmulInteger(w, x, tokens, y, bias, align);
     return;
@@ -725,6 +752,90 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
   launchMatmul("matmul", f, w, tokens, perWarpTokens, perWarpRows, perWarpRows, wp, stride, rows, xp, t, yp, bp);
+}
+
+namespace {
+// matmul_int.cuh's ProductParts, as its ABI lays it out.
+struct ProductPartAbi {
+  CUdeviceptr w = 0;
+  uint64_t rowStride = 0;
+  CUdeviceptr y = 0, bias = 0;
+  int32_t rows = 0, blocks = 0;
+};
+struct ProductPartsAbi {
+  std::array<ProductPartAbi, 3> part;
+};
+static_assert(sizeof(ProductPartsAbi) == 120 && alignof(ProductPartsAbi) == 8);
+
+bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bBytes && y < x + aBytes;
+}
+}  // namespace
+
+void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) {
+  // One launch when every product runs on the dp4a kernels (integer types, one row length) in
+  // decode shapes - the launches, not the bytes, are what a decode step's small products cost.
+  bool grouped = integerMatmul_ && fuse_ && targets.size() >= 2 && targets.size() <= 3 && tokens > 0 && tokens <= 8;
+  for (size_t i = 0; grouped && i < targets.size(); i++) {
+    const MatmulTarget& t = targets[i];
+    grouped = t.w.rows > 0 && t.w.cols == targets[0].w.cols && cudaIntegerMatmulType(t.w.type, t.w.cols) &&
+              !overlaps(t.y, size_t(tokens * t.w.rows) * 4, x, size_t(tokens * t.w.cols) * 4);
+    for (size_t j = 0; grouped && j < i; j++) {
+      grouped = !overlaps(t.y, size_t(tokens * t.w.rows) * 4, targets[j].y, size_t(tokens * targets[j].w.rows) * 4);
+    }
+  }
+  if (!grouped) {
+    Device::matmuls(targets, x, tokens);
+    return;
+  }
+  const int64_t cols = targets[0].w.cols;
+  const int perWarpTokens = tokens == 1 ? 1 : 4;
+  std::vector<IntMatmulPart> parts;
+  ProductPartsAbi abi;
+  int align = 16;  // the q4_K parts' (q6_K rows are read at any 2-byte alignment)
+  unsigned blocks = 0;
+  std::string shape;
+  for (size_t i = 0; i < targets.size(); i++) {
+    const MatmulTarget& t = targets[i];
+    const int a = checkMatmul(t.w, x, tokens, t.y, t.bias);
+    if (t.w.type == quant::TensorType::kQ4_K) align = std::min(align, a);
+    const int rows = intRowsPerWarp(t.w, perWarpTokens);
+    parts.push_back({t.w.type, rows});
+    const int64_t rowsPerBlock = 4 * int64_t(intMatmulRowsPerWarp(t.w.type, cols, rows));
+    abi.part[i] = {dptr(t.w.data), t.w.rowStride,     dptr(t.y),
+                   dptr(t.bias),   int32_t(t.w.rows), int32_t((t.w.rows + rowsPerBlock - 1) / rowsPerBlock)};
+    blocks += unsigned(abi.part[i].blocks);
+    if (profile_)
+      shape += std::string(i ? " + " : "") + std::string(quant::typeName(t.w.type)) + " " + std::to_string(t.w.rows) +
+               "x" + std::to_string(cols) + " r" + std::to_string(rows);
+  }
+  makeCurrent();
+  const ModuleSpec spec = intMatmulGroupModule(parts, cols, align, perWarpTokens);
+  auto it = groupMatmuls_.find(spec.key());
+  if (it == groupMatmuls_.end())
+    it = groupMatmuls_.emplace(spec.key(), function(module(spec), "matmul_int_group")).first;
+  keepQuantized_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{keepQuantized_};
+  uint64_t xqStride = quantizeInput(x, tokens, cols);
+  CUdeviceptr xqPtr = xq_;
+  int t = int(tokens);
+  const std::string op =
+      profile_ ? "matmul_int_group t" + std::to_string(perWarpTokens) + " " + shape : "matmul_int_group";
+  groupedProducts_++;
+  launch(op.c_str(), it->second, blocks, unsigned((tokens + perWarpTokens - 1) / perWarpTokens), 128, 0, abi, xqPtr,
+         xqStride, t);
+}
+
+int CudaDevice::intRowsPerWarp(const WeightRef& w, int perWarpTokens) const {
+  // Decode: two rows per warp on tall matrices (each lane's activations serve both), one on the
+  // rest so the grid still covers the GPU. Prefill: 4 or 16 tokens by 4 rows per warp reuse each
+  // weight and each activation load (2 rows: pp512 6200 tok/s on the 1B shape, 4: 9200; H200).
+  if (perWarpTokens == 1) return intDecodeRows_ > 0 ? intDecodeRows_ : w.rows < 4096 ? 1 : 2;
+  return intPrefillRows_ > 0 ? intPrefillRows_ : 4;
 }
 
 template <typename... A>
@@ -761,43 +872,42 @@ bool CudaDevice::growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, co
   return true;
 }
 
+uint64_t CudaDevice::quantizeInput(const float* x, int64_t tokens, int64_t cols) {
+  const size_t rowBytes = size_t(quantizedRowBytes(cols));
+  if (growScratch(xq_, xqBytes_, rowBytes * size_t(tokens), "quantized activations")) quantized_ = {};
+  if (quantized_.holds(x, tokens, cols)) return rowBytes;
+  // The op that just produced x writes its integer form too, if it can; else quantize_x does.
+  std::optional<Command> fused;
+  if (producer_.fused && producer_.out == x && producer_.elements == tokens * cols) {
+    fused = producer_.fused(xq_, rowBytes, int(cols));
+  }
+  if (fused && replaceIfLastQueued(producer_.index, producer_.command, *fused)) {
+    fusedQuantizations_++;
+  } else {
+    if (!quantize_) quantize_ = function(module(elementwiseModule()), "quantize_x");
+    CUdeviceptr xp = dptr(x), xqPtr = xq_;
+    int k = int(cols);
+    uint64_t stride = rowBytes;
+    launch("quantize_x", quantize_, unsigned((cols + 255) / 256), unsigned(tokens), 256, 0, xp, k, xqPtr, stride);
+    separateQuantizations_++;
+  }
+  quantized_ = {x, tokens, cols};
+  return rowBytes;
+}
+
 void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
                                int align) {
-  const size_t rowBytes = size_t(quantizedRowBytes(w.cols));
-  if (growScratch(xq_, xqBytes_, rowBytes * size_t(tokens), "quantized activations")) quantized_ = {};
   keepQuantized_ = true;
   struct Reset {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{keepQuantized_};
+  uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
-  uint64_t xqStride = rowBytes;
-  if (!quantized_.holds(x, tokens, w.cols)) {
-    // The op that just produced x writes its integer form too, if it can; else quantize_x does.
-    std::optional<Command> fused;
-    if (producer_.fused && producer_.out == x && producer_.elements == tokens * w.cols) {
-      fused = producer_.fused(xqPtr, xqStride, int(w.cols));
-    }
-    if (fused && replaceIfLastQueued(producer_.index, producer_.command, *fused)) {
-      fusedQuantizations_++;
-    } else {
-      if (!quantize_) quantize_ = function(module(elementwiseModule()), "quantize_x");
-      CUdeviceptr xp = dptr(x);
-      int k = int(w.cols);
-      launch("quantize_x", quantize_, unsigned((w.cols + 255) / 256), unsigned(tokens), 256, 0, xp, k, xqPtr, xqStride);
-      separateQuantizations_++;
-    }
-    quantized_ = {x, tokens, w.cols};
-  }
-  // Decode: two rows per warp on tall matrices (each lane's activations serve both), one on the
-  // rest so the grid still covers the GPU. Prefill: 4 or 16 tokens by 4 rows per warp reuse each
-  // weight and each activation load (2 rows: pp512 6200 tok/s on the 1B shape, 4: 9200; H200).
   // q4_K prefill of 16 tokens or more: on tensor cores, 16 x 16 per warp, the same bits.
   const bool mma = tensorCores_ && tokens >= 16 && w.type == quant::TensorType::kQ4_K && align >= 4;
   const int perWarpTokens = mma ? 16 : tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
-  int perWarpRows = mma ? 16 : perWarpTokens == 1 ? (w.rows < 4096 ? 1 : 2) : 4;
-  if (!mma && perWarpTokens == 1 && intDecodeRows_ > 0) perWarpRows = intDecodeRows_;
-  if (!mma && perWarpTokens > 1 && intPrefillRows_ > 0) perWarpRows = intPrefillRows_;
+  const int perWarpRows = mma ? 16 : intRowsPerWarp(w, perWarpTokens);
   CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows, mma);
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
@@ -809,27 +919,61 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
 }
 
-void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
-                      const RopeParams& params) {
-  JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
-                 "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
-  if (tokens == 0) return;
-  JITLLM_REQUIRE(tokens < (int64_t(1) << 31), info_.id, ": rope: too many tokens");
-  requireOwned(x, size_t(tokens) * size_t(heads) * size_t(headDim) * 4, "rope input");
-  makeCurrent();
+size_t CudaDevice::ropeBytes(const RopeParams& params, int64_t tokens) {
+  return roundUp(size_t(params.rotaryDims / 2) * sizeof(double) + size_t(tokens) * sizeof(int32_t), 8);
+}
+
+void CudaDevice::writeRope(uint8_t* at, const RopeParams& params, const int32_t* positions, int64_t tokens) {
   const int half = params.rotaryDims / 2;
   // Inverse frequencies in double exactly as the CPU computes them; positions after them.
-  const size_t freqBytes = size_t(half) * sizeof(double);
-  Staged s = stage(freqBytes + size_t(tokens) * sizeof(int32_t));
-  auto* inv = reinterpret_cast<double*>(s.host);
+  auto* inv = reinterpret_cast<double*>(at);
   for (int i = 0; i < half; i++) {
     double v = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
     if (params.freqFactors) v /= double(params.freqFactors[i]);
     inv[i] = v;
   }
-  std::memcpy(s.host + freqBytes, positions, size_t(tokens) * sizeof(int32_t));
+  std::memcpy(at + size_t(half) * sizeof(double), positions, size_t(tokens) * sizeof(int32_t));
+}
+
+void CudaDevice::checkRope(const RopeParams& params, int headDim, int64_t tokens) const {
+  JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
+                 "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
+  JITLLM_REQUIRE(tokens < (int64_t(1) << 31), info_.id, ": rope: too many tokens");
+}
+
+size_t CudaDevice::kvSlotBytes(int64_t tokens) { return size_t(tokens) * (sizeof(uint64_t) + sizeof(int32_t)); }
+
+void CudaDevice::writeKvSlots(uint8_t* at, const KvSlot* slots, int64_t tokens, const KvLayout& layout) const {
+  auto* pages = reinterpret_cast<uint64_t*>(at);
+  auto* slotIdx = reinterpret_cast<int32_t*>(at + size_t(tokens) * sizeof(uint64_t));
+  for (int64_t t = 0; t < tokens; t++) {
+    JITLLM_REQUIRE(slots[t].slot >= 0 && slots[t].slot < layout.pageTokens, info_.id, ": kvStore: slot ", slots[t].slot,
+                   " is outside a page of ", layout.pageTokens);
+    pages[t] = uint64_t(reinterpret_cast<uintptr_t>(slots[t].page));
+    slotIdx[t] = slots[t].slot;
+  }
+}
+
+int64_t CudaDevice::checkKvStore(const float* k, const float* v, int64_t tokens, const KvLayout& layout) const {
+  const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
+  JITLLM_REQUIRE(tokens < (int64_t(1) << 31) && width > 0 && width < (int64_t(1) << 30), info_.id,
+                 ": kvStore: bad shape");
+  requireOwned(k, size_t(tokens * width) * 4, "kvStore K");
+  requireOwned(v, size_t(tokens * width) * 4, "kvStore V");
+  return width;
+}
+
+void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
+                      const RopeParams& params) {
+  checkRope(params, headDim, tokens);
+  if (tokens == 0) return;
+  requireOwned(x, size_t(tokens) * size_t(heads) * size_t(headDim) * 4, "rope input");
+  makeCurrent();
+  const int half = params.rotaryDims / 2;
+  Staged s = stage(ropeBytes(params, tokens));
+  writeRope(s.host, params, positions, tokens);
   commit(s);
-  CUdeviceptr xp = dptr(x), invPtr = s.device, posPtr = s.device + freqBytes;
+  CUdeviceptr xp = dptr(x), invPtr = s.device, posPtr = s.device + size_t(half) * sizeof(double);
   int h = heads, hd = headDim, hf = half, neox = params.neox ? 1 : 0;
   double scale = double(params.freqScale);
   launch("rope", elementwise().rope, unsigned(tokens), 1, 128, size_t(2 * half) * sizeof(float), xp, h, hd, posPtr,
@@ -838,28 +982,45 @@ void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const in
 
 void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) {
   if (tokens == 0) return;
-  const int64_t width = int64_t(layout.kvHeads) * layout.headDim;
-  JITLLM_REQUIRE(tokens < 65536 && width > 0 && width < (int64_t(1) << 30), info_.id, ": kvStore: bad shape");
-  requireOwned(k, size_t(tokens * width) * 4, "kvStore K");
-  requireOwned(v, size_t(tokens * width) * 4, "kvStore V");
-  for (int64_t t = 0; t < tokens; t++) {
-    JITLLM_REQUIRE(slots[t].slot >= 0 && slots[t].slot < layout.pageTokens, info_.id, ": kvStore: slot ", slots[t].slot,
-                   " is outside a page of ", layout.pageTokens);
-  }
+  const int64_t width = checkKvStore(k, v, tokens, layout);
   makeCurrent();
-  const size_t pageBytes = size_t(tokens) * sizeof(uint64_t);
-  Staged s = stage(pageBytes + size_t(tokens) * sizeof(int32_t));
-  auto* pages = reinterpret_cast<uint64_t*>(s.host);
-  auto* slotIdx = reinterpret_cast<int32_t*>(s.host + pageBytes);
-  for (int64_t t = 0; t < tokens; t++) {
-    pages[t] = uint64_t(reinterpret_cast<uintptr_t>(slots[t].page));
-    slotIdx[t] = slots[t].slot;
-  }
+  Staged s = stage(kvSlotBytes(tokens));
+  writeKvSlots(s.host, slots, tokens, layout);
   commit(s);
-  CUdeviceptr kp = dptr(k), vp = dptr(v), pagesPtr = s.device, slotsPtr = s.device + pageBytes;
+  CUdeviceptr kp = dptr(k), vp = dptr(v), pagesPtr = s.device, slotsPtr = s.device + size_t(tokens) * sizeof(uint64_t);
   int wd = int(width), pt = layout.pageTokens, f16 = layout.precision == KvPrecision::kF16 ? 1 : 0;
-  launch("kvStore", elementwise().kvStore, unsigned((width + 255) / 256), unsigned(tokens), 256, 0, kp, vp, pagesPtr,
-         slotsPtr, wd, pt, f16);
+  launch("kvStore", elementwise().kvStore, unsigned(tokens), 1, 256, 0, kp, vp, pagesPtr, slotsPtr, wd, pt, f16);
+}
+
+void CudaDevice::ropeAndStore(float* q, float* k, const float* v, int64_t tokens, int heads, int kvHeads,
+                              const int32_t* positions, const RopeParams& params, const KvSlot* slots,
+                              const KvLayout& layout) {
+  if (!fuse_) {
+    Device::ropeAndStore(q, k, v, tokens, heads, kvHeads, positions, params, slots, layout);
+    return;
+  }
+  const int headDim = layout.headDim;
+  checkRope(params, headDim, tokens);
+  if (tokens == 0) return;
+  JITLLM_REQUIRE(kvHeads == layout.kvHeads, info_.id, ": ropeAndStore: ", kvHeads, " KV heads, the layout has ",
+                 layout.kvHeads);
+  requireOwned(q, size_t(tokens) * size_t(heads) * size_t(headDim) * 4, "rope input");
+  checkKvStore(k, v, tokens, layout);
+  makeCurrent();
+  const int half = params.rotaryDims / 2;
+  const size_t ropeAt = ropeBytes(params, tokens);
+  Staged s = stage(ropeAt + kvSlotBytes(tokens));
+  writeRope(s.host, params, positions, tokens);
+  writeKvSlots(s.host + ropeAt, slots, tokens, layout);
+  commit(s);
+  CUdeviceptr qp = dptr(q), kp = dptr(k), vp = dptr(v), invPtr = s.device,
+              posPtr = s.device + size_t(half) * sizeof(double), pagesPtr = s.device + ropeAt,
+              slotsPtr = s.device + ropeAt + size_t(tokens) * sizeof(uint64_t);
+  int h = heads, kvh = kvHeads, hd = headDim, hf = half, neox = params.neox ? 1 : 0, pt = layout.pageTokens,
+      f16 = layout.precision == KvPrecision::kF16 ? 1 : 0;
+  double scale = double(params.freqScale);
+  launch("ropeStore", elementwise().ropeStore, unsigned(tokens), 1, 256, size_t(2 * half) * sizeof(float), qp, kp, vp,
+         h, kvh, hd, posPtr, invPtr, hf, scale, neox, pagesPtr, slotsPtr, pt, f16);
 }
 
 void CudaDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
@@ -911,6 +1072,11 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     growScratch(partials_, partialsBytes_,
                 size_t(batch.tokens) * size_t(kv.kvHeads) * size_t(maxChunks) * partialFloats * sizeof(float),
                 "attention partials");
+    // attention_split's chunk counters start at zero, and each launch leaves them at zero.
+    if (growScratch(chunkCounters_, chunkCountersBytes_, size_t(batch.tokens) * size_t(kv.kvHeads) * sizeof(uint32_t),
+                    "attention chunk counters")) {
+      check(api_.cuMemsetD32Async(chunkCounters_, 0, chunkCountersBytes_ / 4, stream_), "cuMemsetD32Async");
+    }
   }
   const size_t intBytes = roundUp(size_t(batch.tokens) * sizeof(int32_t), 16);
   Staged s = stage(2 * intBytes + totalPages * sizeof(uint64_t));
@@ -944,14 +1110,12 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
                 });
   };
   if (split) {
-    const auto [partial, combine] =
-        attentionSplitKernels(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16);
-    CUdeviceptr pp = partials_;
-    launch("attention_partial", partial, tokens, unsigned(kv.kvHeads * maxChunks), 128, 0, qp, pp, heads, kvHeads,
-           scale, posPtr, offPtr, pagesPtr, maxChunks);
-    const CUfunction cf = combine;
-    offer("attention_combine", [=](CUdeviceptr xq, uint64_t stride) {
-      return makeLaunch(cf, tokens, kvh, 128, 0, pp, op, heads, kvHeads, posPtr, maxChunks, xq, stride);
+    const CUfunction sf = attentionSplitKernel(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16);
+    const CUdeviceptr pp = partials_, counters = chunkCounters_;
+    const unsigned gridY = unsigned(kv.kvHeads * maxChunks);
+    offer("attention_split", [=](CUdeviceptr xq, uint64_t stride) {
+      return makeLaunch(sf, tokens, gridY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,
+                        pagesPtr, maxChunks, xq, stride);
     });
     return;
   }

@@ -36,6 +36,7 @@
 #include "kernels/cuda/driver_api.h"
 #include "kernels/cuda/kernel_library.h"
 #include "kernels/device.h"
+#include "kernels/error.h"
 #include "kernels/quantized_input.h"
 
 namespace jitllm::cuda {
@@ -51,6 +52,15 @@ struct CudaDeviceOptions {
   // q4_K prefill (16 tokens or more) on int8 tensor cores (matmul_int.cuh's JL_MMA, sm_80 and
   // later; the same bits as the dp4a kernels); unset: on unless JITLLM_CUDA_MMA=0.
   std::optional<bool> tensorCores;
+  // Kernels launched with programmatic dependent launch (sm_90 and later, a driver with
+  // cuLaunchKernelEx): each may be scheduled while the one before it runs and waits on the GPU
+  // (common.cuh: awaitPreviousKernel) - the launch latency between a decode step's ~200 kernels
+  // is hidden. Unset: on unless JITLLM_CUDA_PDL=0.
+  std::optional<bool> programmaticLaunch;
+  // Ops merged into fewer launches - the residual add into the next norm, quantization into the
+  // op producing the activations, matmuls() as one launch, ropeAndStore as one; the same bits
+  // either way. Unset: on unless JITLLM_CUDA_FUSE=0.
+  std::optional<bool> fuse;
 };
 
 class CudaDevice final : public Device {
@@ -82,6 +92,8 @@ class CudaDevice final : public Device {
   uint64_t fusedQuantizations() const { return fusedQuantizations_; }
   // Residual adds done by the rmsNorm after them (tests).
   uint64_t fusedAdds() const { return fusedAdds_; }
+  // matmuls() calls that ran as one launch (tests).
+  uint64_t groupedProducts() const { return groupedProducts_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -97,12 +109,20 @@ class CudaDevice final : public Device {
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
+  // q, k and v (gate and up) of a decode step in one launch (matmul_int_group) when they are
+  // integer products; else one launch each.
+  void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) override;
+  // One launch (rope_store).
+  void ropeAndStore(float* q, float* k, const float* v, int64_t tokens, int heads, int kvHeads,
+                    const int32_t* positions, const RopeParams& params, const KvSlot* slots,
+                    const KvLayout& layout) override;
 
  private:
   friend class CudaBuffer;
 
   struct ElementwiseKernels {
-    CUfunction rmsNorm = nullptr, rope = nullptr, swiglu = nullptr, add = nullptr, kvStore = nullptr;
+    CUfunction rmsNorm = nullptr, rope = nullptr, swiglu = nullptr, add = nullptr, kvStore = nullptr,
+               ropeStore = nullptr;
   };
   // Host bytes staged for one op: written at `host`, readable by kernels at `device` once
   // commit() has queued the copy.
@@ -121,6 +141,16 @@ class CudaDevice final : public Device {
 
   Staged stage(size_t bytes);
   void commit(const Staged& s);
+  // What rope kernels read, staged: the inverse frequencies (double, as the CPU computes them), then
+  // the positions; ropeBytes rounds up to 8 so more can follow.
+  static size_t ropeBytes(const RopeParams& params, int64_t tokens);
+  static void writeRope(uint8_t* at, const RopeParams& params, const int32_t* positions, int64_t tokens);
+  void checkRope(const RopeParams& params, int headDim, int64_t tokens) const;
+  // What kv_store reads, staged: each token's page address, then its slot (checked).
+  static size_t kvSlotBytes(int64_t tokens);
+  void writeKvSlots(uint8_t* at, const KvSlot* slots, int64_t tokens, const KvLayout& layout) const;
+  // Checks kvStore's shape and buffers; returns the width of a token's K (and V).
+  int64_t checkKvStore(const float* k, const float* v, int64_t tokens, const KvLayout& layout) const;
 
   // Ops are not submitted one by one: each launch and each copy out of the ring is queued as a
   // Command, and the queue is submitted when the host needs a result or orders work against
@@ -132,7 +162,7 @@ class CudaDevice final : public Device {
     CUfunction kernel = nullptr;  // null: a copy from the ring
     unsigned gridX = 0, gridY = 0, block = 0, sharedBytes = 0;
     uint32_t paramBytes = 0;
-    alignas(8) std::array<uint8_t, 128> params{};  // the kernel's parameters, laid out as its ABI does
+    alignas(8) std::array<uint8_t, 160> params{};  // the kernel's parameters, laid out as its ABI does
     CUdeviceptr copyTo = 0;
     const uint8_t* copyFrom = nullptr;  // pinned (the ring), read when the copy runs
     size_t copyBytes = 0;
@@ -159,6 +189,7 @@ class CudaDevice final : public Device {
       using T = std::decay_t<decltype(a)>;
       static_assert(std::is_trivially_copyable_v<T>);
       offset = (offset + alignof(T) - 1) / alignof(T) * alignof(T);
+      JITLLM_ASSERT(offset + sizeof(T) <= c.params.size());
       std::memcpy(c.params.data() + offset, &a, sizeof(T));
       offset += sizeof(T);
     };
@@ -190,12 +221,19 @@ class CudaDevice final : public Device {
   template <typename... A>
   void launchMatmul(const char* kernel, CUfunction f, const WeightRef& w, int64_t tokens, int perWarpTokens,
                     int perWarpRows, int rowsPerWarp, const A&... args);
+  // Checks a product's shape and buffers; returns the alignment of the weight rows.
+  int checkMatmul(const WeightRef& w, const float* x, int64_t tokens, const float* y, const float* bias) const;
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
+  // Makes xq_ hold x's integer form: nothing when it still does, else the producer that just queued
+  // x writes it (fused), else quantize_x. Returns the row stride. The caller has set keepQuantized_.
+  uint64_t quantizeInput(const float* x, int64_t tokens, int64_t cols);
+  // The integer kernels' rows per warp for w at perWarpTokens tokens per warp (dp4a kernels).
+  int intRowsPerWarp(const WeightRef& w, int perWarpTokens) const;
   const ElementwiseKernels& elementwise();
   CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16);
-  // attention_partial and attention_combine of the same module (attention.cuh).
-  std::pair<CUfunction, CUfunction> attentionSplitKernels(int headDim, int group, int pageTokens, bool f16);
+  // attention_split of the same module (attention.cuh): a decode token's chunks over many blocks.
+  CUfunction attentionSplitKernel(int headDim, int group, int pageTokens, bool f16);
   // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
   // work ran; false when it was large enough. Its old contents are gone.
   bool growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what);
@@ -241,11 +279,15 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> matmuls_;
   std::unordered_map<uint64_t, CUfunction> attentions_;
   std::unordered_map<uint64_t, CUfunction> intMatmuls_;
-  std::unordered_map<uint64_t, std::pair<CUfunction, CUfunction>> attentionSplits_;
-  bool fuse_ = true;            // JITLLM_CUDA_FUSE=0: no queued launch is merged into another (A/B runs)
-  bool splitAttention_ = true;  // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
-  CUdeviceptr partials_ = 0;    // per-chunk attention states (attention_partial)
+  std::unordered_map<uint64_t, CUfunction> attentionSplits_;
+  std::unordered_map<std::string, CUfunction> groupMatmuls_;  // by intMatmulGroupModule's key
+  bool fuse_ = true;                                          // CudaDeviceOptions::fuse
+  bool programmaticLaunch_ = false;  // CudaDeviceOptions::programmaticLaunch, where the GPU and driver allow
+  bool splitAttention_ = true;       // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
+  CUdeviceptr partials_ = 0;         // per-chunk attention states (attention_split)
   size_t partialsBytes_ = 0;
+  CUdeviceptr chunkCounters_ = 0;  // attention_split's finished chunks per (token, KV head); zero between launches
+  size_t chunkCountersBytes_ = 0;
   CUfunction quantize_ = nullptr;
 
   // Activations quantized for the integer products (quantize_x.cuh), grown on demand. `quantized_`
@@ -271,7 +313,7 @@ class CudaDevice final : public Device {
     std::function<std::optional<Command>(CUdeviceptr xq, uint64_t stride, int k)> fused;
   };
   FusableProducer producer_;
-  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0;
+  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0;
   // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
   // kernel that adds and normalises (rms_norm's addend).
   struct QueuedAdd {

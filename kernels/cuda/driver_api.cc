@@ -28,14 +28,18 @@ LoadedDriver load() {
   }
   // The names as <cuda.h>'s macros spell them (cuMemAlloc -> cuMemAlloc_v2), so each pointer is the
   // entry point whose prototype decltype took.
-#define JITLLM_CUDA_LOAD(name)                                                                  \
-  d.api.name = reinterpret_cast<decltype(&::name)>(::dlsym(lib, JITLLM_STRINGIFY(name)));       \
-  if (d.api.name == nullptr) {                                                                  \
+#define JITLLM_CUDA_LOAD(name)                                                                    \
+  d.api.name = reinterpret_cast<decltype(&::name)>(::dlsym(lib, JITLLM_STRINGIFY(name)));         \
+  if (d.api.name == nullptr) {                                                                    \
     d.reason = std::string("libcuda.so.1 lacks ") + JITLLM_STRINGIFY(name) + " (driver too old)"; \
-    return d;                                                                                   \
+    return d;                                                                                     \
   }
   JITLLM_CUDA_DRIVER_FUNCTIONS(JITLLM_CUDA_LOAD)
 #undef JITLLM_CUDA_LOAD
+#define JITLLM_CUDA_LOAD_OPTIONAL(name) \
+  d.api.name = reinterpret_cast<decltype(&::name)>(::dlsym(lib, JITLLM_STRINGIFY(name)));
+  JITLLM_CUDA_OPTIONAL_FUNCTIONS(JITLLM_CUDA_LOAD_OPTIONAL)
+#undef JITLLM_CUDA_LOAD_OPTIONAL
   const CUresult init = d.api.cuInit(0);
   if (init != CUDA_SUCCESS) {
     d.reason = "cuInit failed: " + describe(d.api, init);
@@ -69,7 +73,8 @@ std::string describe(const DriverApi& api, CUresult result) {
 }
 
 void check(const DriverApi& api, CUresult result, const char* what, const std::string& device) {
-  if (result == CUDA_SUCCESS) [[likely]] return;
+  if (result == CUDA_SUCCESS) [[likely]]
+    return;
   const std::string message = device + ": " + what + ": " + describe(api, result);
   switch (result) {
     case CUDA_ERROR_OUT_OF_MEMORY:

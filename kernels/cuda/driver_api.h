@@ -47,6 +47,7 @@ struct DriverApi {
   X(cuMemcpyHtoDAsync)                  \
   X(cuMemcpyDtoHAsync)                  \
   X(cuMemcpyDtoDAsync)                  \
+  X(cuMemsetD32Async)                   \
   X(cuModuleLoadData)                   \
   X(cuModuleUnload)                     \
   X(cuModuleGetFunction)                \
@@ -58,8 +59,13 @@ struct DriverApi {
   X(cuGraphExecDestroy)                 \
   X(cuGraphDestroy)
 
+// Entry points a driver may lack without losing the device: null then, and the callers fall back
+// (cuLaunchKernelEx, CUDA 12.0: programmatic dependent launch; else cuLaunchKernel).
+#define JITLLM_CUDA_OPTIONAL_FUNCTIONS(X) X(cuLaunchKernelEx)
+
 #define JITLLM_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
   JITLLM_CUDA_DRIVER_FUNCTIONS(JITLLM_CUDA_DECLARE)
+  JITLLM_CUDA_OPTIONAL_FUNCTIONS(JITLLM_CUDA_DECLARE)
 #undef JITLLM_CUDA_DECLARE
 
   int driverVersion = 0;  // cuDriverGetVersion: 1000 * major + 10 * minor

@@ -108,6 +108,18 @@ ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, in
   return spec;
 }
 
+ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t k, int align, int tokens) {
+  JITLLM_ASSERT(parts.size() == 2 || parts.size() == 3);
+  ModuleSpec spec{"matmul_int.cuh",
+                  {{"JL_PARTS", int64_t(parts.size())}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_TOKENS", tokens}}};
+  for (size_t i = 0; i < parts.size(); i++) {
+    JITLLM_ASSERT(cudaIntegerMatmulType(parts[i].type, k));
+    spec.defines.emplace_back("JL_W" + std::to_string(i), int64_t(parts[i].type));
+    spec.defines.emplace_back("JL_R" + std::to_string(i), parts[i].rows);
+  }
+  return spec;
+}
+
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
   return ModuleSpec{"attention.cuh",
                     {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
@@ -128,6 +140,13 @@ std::vector<ModuleSpec> representativeModules() {
     for (const auto& [tokens, rows] : kIntMatmulVariants) specs.push_back(intMatmulModule(t, 2048, 16, tokens, rows));
     specs.push_back(intMatmulModule(t, 3072, 2, 1, 1));  // a 3B row, rows only 2-byte aligned
   }
+  // Grouped products as decode runs them: q, k and v (v in q6_K), gate and up at 2 rows per warp,
+  // a 3B row; and 4 tokens per warp (a batch of sessions).
+  using T = TensorType;
+  specs.push_back(intMatmulGroupModule({{T::kQ4_K, 1}, {T::kQ4_K, 1}, {T::kQ6_K, 1}}, 2048, 16, 1));
+  specs.push_back(intMatmulGroupModule({{T::kQ4_K, 2}, {T::kQ4_K, 2}}, 2048, 16, 1));
+  specs.push_back(intMatmulGroupModule({{T::kQ4_K, 1}, {T::kQ4_K, 1}, {T::kQ4_K, 1}}, 3072, 4, 1));
+  specs.push_back(intMatmulGroupModule({{T::kQ4_K, 4}, {T::kQ6_K, 4}}, 2048, 16, 4));
   // The tensor-core prefill kernel: 32 lane slots (2048) and 16 (3072).
   specs.push_back(intMatmulModule(TensorType::kQ4_K, 2048, 16, 16, 16, true));
   specs.push_back(intMatmulModule(TensorType::kQ4_K, 3072, 4, 16, 16, true));

@@ -49,6 +49,14 @@ inline constexpr int kIntMatmulVariants[][2] = {{1, 1}, {1, 2}, {4, 4}, {16, 4}}
 // mma: the tensor-core prefill kernel instead (q4_K, 16 tokens x 16 rows per warp, align >= 4,
 // sm_80 and later), which gives the same bits.
 ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows, bool mma = false);
+// The grouped form of those kernels (matmul_int_group): the products of one input by 2 or 3
+// matrices in one launch, each part of its own type at its own rows per warp; `align` holds for
+// every q4_K part's rows.
+struct IntMatmulPart {
+  quant::TensorType type;
+  int rows;  // per warp, as intMatmulModule's
+};
+ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t k, int align, int tokens);
 // Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);

@@ -13,6 +13,7 @@
 #include "kernels/quant/quantize.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/gpu/long_context.h"
+#include "tools/random_model.h"
 
 namespace jitllm::testing {
 namespace {
@@ -109,6 +110,54 @@ TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
   std::printf("60 decode steps: %llu ran as graphs\n", static_cast<unsigned long long>(withGraphs));
 }
 
+// The launch-saving paths - programmatic dependent launch, graphs, fused and grouped launches
+// (docs/cuda.md), the split attention of a context past one chunk - against plain launches one op
+// at a time, on a Q4_K_M model (integer products, q6_K among them): every logit of a prefill and
+// 40 decode steps bitwise the same.
+TEST(CudaDevices, EveryLaunchSavingPathGivesTheBitsOfPlainLaunches) {
+  JITLLM_REQUIRE_CUDA();
+  const auto shape = tools::findShape("tiny");
+  ASSERT_TRUE(shape);
+  const std::string vocab = std::string(JITLLM_SHARED_DIR) + "/" + shape->vocabFile;
+  if (!std::filesystem::exists(vocab)) GTEST_SKIP() << "no " << vocab;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("jitllm-cuda-paths-" + std::to_string(getpid()) + ".gguf")).string();
+  tools::writeRandomModel({*shape, *tools::findMix("q4_k_m"), 5, JITLLM_SHARED_DIR}, path);
+  const auto run = [&](bool fast) {
+    cuda::CudaDeviceOptions o;
+    o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+    o.graphs = o.fuse = o.programmaticLaunch = fast;
+    auto gpu = cuda::CudaDevice::create(o);
+    runtime::ModelLoadOptions lo;
+    lo.devices = {gpu.get()};
+    auto model = runtime::Model::load(path, lo);
+    auto session = model->createSession(512);
+    std::vector<int32_t> tokens(90);  // past one 64-position attention chunk
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = int32_t((i * 7919 + 1) % 200);
+    std::vector<float> all, logits;
+    const int64_t V = model->config().vocabSize;
+    model->forward(std::vector<runtime::SequenceInput>{{session.get(), tokens, false}}, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+    for (int step = 0; step < 40; step++) {
+      const int32_t next = int32_t(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));
+      model->forward(std::vector<runtime::SequenceInput>{{session.get(), {&next, 1}, false}}, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    if (fast) {
+      EXPECT_GT(gpu->groupedProducts(), 0u);
+      EXPECT_GT(gpu->graphLaunches(), 0u);
+    } else {
+      EXPECT_EQ(gpu->groupedProducts(), 0u);
+    }
+    return all;
+  };
+  const auto fast = run(true);
+  const auto plain = run(false);
+  std::filesystem::remove(path);
+  ASSERT_EQ(fast.size(), plain.size());
+  EXPECT_EQ(0, std::memcmp(fast.data(), plain.data(), fast.size() * sizeof(float)));
+}
+
 // Rows of a real model's length, prefill-sized batches: the CPU's values within float32
 // rounding, and each token's bits the same alone as in the batch.
 TEST(CudaDevices, MatmulInModelShapesMatchesTheCpuAndIsBatchInvariant) {
@@ -170,7 +219,7 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     const int heads = 32;
     LongContext ctx(*gpu, *cpu, KvLayout{16, 8, headDim, KvPrecision::kF32}, 1100, 5);
     // Five tokens use 40 blocks, so each token's 64-position chunks run in blocks of their own
-    // and are folded after (attention_partial + attention_combine); the same queries four times
+    // and are folded by the block that finishes last (attention_split); the same queries four times
     // over (160 blocks) take one block per token and KV head, folding as they go: same bits.
     std::vector<int32_t> positions = {ctx.length() - 1, 0, 63, 64, 500};
     const auto q = randomFloats(positions.size() * heads * size_t(headDim), 7, 0.3f);

@@ -1,20 +1,21 @@
 // The CUDA JIT without a GPU: every kernel variant family compiles with NVRTC for each
 // architecture we support, and the on-disk cache gives back exactly what it was given.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
-#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "daemon/runtime/device_spec.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/kernel_library.h"
+#include "kernels/cuda/kernel_sources.h"
 #include "kernels/error.h"
 
 namespace jitllm::testing {
@@ -57,7 +58,10 @@ TEST_P(CudaJitArchitectures, EveryKernelVariantCompilesToACubin) {
     EXPECT_TRUE(modules[i].cubin);
     // An ELF file: the driver loads it as it is.
     ASSERT_GE(modules[i].image.size(), 1000u);
-    EXPECT_EQ(0, std::memcmp(modules[i].image.data(), "\x7f" "ELF", 4));
+    EXPECT_EQ(0, std::memcmp(modules[i].image.data(),
+                             "\x7f"
+                             "ELF",
+                             4));
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("sm_%d: %zu kernel variants in %.1f s\n", arch, specs.size(), s);
@@ -86,9 +90,32 @@ TEST(CudaJit, ABrokenVariantFailsWithTheCompilerLog) {
   }
 }
 
+// Kernels are launched with programmatic dependent launch on sm_90 (docs/cuda.md): one that
+// touched memory before griddepcontrol.wait could read what the kernel before it has not written
+// yet, or overwrite what it still reads - a race no other test is sure to catch.
+TEST(CudaJit, EveryKernelWaitsForTheKernelBeforeItBeforeAnythingElse) {
+  int kernels = 0;
+  for (const char* file : {"matmul.cuh", "matmul_int.cuh", "attention.cuh", "elementwise.cuh", "quantize_x.cuh",
+                           "weights.cuh", "common.cuh"}) {
+    const std::string_view source = cuda::kernelSource(file);
+    ASSERT_FALSE(source.empty()) << file;
+    for (size_t at = source.find("__global__"); at != std::string_view::npos; at = source.find("__global__", at + 1)) {
+      const size_t open = source.find('{', at);
+      ASSERT_NE(open, std::string_view::npos);
+      size_t first = open + 1;
+      while (first < source.size() && std::isspace(static_cast<unsigned char>(source[first]))) first++;
+      const std::string_view signature = source.substr(at, open - at);
+      EXPECT_EQ(source.substr(first, 22), "awaitPreviousKernel();")
+          << file << ": the kernel " << signature.substr(0, signature.find('(')) << " does not begin with it";
+      kernels++;
+    }
+  }
+  EXPECT_GE(kernels, 16);  // every kernel of the files above was seen
+}
+
 TEST(CudaJit, TheDiskCacheReturnsWhatItStoredAndRejectsTornFiles) {
-  const std::string root = (std::filesystem::temp_directory_path() / ("jitllm-cuda-cache-" + std::to_string(getpid())))
-                               .string();
+  const std::string root =
+      (std::filesystem::temp_directory_path() / ("jitllm-cuda-cache-" + std::to_string(getpid()))).string();
   cuda::KernelCache cache(root);
   ASSERT_TRUE(cache.enabled());
   const std::vector<char> image = {'c', 'u', 'b', 'i', 'n', '\0', 'x'};

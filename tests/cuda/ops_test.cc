@@ -272,6 +272,96 @@ TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfte
   }
 }
 
+// A layer's q, k and v (v in q6_K, as Q4_K_M files have it in some layers; biases as qwen2 has)
+// and its gate and up, through matmuls(): one launch in decode shapes, and the bits of the
+// products run one by one - in any batch, also the prefill batches that are not grouped.
+TEST_F(CudaOps, GroupedProductsGiveTheBitsOfSeparateOnesInOneLaunch) {
+  constexpr int64_t kCols = 512;
+  const Matrix mq = randomMatrix(TensorType::kQ4_K, 96, kCols, freshSeed() + 31);
+  const Matrix mk = randomMatrix(TensorType::kQ4_K, 40, kCols, freshSeed() + 32);
+  const Matrix mv = randomMatrix(TensorType::kQ6_K, 40, kCols, freshSeed() + 33);
+  const Matrix mu = randomMatrix(TensorType::kQ4_K, 4100, kCols, freshSeed() + 34);  // tall: 2 rows per warp
+  std::vector<std::unique_ptr<DeviceBuffer>> weights;
+  const auto ref = [&](const Matrix& m) {
+    weights.push_back(gpu->adoptHostBytes(m.bytes.data(), m.bytes.size()));
+    return WeightRef{m.type, weights.back()->data(), m.rows, m.cols, m.stride};
+  };
+  const WeightRef q = ref(mq), k = ref(mk), v = ref(mv), up = ref(mu);
+  auto bias = upload(*gpu, randomFloats(96 + 40 + 40, freshSeed() + 35));
+  const float* bq = bias.as<float>();
+  for (int64_t tokens : {1, 3, 12}) {
+    SCOPED_TRACE(tokens);
+    const auto xHost = randomFloats(size_t(tokens * kCols), freshSeed() + 36 + uint32_t(tokens), 2.0f);
+    auto x = upload(*gpu, xHost);
+    for (int group = 0; group < 2; group++) {
+      const std::vector<WeightRef> ws = group == 0 ? std::vector{q, k, v} : std::vector{up, k};
+      const std::vector<const float*> biases =
+          group == 0 ? std::vector{bq, bq + 96, bq + 136} : std::vector<const float*>{nullptr, nullptr};
+      std::vector<std::unique_ptr<DeviceBuffer>> together, alone;
+      std::vector<MatmulTarget> targets;
+      for (size_t i = 0; i < ws.size(); i++) {
+        together.push_back(gpu->allocate(size_t(tokens * ws[i].rows) * 4));
+        alone.push_back(gpu->allocate(size_t(tokens * ws[i].rows) * 4));
+        targets.push_back({ws[i], reinterpret_cast<float*>(together.back()->data()), biases[i]});
+      }
+      const uint64_t grouped = gpu->groupedProducts();
+      gpu->matmuls(targets, x.as<float>(), tokens);
+      EXPECT_EQ(grouped + (tokens <= 8 ? 1 : 0), gpu->groupedProducts());
+      for (size_t i = 0; i < ws.size(); i++) {
+        gpu->matmul(ws[i], x.as<float>(), tokens, reinterpret_cast<float*>(alone[i]->data()), biases[i]);
+      }
+      for (size_t i = 0; i < ws.size(); i++) {
+        SCOPED_TRACE(i);
+        const size_t n = size_t(tokens * ws[i].rows);
+        const auto got = download<float>(*gpu, *together[i], n);
+        const auto want = download<float>(*gpu, *alone[i], n);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * 4));
+      }
+    }
+  }
+}
+
+// rope of q and k and kvStore of k and v in one launch: the CPU's rotated q and k and its pages,
+// bit for bit, in fp32 and fp16 pages, adjacent-pair and neox rotation, a partial rotation.
+TEST_F(CudaOps, RopeAndStoreIsRopeThenKvStoreInOneLaunch) {
+  const int heads = 6, kvHeads = 2, headDim = 32;
+  const std::vector<int32_t> positions = {3, 0, 17, 130, 4095};
+  const int64_t tokens = int64_t(positions.size());
+  for (KvPrecision precision : {KvPrecision::kF32, KvPrecision::kF16}) {
+    for (const RopeParams& params :
+         {RopeParams{32, 10000.0f, 1.0f, nullptr, false}, RopeParams{16, 1000000.0f, 0.5f, nullptr, true}}) {
+      SCOPED_TRACE(std::string(precision == KvPrecision::kF16 ? "fp16" : "fp32") + (params.neox ? " neox" : ""));
+      const KvLayout kv{4, kvHeads, headDim, precision};
+      const int64_t width = int64_t(kvHeads) * headDim;
+      const auto qHost = randomFloats(size_t(tokens * heads * headDim), freshSeed() + 41);
+      const auto kHost = randomFloats(size_t(tokens * width), freshSeed() + 42);
+      const auto vHost = randomFloats(size_t(tokens * width), freshSeed() + 43);
+      auto q = upload(*gpu, qHost);
+      auto k = upload(*gpu, kHost);
+      auto v = upload(*gpu, vHost);
+      std::vector<uint8_t> cpuPages(3 * kv.pageBytes(), 0);
+      auto gpuPages = gpu->allocate(cpuPages.size());
+      gpu->copyFromHost(gpuPages->data(), cpuPages.data(), cpuPages.size());
+      std::vector<KvSlot> gSlots, cSlots;
+      for (int64_t t = 0; t < tokens; t++) {  // pages out of order, slots scattered
+        const size_t page = size_t(2 - t % 3) * kv.pageBytes();
+        const int slot = int((t * 3) % kv.pageTokens);
+        gSlots.push_back({gpuPages->data() + page, slot});
+        cSlots.push_back({cpuPages.data() + page, slot});
+      }
+      gpu->ropeAndStore(q.as<float>(), k.as<float>(), v.as<float>(), tokens, heads, kvHeads, positions.data(), params,
+                        gSlots.data(), kv);
+      std::vector<float> wantQ = qHost, wantK = kHost;
+      cpu->ropeAndStore(wantQ.data(), wantK.data(), vHost.data(), tokens, heads, kvHeads, positions.data(), params,
+                        cSlots.data(), kv);
+      EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *q.buffer, wantQ.size()).data(), wantQ.data(), wantQ.size() * 4));
+      EXPECT_EQ(0, std::memcmp(download<float>(*gpu, *k.buffer, wantK.size()).data(), wantK.data(), wantK.size() * 4));
+      EXPECT_EQ(
+          0, std::memcmp(download<uint8_t>(*gpu, *gpuPages, cpuPages.size()).data(), cpuPages.data(), cpuPages.size()));
+    }
+  }
+}
+
 TEST_F(CudaOps, RmsNormMatchesTheCpu) {
   for (int64_t dim : {64, 517, 2048}) {
     SCOPED_TRACE(dim);

@@ -10,8 +10,8 @@
 //
 // Positions are also cut into chunks of kChunk: each chunk's softmax state starts afresh, and
 // the chunks' states are folded together in order (fold()). That fixed structure lets decode -
-// one token, a handful of blocks - spread one token's chunks over many blocks (attention_partial
-// writes each chunk's state, attention_combine folds them) and still give the bits of the
+// one token, a handful of blocks - spread one token's chunks over many blocks (attention_split:
+// each block writes a chunk's state, the last to finish folds them) and still give the bits of the
 // one-block kernel (attention), which folds the same states in the same order as it goes: a
 // token's result does not depend on which kernel ran it, so prefill and decode agree exactly.
 //
@@ -170,30 +170,17 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
 extern "C" __global__ void __launch_bounds__(128) attention(const float* q, float* out, int heads, int kvHeads,
                                                             float scale, const int* positions, const int* tableOffsets,
                                                             const u64* tables, u8* xq, u64 xqStride) {
+  awaitPreviousKernel();
   const int t = blockIdx.x, n = positions[t] + 1;
   attendChunks(q, out, nullptr, heads, kvHeads, scale, t, blockIdx.y, n, 0, (n + kChunk - 1) / kChunk,
                tables + tableOffsets[t], xq, xqStride);
 }
 
-// Grid (tokens, kvHeads * maxChunks), blockIdx.y = kh + kvHeads * chunk: one chunk's state per
-// block, to partials[((t * kvHeads + kh) * maxChunks + chunk) * kPartialFloats ..].
-extern "C" __global__ void __launch_bounds__(128) attention_partial(const float* q, float* partials, int heads,
-                                                                    int kvHeads, float scale, const int* positions,
-                                                                    const int* tableOffsets, const u64* tables,
-                                                                    int maxChunks) {
-  const int t = blockIdx.x, kh = blockIdx.y % kvHeads, c = blockIdx.y / kvHeads, n = positions[t] + 1;
-  if (c * kChunk >= n) return;
-  float* partial = partials + (i64(t * kvHeads + kh) * maxChunks + c) * kPartialFloats;
-  attendChunks(q, nullptr, partial, heads, kvHeads, scale, t, kh, n, c, c + 1, tables + tableOffsets[t], nullptr, 0);
-}
-
-// Grid (tokens, kvHeads): folds token t's chunk states in order, as attention() does.
-extern "C" __global__ void __launch_bounds__(128) attention_combine(const float* partials, float* out, int heads,
-                                                                    int kvHeads, const int* positions, int maxChunks,
-                                                                    u8* xq, u64 xqStride) {
-  const int t = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
-  const int chunks = (positions[t] + 1 + kChunk - 1) / kChunk;
-  const float* base = partials + i64(t * kvHeads + kh) * maxChunks * kPartialFloats;
+// Folds token t's chunk states at `base` (chunk c at base + c * kPartialFloats) in order, as
+// attention() does, and writes the output. The states were written by other blocks of this
+// kernel: read through L2 (__ldcg), never from a stale L1 line.
+JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int kh, int chunks, u8* xq, u64 xqStride) {
+  const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < kOwned; i++) {
     const int idx = tid + i * kThreads;
@@ -202,9 +189,42 @@ extern "C" __global__ void __launch_bounds__(128) attention_combine(const float*
       float totMax = 0, totSum = 0, totO = 0;
       for (int c = 0; c < chunks; c++) {
         const float* p = base + i64(c) * kPartialFloats;
-        fold(c == 0, p[kGroup * kHd + g], p[kGroup * kHd + kGroup + g], p[idx], totMax, totSum, totO);
+        fold(c == 0, __ldcg(p + kGroup * kHd + g), __ldcg(p + kGroup * kHd + kGroup + g), __ldcg(p + idx), totMax,
+             totSum, totO);
       }
       storeOutput(out, xq, xqStride, heads, t, kh, idx, __fmul_rn(totO, __frcp_rn(totSum)));
     }
   }
+}
+
+// Decode over a long context, one launch. Grid (tokens, kvHeads * maxChunks), blockIdx.y = kh +
+// kvHeads * chunk: each block writes one chunk's state to partials[((t * kvHeads + kh) *
+// maxChunks + chunk) * kPartialFloats ..], and the block that completes a (token, KV head)'s
+// chunks folds them all in order, as attention() does - so the bits do not depend on which block
+// that is. counters[t * kvHeads + kh] counts the finished chunks; it is zero before the launch and
+// the folding block sets it back to zero (the atomic only counts: no result goes through it).
+extern "C" __global__ void __launch_bounds__(128) attention_split(const float* q, float* partials, unsigned* counters,
+                                                                  float* out, int heads, int kvHeads, float scale,
+                                                                  const int* positions, const int* tableOffsets,
+                                                                  const u64* tables, int maxChunks, u8* xq,
+                                                                  u64 xqStride) {
+  awaitPreviousKernel();
+  __shared__ bool folds;
+  const int t = blockIdx.x, kh = blockIdx.y % kvHeads, c = blockIdx.y / kvHeads, n = positions[t] + 1;
+  const int chunks = (n + kChunk - 1) / kChunk;
+  if (c >= chunks) return;
+  float* base = partials + i64(t * kvHeads + kh) * maxChunks * kPartialFloats;
+  attendChunks(q, nullptr, base + i64(c) * kPartialFloats, heads, kvHeads, scale, t, kh, n, c, c + 1,
+               tables + tableOffsets[t], nullptr, 0);
+  __threadfence();  // this block's state is visible to every block before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* counter = counters + t * kvHeads + kh;
+    folds = atomicAdd(counter, 1u) == unsigned(chunks - 1);
+    if (folds) *counter = 0;  // every other block of this (token, head) has counted
+  }
+  __syncthreads();
+  if (!folds) return;
+  __threadfence();
+  combineChunks(base, out, heads, t, kh, chunks, xq, xqStride);
 }

@@ -14,6 +14,23 @@ typedef unsigned long long u64;
 
 #define JL_DEV __device__ __forceinline__
 
+// The first statement of every kernel. On sm_90 and later the host launches kernels with
+// programmatic dependent launch (docs/cuda.md): a kernel's blocks may be scheduled while the
+// kernel before it in the stream is still running, and griddepcontrol.wait holds them until that
+// kernel has finished and its writes are visible. Waiting first, before any load or store, keeps
+// stream order for every buffer (also one this kernel overwrites while the previous one still
+// reads it); what is gained is the launch itself - the next kernel's blocks are resident and
+// waiting instead of being launched after the previous kernel drains. launch_dependents then lets
+// the kernel after this one be scheduled early in turn. Below sm_90 both are absent and the launch
+// is an ordinary one. Stream order is transitive through the wait: kernel n + 2 cannot pass its
+// wait before kernel n + 1 finished, which could not start before kernel n finished.
+JL_DEV void awaitPreviousKernel() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // IEEE binary16 -> binary32 (exact) and back (round to nearest even, as the CPU's fp32ToFp16).
 JL_DEV float h2f(u16 h) {
   float f;

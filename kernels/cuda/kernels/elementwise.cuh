@@ -1,6 +1,6 @@
-// The small ops: RMS norm, RoPE, SwiGLU, add, and storing K/V into pages. Each mirrors the CPU
-// device's arithmetic (kernels/cpu/cpu_device.cc) operation for operation; the RMS sum of squares
-// is in double, in a fixed tree order.
+// The small ops: RMS norm, RoPE, SwiGLU, add, and storing K/V into pages (also right after RoPE,
+// in one launch). Each mirrors the CPU device's arithmetic (kernels/cpu/cpu_device.cc) operation
+// for operation; the RMS sum of squares is in double, in a fixed tree order.
 //
 // rms_norm and swiglu feed matrix products; given xq (non-null) they also write their output's
 // integer form for the integer kernels (quantize_x.cuh, compiled into this module before this
@@ -15,6 +15,7 @@ constexpr int kNormThreads = 1024;
 extern "C" __global__ void __launch_bounds__(kNormThreads) rms_norm(float* x, const float* w, float* out, int dim,
                                                                     float eps, u8* xq, u64 xqStride,
                                                                     const float* addend) {
+  awaitPreviousKernel();
   __shared__ double partial[kNormThreads / 32];
   __shared__ float scaleShared;
   float* xr = x + i64(blockIdx.x) * dim;
@@ -51,22 +52,24 @@ extern "C" __global__ void __launch_bounds__(kNormThreads) rms_norm(float* x, co
   for (int i = threadIdx.x; i < dim; i += kNormThreads) o[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
 }
 
-// One block per token; invFreq[i] = base^(-2i/dims) / factor[i], computed in double on the host
-// exactly as the CPU does. Angles, cos and sin in double, rounded to float.
-extern "C" __global__ void __launch_bounds__(256) rope(float* x, int heads, int headDim, const int* positions,
-                                                       const double* invFreq, int half, double freqScale, int neox) {
-  extern __shared__ float cs[];  // cos[half], sin[half]
-  const int t = blockIdx.x;
-  const double pos = double(positions[t]) * freqScale;
+// cos and sin of token t's angles into cs[0, half) and cs[half, 2 half) (shared memory; the caller
+// synchronises before reading them). invFreq[i] = base^(-2i/dims) / factor[i], computed in double
+// on the host exactly as the CPU does; angles, cos and sin in double, rounded to float.
+JL_DEV void ropeAngles(float* cs, int position, const double* invFreq, int half, double freqScale) {
+  const double pos = double(position) * freqScale;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const double angle = pos * invFreq[i];
     cs[i] = float(cos(angle));
     cs[half + i] = float(sin(angle));
   }
-  __syncthreads();
+}
+
+// Rotates the `heads` heads of one token row x by the angles in cs: pairs (i, i + half) with neox,
+// else (2i, 2i + 1). The block's threads share the pairs.
+JL_DEV void ropeRow(float* x, int heads, int headDim, const float* cs, int half, int neox) {
   for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
-    float* v = x + (i64(t) * heads + h) * headDim;
+    float* v = x + i64(h) * headDim;
     const int a = neox ? i : 2 * i;
     const int b = neox ? i + half : 2 * i + 1;
     const float x0 = v[a], x1 = v[b], c = cs[i], s = cs[half + i];
@@ -75,9 +78,55 @@ extern "C" __global__ void __launch_bounds__(256) rope(float* x, int heads, int 
   }
 }
 
+// One block per token: x[t] rotated in place.
+extern "C" __global__ void __launch_bounds__(256) rope(float* x, int heads, int headDim, const int* positions,
+                                                       const double* invFreq, int half, double freqScale, int neox) {
+  awaitPreviousKernel();
+  extern __shared__ float cs[];  // cos[half], sin[half]
+  const int t = blockIdx.x;
+  ropeAngles(cs, positions[t], invFreq, half, freqScale);
+  __syncthreads();
+  ropeRow(x + i64(t) * heads * headDim, heads, headDim, cs, half, neox);
+}
+
+// Token t's K and V rows (width elements each) into slot `slot` of `page` (KvLayout: pageTokens
+// slots of K, then of V), the block's threads sharing the elements.
+JL_DEV void storeKvRow(const float* k, const float* v, u64 page, int slot, int width, int pageTokens, int f16) {
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    const float kv = k[i], vv = v[i];
+    if (f16) {
+      u16* p = reinterpret_cast<u16*>(page);
+      p[i64(slot) * width + i] = f2h(kv);
+      p[i64(pageTokens + slot) * width + i] = f2h(vv);
+    } else {
+      float* p = reinterpret_cast<float*>(page);
+      p[i64(slot) * width + i] = kv;
+      p[i64(pageTokens + slot) * width + i] = vv;
+    }
+  }
+}
+
+// rope of q (heads) and k (kvHeads), then k and v into token t's KV slot: the arithmetic of rope
+// and kv_store, one launch instead of three. One block per token.
+extern "C" __global__ void __launch_bounds__(256) rope_store(float* q, float* k, const float* v, int heads, int kvHeads,
+                                                             int headDim, const int* positions, const double* invFreq,
+                                                             int half, double freqScale, int neox, const u64* pages,
+                                                             const int* slots, int pageTokens, int f16) {
+  awaitPreviousKernel();
+  extern __shared__ float cs[];  // cos[half], sin[half]
+  const int t = blockIdx.x, width = kvHeads * headDim;
+  ropeAngles(cs, positions[t], invFreq, half, freqScale);
+  __syncthreads();
+  ropeRow(q + i64(t) * heads * headDim, heads, headDim, cs, half, neox);
+  ropeRow(k + i64(t) * width, kvHeads, headDim, cs, half, neox);
+  __syncthreads();  // every rotated element of k is written before any thread stores it
+  storeKvRow(k + i64(t) * width, v + i64(t) * width, pages[t], slots[t], width, pageTokens, f16);
+}
+
 // With xq: rows of k elements (n and k multiples of 32; blockDim 256).
 extern "C" __global__ void swiglu(const float* gate, const float* up, float* out, i64 n, u8* xq, u64 xqStride,
                                   int k) {
+  awaitPreviousKernel();
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
     const float g = gate[i];
     const float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
@@ -87,27 +136,16 @@ extern "C" __global__ void swiglu(const float* gate, const float* up, float* out
 }
 
 extern "C" __global__ void add(float* x, const float* y, i64 n) {
+  awaitPreviousKernel();
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
     x[i] = __fadd_rn(x[i], y[i]);
   }
 }
 
-// Grid: (chunks of the row, tokens). Token t's K goes to slot slots[t] of page pages[t], its V
-// kPageTokens slots further (KvLayout).
-extern "C" __global__ void kv_store(const float* k, const float* v, const u64* pages, const int* slots, int width,
-                                    int pageTokens, int f16) {
-  const int t = blockIdx.y;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= width) return;
-  const i64 slot = slots[t];
-  const float kv = k[i64(t) * width + i], vv = v[i64(t) * width + i];
-  if (f16) {
-    u16* page = reinterpret_cast<u16*>(pages[t]);
-    page[slot * width + i] = f2h(kv);
-    page[(pageTokens + slot) * width + i] = f2h(vv);
-  } else {
-    float* page = reinterpret_cast<float*>(pages[t]);
-    page[slot * width + i] = kv;
-    page[(pageTokens + slot) * width + i] = vv;
-  }
+// One block per token: token t's K and V to slot slots[t] of page pages[t] (KvLayout).
+extern "C" __global__ void __launch_bounds__(256) kv_store(const float* k, const float* v, const u64* pages,
+                                                           const int* slots, int width, int pageTokens, int f16) {
+  awaitPreviousKernel();
+  const int t = blockIdx.x;
+  storeKvRow(k + i64(t) * width, v + i64(t) * width, pages[t], slots[t], width, pageTokens, f16);
 }

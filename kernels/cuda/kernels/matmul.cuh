@@ -67,21 +67,25 @@ JL_DEV void matmulBody(const u8* __restrict__ w, u64 rowStride, int rows, const 
 #if JL_VARIANT == 1
 extern "C" __global__ void __launch_bounds__(128) matmul(const u8* w, u64 rowStride, int nRows, const float* x,
                                                          int nTokens, float* y, const float* bias) {
+  awaitPreviousKernel();
   matmulBody<1, 1>(w, rowStride, nRows, x, nTokens, y, bias);
 }
 #elif JL_VARIANT == 4
 extern "C" __global__ void __launch_bounds__(128) matmul(const u8* w, u64 rowStride, int nRows, const float* x,
                                                          int nTokens, float* y, const float* bias) {
+  awaitPreviousKernel();
   matmulBody<4, 2>(w, rowStride, nRows, x, nTokens, y, bias);
 }
 #elif JL_VARIANT == 16
 extern "C" __global__ void __launch_bounds__(128) matmul(const u8* w, u64 rowStride, int nRows, const float* x,
                                                          int nTokens, float* y, const float* bias) {
+  awaitPreviousKernel();
   matmulBody<16, 4>(w, rowStride, nRows, x, nTokens, y, bias);
 }
 #elif JL_VARIANT == 0
 // out[t] = row ids[t] of the table, decoded. Grid: (row chunks, tokens), 256 threads.
 extern "C" __global__ void __launch_bounds__(256) get_rows(const u8* table, u64 rowStride, const int* ids, float* out) {
+  awaitPreviousKernel();
   const int t = blockIdx.y;
   const u8* row = table + u64(ids[t]) * rowStride;
   float* o = out + i64(t) * JL_K;

@@ -6,7 +6,11 @@
 // few float operations per 16-64 weights.
 //
 // Specialised by JL_WTYPE (12 q4_K, 14 q6_K), JL_K (elements per row), JL_ALIGN (alignment of
-// every row start), JL_TOKENS (tokens per warp: 1, 4 or 16) and JL_ROWS (rows per warp).
+// every row start), JL_TOKENS (tokens per warp: 1, 4 or 16) and JL_ROWS (rows per warp). With
+// JL_PARTS (2 or 3) instead of JL_WTYPE/JL_ROWS, the module's kernel is matmul_int_group: the
+// products of one input by JL_PARTS matrices (a layer's q, k and v; gate and up) in one launch,
+// part i of type JL_Wi at JL_Ri rows per warp; each part's rows are computed exactly as the
+// single kernel computes them (the same bits), only the launch is shared.
 //
 // The order of the float operations - the only ones that round - is fixed by JL_K alone: a row is
 // cut into units (q4_K: 64 elements, a 16-byte run of quants and its two sub-blocks; q6_K: 32
@@ -178,21 +182,36 @@ struct IntQ6_K {
   }
 };
 
-#if JL_WTYPE == 12
-typedef IntQ4_K IntWeights;
-#elif JL_WTYPE == 14
-typedef IntQ6_K IntWeights;
-#else
-#error "JL_WTYPE: the integer kernels take q4_K (12) and q6_K (14)"
-#endif
+// The weight type of a GGUF type number.
+template <int kType>
+struct IntWeightsOf;
+template <>
+struct IntWeightsOf<12> {
+  typedef IntQ4_K Type;
+};
+template <>
+struct IntWeightsOf<14> {
+  typedef IntQ6_K Type;
+};
 
-constexpr int kUnits = JL_K / IntWeights::kUnitElems;
 static_assert(JL_K % 256 == 0, "K-quant rows hold whole 256-element blocks");
-// Lanes per row: 32, or 16 when that splits the units evenly and 32 would not (a 3072-element
-// q4_K row has 48 units: 16 lanes take 3 each, where 32 lanes would leave half the warp idle for
-// the second). A warp then serves two rows at a time, one per half (kSlots = 2).
-constexpr int kLanes = (kUnits % 32 != 0 && kUnits % 16 == 0) ? 16 : 32;
-constexpr int kSlots = 32 / kLanes;
+// How rows of W are cut over a warp. Lanes per row: 32, or 16 when that splits the units evenly
+// and 32 would not (a 3072-element q4_K row has 48 units: 16 lanes take 3 each, where 32 lanes
+// would leave half the warp idle for the second). A warp then serves two rows at a time, one per
+// half (kSlots = 2).
+template <class W>
+struct RowSplit {
+  static constexpr int kUnits = JL_K / W::kUnitElems;
+  static constexpr int kLanes = (kUnits % 32 != 0 && kUnits % 16 == 0) ? 16 : 32;
+  static constexpr int kSlots = 32 / kLanes;
+};
+
+#ifdef JL_WTYPE
+typedef IntWeightsOf<JL_WTYPE>::Type IntWeights;
+constexpr int kUnits = RowSplit<IntWeights>::kUnits;
+constexpr int kLanes = RowSplit<IntWeights>::kLanes;
+constexpr int kSlots = RowSplit<IntWeights>::kSlots;
+#endif
 
 #if JL_MMA
 // Prefill of q4_K rows on int8 tensor cores (mma.sync m16n8k32, sm_80 and later; JL_MMA = 1, with
@@ -281,6 +300,7 @@ JL_DEV void mmaUnit(const u8* const (&rowA)[2], const u8* const (&xB)[2], const 
 extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
                                                              const u8* __restrict__ xq, u64 xqStride, int tokens,
                                                              float* __restrict__ y, const float* __restrict__ bias) {
+  awaitPreviousKernel();
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 16;
   if (r0 >= rows) return;  // whole warps leave: the mma below are warp-wide
@@ -333,16 +353,16 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
   }
 }
 #else
-// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS kSlots), tokens /
-// JL_TOKENS), 128 threads; xq holds `tokens` rows of xqStride bytes.
-extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
-                                                             const u8* __restrict__ xq, u64 xqStride, int tokens,
-                                                             float* __restrict__ y, const float* __restrict__ bias) {
-  constexpr int kTokens = JL_TOKENS, kRows = JL_ROWS;
+// Warp `warp` of a product's grid: its kRows rows (per slot) of W times its JL_TOKENS tokens.
+// Returns at once when the warp has no rows (whole warps: the sums shuffle).
+template <class W, int kRows>
+JL_DEV void productWarp(int warp, const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq,
+                        u64 xqStride, int tokens, float* __restrict__ y, const float* __restrict__ bias) {
+  constexpr int kTokens = JL_TOKENS, kLanes = RowSplit<W>::kLanes, kSlots = RowSplit<W>::kSlots;
+  constexpr int kUnits = RowSplit<W>::kUnits;
   const int lane = threadIdx.x & 31, slot = lane / kLanes, sub = lane % kLanes;
-  const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int r0 = (warp * kSlots + slot) * kRows;  // this half-warp's (or warp's) first row
-  if (warp * kSlots * kRows >= rows) return;       // whole warps leave: the sums below shuffle
+  if (warp * kSlots * kRows >= rows) return;
   const int t0 = blockIdx.y * kTokens;
   float acc[kRows][kTokens] = {};
   const u8* wr[kRows];
@@ -352,17 +372,63 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
   constexpr int kUnroll = kTokens == 1 ? 2 : 1;
 #pragma unroll kUnroll
   for (int u = sub; u < kUnits; u += kLanes) {
-    IntWeights::Unit wu[kRows];
+    typename W::Unit wu[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; r++) IntWeights::load(wr[r], u, wu[r]);
+    for (int r = 0; r < kRows; r++) W::load(wr[r], u, wu[r]);
 #pragma unroll
     for (int t = 0; t < kTokens; t++) {
-      IntWeights::X x;
-      IntWeights::loadX(xq + u64(min(t0 + t, tokens - 1)) * xqStride, u, x);
+      typename W::X x;
+      W::loadX(xq + u64(min(t0 + t, tokens - 1)) * xqStride, u, x);
 #pragma unroll
-      for (int r = 0; r < kRows; r++) acc[r][t] = IntWeights::dot(wu[r], x, acc[r][t]);
+      for (int r = 0; r < kRows; r++) acc[r][t] = W::dot(wu[r], x, acc[r][t]);
     }
   }
   storeLaneSums<kLanes>(acc, sub, r0, t0, rows, tokens, y, bias);
 }
+
+#ifdef JL_PARTS
+// One matrix of a grouped product; `blocks` of the grid's x dimension are its (4 warps each).
+struct ProductPart {
+  const u8* w;
+  u64 rowStride;
+  float* y;
+  const float* bias;
+  int rows;
+  int blocks;
+};
+struct ProductParts {
+  ProductPart part[3];
+};
+
+template <int kType, int kRows>
+JL_DEV void groupPart(const ProductPart& p, int block, const u8* xq, u64 xqStride, int tokens) {
+  productWarp<typename IntWeightsOf<kType>::Type, kRows>(block * (blockDim.x >> 5) + (threadIdx.x >> 5), p.w,
+                                                        p.rowStride, p.rows, xq, xqStride, tokens, p.y, p.bias);
+}
+
+// y_i[t][r] = sum_k w_i[r][k] x[t][k] (+ bias_i[r]) for the JL_PARTS parts. Grid: (the parts'
+// blocks together, tokens / JL_TOKENS), 128 threads.
+extern "C" __global__ void __launch_bounds__(128) matmul_int_group(const ProductParts parts, const u8* __restrict__ xq,
+                                                                   u64 xqStride, int tokens) {
+  awaitPreviousKernel();
+  int block = blockIdx.x;
+  if (block < parts.part[0].blocks) return groupPart<JL_W0, JL_R0>(parts.part[0], block, xq, xqStride, tokens);
+  block -= parts.part[0].blocks;
+#if JL_PARTS == 3
+  if (block >= parts.part[1].blocks)
+    return groupPart<JL_W2, JL_R2>(parts.part[2], block - parts.part[1].blocks, xq, xqStride, tokens);
+#endif
+  groupPart<JL_W1, JL_R1>(parts.part[1], block, xq, xqStride, tokens);
+}
+#else
+// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS kSlots), tokens /
+// JL_TOKENS), 128 threads; xq holds `tokens` rows of xqStride bytes.
+extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
+                                                             const u8* __restrict__ xq, u64 xqStride, int tokens,
+                                                             float* __restrict__ y, const float* __restrict__ bias) {
+  awaitPreviousKernel();
+  productWarp<IntWeights, JL_ROWS>(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), w, rowStride, rows, xq,
+                                   xqStride, tokens, y, bias);
+}
+#endif  // JL_PARTS
 #endif  // JL_MMA

@@ -58,6 +58,7 @@ JL_DEV void quantizeBlock32(float v, u8* row, int k, int col0) {
 // Grid (ceil(K / 256), tokens), 256 threads: a warp per 32-column block, a lane per column.
 extern "C" __global__ void __launch_bounds__(256) quantize_x(const float* __restrict__ x, int k, u8* __restrict__ xq,
                                                              u64 xqStride) {
+  awaitPreviousKernel();
   const int block = blockIdx.x * 8 + (threadIdx.x >> 5);
   if (block * 32 >= k) return;
   const int t = blockIdx.y;
