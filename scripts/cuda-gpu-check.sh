@@ -102,9 +102,9 @@ if [ "$what" = ncu ]; then
   $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
   secs="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
-  JITLLM_CUDA_GRAPHS=0 timeout 300 $NCU --clock-control none -k regex:matmul --launch-skip 113 --launch-count 8 $secs \
-    $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 4 -r 1 > "$OUT/ncu-layer.txt" 2>&1
-  JITLLM_CUDA_GRAPHS=0 timeout 200 $NCU --clock-control none -k regex:matmul --launch-skip 225 --launch-count 1 $secs \
+  JITLLM_CUDA_GRAPHS=0 timeout 300 $NCU --clock-control none -k regex:matmul_int --launch-skip ${NCU_SKIP:-80} \
+    --launch-count 8 $secs $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 4 -r 1 > "$OUT/ncu-layer.txt" 2>&1
+  JITLLM_CUDA_GRAPHS=0 timeout 200 $NCU --clock-control none -k regex:attention --launch-skip 20 --launch-count 2 $secs \
     $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 4 -r 1 > "$OUT/ncu-head.txt" 2>&1
   grep -E "matmul|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Grid Size|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc A" \
     "$OUT/ncu-layer.txt" "$OUT/ncu-head.txt" | sed 's/  */ /g' | head -230

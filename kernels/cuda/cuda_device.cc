@@ -491,6 +491,7 @@ size_t CudaDevice::enqueue(const char* op, const Command& c) {
   producer_ = {};                        // and comes after the producer
   lastAdd_ = {};                         // and after the add
   if (profile_) [[unlikely]] {
+    const bool programmatic = programmaticFor(opTokens_);
     // Each launch at once, between two timing events: the GPU's own time for it, read back at
     // the next synchronisation (collectProfile).
     Profiled p{op, nullptr, nullptr};
@@ -503,13 +504,14 @@ size_t CudaDevice::enqueue(const char* op, const Command& c) {
       }
     }
     check(api_.cuEventRecord(p.start, stream_), "cuEventRecord");
-    submit({c});
+    submit({c}, programmatic);
     check(api_.cuEventRecord(p.end, stream_), "cuEventRecord");
     profiled_.push_back(p);
     return kNotQueued;
   }
   std::lock_guard lock(pendingMutex_);
   pending_.push_back(c);
+  queueTokens_ = std::max(queueTokens_, opTokens_);
   return pending_.size() - 1;
 }
 
@@ -526,7 +528,7 @@ void CudaDevice::offerFusion(size_t index, const Command& c, const float* out, i
   producer_ = {index, c, out, elements, std::move(fused)};
 }
 
-void CudaDevice::submit(const std::vector<Command>& commands) {
+void CudaDevice::submit(const std::vector<Command>& commands, bool programmatic) {
   for (const Command& c : commands) {
     if (!c.kernel) {
       check(api_.cuMemcpyHtoDAsync(c.copyTo, c.copyFrom, c.copyBytes, stream_), "cuMemcpyHtoDAsync");
@@ -535,7 +537,7 @@ void CudaDevice::submit(const std::vector<Command>& commands) {
     size_t bytes = c.paramBytes;
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(c.params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
                      &bytes, CU_LAUNCH_PARAM_END};
-    if (programmaticLaunch_) {
+    if (programmatic) {
       // Every kernel begins with griddepcontrol.wait (common.cuh: awaitPreviousKernel), so it may
       // be scheduled before the kernel ahead of it in the stream has finished; in a captured graph
       // this becomes a programmatic edge.
@@ -604,15 +606,17 @@ void CudaDevice::flush() {
   if (pending_.empty()) return;
   std::vector<Command> commands;
   commands.swap(pending_);
+  const bool programmatic = programmaticFor(queueTokens_);
+  queueTokens_ = 0;
   coalesceStagedCopies(commands);
   makeCurrent();
   flushes_++;
   if (!graphsEnabled_ || commands.size() < kMinGraphCommands) {
-    submit(commands);
+    submit(commands, programmatic);
     return;
   }
   for (Graph& g : graphs_) {
-    if (g.commands == commands) {
+    if (g.commands == commands && g.programmatic == programmatic) {
       g.lastUsed = flushes_;
       check(api_.cuGraphLaunch(g.exec, stream_), "cuGraphLaunch");
       graphLaunches_++;
@@ -620,7 +624,7 @@ void CudaDevice::flush() {
     }
   }
   if (commands != lastSubmitted_) {
-    submit(commands);
+    submit(commands, programmatic);
     lastSubmitted_ = std::move(commands);
     return;
   }
@@ -629,7 +633,7 @@ void CudaDevice::flush() {
   CUgraphExec exec = nullptr;
   check(api_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
   try {
-    submit(commands);
+    submit(commands, programmatic);
   } catch (...) {
     api_.cuStreamEndCapture(stream_, &graph);
     if (graph) api_.cuGraphDestroy(graph);
@@ -645,7 +649,7 @@ void CudaDevice::flush() {
     api_.cuGraphExecDestroy(oldest->exec);
     graphs_.erase(oldest);
   }
-  graphs_.push_back({std::move(commands), exec, flushes_});
+  graphs_.push_back({std::move(commands), exec, flushes_, programmatic});
   lastSubmitted_.clear();
   graphsCaptured_++;
   check(api_.cuGraphLaunch(exec, stream_), "cuGraphLaunch");
@@ -655,6 +659,7 @@ void CudaDevice::flush() {
 // ---- ops ----
 
 void CudaDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) {
+  opTokens_ = n;
   if (n == 0) return;
   JITLLM_REQUIRE(cudaSupportsWeightType(table.type), info_.id, ": getRows: weight type ", quant::typeName(table.type),
                  " is not supported");
@@ -682,6 +687,7 @@ void CudaDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n, 
 }
 
 void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) {
+  opTokens_ = rows;
   if (rows == 0) return;
   JITLLM_REQUIRE(rows < (int64_t(1) << 31) && dim > 0 && dim < (int64_t(1) << 31), info_.id, ": rmsNorm: bad shape");
   requireOwned(x, size_t(rows * dim) * 4, "rmsNorm input");
@@ -735,6 +741,7 @@ int CudaDevice::checkMatmul(const WeightRef& w, const float* x, int64_t tokens, 
 }
 
 void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
+  opTokens_ = tokens;
   if (tokens == 0 || w.rows == 0) return;
   const int align = checkMatmul(w, x, tokens, y, bias);
   makeCurrent();
@@ -774,6 +781,7 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 }  // namespace
 
 void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) {
+  opTokens_ = tokens;
   // One launch when every product runs on the dp4a kernels (integer types, one row length) in
   // decode shapes - the launches, not the bytes, are what a decode step's small products cost.
   bool grouped = integerMatmul_ && fuse_ && targets.size() >= 2 && targets.size() <= 3 && tokens > 0 && tokens <= 8;
@@ -965,6 +973,7 @@ int64_t CudaDevice::checkKvStore(const float* k, const float* v, int64_t tokens,
 
 void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
                       const RopeParams& params) {
+  opTokens_ = tokens;
   checkRope(params, headDim, tokens);
   if (tokens == 0) return;
   requireOwned(x, size_t(tokens) * size_t(heads) * size_t(headDim) * 4, "rope input");
@@ -981,6 +990,7 @@ void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const in
 }
 
 void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) {
+  opTokens_ = tokens;
   if (tokens == 0) return;
   const int64_t width = checkKvStore(k, v, tokens, layout);
   makeCurrent();
@@ -995,6 +1005,7 @@ void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const K
 void CudaDevice::ropeAndStore(float* q, float* k, const float* v, int64_t tokens, int heads, int kvHeads,
                               const int32_t* positions, const RopeParams& params, const KvSlot* slots,
                               const KvLayout& layout) {
+  opTokens_ = tokens;
   if (!fuse_) {
     Device::ropeAndStore(q, k, v, tokens, heads, kvHeads, positions, params, slots, layout);
     return;
@@ -1024,6 +1035,7 @@ void CudaDevice::ropeAndStore(float* q, float* k, const float* v, int64_t tokens
 }
 
 void CudaDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
+  opTokens_ = batch.tokens;
   if (batch.tokens == 0) return;
   const KvLayout& kv = batch.kv;
   JITLLM_REQUIRE(kv.kvHeads > 0 && batch.heads % kv.kvHeads == 0 && kv.headDim > 0 && kv.headDim <= 256 &&

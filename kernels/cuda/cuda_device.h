@@ -172,6 +172,7 @@ class CudaDevice final : public Device {
     std::vector<Command> commands;
     CUgraphExec exec = nullptr;
     uint64_t lastUsed = 0;
+    bool programmatic = false;
   };
   static constexpr size_t kMaxGraphs = 16;        // per device, least recently used dropped
   static constexpr size_t kMinGraphCommands = 8;  // shorter queues go straight to the stream
@@ -208,7 +209,13 @@ class CudaDevice final : public Device {
   // Submits what is queued: as a cached graph when one matches, else call by call (capturing it
   // as a graph when it repeats the previous queue). Safe from any thread.
   void flush();
-  void submit(const std::vector<Command>& commands);
+  // programmatic: launch the kernels with programmatic dependent launch.
+  void submit(const std::vector<Command>& commands, bool programmatic);
+  // Programmatic dependent launch pays in decode, where a step is ~200 short kernels; in prefill
+  // (pp512: 5-7 % slower with it on the H200) it does not. Queues of at most this many tokens
+  // per op use it.
+  static constexpr int64_t kProgrammaticMaxTokens = 8;
+  bool programmaticFor(int64_t tokens) const { return programmaticLaunch_ && tokens <= kProgrammaticMaxTokens; }
   void coalesceStagedCopies(std::vector<Command>& commands) const;
   // Forgets the graphs (memory they refer to is going away).
   void dropGraphs();
@@ -350,6 +357,11 @@ class CudaDevice final : public Device {
   std::vector<CUevent> eventPool_;
   void collectProfile();
 
+  // Tokens of the op being queued (executor thread; each op that knows them sets it first - swiglu
+  // and add keep the op before's), and the most of any op in the queue (under pendingMutex_):
+  // which queues take programmatic launch.
+  int64_t opTokens_ = 0;
+  int64_t queueTokens_ = 0;
   std::mutex pendingMutex_;  // the queue and the graphs (release() may flush from another thread)
   std::vector<Command> pending_;
   std::vector<Command> lastSubmitted_;  // the previous queue submitted call by call
