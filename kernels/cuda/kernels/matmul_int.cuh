@@ -355,6 +355,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
 #else
 // Warp `warp` of a product's grid: its kRows rows (per slot) of W times its JL_TOKENS tokens.
 // Returns at once when the warp has no rows (whole warps: the sums shuffle).
+//
+// The kernels' wait for the kernel before them (common.cuh: awaitPreviousKernel) is here, after
+// the loads of the lane's first unit of weights: weights are never written by the kernels of a
+// step, so their DRAM latency - most of a decode product's time - overlaps the previous kernel's
+// end instead of following it. Nothing else is touched before the wait.
 template <class W, int kRows>
 JL_DEV void productWarp(int warp, const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq,
                         u64 xqStride, int tokens, float* __restrict__ y, const float* __restrict__ bias) {
@@ -368,13 +373,21 @@ JL_DEV void productWarp(int warp, const u8* __restrict__ w, u64 rowStride, int r
   const u8* wr[kRows];
   rowPointers(w, rowStride, r0, rows, wr);
 
+  typename W::Unit wu[kRows];
+  if (sub < kUnits) {
+#pragma unroll
+    for (int r = 0; r < kRows; r++) W::load(wr[r], sub, wu[r]);
+  }
+  awaitPreviousKernel();
+
   // Decode reads each weight once: two units' loads in flight per lane.
   constexpr int kUnroll = kTokens == 1 ? 2 : 1;
 #pragma unroll kUnroll
   for (int u = sub; u < kUnits; u += kLanes) {
-    typename W::Unit wu[kRows];
+    if (u != sub) {
 #pragma unroll
-    for (int r = 0; r < kRows; r++) W::load(wr[r], u, wu[r]);
+      for (int r = 0; r < kRows; r++) W::load(wr[r], u, wu[r]);
+    }
 #pragma unroll
     for (int t = 0; t < kTokens; t++) {
       typename W::X x;
@@ -410,7 +423,7 @@ JL_DEV void groupPart(const ProductPart& p, int block, const u8* xq, u64 xqStrid
 // blocks together, tokens / JL_TOKENS), 128 threads.
 extern "C" __global__ void __launch_bounds__(128) matmul_int_group(const ProductParts parts, const u8* __restrict__ xq,
                                                                    u64 xqStride, int tokens) {
-  awaitPreviousKernel();
+  // awaitPreviousKernel() is in productWarp, after the first weight loads.
   int block = blockIdx.x;
   if (block < parts.part[0].blocks) return groupPart<JL_W0, JL_R0>(parts.part[0], block, xq, xqStride, tokens);
   block -= parts.part[0].blocks;
@@ -426,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int_group(const Product
 extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
                                                              const u8* __restrict__ xq, u64 xqStride, int tokens,
                                                              float* __restrict__ y, const float* __restrict__ bias) {
-  awaitPreviousKernel();
+  // awaitPreviousKernel() is in productWarp, after the first weight loads.
   productWarp<IntWeights, JL_ROWS>(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), w, rowStride, rows, xq,
                                    xqStride, tokens, y, bias);
 }
