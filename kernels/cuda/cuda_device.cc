@@ -133,6 +133,21 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
+  // "NAME=VALUE,..." added to every kernel module's #defines (JL_UNROLL=4): tuning runs only.
+  if (const char* d = std::getenv("JITLLM_CUDA_DEFINES")) {
+    std::string list = d;
+    for (size_t at = 0; at < list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      const std::string item = list.substr(at, end - at);
+      const size_t eq = item.find('=');
+      char* rest = nullptr;
+      const long long value = eq == std::string::npos ? 0 : std::strtoll(item.c_str() + eq + 1, &rest, 10);
+      JITLLM_REQUIRE(eq != std::string::npos && eq > 0 && rest != item.c_str() + eq + 1 && *rest == '\0',
+                     "JITLLM_CUDA_DEFINES: '", item, "' is not NAME=VALUE");
+      tuningDefines_.emplace_back(item.substr(0, eq), int64_t(value));
+      at = end + 1;
+    }
+  }
 }
 
 CudaDevice::~CudaDevice() {
@@ -402,7 +417,9 @@ void CudaDevice::commit(const Staged& s) {
 
 // ---- kernels ----
 
-CUmodule CudaDevice::module(const ModuleSpec& spec) {
+CUmodule CudaDevice::module(const ModuleSpec& given) {
+  ModuleSpec spec = given;
+  spec.defines.insert(spec.defines.end(), tuningDefines_.begin(), tuningDefines_.end());
   const std::string key = spec.key();
   if (auto it = modules_.find(key); it != modules_.end()) return it->second;
   std::string material = spec.source();

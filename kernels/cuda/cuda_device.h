@@ -219,6 +219,7 @@ class CudaDevice final : public Device {
   void coalesceStagedCopies(std::vector<Command>& commands) const;
   // Forgets the graphs (memory they refer to is going away).
   void dropGraphs();
+  // The module of spec (plus JITLLM_CUDA_DEFINES), compiled or from the caches.
   CUmodule module(const ModuleSpec& spec);
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
@@ -338,6 +339,7 @@ class CudaDevice final : public Device {
   void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                    std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);
   int intDecodeRows_ = 0, intPrefillRows_ = 0;  // 0: the built-in choice
+  std::vector<std::pair<std::string, int64_t>> tuningDefines_;  // JITLLM_CUDA_DEFINES
   std::optional<ElementwiseKernels> elementwise_;
 
   // JITLLM_CUDA_PROFILE=1: each launch is submitted at once between two timing events, and its

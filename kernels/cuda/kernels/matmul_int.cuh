@@ -380,8 +380,12 @@ JL_DEV void productWarp(int warp, const u8* __restrict__ w, u64 rowStride, int r
   }
   awaitPreviousKernel();
 
-  // Decode reads each weight once: two units' loads in flight per lane.
-  constexpr int kUnroll = kTokens == 1 ? 2 : 1;
+  // Decode reads each weight once: JL_UNROLL units' loads in flight per lane (a tuning define,
+  // JITLLM_CUDA_DEFINES; 2 unless set).
+#ifndef JL_UNROLL
+#define JL_UNROLL 2
+#endif
+  constexpr int kUnroll = kTokens == 1 ? JL_UNROLL : 1;
 #pragma unroll kUnroll
   for (int u = sub; u < kUnits; u += kLanes) {
     if (u != sub) {
