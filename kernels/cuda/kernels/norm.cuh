@@ -25,7 +25,7 @@ JL_DEV void addAndNormRow(float* x, const float* addend, const float* w, float* 
     const int v = threadIdx.x + j * threads;  // the virtual thread
     double sum = 0;
     for (int i = v; i < dim; i += kNormThreads) {
-      float value = __ldcg(x + i);  // through L2 like addend (the kernels before wrote it)
+      float value = x[i];
       if (addend) {
         value = __fadd_rn(value, __ldcg(addend + i));
         x[i] = value;
