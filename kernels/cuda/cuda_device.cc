@@ -177,7 +177,6 @@ CudaDevice::~CudaDevice() {
   if (xq_) api_.cuMemFree(xq_);
   if (partials_) api_.cuMemFree(partials_);
   if (chunkCounters_) api_.cuMemFree(chunkCounters_);
-  if (normCounter_) api_.cuMemFree(normCounter_);
   if (ringHost_) api_.cuMemFreeHost(ringHost_);
   for (auto* s : staging_) {
     if (s) api_.cuMemFreeHost(s);
@@ -456,15 +455,6 @@ CUfunction CudaDevice::matmulKernel(quant::TensorType type, int64_t cols, int al
   return f;
 }
 
-CUfunction CudaDevice::intMatmulNormKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows) {
-  const uint64_t key = (uint64_t(type) << 56) | (uint64_t(align) << 48) | (uint64_t(tokens) << 40) |
-                       (uint64_t(rows) << 34) | uint64_t(cols);
-  if (auto it = intMatmulNorms_.find(key); it != intMatmulNorms_.end()) return it->second;
-  CUfunction f = function(module(intMatmulModule(type, cols, align, tokens, rows, false)), "matmul_int_norm");
-  intMatmulNorms_.emplace(key, f);
-  return f;
-}
-
 CUfunction CudaDevice::intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows,
                                        bool mma) {
   const uint64_t key = (uint64_t(type) << 56) | (uint64_t(align) << 48) | (uint64_t(tokens) << 40) |
@@ -517,7 +507,6 @@ size_t CudaDevice::enqueue(const char* op, const Command& c) {
   if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
   producer_ = {};                        // and comes after the producer
   lastAdd_ = {};                         // and after the add
-  lastProduct_ = {};                     // and after the product
   if (profile_) [[unlikely]] {
     const bool programmatic = programmaticFor(opTokens_);
     // Each launch at once, between two timing events: the GPU's own time for it, read back at
@@ -541,24 +530,6 @@ size_t CudaDevice::enqueue(const char* op, const Command& c) {
   pending_.push_back(c);
   queueTokens_ = std::max(queueTokens_, opTokens_);
   return pending_.size() - 1;
-}
-
-bool CudaDevice::replaceLastTwo(size_t index, const Command& first, const Command& second, const Command& replacement) {
-  std::lock_guard lock(pendingMutex_);
-  if (index + 2 != pending_.size() || !(pending_[index] == first) || !(pending_[index + 1] == second)) return false;
-  pending_[index] = replacement;
-  pending_.pop_back();
-  return true;
-}
-
-CUdeviceptr CudaDevice::normCounter() {
-  if (!normCounter_) {
-    check(api_.cuMemAlloc(&normCounter_, kAllocationGranule), "cuMemAlloc (norm counter)");
-    used_ += kAllocationGranule;
-    // On the stream before anything queued now is submitted.
-    check(api_.cuMemsetD32Async(normCounter_, 0, kAllocationGranule / 4, stream_), "cuMemsetD32Async");
-  }
-  return normCounter_;
 }
 
 bool CudaDevice::replaceIfLastQueued(size_t index, const Command& expected, const Command& replacement) {
@@ -746,30 +717,6 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   const auto make = [=](CUdeviceptr add, CUdeviceptr xq, uint64_t stride) {
     return makeLaunch(f, unsigned(rows), 1, kNormThreads, 0, xp, wp, op, d, eps, xq, stride, add);
   };
-  // The product that wrote y, the add x += y and this norm of x, queued in a row, in decode: the
-  // product's last block adds and normalises (matmul_int_norm) - two launches fewer.
-  const QueuedProduct& product = lastAdd_.product;
-  if (fuse_ && lastAdd_.x == x && lastAdd_.elements == rows * dim && product.withNorm && product.tokens == rows &&
-      product.rows == dim && dim % 32 == 0) {
-    const CUdeviceptr counter = normCounter();
-    const auto fused = [=, withNorm = product.withNorm](CUdeviceptr xq, uint64_t stride) {
-      return withNorm(NormAfterAbi{xp, wp, op, xq, stride, counter, eps, 0});
-    };
-    const Command c = fused(0, 0);
-    if (replaceLastTwo(product.index, product.command, lastAdd_.command, c)) {
-      const size_t index = product.index;
-      lastAdd_ = {};
-      quantized_ = {};
-      producer_ = {};
-      fusedAdds_++;
-      fusedNorms_++;
-      offerFusion(index, c, out, rows * dim, [=](CUdeviceptr xq, uint64_t stride, int k) -> std::optional<Command> {
-        if (k != d) return std::nullopt;
-        return fused(xq, stride);
-      });
-      return;
-    }
-  }
   // x += y just queued (the residual add) is done by this kernel as it reads x: the add's launch
   // is replaced.
   size_t index = kNotQueued;
@@ -993,20 +940,6 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   launchMatmul(mma ? "matmul_mma" : "matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
                mma ? 16 : intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp,
                bp);
-  if (fuse_ && !mma && tokens <= kProgrammaticMaxTokens && !profile_) {
-    // The add and norm after this product (the residual stream) may become its last block's work.
-    std::lock_guard lock(pendingMutex_);
-    if (!pending_.empty() && pending_.back().kernel == f) {
-      const CUfunction nf = intMatmulNormKernel(w.type, w.cols, align, perWarpTokens, perWarpRows);
-      const Command plain = pending_.back();
-      lastProduct_ = {pending_.size() - 1, plain, y, tokens, w.rows, [=](const NormAfterAbi& norm) {
-                        Command c = plain;
-                        c.kernel = nf;
-                        appendParam(c, norm);
-                        return c;
-                      }};
-    }
-  }
   // A product whose output overwrites its own input leaves xq_ describing bytes that changed.
   quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
 }
@@ -1246,12 +1179,8 @@ void CudaDevice::add(float* x, const float* y, int64_t n) {
   int64_t count = n;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
   const Command c = makeLaunch(elementwise().add, unsigned(blocks), 1, 256, 0, xp, yp, count);
-  QueuedProduct product = std::move(lastProduct_);  // enqueue forgets it
   const size_t index = enqueue("add", c);
-  if (index == kNotQueued) return;
-  // An rmsNorm of x next takes the add over - with the product before it, when that wrote y.
-  if (!(product.y == y && product.tokens * product.rows == n && product.index + 1 == index)) product = {};
-  lastAdd_ = {index, c, x, y, n, std::move(product)};
+  if (index != kNotQueued) lastAdd_ = {index, c, x, y, n};  // an rmsNorm of x next takes it over
 }
 
 }  // namespace jitllm::cuda

@@ -90,10 +90,8 @@ class CudaDevice final : public Device {
   // them (fused). Executor thread (tests).
   uint64_t separateQuantizations() const { return separateQuantizations_; }
   uint64_t fusedQuantizations() const { return fusedQuantizations_; }
-  // Residual adds done by the rmsNorm after them, or with that norm by the product before (tests).
+  // Residual adds done by the rmsNorm after them (tests).
   uint64_t fusedAdds() const { return fusedAdds_; }
-  // Of those, the ones the product's last block did (matmul_int_norm; tests).
-  uint64_t fusedNorms() const { return fusedNorms_; }
   // matmuls() calls that ran as one launch (tests).
   uint64_t groupedProducts() const { return groupedProducts_; }
 
@@ -200,15 +198,6 @@ class CudaDevice final : public Device {
     c.paramBytes = uint32_t(offset);
     return c;
   }
-  // Adds one more parameter after c's, where the kernel's ABI puts it.
-  template <typename T>
-  static void appendParam(Command& c, const T& value) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const size_t offset = (c.paramBytes + alignof(T) - 1) / alignof(T) * alignof(T);
-    JITLLM_ASSERT(offset + sizeof(T) <= c.params.size());
-    std::memcpy(c.params.data() + offset, &value, sizeof(T));
-    c.paramBytes = uint32_t(offset + sizeof(T));
-  }
   template <typename... A>
   void launch(const char* op, CUfunction f, unsigned gridX, unsigned gridY, unsigned block, size_t sharedBytes,
               const A&... args) {
@@ -235,8 +224,6 @@ class CudaDevice final : public Device {
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
   CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows, bool mma);
-  // matmul_int_norm of intMatmulModule(type, cols, align, tokens, rows).
-  CUfunction intMatmulNormKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows);
   // Launches a matrix-product kernel over w's rows and `tokens`: blocks of 4 warps of rowsPerWarp
   // rows, a grid row per perWarpTokens tokens; the profile names the shape. `args`: the kernel's.
   template <typename... A>
@@ -302,8 +289,7 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> intMatmuls_;
   std::unordered_map<uint64_t, CUfunction> attentionSplits_;
   std::unordered_map<std::string, CUfunction> groupMatmuls_;  // by intMatmulGroupModule's key
-  std::unordered_map<uint64_t, CUfunction> intMatmulNorms_;
-  bool fuse_ = true;                 // CudaDeviceOptions::fuse
+  bool fuse_ = true;                                          // CudaDeviceOptions::fuse
   bool programmaticLaunch_ = false;  // CudaDeviceOptions::programmaticLaunch, where the GPU and driver allow
   bool splitAttention_ = true;       // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
   CUdeviceptr partials_ = 0;         // per-chunk attention states (attention_split)
@@ -335,50 +321,24 @@ class CudaDevice final : public Device {
     std::function<std::optional<Command>(CUdeviceptr xq, uint64_t stride, int k)> fused;
   };
   FusableProducer producer_;
-  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0, fusedNorms_ = 0;
-  // matmul_int_norm's NormAfter, as its ABI lays it out.
-  struct NormAfterAbi {
-    CUdeviceptr x, weight, out, xq;
-    uint64_t xqStride;
-    CUdeviceptr counter;
-    float eps;
-    int32_t pad;
-  };
-  // The last op queued when it was an integer product in decode shape: with the add after it and
-  // the norm after that, withNorm gives the one command that does all three (matmul_int_norm).
-  struct QueuedProduct {
-    size_t index = kNotQueued;
-    Command command;
-    const float* y = nullptr;
-    int64_t tokens = 0, rows = 0;
-    std::function<Command(const NormAfterAbi&)> withNorm;
-  };
-  QueuedProduct lastProduct_;
+  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0;
   // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
-  // kernel that adds and normalises (rms_norm's addend) - or, when the product that wrote y came
-  // just before the add, the product does both.
+  // kernel that adds and normalises (rms_norm's addend).
   struct QueuedAdd {
     size_t index = kNotQueued;
     Command command;
     const float* x = nullptr;
     const float* y = nullptr;
     int64_t elements = 0;
-    QueuedProduct product;
   };
   QueuedAdd lastAdd_;
-  // Replaces the last two commands queued, if they are still `first` and `second` at index and
-  // index + 1, with `replacement`; false if not.
-  bool replaceLastTwo(size_t index, const Command& first, const Command& second, const Command& replacement);
-  // matmul_int_norm's counter of finished blocks (zero between launches), allocated on first use.
-  CUdeviceptr normCounter();
-  CUdeviceptr normCounter_ = 0;
   // Puts `replacement` in place of the queued command at `index` if that is still the last one
   // queued and still `expected` (another thread's flush may have taken the queue); false if not.
   bool replaceIfLastQueued(size_t index, const Command& expected, const Command& replacement);
   // Records the command at `index` as fusable (when the integer kernels are on).
   void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                    std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);
-  int intDecodeRows_ = 0, intPrefillRows_ = 0;                  // 0: the built-in choice
+  int intDecodeRows_ = 0, intPrefillRows_ = 0;  // 0: the built-in choice
   std::vector<std::pair<std::string, int64_t>> tuningDefines_;  // JITLLM_CUDA_DEFINES
   std::optional<ElementwiseKernels> elementwise_;
 

@@ -53,10 +53,7 @@ std::string ModuleSpec::source() const {
   for (const auto& [name, value] : defines) s += "#define " + name + " " + std::to_string(value) + "\n";
   s += requireSource("common.cuh");
   if (file == "matmul.cuh" || file == "matmul_int.cuh") s += requireSource("weights.cuh");
-  if (file == "elementwise.cuh" || file == "attention.cuh" || file == "matmul_int.cuh") {
-    s += requireSource("quantize_x.cuh");
-  }
-  if (file == "elementwise.cuh" || file == "matmul_int.cuh") s += requireSource("norm.cuh");
+  if (file == "elementwise.cuh" || file == "attention.cuh") s += requireSource("quantize_x.cuh");
   s += requireSource(file);
   return s;
 }

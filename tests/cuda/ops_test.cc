@@ -321,55 +321,6 @@ TEST_F(CudaOps, GroupedProductsGiveTheBitsOfSeparateOnesInOneLaunch) {
   }
 }
 
-// A decode step's o (or down) projection, the residual add and the next norm as the model queues
-// them - the norm writing over the product's output, as model.cc's `normed` - run as one kernel
-// whose last block adds and normalises (matmul_int_norm): the residual stream, the normalised
-// rows and the next product of them have the bits of three separate launches. Several tokens too,
-// and the wide rows of a 3B model (3072).
-TEST_F(CudaOps, AProductsLastBlockDoesTheAddAndNormAfterItWithTheSameBits) {
-  for (int64_t dim : {512, 3072}) {
-    const Matrix mw = randomMatrix(TensorType::kQ4_K, dim, 512, freshSeed() + 51 + uint32_t(dim));
-    const Matrix mn = randomMatrix(TensorType::kQ6_K, 64, dim, freshSeed() + 52);
-    auto w = gpu->adoptHostBytes(mw.bytes.data(), mw.bytes.size());
-    auto wn = gpu->adoptHostBytes(mn.bytes.data(), mn.bytes.size());
-    const WeightRef product{TensorType::kQ4_K, w->data(), dim, 512, mw.stride};
-    const WeightRef next{TensorType::kQ6_K, wn->data(), 64, dim, mn.stride};
-    auto normWeight = upload(*gpu, randomFloats(size_t(dim), freshSeed() + 53, 0.2f, 1.0f));
-    for (int64_t tokens : {1, 3}) {
-      SCOPED_TRACE(std::to_string(dim) + " columns, " + std::to_string(tokens) + " tokens");
-      const auto xHost = randomFloats(size_t(tokens * 512), freshSeed() + 54, 2.0f);
-      const auto residualHost = randomFloats(size_t(tokens * dim), freshSeed() + 55, 4.0f);
-      const auto run = [&](bool together) {
-        auto x = upload(*gpu, xHost);
-        auto residual = upload(*gpu, residualHost);
-        auto normed = gpu->allocate(size_t(tokens * dim) * 4);
-        auto z = gpu->allocate(size_t(tokens * 64) * 4);
-        auto* y = reinterpret_cast<float*>(normed->data());
-        const uint64_t norms = gpu->fusedNorms();
-        gpu->matmul(product, x.as<float>(), tokens, y, nullptr);
-        if (!together) download<float>(*gpu, *normed, 1);  // runs the queue: nothing to fuse with
-        gpu->add(residual.as<float>(), y, tokens * dim);
-        gpu->rmsNorm(residual.as<float>(), normWeight.as<float>(), y, tokens, dim, 1e-5f);
-        gpu->matmul(next, y, tokens, reinterpret_cast<float*>(z->data()), nullptr);
-        EXPECT_EQ(norms + (together ? 1 : 0), gpu->fusedNorms());
-        std::vector<float> all = download<float>(*gpu, *residual.buffer, size_t(tokens * dim));
-        for (const auto* b : {normed.get(), z.get()}) {
-          const auto part = download<float>(*gpu, *b, b == z.get() ? size_t(tokens * 64) : size_t(tokens * dim));
-          all.insert(all.end(), part.begin(), part.end());
-        }
-        return all;
-      };
-      const auto fused = run(true);
-      const auto separate = run(false);
-      ASSERT_EQ(fused.size(), separate.size());
-      EXPECT_EQ(0, std::memcmp(fused.data(), separate.data(), fused.size() * 4));
-      // Twice: the block counter was left at zero.
-      const auto again = run(true);
-      EXPECT_EQ(0, std::memcmp(again.data(), separate.data(), again.size() * 4));
-    }
-  }
-}
-
 // rope of q and k and kvStore of k and v in one launch: the CPU's rotated q and k and its pages,
 // bit for bit, in fp32 and fp16 pages, adjacent-pair and neox rotation, a partial rotation.
 TEST_F(CudaOps, RopeAndStoreIsRopeThenKvStoreInOneLaunch) {

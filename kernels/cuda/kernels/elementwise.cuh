@@ -9,14 +9,47 @@
 
 // One block of kNormThreads per row (decode normalises one row: a wide block keeps each thread's
 // chain of double adds short). With addend (non-null) it first adds that to x, in place - the
-// residual add before the next layer's norm, one launch instead of two (norm.cuh).
+// residual add before the next layer's norm, one launch instead of two; each thread re-reads only
+// the elements it wrote.
+constexpr int kNormThreads = 1024;
 extern "C" __global__ void __launch_bounds__(kNormThreads) rms_norm(float* x, const float* w, float* out, int dim,
                                                                     float eps, u8* xq, u64 xqStride,
                                                                     const float* addend) {
   awaitPreviousKernel();
-  const i64 row = blockIdx.x;
-  addAndNormRow(x + row * dim, addend ? addend + row * dim : nullptr, w, out + row * dim,
-                xq ? xq + u64(row) * xqStride : nullptr, dim, eps);
+  __shared__ double partial[kNormThreads / 32];
+  __shared__ float scaleShared;
+  float* xr = x + i64(blockIdx.x) * dim;
+  float* o = out + i64(blockIdx.x) * dim;
+  double sum = 0;
+  if (addend) {
+    const float* ar = addend + i64(blockIdx.x) * dim;
+    for (int i = threadIdx.x; i < dim; i += kNormThreads) {
+      const float v = __fadd_rn(xr[i], ar[i]);
+      xr[i] = v;
+      sum += double(v) * double(v);
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += kNormThreads) sum += double(xr[i]) * double(xr[i]);
+  }
+  sum = warpSumD(sum);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const double total = warpSumD(partial[threadIdx.x]);
+    if (threadIdx.x == 0) scaleShared = float(1.0 / sqrt(total / double(dim) + double(eps)));
+  }
+  __syncthreads();
+  const float scale = scaleShared;
+  if (xq) {
+    u8* q = xq + u64(blockIdx.x) * xqStride;
+    for (int i = threadIdx.x; i < dim; i += kNormThreads) {  // dim % 32 == 0: whole warps take each turn
+      const float v = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+      o[i] = v;
+      quantizeBlock32(v, q, dim, i & ~31);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < dim; i += kNormThreads) o[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
 }
 
 // cos and sin of token t's angles into cs[0, half) and cs[half, 2 half) (shared memory; the caller

@@ -447,43 +447,5 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
   productWarp<IntWeights, JL_ROWS>(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), w, rowStride, rows, xq,
                                    xqStride, tokens, y, bias);
 }
-
-// The residual add and RMS norm that follow a product in decode (x += y, then the next norm of x),
-// done by the product's last block instead of a kernel of their own (norm.cuh: the same bits as
-// rms_norm). counter is zero before the launch and left at zero.
-struct NormAfter {
-  float* x;            // the residual stream, tokens rows of `rows` elements
-  const float* weight;  // the norm's
-  float* out;           // the normalised rows (may be y)
-  u8* xq;               // and their integer form, when not null
-  u64 xqStride;
-  unsigned* counter;
-  float eps;
-};
-
-// matmul_int, then the block that finishes last does norm for every token row.
-extern "C" __global__ void __launch_bounds__(128) matmul_int_norm(const u8* __restrict__ w, u64 rowStride, int rows,
-                                                                  const u8* xq, u64 xqStride, int tokens, float* y,
-                                                                  const float* __restrict__ bias,
-                                                                  const NormAfter norm) {
-  // awaitPreviousKernel() is in productWarp, after the first weight loads.
-  productWarp<IntWeights, JL_ROWS>(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), w, rowStride, rows, xq,
-                                   xqStride, tokens, y, bias);
-  __shared__ bool last;
-  __threadfence();  // this block's rows of y are visible to every block before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(norm.counter, 1u) == gridDim.x * gridDim.y - 1;
-    if (last) *norm.counter = 0;  // every other block has counted
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  awaitPreviousKernel();  // (warps without rows skipped it in productWarp; x is the previous kernels')
-  for (int t = 0; t < tokens; t++) {
-    addAndNormRow(norm.x + i64(t) * rows, y + i64(t) * rows, norm.weight, norm.out + i64(t) * rows,
-                  norm.xq ? norm.xq + u64(t) * norm.xqStride : nullptr, rows, norm.eps);
-  }
-}
 #endif  // JL_PARTS
 #endif  // JL_MMA
