@@ -59,7 +59,15 @@ if [ "$what" = mma ]; then
 fi
 if [ "$what" = decode ]; then
   # All CUDA tests, a memory check of the ops, then decode with each launch-saving path on and off
-  # (JITLLM_CUDA_PDL, JITLLM_CUDA_FUSE: docs/cuda.md) on the 1B and 3B shapes, and a profile.
+  # (JITLLM_CUDA_PDL, JITLLM_CUDA_FUSE: docs/cuda.md) on the 1B and 3B shapes, kernel defines to
+  # try ($TUNE_DEFINES, JITLLM_CUDA_DEFINES values), and a profile. With .peer/llama.cpp.bundle
+  # carried, llama.cpp (CUDA) builds meanwhile and runs side by side with jitllm at the end.
+  if [ -f .peer/llama.cpp.bundle ]; then
+    ( JITLLM_PEER_DIR=/tmp/peer JITLLM_PEER_BUNDLE=$PWD/.peer/llama.cpp.bundle PEER_TARGETS="llama-bench" \
+        PEER_CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" bash "$SHARED/peer/setup" > "$OUT/peer-setup.log" 2>&1
+      echo "exit $?" >> "$OUT/peer-setup.log" ) &
+    peer=$!
+  fi
   $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
   echo "tests: $(( $(date +%s) - start )) s"
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests \
@@ -73,8 +81,28 @@ if [ "$what" = decode ]; then
         tee -a "$OUT/bench-decode.txt" | grep -E "^# (pp|tg)"
     done
   done
+  for d in $TUNE_DEFINES; do
+    for m in 1b 3b; do
+      echo "== $m JITLLM_CUDA_DEFINES=$d"
+      JITLLM_CUDA_DEFINES=$d timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/bench-tune.txt" | grep -E "^# (pp|tg)"
+    done
+  done
   JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 64 -r 1 2>&1 | grep -E "calls" |
     sort -k4 -n -r | head -30
+  if [ -n "${peer:-}" ]; then
+    wait $peer
+    tail -1 "$OUT/peer-setup.log"
+    echo "llama.cpp built: $(( $(date +%s) - start )) s"
+    for m in 1b 3b; do
+      for round in 1 2; do
+        timeout 150 /tmp/peer/bin/llama-bench -m /tmp/$m.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 2>&1 |
+          tee -a "$OUT/llama-bench-$m.txt" | grep -E "pp512|tg128" | sed "s/^/$m llama.cpp r$round: /"
+        timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
+          tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m jitllm r$round: /"
+      done
+    done
+  fi
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi
