@@ -125,6 +125,8 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   tensorCores_ = options.tensorCores.value_or(!(mma && std::strcmp(mma, "0") == 0)) && arch_ >= 80;
   const char* fuse = std::getenv("JITLLM_CUDA_FUSE");
   fuse_ = options.fuse.value_or(!(fuse && std::strcmp(fuse, "0") == 0));
+  const char* gather = std::getenv("JITLLM_CUDA_GATHER");
+  blockKernels_ = options.blockKernels.value_or(!(gather && std::strcmp(gather, "0") == 0));
   const char* pdl = std::getenv("JITLLM_CUDA_PDL");
   programmaticLaunch_ = options.programmaticLaunch.value_or(!(pdl && std::strcmp(pdl, "0") == 0)) && arch_ >= 90 &&
                         api_.cuLaunchKernelEx != nullptr;
@@ -177,6 +179,7 @@ CudaDevice::~CudaDevice() {
   if (xq_) api_.cuMemFree(xq_);
   if (partials_) api_.cuMemFree(partials_);
   if (chunkCounters_) api_.cuMemFree(chunkCounters_);
+  if (blockBuffer_) api_.cuMemFree(blockBuffer_);
   if (ringHost_) api_.cuMemFreeHost(ringHost_);
   for (auto* s : staging_) {
     if (s) api_.cuMemFreeHost(s);
@@ -347,6 +350,10 @@ void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
     enqueue("copy", c);
     return;
   }
+  uploadThroughStaging(dptr(dst), src, bytes);
+}
+
+void CudaDevice::uploadThroughStaging(CUdeviceptr dst, const void* src, size_t bytes) {
   flush();
   quantized_ = {};
   const auto* from = static_cast<const uint8_t*>(src);
@@ -354,10 +361,108 @@ void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
     const size_t n = std::min(kStagingBytes, bytes - done);
     check(api_.cuEventSynchronize(stagingEvents_[turn]), "cuEventSynchronize");  // its last copy ran
     std::memcpy(staging_[turn], from + done, n);
-    check(api_.cuMemcpyHtoDAsync(dptr(dst + done), staging_[turn], n, stream_), "cuMemcpyHtoDAsync");
+    check(api_.cuMemcpyHtoDAsync(dst + done, staging_[turn], n, stream_), "cuMemcpyHtoDAsync");
     check(api_.cuEventRecord(stagingEvents_[turn], stream_), "cuEventRecord");
     done += n;
   }
+}
+
+void CudaDevice::downloadThroughStaging(void* dst, CUdeviceptr src, size_t bytes) {
+  flush();
+  auto* out = static_cast<uint8_t*>(dst);
+  // Chunk k's copy into pinned buffer k % 2 runs while the host moves chunk k - 1 out of the other.
+  size_t waiting = 0, waitingBytes = 0;
+  int waitingTurn = -1;
+  const auto drain = [&] {
+    if (waitingTurn < 0) return;
+    check(api_.cuEventSynchronize(stagingEvents_[size_t(waitingTurn)]), "cuEventSynchronize");
+    std::memcpy(out + waiting, staging_[size_t(waitingTurn)], waitingBytes);
+    waitingTurn = -1;
+  };
+  for (size_t done = 0, turn = 0; done < bytes; turn ^= 1) {
+    const size_t n = std::min(kStagingBytes, bytes - done);
+    check(api_.cuEventSynchronize(stagingEvents_[turn]), "cuEventSynchronize");  // its last copy ran
+    check(api_.cuMemcpyDtoHAsync(staging_[turn], src + done, n, stream_), "cuMemcpyDtoHAsync");
+    check(api_.cuEventRecord(stagingEvents_[turn], stream_), "cuEventRecord");
+    drain();
+    waiting = done, waitingBytes = n, waitingTurn = int(turn);
+    done += n;
+  }
+  drain();
+}
+
+int CudaDevice::checkBlocks(const uint8_t* const* blocks, size_t count, size_t blockBytes, const char* what) const {
+  JITLLM_REQUIRE(
+      count < (size_t(1) << 31) && blockBytes < (size_t(1) << 40) && count * blockBytes / blockBytes == count, info_.id,
+      ": ", what, ": ", count, " blocks of ", blockBytes, " bytes");
+  int wide = blockBytes % 16 == 0;
+  for (size_t i = 0; i < count; i++) {
+    requireOwned(blocks[i], blockBytes, what);
+    wide = wide && reinterpret_cast<uintptr_t>(blocks[i]) % 16 == 0;
+  }
+  return wide;
+}
+
+CUdeviceptr CudaDevice::stageBlockList(const uint8_t* const* blocks, size_t count) {
+  Staged s = stage(count * sizeof(uint64_t));
+  for (size_t i = 0; i < count; i++) {
+    const uint64_t address = uint64_t(reinterpret_cast<uintptr_t>(blocks[i]));
+    std::memcpy(s.host + i * sizeof(uint64_t), &address, sizeof address);
+  }
+  commit(s);
+  return s.device;
+}
+
+void CudaDevice::gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes) {
+  if (count == 0 || blockBytes == 0) return;
+  if (!blockKernels_) {
+    Device::gatherToHost(dst, blocks, count, blockBytes);
+    return;
+  }
+  makeCurrent();
+  opTokens_ = 0;
+  int wide = checkBlocks(blocks, count, blockBytes, "gathered block");
+  const size_t total = count * blockBytes;
+  // Growing synchronises and restarts the ring: before anything is staged.
+  growScratch(blockBuffer_, blockBufferBytes_, total, "block transfers");
+  CUdeviceptr list = stageBlockList(blocks, count);
+  CUdeviceptr out = blockBuffer_;
+  uint64_t bytes = blockBytes;
+  launch("gatherBlocks", blockKernels().first, unsigned(count), blockChunks(blockBytes, wide), 256, 0, list, out, bytes,
+         wide);
+  downloadThroughStaging(dst, blockBuffer_, total);
+}
+
+void CudaDevice::scatterFromHost(uint8_t* const* blocks, const void* src, size_t count, size_t blockBytes) {
+  if (count == 0 || blockBytes == 0) return;
+  if (!blockKernels_) {
+    Device::scatterFromHost(blocks, src, count, blockBytes);
+    return;
+  }
+  makeCurrent();
+  opTokens_ = 0;
+  int wide = checkBlocks(blocks, count, blockBytes, "scattered block");
+  const size_t total = count * blockBytes;
+  growScratch(blockBuffer_, blockBufferBytes_, total, "block transfers");
+  uploadThroughStaging(blockBuffer_, src, total);
+  CUdeviceptr list = stageBlockList(blocks, count);
+  CUdeviceptr in = blockBuffer_;
+  uint64_t bytes = blockBytes;
+  launch("scatterBlocks", blockKernels().second, unsigned(count), blockChunks(blockBytes, wide), 256, 0, list, in,
+         bytes, wide);
+}
+
+unsigned CudaDevice::blockChunks(size_t blockBytes, int wide) {
+  const size_t units = wide ? blockBytes / 16 : blockBytes;
+  return unsigned(std::clamp<size_t>((units + 255) / 256, 1, 64));
+}
+
+const std::pair<CUfunction, CUfunction>& CudaDevice::blockKernels() {
+  if (!blockCopies_.first) {
+    CUmodule m = module(blocksModule());
+    blockCopies_ = {function(m, "gather_blocks"), function(m, "scatter_blocks")};
+  }
+  return blockCopies_;
 }
 
 void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {

@@ -61,6 +61,9 @@ struct CudaDeviceOptions {
   // op producing the activations, matmuls() as one launch, ropeAndStore as one; the same bits
   // either way. Unset: on unless JITLLM_CUDA_FUSE=0.
   std::optional<bool> fuse;
+  // gatherToHost / scatterFromHost as one kernel and one pipelined transfer through pinned memory
+  // (blocks.cuh) rather than a copy per block; unset: on unless JITLLM_CUDA_GATHER=0.
+  std::optional<bool> blockKernels;
 };
 
 class CudaDevice final : public Device {
@@ -99,6 +102,11 @@ class CudaDevice final : public Device {
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
   void copyFromHost(uint8_t* dst, const void* src, size_t bytes) override;
   void copyToHost(void* dst, const uint8_t* src, size_t bytes) override;
+  // A migration's KV pages: the blocks gathered on the GPU into one buffer (gather_blocks), moved in
+  // 8 MiB chunks through the two pinned buffers with the host's copy of one chunk overlapping the
+  // transfer of the next; scatter the other way round.
+  void gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes) override;
+  void scatterFromHost(uint8_t* const* blocks, const void* src, size_t count, size_t blockBytes) override;
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
@@ -141,6 +149,17 @@ class CudaDevice final : public Device {
 
   Staged stage(size_t bytes);
   void commit(const Staged& s);
+  // Host memory to device memory and back through the two pinned buffers, chunk by chunk; both run
+  // the queue first. The download returns when dst holds every byte.
+  void uploadThroughStaging(CUdeviceptr dst, const void* src, size_t bytes);
+  void downloadThroughStaging(void* dst, CUdeviceptr src, size_t bytes);
+  // Checks that each block lies whole in this device's memory; returns 1 when 16-byte moves suit
+  // them all (blocks.cuh's `wide`), else 0.
+  int checkBlocks(const uint8_t* const* blocks, size_t count, size_t blockBytes, const char* what) const;
+  // The blocks' addresses, staged for a kernel; returns where it reads them.
+  CUdeviceptr stageBlockList(const uint8_t* const* blocks, size_t count);
+  static unsigned blockChunks(size_t blockBytes, int wide);
+  const std::pair<CUfunction, CUfunction>& blockKernels();  // gather_blocks, scatter_blocks
   // What rope kernels read, staged: the inverse frequencies (double, as the CPU computes them), then
   // the positions; ropeBytes rounds up to 8 so more can follow.
   static size_t ropeBytes(const RopeParams& params, int64_t tokens);
@@ -292,7 +311,11 @@ class CudaDevice final : public Device {
   bool fuse_ = true;                                          // CudaDeviceOptions::fuse
   bool programmaticLaunch_ = false;  // CudaDeviceOptions::programmaticLaunch, where the GPU and driver allow
   bool splitAttention_ = true;       // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
-  CUdeviceptr partials_ = 0;         // per-chunk attention states (attention_split)
+  bool blockKernels_ = true;         // CudaDeviceOptions::blockKernels
+  std::pair<CUfunction, CUfunction> blockCopies_{};
+  CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host
+  size_t blockBufferBytes_ = 0;
+  CUdeviceptr partials_ = 0;  // per-chunk attention states (attention_split)
   size_t partialsBytes_ = 0;
   CUdeviceptr chunkCounters_ = 0;  // attention_split's finished chunks per (token, KV head); zero between launches
   size_t chunkCountersBytes_ = 0;
@@ -338,7 +361,7 @@ class CudaDevice final : public Device {
   // Records the command at `index` as fusable (when the integer kernels are on).
   void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                    std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);
-  int intDecodeRows_ = 0, intPrefillRows_ = 0;  // 0: the built-in choice
+  int intDecodeRows_ = 0, intPrefillRows_ = 0;                  // 0: the built-in choice
   std::vector<std::pair<std::string, int64_t>> tuningDefines_;  // JITLLM_CUDA_DEFINES
   std::optional<ElementwiseKernels> elementwise_;
 

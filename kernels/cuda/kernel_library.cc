@@ -126,6 +126,7 @@ ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
 }
 
 ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
+ModuleSpec blocksModule() { return ModuleSpec{"blocks.cuh", {}}; }
 
 std::vector<ModuleSpec> representativeModules() {
   std::vector<ModuleSpec> specs;
@@ -155,6 +156,7 @@ std::vector<ModuleSpec> representativeModules() {
   }
   specs.push_back(attentionModule(16, 3, 4, true));
   specs.push_back(elementwiseModule());
+  specs.push_back(blocksModule());
   return specs;
 }
 

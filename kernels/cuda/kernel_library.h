@@ -62,6 +62,8 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
 ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16);
 ModuleSpec elementwiseModule();
+// gather_blocks and scatter_blocks: scattered blocks to and from one contiguous buffer.
+ModuleSpec blocksModule();
 
 // Every kernel variant with representative shapes: each weight type's four matmul.cuh kernels
 // at a real model's row length, its decode kernel again on padded rows of an odd length, the

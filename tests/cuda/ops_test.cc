@@ -362,6 +362,47 @@ TEST_F(CudaOps, RopeAndStoreIsRopeThenKvStoreInOneLaunch) {
   }
 }
 
+// A migration's KV pages: scattered blocks gathered into host memory as one transfer and scattered
+// back, in 16-byte moves (aligned blocks) and bytewise (an odd size), more bytes than the two
+// 8 MiB pinned buffers hold, and a block that is not this device's refused before anything moves.
+TEST_F(CudaOps, GatherAndScatterMoveScatteredBlocksInOneTransfer) {
+  for (size_t blockBytes : {size_t(1) << 20, size_t(4099)}) {
+    SCOPED_TRACE(blockBytes);
+    constexpr size_t kPool = 24, kCount = 20;
+    auto pool = gpu->allocate(kPool * blockBytes);
+    std::vector<uint8_t> host(kPool * blockBytes);
+    std::mt19937 rng(freshSeed() + uint32_t(blockBytes));
+    for (auto& b : host) b = uint8_t(rng());
+    gpu->copyFromHost(pool->data(), host.data(), host.size());
+    std::vector<size_t> order(kPool);
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<const uint8_t*> from;
+    for (size_t i = 0; i < kCount; i++) from.push_back(pool->data() + order[i] * blockBytes);
+    std::vector<uint8_t> gathered(kCount * blockBytes);
+    gpu->gatherToHost(gathered.data(), from.data(), kCount, blockBytes);
+    for (size_t i = 0; i < kCount; i++) {
+      ASSERT_EQ(0, std::memcmp(gathered.data() + i * blockBytes, host.data() + order[i] * blockBytes, blockBytes))
+          << "block " << i;
+    }
+    std::vector<uint8_t> fresh(kCount * blockBytes);
+    for (auto& b : fresh) b = uint8_t(rng());
+    std::vector<uint8_t*> to;
+    std::vector<uint8_t> want = host;
+    for (size_t i = 0; i < kCount; i++) {
+      to.push_back(pool->data() + order[kCount - 1 - i] * blockBytes);
+      std::memcpy(want.data() + order[kCount - 1 - i] * blockBytes, fresh.data() + i * blockBytes, blockBytes);
+    }
+    gpu->scatterFromHost(to.data(), fresh.data(), kCount, blockBytes);
+    EXPECT_EQ(0, std::memcmp(download<uint8_t>(*gpu, *pool, want.size()).data(), want.data(), want.size()));
+    const std::vector<const uint8_t*> foreign = {from[0], host.data()};
+    EXPECT_THROW(gpu->gatherToHost(gathered.data(), foreign.data(), 2, blockBytes), Error);
+    std::vector<uint8_t*> foreignTo = {to[0], host.data()};
+    EXPECT_THROW(gpu->scatterFromHost(foreignTo.data(), fresh.data(), 2, blockBytes), Error);
+    EXPECT_EQ(0, std::memcmp(download<uint8_t>(*gpu, *pool, want.size()).data(), want.data(), want.size()));
+  }
+}
+
 TEST_F(CudaOps, RmsNormMatchesTheCpu) {
   for (int64_t dim : {64, 517, 2048}) {
     SCOPED_TRACE(dim);
