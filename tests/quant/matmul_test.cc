@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/error.h"
@@ -280,12 +281,21 @@ TEST(Matmul, NonFiniteActivationsPropagateThroughTheIntegerKernels) {
     for (Isa isa : isasHere()) {
       for (int64_t tokens : {1, 20}) {
         SCOPED_TRACE(describe(type, isa, tokens));
-        std::vector<float> x = randomActivations(tokens, 512, 5);
-        x[size_t(300)] = INFINITY;  // token 0
-        std::vector<float> y(size_t(tokens * 17), 0.0f);
-        matmulRows(m.view(), x.data(), 512, tokens, y.data(), 17, 0, 17, isa);
-        for (int64_t r = 0; r < 17; r++) ASSERT_FALSE(std::isfinite(y[size_t(r)])) << "row " << r;
-        for (int64_t t = 1; t < tokens; t++) ASSERT_TRUE(std::isfinite(y[size_t(t * 17)])) << "token " << t;
+        // Infinity, and NaN at every place of a 32-column block: a max over the block that
+        // drops NaN (maxps returns its second operand then) would quantize it as a finite value.
+        for (const auto& [column, bad] : {std::pair{300, INFINITY}, std::pair{288, NAN}, std::pair{300, NAN},
+                                          std::pair{303, NAN}, std::pair{319, NAN}, std::pair{511, -NAN}}) {
+          SCOPED_TRACE(std::to_string(bad) + " at column " + std::to_string(column));
+          std::vector<float> x = randomActivations(tokens, 512, 5);
+          x[size_t(column)] = bad;  // token 0
+          std::vector<float> y(size_t(tokens * 17), 0.0f);
+          matmulRows(m.view(), x.data(), 512, tokens, y.data(), 17, 0, 17, isa);
+          for (int64_t r = 0; r < 17; r++) {
+            ASSERT_FALSE(std::isfinite(y[size_t(r)])) << "row " << r;
+            if (std::isnan(bad)) ASSERT_TRUE(std::isnan(y[size_t(r)])) << "row " << r;
+          }
+          for (int64_t t = 1; t < tokens; t++) ASSERT_TRUE(std::isfinite(y[size_t(t * 17)])) << "token " << t;
+        }
       }
     }
   }
