@@ -23,7 +23,9 @@ typedef unsigned long long u64;
 // waiting instead of being launched after the previous kernel drains. launch_dependents then lets
 // the kernel after this one be scheduled early in turn. Below sm_90 both are absent and the launch
 // is an ordinary one. Stream order is transitive through the wait: kernel n + 2 cannot pass its
-// wait before kernel n + 1 finished, which could not start before kernel n finished.
+// wait before kernel n + 1 finished, which could not start before kernel n finished. The one
+// exception to "first": the integer products load their first weights before it (matmul_int.cuh:
+// productWarp), since no kernel of a step writes weights.
 JL_DEV void awaitPreviousKernel() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
