@@ -391,26 +391,34 @@ void CudaDevice::downloadThroughStaging(void* dst, CUdeviceptr src, size_t bytes
   drain();
 }
 
-int CudaDevice::checkBlocks(const uint8_t* const* blocks, size_t count, size_t blockBytes, const char* what) const {
+size_t CudaDevice::prepareBlockBuffer(const uint8_t* const* blocks, size_t count, size_t blockBytes, const char* what) {
   JITLLM_REQUIRE(
       count < (size_t(1) << 31) && blockBytes < (size_t(1) << 40) && count * blockBytes / blockBytes == count, info_.id,
       ": ", what, ": ", count, " blocks of ", blockBytes, " bytes");
-  int wide = blockBytes % 16 == 0;
-  for (size_t i = 0; i < count; i++) {
-    requireOwned(blocks[i], blockBytes, what);
-    wide = wide && reinterpret_cast<uintptr_t>(blocks[i]) % 16 == 0;
-  }
-  return wide;
+  for (size_t i = 0; i < count; i++) requireOwned(blocks[i], blockBytes, what);
+  makeCurrent();
+  opTokens_ = 0;
+  const size_t total = count * blockBytes;
+  // Growing synchronises and restarts the ring: before anything is staged.
+  growScratch(blockBuffer_, blockBufferBytes_, total, "block transfers");
+  return total;
 }
 
-CUdeviceptr CudaDevice::stageBlockList(const uint8_t* const* blocks, size_t count) {
+void CudaDevice::launchBlockCopy(const char* op, CUfunction f, const uint8_t* const* blocks, size_t count,
+                                 size_t blockBytes) {
+  int wide = blockBytes % 16 == 0;
   Staged s = stage(count * sizeof(uint64_t));
   for (size_t i = 0; i < count; i++) {
     const uint64_t address = uint64_t(reinterpret_cast<uintptr_t>(blocks[i]));
     std::memcpy(s.host + i * sizeof(uint64_t), &address, sizeof address);
+    wide = wide && address % 16 == 0;
   }
   commit(s);
-  return s.device;
+  CUdeviceptr list = s.device, buffer = blockBuffer_;
+  uint64_t bytes = blockBytes;
+  const size_t units = wide ? blockBytes / 16 : blockBytes;
+  const unsigned chunks = unsigned(std::clamp<size_t>((units + 255) / 256, 1, 64));
+  launch(op, f, unsigned(count), chunks, 256, 0, list, buffer, bytes, wide);
 }
 
 void CudaDevice::gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes) {
@@ -419,17 +427,8 @@ void CudaDevice::gatherToHost(void* dst, const uint8_t* const* blocks, size_t co
     Device::gatherToHost(dst, blocks, count, blockBytes);
     return;
   }
-  makeCurrent();
-  opTokens_ = 0;
-  int wide = checkBlocks(blocks, count, blockBytes, "gathered block");
-  const size_t total = count * blockBytes;
-  // Growing synchronises and restarts the ring: before anything is staged.
-  growScratch(blockBuffer_, blockBufferBytes_, total, "block transfers");
-  CUdeviceptr list = stageBlockList(blocks, count);
-  CUdeviceptr out = blockBuffer_;
-  uint64_t bytes = blockBytes;
-  launch("gatherBlocks", blockKernels().first, unsigned(count), blockChunks(blockBytes, wide), 256, 0, list, out, bytes,
-         wide);
+  const size_t total = prepareBlockBuffer(blocks, count, blockBytes, "gathered block");
+  launchBlockCopy("gatherBlocks", blockKernels().first, blocks, count, blockBytes);
   downloadThroughStaging(dst, blockBuffer_, total);
 }
 
@@ -439,22 +438,9 @@ void CudaDevice::scatterFromHost(uint8_t* const* blocks, const void* src, size_t
     Device::scatterFromHost(blocks, src, count, blockBytes);
     return;
   }
-  makeCurrent();
-  opTokens_ = 0;
-  int wide = checkBlocks(blocks, count, blockBytes, "scattered block");
-  const size_t total = count * blockBytes;
-  growScratch(blockBuffer_, blockBufferBytes_, total, "block transfers");
+  const size_t total = prepareBlockBuffer(blocks, count, blockBytes, "scattered block");
   uploadThroughStaging(blockBuffer_, src, total);
-  CUdeviceptr list = stageBlockList(blocks, count);
-  CUdeviceptr in = blockBuffer_;
-  uint64_t bytes = blockBytes;
-  launch("scatterBlocks", blockKernels().second, unsigned(count), blockChunks(blockBytes, wide), 256, 0, list, in,
-         bytes, wide);
-}
-
-unsigned CudaDevice::blockChunks(size_t blockBytes, int wide) {
-  const size_t units = wide ? blockBytes / 16 : blockBytes;
-  return unsigned(std::clamp<size_t>((units + 255) / 256, 1, 64));
+  launchBlockCopy("scatterBlocks", blockKernels().second, blocks, count, blockBytes);
 }
 
 const std::pair<CUfunction, CUfunction>& CudaDevice::blockKernels() {
@@ -922,6 +908,7 @@ void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, 
   const int64_t cols = targets[0].w.cols;
   const int perWarpTokens = tokens == 1 ? 1 : 4;
   std::vector<IntMatmulPart> parts;
+  parts.reserve(targets.size());
   ProductPartsAbi abi;
   int align = 16;  // the q4_K parts' (q6_K rows are read at any 2-byte alignment)
   unsigned blocks = 0;
@@ -941,15 +928,15 @@ void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, 
                "x" + std::to_string(cols) + " r" + std::to_string(rows);
   }
   makeCurrent();
-  const ModuleSpec spec = intMatmulGroupModule(parts, cols, align, perWarpTokens);
-  auto it = groupMatmuls_.find(spec.key());
-  if (it == groupMatmuls_.end())
-    it = groupMatmuls_.emplace(spec.key(), function(module(spec), "matmul_int_group")).first;
-  keepQuantized_ = true;
-  struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{keepQuantized_};
+  // Looked up without building the module's spec and key: this runs twice per layer and step.
+  GroupKey key{cols, align, perWarpTokens, 0, 0, 0};
+  for (size_t i = 0; i < parts.size(); i++) key[3 + i] = int64_t(parts[i].type) * 64 + parts[i].rows;
+  auto it = groupMatmuls_.find(key);
+  if (it == groupMatmuls_.end()) {
+    const ModuleSpec spec = intMatmulGroupModule(parts, cols, align, perWarpTokens);
+    it = groupMatmuls_.emplace(key, function(module(spec), "matmul_int_group")).first;
+  }
+  const KeepQuantized keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, cols);
   CUdeviceptr xqPtr = xq_;
   int t = int(tokens);
@@ -1027,11 +1014,7 @@ uint64_t CudaDevice::quantizeInput(const float* x, int64_t tokens, int64_t cols)
 
 void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
                                int align) {
-  keepQuantized_ = true;
-  struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{keepQuantized_};
+  const KeepQuantized keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
   // q4_K prefill of 16 tokens or more: on tensor cores, 16 x 16 per warp, the same bits.

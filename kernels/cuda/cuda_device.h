@@ -153,12 +153,12 @@ class CudaDevice final : public Device {
   // the queue first. The download returns when dst holds every byte.
   void uploadThroughStaging(CUdeviceptr dst, const void* src, size_t bytes);
   void downloadThroughStaging(void* dst, CUdeviceptr src, size_t bytes);
-  // Checks that each block lies whole in this device's memory; returns 1 when 16-byte moves suit
-  // them all (blocks.cuh's `wide`), else 0.
-  int checkBlocks(const uint8_t* const* blocks, size_t count, size_t blockBytes, const char* what) const;
-  // The blocks' addresses, staged for a kernel; returns where it reads them.
-  CUdeviceptr stageBlockList(const uint8_t* const* blocks, size_t count);
-  static unsigned blockChunks(size_t blockBytes, int wide);
+  // Checks that each block lies whole in this device's memory and grows blockBuffer_ to hold them
+  // all; returns their total size.
+  size_t prepareBlockBuffer(const uint8_t* const* blocks, size_t count, size_t blockBytes, const char* what);
+  // Stages the blocks' addresses and queues f (gather_blocks or scatter_blocks) between them and
+  // blockBuffer_, in 16-byte moves when every address and the size allow.
+  void launchBlockCopy(const char* op, CUfunction f, const uint8_t* const* blocks, size_t count, size_t blockBytes);
   const std::pair<CUfunction, CUfunction>& blockKernels();  // gather_blocks, scatter_blocks
   // What rope kernels read, staged: the inverse frequencies (double, as the CPU computes them), then
   // the positions; ropeBytes rounds up to 8 so more can follow.
@@ -253,7 +253,7 @@ class CudaDevice final : public Device {
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
   // Makes xq_ hold x's integer form: nothing when it still does, else the producer that just queued
-  // x writes it (fused), else quantize_x. Returns the row stride. The caller has set keepQuantized_.
+  // x writes it (fused), else quantize_x. Returns the row stride. The caller holds a KeepQuantized.
   uint64_t quantizeInput(const float* x, int64_t tokens, int64_t cols);
   // The integer kernels' rows per warp for w at perWarpTokens tokens per warp (dp4a kernels).
   int intRowsPerWarp(const WeightRef& w, int perWarpTokens) const;
@@ -307,8 +307,10 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> attentions_;
   std::unordered_map<uint64_t, CUfunction> intMatmuls_;
   std::unordered_map<uint64_t, CUfunction> attentionSplits_;
-  std::unordered_map<std::string, CUfunction> groupMatmuls_;  // by intMatmulGroupModule's key
-  bool fuse_ = true;                                          // CudaDeviceOptions::fuse
+  // matmul_int_group by {cols, align, tokens per warp, then per part type * 64 + rows per warp}.
+  using GroupKey = std::array<int64_t, 6>;
+  std::map<GroupKey, CUfunction> groupMatmuls_;
+  bool fuse_ = true;                 // CudaDeviceOptions::fuse
   bool programmaticLaunch_ = false;  // CudaDeviceOptions::programmaticLaunch, where the GPU and driver allow
   bool splitAttention_ = true;       // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
   bool blockKernels_ = true;         // CudaDeviceOptions::blockKernels
@@ -331,6 +333,14 @@ class CudaDevice final : public Device {
   size_t xqBytes_ = 0;
   QuantizedInput quantized_;
   bool keepQuantized_ = false;  // set while an integer product queues its own launches
+  // Sets keepQuantized_ for its lifetime (an integer product's quantization and launch).
+  struct KeepQuantized {
+    explicit KeepQuantized(bool& held) : flag(held) { flag = true; }
+    ~KeepQuantized() { flag = false; }
+    KeepQuantized(const KeepQuantized&) = delete;
+    KeepQuantized& operator=(const KeepQuantized&) = delete;
+    bool& flag;
+  };
   // The last op queued, when it produced a float array a product may read next and can write that
   // array's integer form as it goes (rms_norm, swiglu with an xq argument): an integer product
   // reading exactly that array swaps the queued command for its fused form instead of launching
