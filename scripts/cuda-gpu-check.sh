@@ -7,6 +7,7 @@
 # (cuda:0,cuda:1 on a two-GPU machine) and between cuda:0 and the CPU.
 # mma: all CUDA tests, a memory check of the tensor-core prefill test, pp512 with JITLLM_CUDA_MMA=0/1.
 # decode: all CUDA tests, memcheck of the ops, 1B/3B pp512+tg128 with PDL and fusion on and off.
+# profile: all CUDA tests, memcheck, pp512/tg128 1B+3B, per-op prefill profiles, ncu of prefill products.
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
@@ -103,6 +104,35 @@ if [ "$what" = decode ]; then
       done
     done
   fi
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = profile ]; then
+  # All CUDA tests, a memory check of the ops, where prefill's time goes (each launch timed alone,
+  # 1B and 3B, pp512) and Nsight Compute's counters for the prefill products.
+  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
+  echo "tests: $(( $(date +%s) - start )) s"
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests \
+    --gtest_filter='CudaOps.*' > "$OUT/memcheck.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck.log" | head -10
+  for m in 1b 3b; do
+    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | tee -a "$OUT/bench.txt" |
+      grep -E "^# (pp|tg)" | sed "s/^/$m /"
+    echo "== $m prefill profile (pp512, each launch alone)"
+    JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
+      tee "$OUT/profile-prefill-$m.txt" | grep -E "calls" | sort -k4 -n -r | head -24
+  done
+  echo "== 1b decode profile"
+  JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 64 -r 1 2>&1 | grep -E "calls" |
+    sort -k4 -n -r | head -24
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  secs="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
+  JITLLM_CUDA_GRAPHS=0 timeout 200 $NCU --clock-control none -k regex:matmul --launch-skip ${NCU_SKIP:-0} \
+    --launch-count 8 $secs $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 1 > "$OUT/ncu-prefill.txt" 2>&1
+  grep -E "matmul|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Grid Size|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc A|Stall|Pipe" \
+    "$OUT/ncu-prefill.txt" | sed 's/  */ /g' | head -200
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi
