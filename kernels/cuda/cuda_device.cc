@@ -1017,17 +1017,28 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   const KeepQuantized keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
-  // q4_K prefill of 16 tokens or more: on tensor cores, 16 x 16 per warp, the same bits.
-  const bool mma = tensorCores_ && tokens >= 16 && w.type == quant::TensorType::kQ4_K && align >= 4;
-  const int perWarpTokens = mma ? 16 : tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
-  const int perWarpRows = mma ? 16 : intRowsPerWarp(w, perWarpTokens);
-  CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows, mma);
+  // q4_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 tokens staged in
+  // shared memory by 16-byte copies (so the rows must be 16-byte aligned, as GGUF's are), the
+  // same bits.
+  const bool mma = tensorCores_ && tokens >= 16 && w.type == quant::TensorType::kQ4_K && align >= 16;
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
-  launchMatmul(mma ? "matmul_mma" : "matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
-               mma ? 16 : intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp,
-               bp);
+  if (mma) {
+    CUfunction f = intMatmulKernel(w.type, w.cols, align, 16, 16, true);
+    char op[64] = "matmul_mma";
+    if (profile_)
+      std::snprintf(op, sizeof op, "matmul_mma %s %lldx%lld", std::string(quant::typeName(w.type)).c_str(),
+                    (long long)w.rows, (long long)w.cols);
+    launch(op, f, unsigned((w.rows + 63) / 64), unsigned((tokens + 31) / 32), 256, 0, wp, stride, rows, xqPtr, xqStride,
+           t, yp, bp);
+  } else {
+    const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
+    const int perWarpRows = intRowsPerWarp(w, perWarpTokens);
+    CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows, false);
+    launchMatmul("matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
+                 intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp, bp);
+  }
   // A product whose output overwrites its own input leaves xq_ describing bytes that changed.
   quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
 }

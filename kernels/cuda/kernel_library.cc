@@ -102,7 +102,7 @@ ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, in
       "matmul_int.cuh",
       {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_TOKENS", tokens}, {"JL_ROWS", rows}}};
   if (mma) {
-    JITLLM_ASSERT(type == TensorType::kQ4_K && tokens == 16 && rows == 16 && align >= 4);
+    JITLLM_ASSERT(type == TensorType::kQ4_K && tokens == 16 && rows == 16 && align >= 16);
     spec.defines.emplace_back("JL_MMA", 1);
   }
   return spec;
@@ -150,7 +150,7 @@ std::vector<ModuleSpec> representativeModules() {
   specs.push_back(intMatmulGroupModule({{T::kQ4_K, 4}, {T::kQ6_K, 4}}, 2048, 16, 4));
   // The tensor-core prefill kernel: 32 lane slots (2048) and 16 (3072).
   specs.push_back(intMatmulModule(TensorType::kQ4_K, 2048, 16, 16, 16, true));
-  specs.push_back(intMatmulModule(TensorType::kQ4_K, 3072, 4, 16, 16, true));
+  specs.push_back(intMatmulModule(TensorType::kQ4_K, 3072, 16, 16, 16, true));
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
   }

@@ -215,9 +215,10 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 
 #if JL_MMA
 // Prefill of q4_K rows on int8 tensor cores (mma.sync m16n8k32, sm_80 and later; JL_MMA = 1, with
-// JL_TOKENS = JL_ROWS = 16 and JL_ALIGN >= 4). A warp computes 16 rows x 16 tokens: per unit, four
-// mma per 8 tokens give each (row, token) the unit's integer sums la0, lb0, la1, lb1 - the same
-// integers the dp4a kernel adds up, exact in any order - and then the float steps are
+// JL_TOKENS = JL_ROWS = 16 and 16-byte aligned rows). A block of 8 warps computes 64 rows x 32
+// tokens, warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x 16 tokens 16 wt... Per unit,
+// four mma per 8 tokens give each (row, token) the unit's integer sums la0, lb0, la1, lb1 - the
+// same integers the dp4a kernel adds up, exact in any order - and then the float steps are
 // IntQ4_K::dot's, in its order. What the dp4a kernel's lanes and butterfly do across the row is
 // reproduced per (row, token) in registers: lane slot l's accumulator takes units l, l + kLanes,
 // ... in order from zero, and the slots are added in the butterfly's tree. The slots are visited in
@@ -225,23 +226,62 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 // a short stack like a binary counter (depth log2(kLanes) + 1). So a token's result has the bits of
 // every other variant, and prefill still agrees with decode exactly.
 //
+// Units reach shared memory kStages - 1 ahead of the one computed, by cp.async in 16-byte pieces
+// (the whole block's weights and activations for the unit: a first version loaded each warp's
+// fragments with 4-byte loads straight from global memory and was bound by the L1 traffic, at a
+// quarter of the issue rate). Each row's scales are decoded once per unit, in place, by one
+// thread, one unit ahead; fragments come out of shared memory by ldmatrix.
+//
 // Fragments (PTX ISA, lane = 4 g + q): A (16 x 32 row-major) a[0] = A[g][4q..], a[1] = A[g+8][4q..],
 // a[2] = A[g][16+4q..], a[3] = A[g+8][16+4q..]; B (32 x 8 column-major) b[0] = B[4q..][g],
 // b[1] = B[16+4q..][g]; C c[0] = C[g][2q], c[1] = C[g][2q+1], c[2] = C[g+8][2q], c[3] = C[g+8][2q+1].
 // A sub-block's 32 quants are the low (or high) nibbles of 32 consecutive bytes and a token's
-// activation bytes are consecutive, so every fragment is a 4-byte load.
+// activation bytes are consecutive, so ldmatrix of 16-byte rows hands out exactly those fragments.
+static_assert(JL_WTYPE == 12 && JL_TOKENS == 16 && JL_ROWS == 16 && JL_ALIGN >= 16, "matmul_int JL_MMA: q4_K, 16 x 16");
+constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
+constexpr int kTileRows = 64, kTileTokens = 32, kStages = 4, kThreads = 256;
+// A staged row: its unit's 32 quant bytes, then the block's 16-byte head, which one thread turns
+// into d1[2], m1[2] in place. 48 bytes (12 words) apart, the 8 rows an ldmatrix reads hit distinct
+// banks; so do 8 tokens 144 bytes (36 words) apart: a[64] | b[64] | s256[2] | bsum[2].
+constexpr int kRowBytes = 48, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
+constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
+
 JL_DEV void mmaS8(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #if __CUDA_ARCH__ >= 800
   asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();  // the host never picks this kernel below sm_80
 #endif
 }
-
-static_assert(JL_WTYPE == 12 && JL_TOKENS == 16 && JL_ROWS == 16 && JL_ALIGN >= 4, "matmul_int JL_MMA: q4_K, 16 x 16");
-constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
+JL_DEV u32 sharedAddress(const void* p) { return u32(__cvta_generic_to_shared(p)); }
+JL_DEV void copyAsync16(u32 to, const void* from) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
+#endif
+}
+JL_DEV void copyAsync8(u32 to, const void* from) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(from) : "memory");
+#endif
+}
+JL_DEV void commitCopies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Until at most n of this thread's committed groups are still in flight.
+template <int n>
+JL_DEV void awaitCopies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory");
+#endif
+}
+JL_DEV void loadMatrices(u32 (&r)[4], u32 at) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at)
+               : "memory");
+}
 
 // Constant for each unrolled step, so the stack below stays in registers.
 JL_DEV constexpr int bitReversed(int i) {
@@ -251,79 +291,148 @@ JL_DEV constexpr int bitReversed(int i) {
 }
 JL_DEV constexpr int onesIn(int i) { return i == 0 ? 0 : (i & 1) + onesIn(i >> 1); }
 
-// Unit u's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as IntQ4_K::dot.
-JL_DEV void mmaUnit(const u8* const (&rowA)[2], const u8* const (&xB)[2], const u8* const (&xC)[4], int u,
-                    float (&acc)[2][4]) {
-  const int lane = threadIdx.x & 31, q = lane & 3;
-  const int p = u & 3;
+// The order units are visited in (staged, decoded and computed): slot by slot in bit-reversed
+// order, units slot, slot + kLanes, ... of each.
+struct Visit {
+  int slot, unit, units;
+  JL_DEV bool more() const { return slot < kLanes; }
+  JL_DEV void advance() {
+    unit += kLanes;
+    while (unit >= units && ++slot < kLanes) unit = int(__brev(u32(slot)) >> (32 - kSlotBits));
+  }
+};
+
+// The block's tile and the next unit to stage.
+struct MmaTile {
+  const u8* w;
+  u64 rowStride;
+  int rows, r0;
+  const u8* xq;
+  u64 xqStride;
+  int tokens, t0;
+  Visit next;
+
+  // Queues the copies of the next unit into `stage` (one commit group per stage, empty past the
+  // end) and moves on.
+  JL_DEV void stageNext(u8* stage) {
+    const int tid = threadIdx.x;
+    const int unit = next.unit;
+    if (next.more()) {
+      const u32 at = sharedAddress(stage);
+      if (tid < 3 * kTileRows) {  // a row's quants (two pieces) and head
+        const int row = tid / 3, piece = tid % 3;
+        const u8* block = w + u64(min(r0 + row, rows - 1)) * rowStride + (unit >> 2) * IntQ4_K::kBlockBytes;
+        copyAsync16(at + row * kRowBytes + 16 * piece, piece < 2 ? block + 16 + 32 * (unit & 3) + 16 * piece : block);
+      }
+      {  // a token's a and b bytes, 8 pieces (kThreads = 8 kTileTokens)
+        const int token = tid >> 3, piece = tid & 7;
+        const u8* xr = xq + u64(min(t0 + token, tokens - 1)) * xqStride;
+        copyAsync16(at + kTokensAt + token * kTokenBytes + 16 * piece, xr + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
+      }
+      if (tid < 2 * kTileTokens) {  // a token's s / 256 and represented sums of the unit's two 32-blocks
+        const int token = tid >> 1, which = tid & 1;
+        const u8* xr = xq + u64(min(t0 + token, tokens - 1)) * xqStride;
+        copyAsync8(at + kTokensAt + token * kTokenBytes + 128 + 8 * which, xr + (which ? kXqBsum : kXqS256) + 8 * unit);
+      }
+    }
+    commitCopies();
+    next.advance();
+  }
+};
+
+// Turns the staged heads of the unit in `stage` (unit p = unit % 4 of its block) into d1, m1.
+JL_DEV void decodeScales(u8* stage, int unit) {
+  const int row = threadIdx.x;
+  if (row < kTileRows) {
+    uint4* at = reinterpret_cast<uint4*>(stage + row * kRowBytes + 32);
+    const uint4 v = *at;
+    const u32 head[4] = {v.x, v.y, v.z, v.w};
+    float d1[2], m1[2];
+    IntQ4_K::scales(head, unit & 3, d1, m1);
+    *reinterpret_cast<float4*>(at) = make_float4(d1[0], d1[1], m1[0], m1[1]);
+  }
+}
+
+// The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as
+// IntQ4_K::dot.
+JL_DEV void mmaUnit(const u8* stage, float (&acc)[2][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
+  u32 raw[4];
+  loadMatrices(raw, sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
   u32 lo[4], hi[4];
-  float d1[2][2], m1[2][2];
 #pragma unroll
-  for (int i = 0; i < 2; i++) {
-    const u8* b = rowA[i] + (u >> 2) * IntQ4_K::kBlockBytes;
-    u32 head[4];
-    ld16<IntQ4_K::kA>(b, head);
-    const u32 w0 = __ldg(reinterpret_cast<const unsigned int*>(b + 16 + 32 * p + 4 * q));
-    const u32 w1 = __ldg(reinterpret_cast<const unsigned int*>(b + 32 + 32 * p + 4 * q));
-    lo[i] = w0 & 0x0F0F0F0Fu, lo[2 + i] = w1 & 0x0F0F0F0Fu;
-    hi[i] = (w0 >> 4) & 0x0F0F0F0Fu, hi[2 + i] = (w1 >> 4) & 0x0F0F0F0Fu;
-    IntQ4_K::scales(head, p, d1[i], m1[i]);
-  }
-  int la0[2][4] = {}, lb0[2][4] = {}, la1[2][4] = {}, lb1[2][4] = {};
+  for (int i = 0; i < 4; i++) lo[i] = raw[i] & 0x0F0F0F0Fu, hi[i] = (raw[i] >> 4) & 0x0F0F0F0Fu;
+  float4 sc[2];
 #pragma unroll
-  for (int j = 0; j < 2; j++) {
-    const unsigned int* a = reinterpret_cast<const unsigned int*>(xB[j] + 64 * u + 4 * q);
-    const unsigned int* b = reinterpret_cast<const unsigned int*>(xB[j] + kXqB + 64 * u + 4 * q);
-    mmaS8(la0[j], lo, __ldg(a), __ldg(a + 4));
-    mmaS8(lb0[j], lo, __ldg(b), __ldg(b + 4));
-    mmaS8(la1[j], hi, __ldg(a + 8), __ldg(a + 12));
-    mmaS8(lb1[j], hi, __ldg(b + 8), __ldg(b + 12));
-  }
+  for (int i = 0; i < 2; i++) sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
 #pragma unroll
-  for (int c = 0; c < 4; c++) {  // token t0 + 8 (c / 2) + 2q + c % 2
-    const float2 s = __ldg(reinterpret_cast<const float2*>(xC[c] + kXqS256) + u);
-    const float2 m = __ldg(reinterpret_cast<const float2*>(xC[c] + kXqBsum) + u);
+  for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
+    const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
+    u32 xa[4], xb[4];
+    loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
+    loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
+    int la0[4] = {}, lb0[4] = {}, la1[4] = {}, lb1[4] = {};
+    mmaS8(la0, lo, xa[0], xa[1]);
+    mmaS8(lb0, lo, xb[0], xb[1]);
+    mmaS8(la1, hi, xa[2], xa[3]);
+    mmaS8(lb1, hi, xb[2], xb[3]);
 #pragma unroll
-    for (int i = 0; i < 2; i++) {  // row r0 + g + 8i: C element 2i + c % 2 of token group c / 2
-      const int e = 2 * i + (c & 1), j = c >> 1;
-      float v = acc[i][c];
-      v = fmaf(__fmul_rn(d1[i][0], s.x), float(la0[j][e] * 256 + lb0[j][e]), v);
-      v = fmaf(-m1[i][0], m.x, v);
-      v = fmaf(__fmul_rn(d1[i][1], s.y), float(la1[j][e] * 256 + lb1[j][e]), v);
-      v = fmaf(-m1[i][1], m.y, v);
-      acc[i][c] = v;
+    for (int h = 0; h < 2; h++) {  // token tokenBase + 8 j + 2q + h: column c = 2 j + h of acc
+      const float4 s = *reinterpret_cast<const float4*>(tokens + (2 * q + h) * kTokenBytes + 128);
+#pragma unroll
+      for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + h
+        const int e = 2 * i + h;
+        float v = acc[i][2 * j + h];
+        v = fmaf(__fmul_rn(sc[i].x, s.x), float(la0[e] * 256 + lb0[e]), v);
+        v = fmaf(-sc[i].z, s.z, v);
+        v = fmaf(__fmul_rn(sc[i].y, s.y), float(la1[e] * 256 + lb1[e]), v);
+        v = fmaf(-sc[i].w, s.w, v);
+        acc[i][2 * j + h] = v;
+      }
     }
   }
 }
 
-// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / 16), 128 threads.
-extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
-                                                             const u8* __restrict__ xq, u64 xqStride, int tokens,
-                                                             float* __restrict__ y, const float* __restrict__ bias) {
+// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / 32), 256 threads.
+extern "C" __global__ void __launch_bounds__(kThreads) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
+                                                                  const u8* __restrict__ xq, u64 xqStride, int tokens,
+                                                                  float* __restrict__ y, const float* __restrict__ bias) {
   awaitPreviousKernel();
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 16;
-  if (r0 >= rows) return;  // whole warps leave: the mma below are warp-wide
-  const int t0 = blockIdx.y * 16;
-  const u8* const rowA[2] = {w + u64(min(r0 + g, rows - 1)) * rowStride,
-                             w + u64(min(r0 + g + 8, rows - 1)) * rowStride};
-  const u8* const xB[2] = {xq + u64(min(t0 + g, tokens - 1)) * xqStride,
-                           xq + u64(min(t0 + 8 + g, tokens - 1)) * xqStride};
-  const u8* xC[4];
-#pragma unroll
-  for (int c = 0; c < 4; c++) xC[c] = xq + u64(min(t0 + 8 * (c >> 1) + 2 * q + (c & 1), tokens - 1)) * xqStride;
-
-  float stack[kSlotBits + 1][2][4];
+#if __CUDA_ARCH__ >= 800
+  __shared__ __align__(16) u8 staged[kStages][kStageBytes];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   // The unit count as the compiler cannot see it: with one unit per slot (K = 2048) it otherwise
-  // unrolled every slot's loads into one stretch (255 registers, spills); kept a loop, each slot's
-  // work stays apart while the slot loop is unrolled for the stack's constant indices.
+  // unrolled every slot's work into one stretch; kept a loop, each slot's work stays apart while
+  // the slot loop is unrolled for the stack's constant indices.
   int units;
   asm("mov.b32 %0, %1;" : "=r"(units) : "r"(kUnits));
+  const Visit first{0, 0, units};
+  MmaTile tile{w, rowStride, rows, int(blockIdx.x) * kTileRows, xq, xqStride, tokens, int(blockIdx.y) * kTileTokens,
+               first};
+  // Stage n % kStages holds the n-th unit visited; `decoded` is the next whose scales to decode.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; s++) tile.stageNext(staged[s]);
+  Visit decoded = first;
+  awaitCopies<kStages - 2>();
+  __syncthreads();
+  decodeScales(staged[0], decoded.unit);
+  decoded.advance();
+
+  float stack[kSlotBits + 1][2][4];
+  int n = 0;  // units computed
 #pragma unroll
   for (int i = 0; i < kLanes; i++) {
     float acc[2][4] = {};
 #pragma unroll 1
-    for (int u = bitReversed(i); u < units; u += kLanes) mmaUnit(rowA, xB, xC, u, acc);
+    for (int u = bitReversed(i); u < units; u += kLanes, n++) {
+      awaitCopies<kStages - 3>();  // units up to n + 1 have landed
+      __syncthreads();             // ... for every thread, and unit n's scales are decoded
+      if (decoded.more()) decodeScales(staged[(n + 1) % kStages], decoded.unit);
+      decoded.advance();
+      tile.stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
+      mmaUnit(staged[n % kStages], acc);
+    }
     // Push, then merge complete subtrees as a binary counter carries: once per trailing one of i.
     const int depth = onesIn(i);  // entries on the stack before this push
 #pragma unroll
@@ -340,6 +449,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
       top--;
     }
   }
+  awaitCopies<0>();  // nothing left in flight when the block ends
+  const int r0 = tile.r0 + (warp & 3) * 16, t0 = tile.t0 + (warp >> 2) * 16;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
 #pragma unroll
@@ -351,6 +462,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restric
       }
     }
   }
+#else
+  __trap();  // the host never picks this kernel below sm_80
+#endif
 }
 #else
 // Warp `warp` of a product's grid: its kRows rows (per slot) of W times its JL_TOKENS tokens.
