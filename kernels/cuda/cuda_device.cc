@@ -1017,10 +1017,11 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   const KeepQuantized keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
-  // q4_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 tokens staged in
-  // shared memory by 16-byte copies (so the rows must be 16-byte aligned, as GGUF's are), the
-  // same bits.
-  const bool mma = tensorCores_ && tokens >= 16 && w.type == quant::TensorType::kQ4_K && align >= 16;
+  // Prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 tokens staged in shared
+  // memory, the same bits. q4_K rows are staged by 16-byte copies, so they must be 16-byte aligned
+  // (GGUF's are); q6_K blocks are only 2-byte aligned anyway and go by 4-byte words.
+  const bool mma = tensorCores_ && tokens >= 16 &&
+                   ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
@@ -1032,6 +1033,7 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
                     (long long)w.rows, (long long)w.cols);
     launch(op, f, unsigned((w.rows + 63) / 64), unsigned((tokens + 31) / 32), 256, 0, wp, stride, rows, xqPtr, xqStride,
            t, yp, bp);
+    tensorCoreProducts_++;
   } else {
     const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
     const int perWarpRows = intRowsPerWarp(w, perWarpTokens);

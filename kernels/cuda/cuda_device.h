@@ -97,6 +97,8 @@ class CudaDevice final : public Device {
   uint64_t fusedAdds() const { return fusedAdds_; }
   // matmuls() calls that ran as one launch (tests).
   uint64_t groupedProducts() const { return groupedProducts_; }
+  // Products that ran on the tensor-core prefill kernels (tests).
+  uint64_t tensorCoreProducts() const { return tensorCoreProducts_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -354,7 +356,8 @@ class CudaDevice final : public Device {
     std::function<std::optional<Command>(CUdeviceptr xq, uint64_t stride, int k)> fused;
   };
   FusableProducer producer_;
-  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0;
+  uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0,
+           tensorCoreProducts_ = 0;
   // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
   // kernel that adds and normalises (rms_norm's addend).
   struct QueuedAdd {

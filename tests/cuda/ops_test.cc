@@ -42,9 +42,10 @@ struct Matrix {
   std::vector<float> dequantized;
 };
 
-Matrix randomMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+// Rows padded by `pad` bytes: kernels must honour the stride.
+Matrix randomMatrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed, size_t pad = 8) {
   Matrix m{type, rows, cols, 0, {}, {}};
-  m.stride = *quant::rowBytes(type, cols) + 8;  // rows padded: kernels must honour the stride
+  m.stride = *quant::rowBytes(type, cols) + pad;
   m.bytes.assign(m.stride * size_t(rows), 0xAB);
   m.dequantized.resize(size_t(rows * cols));
   for (int64_t r = 0; r < rows; r++) {
@@ -161,28 +162,38 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
   o.tensorCores = false;
   auto dp4a = cuda::CudaDevice::create(o);
-  constexpr int64_t kRows = 100;
-  for (int64_t cols : {2048, 3072, 256}) {
-    const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, cols, freshSeed() + uint32_t(cols));
-    const auto biasHost = randomFloats(size_t(kRows), freshSeed() + 61);
-    for (int64_t tokens : {16, 37}) {
-      SCOPED_TRACE(std::to_string(cols) + " columns, " + std::to_string(tokens) + " tokens");
-      const auto xHost = randomFloats(size_t(tokens * cols), freshSeed() + uint32_t(tokens), 2.0f);
-      const auto product = [&](cuda::CudaDevice& dev, int64_t first, int64_t n) {
-        auto w = dev.adoptHostBytes(m.bytes.data(), m.bytes.size());
-        auto x = upload(dev, xHost);
-        auto bias = upload(dev, biasHost);
-        auto y = dev.allocate(size_t(n * kRows) * 4);
-        dev.matmul(WeightRef{TensorType::kQ4_K, w->data(), kRows, cols, m.stride}, x.as<float>() + first * cols, n,
-                   reinterpret_cast<float*>(y->data()), bias.as<float>());
-        return download<float>(dev, *y, size_t(n * kRows));
-      };
-      const auto mma = product(*gpu, 0, tokens);
-      const auto want = product(*dp4a, 0, tokens);
-      EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
-      for (int64_t t : {int64_t(0), int64_t(9), tokens - 1}) {
-        const auto alone = product(*gpu, t, 1);
-        EXPECT_EQ(0, std::memcmp(alone.data(), mma.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;
+  // 101 rows: a partial tile of rows, and for q6_K at 256 columns a last block that starts 4-byte
+  // aligned (its d is the matrix's last two bytes, and the copy on the GPU ends there: the kernel
+  // must not read past them). Rows padded to stay 16-byte aligned, which q4_K's kernel needs.
+  constexpr int64_t kRows = 101;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+    for (int64_t cols : {2048, 3072, 256}) {
+      const Matrix m = randomMatrix(type, kRows, cols, freshSeed() + uint32_t(cols) + 7 * uint32_t(type), 16);
+      const size_t bytes = m.stride * size_t(kRows - 1) + *quant::rowBytes(type, cols);
+      const auto biasHost = randomFloats(size_t(kRows), freshSeed() + 61);
+      for (int64_t tokens : {16, 37}) {
+        SCOPED_TRACE(std::string(quant::typeName(type)) + ", " + std::to_string(cols) + " columns, " +
+                     std::to_string(tokens) + " tokens");
+        const auto xHost = randomFloats(size_t(tokens * cols), freshSeed() + uint32_t(tokens), 2.0f);
+        const auto product = [&](cuda::CudaDevice& dev, int64_t first, int64_t n) {
+          auto w = dev.adoptHostBytes(m.bytes.data(), bytes);
+          auto x = upload(dev, xHost);
+          auto bias = upload(dev, biasHost);
+          auto y = dev.allocate(size_t(n * kRows) * 4);
+          dev.matmul(WeightRef{type, w->data(), kRows, cols, m.stride}, x.as<float>() + first * cols, n,
+                     reinterpret_cast<float*>(y->data()), bias.as<float>());
+          return download<float>(dev, *y, size_t(n * kRows));
+        };
+        const uint64_t before = gpu->tensorCoreProducts();
+        const auto mma = product(*gpu, 0, tokens);
+        ASSERT_EQ(before + 1, gpu->tensorCoreProducts()) << "the tensor-core kernel did not run";
+        const auto want = product(*dp4a, 0, tokens);
+        ASSERT_EQ(0u, dp4a->tensorCoreProducts());
+        EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
+        for (int64_t t : {int64_t(0), int64_t(9), tokens - 1}) {
+          const auto alone = product(*gpu, t, 1);
+          EXPECT_EQ(0, std::memcmp(alone.data(), mma.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;
+        }
       }
     }
   }
