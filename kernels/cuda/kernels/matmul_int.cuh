@@ -16,9 +16,8 @@
 // cut into units (q4_K: 64 elements, a 16-byte run of quants and its two sub-blocks; q6_K: 32
 // elements, 8 quant bytes from each of its three arrays); lane l of the row's kLanes (32, or 16
 // when that balances the units: below) takes units l, l + kLanes, ..., adding each unit's terms
-// to its accumulator in a fixed sequence, and the lanes are summed by a fixed butterfly. Integer sums are exact in any
-// order. So a token's result is bit-identical whichever variant (tokens, rows per warp) computed it: prefill and decode
-// agree exactly.
+// to its accumulator in a fixed sequence, and the lanes are summed by a fixed butterfly. Integer sums are exact in any order. So a token's result is bit-identical
+// whichever variant (tokens, rows per warp) computed it: prefill and decode agree exactly.
 //
 // The activation row of a token (quantize_x.cuh): a[K] | b[K] | s256[K/32] | bsum[K/32] | sum8[K/8].
 
@@ -215,37 +214,37 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 #endif
 
 #if JL_MMA
-// Prefill on int8 tensor cores (mma.sync m16n8k32, sm_80 and later; JL_MMA = 1 with JL_TOKENS =
-// JL_ROWS = 16; q4_K rows 16-byte aligned). A block of 8 warps computes 64 rows x 32 tokens, warp
-// (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x 16 tokens 16 wt... Per unit, mma give each
-// (row, token) the unit's integer sums - the same integers the dp4a kernel adds up, exact in any
-// order - and then the float steps are IntQ4_K::dot's (IntQ6_K::dot's), in its order. What the
-// dp4a kernel's lanes and butterfly do across the row is reproduced per (row, token) in
-// registers: lane slot l's accumulator takes units l, l + kLanes, ... in order from zero, and the
-// slots are added in the butterfly's tree. The slots are visited in bit-reversed order, which is
-// that tree's left-to-right order, so each finished slot merges into a short stack like a binary
-// counter (depth log2(kLanes) + 1). So a token's result has the bits of every other variant, and
-// prefill still agrees with decode exactly.
+// Prefill of q4_K rows on int8 tensor cores (mma.sync m16n8k32, sm_80 and later; JL_MMA = 1, with
+// JL_TOKENS = JL_ROWS = 16 and 16-byte aligned rows). A block of 8 warps computes 64 rows x 32
+// tokens, warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x 16 tokens 16 wt... Per unit,
+// four mma per 8 tokens give each (row, token) the unit's integer sums la0, lb0, la1, lb1 - the
+// same integers the dp4a kernel adds up, exact in any order - and then the float steps are
+// IntQ4_K::dot's, in its order. What the dp4a kernel's lanes and butterfly do across the row is
+// reproduced per (row, token) in registers: lane slot l's accumulator takes units l, l + kLanes,
+// ... in order from zero, and the slots are added in the butterfly's tree. The slots are visited in
+// bit-reversed order, which is that tree's left-to-right order, so each finished slot merges into
+// a short stack like a binary counter (depth log2(kLanes) + 1). So a token's result has the bits of
+// every other variant, and prefill still agrees with decode exactly.
 //
-// Units reach shared memory kStages - 1 ahead of the one computed, by cp.async (the whole block's
-// weights and activations for the unit: a first version loaded each warp's fragments with 4-byte
-// loads straight from global memory and was bound by the L1 traffic, at a quarter of the issue
-// rate). One unit ahead, the block turns each staged row's raw bytes into what the mma read
-// (scales as floats; for q6_K also the quants as bytes in the unit's k order); fragments come out
-// of shared memory by ldmatrix.
+// Units reach shared memory kStages - 1 ahead of the one computed, by cp.async in 16-byte pieces
+// (the whole block's weights and activations for the unit: a first version loaded each warp's
+// fragments with 4-byte loads straight from global memory and was bound by the L1 traffic, at a
+// quarter of the issue rate). Each row's scales are decoded once per unit, in place, by one
+// thread, one unit ahead; fragments come out of shared memory by ldmatrix.
 //
 // Fragments (PTX ISA, lane = 4 g + q): A (16 x 32 row-major) a[0] = A[g][4q..], a[1] = A[g+8][4q..],
 // a[2] = A[g][16+4q..], a[3] = A[g+8][16+4q..]; B (32 x 8 column-major) b[0] = B[4q..][g],
 // b[1] = B[16+4q..][g]; C c[0] = C[g][2q], c[1] = C[g][2q+1], c[2] = C[g+8][2q], c[3] = C[g+8][2q+1].
-// With A's rows and B's columns 16-byte rows of shared memory, ldmatrix hands out exactly these.
-static_assert((JL_WTYPE == 12 && JL_ALIGN >= 16 || JL_WTYPE == 14) && JL_TOKENS == 16 && JL_ROWS == 16,
-              "matmul_int JL_MMA: q4_K (16-byte aligned rows) or q6_K, 16 x 16");
+// A sub-block's 32 quants are the low (or high) nibbles of 32 consecutive bytes and a token's
+// activation bytes are consecutive, so ldmatrix of 16-byte rows hands out exactly those fragments.
+static_assert(JL_WTYPE == 12 && JL_TOKENS == 16 && JL_ROWS == 16 && JL_ALIGN >= 16, "matmul_int JL_MMA: q4_K, 16 x 16");
 constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 constexpr int kTileRows = 64, kTileTokens = 32, kStages = 4, kThreads = 256;
-// A row's mma-ready unit: 32 quant bytes in k order (q4_K: raw, two sub-blocks in the nibbles),
-// then 16 bytes of float scales. 48 bytes (12 words) apart, the 8 rows an ldmatrix reads hit
-// distinct banks.
-constexpr int kRowBytes = 48;
+// A staged row: its unit's 32 quant bytes, then the block's 16-byte head, which one thread turns
+// into d1[2], m1[2] in place. 48 bytes (12 words) apart, the 8 rows an ldmatrix reads hit distinct
+// banks; so do 8 tokens 144 bytes (36 words) apart: a[64] | b[64] | s256[2] | bsum[2].
+constexpr int kRowBytes = 48, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
+constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
 
 JL_DEV void mmaS8(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #if __CUDA_ARCH__ >= 800
@@ -255,14 +254,14 @@ JL_DEV void mmaS8(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #endif
 }
 JL_DEV u32 sharedAddress(const void* p) { return u32(__cvta_generic_to_shared(p)); }
-template <int kBytes>
-JL_DEV void copyAsync(u32 to, const void* from) {
+JL_DEV void copyAsync16(u32 to, const void* from) {
 #if __CUDA_ARCH__ >= 800
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(to), "l"(from), "n"(kBytes) : "memory");
-  }
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
+#endif
+}
+JL_DEV void copyAsync8(u32 to, const void* from) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(from) : "memory");
 #endif
 }
 JL_DEV void commitCopies() {
@@ -292,7 +291,7 @@ JL_DEV constexpr int bitReversed(int i) {
 }
 JL_DEV constexpr int onesIn(int i) { return i == 0 ? 0 : (i & 1) + onesIn(i >> 1); }
 
-// The order units are visited in (staged, prepared and computed): slot by slot in bit-reversed
+// The order units are visited in (staged, decoded and computed): slot by slot in bit-reversed
 // order, units slot, slot + kLanes, ... of each.
 struct Visit {
   int slot, unit, units;
@@ -303,7 +302,7 @@ struct Visit {
   }
 };
 
-// The block's tile.
+// The block's tile and the next unit to stage.
 struct MmaTile {
   const u8* w;
   u64 rowStride;
@@ -311,249 +310,114 @@ struct MmaTile {
   const u8* xq;
   u64 xqStride;
   int tokens, t0;
-  JL_DEV const u8* row(int r) const { return w + u64(min(r0 + r, rows - 1)) * rowStride; }
-  JL_DEV const u8* token(int t) const { return xq + u64(min(t0 + t, tokens - 1)) * xqStride; }
-};
+  Visit next;
 
-// q4_K: a stage holds each row's 32 quant bytes and its block's 16-byte head (turned into d1[2],
-// m1[2] in place), and each token's a[64] | b[64] | s256[2] | bsum[2] (144 bytes, 36 words: the 8
-// tokens an ldmatrix reads hit distinct banks).
-struct MmaQ4_K {
-  static constexpr int kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
-  static constexpr int kMinBlocks = 2;  // per SM: 128 registers, no spills
-  static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
-
-  static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
+  // Queues the copies of the next unit into `stage` (one commit group per stage, empty past the
+  // end) and moves on.
+  JL_DEV void stageNext(u8* stage) {
     const int tid = threadIdx.x;
-    const u32 at = sharedAddress(stage);
-    if (tid < 3 * kTileRows) {  // a row's quants (two pieces) and head
-      const int r = tid / 3, piece = tid % 3;
-      const u8* block = tile.row(r) + (unit >> 2) * IntQ4_K::kBlockBytes;
-      copyAsync<16>(at + r * kRowBytes + 16 * piece, piece < 2 ? block + 16 + 32 * (unit & 3) + 16 * piece : block);
-    }
-    {  // a token's a and b bytes, 8 pieces (kThreads = 8 kTileTokens)
-      const int t = tid >> 3, piece = tid & 7;
-      copyAsync<16>(at + kTokensAt + t * kTokenBytes + 16 * piece,
-                    tile.token(t) + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
-    }
-    if (tid < 2 * kTileTokens) {  // a token's s / 256 and represented sums of the unit's two 32-blocks
-      const int t = tid >> 1, which = tid & 1;
-      copyAsync<8>(at + kTokensAt + t * kTokenBytes + 128 + 8 * which,
-                   tile.token(t) + (which ? kXqBsum : kXqS256) + 8 * unit);
-    }
-  }
-  static JL_DEV void prepare(u8* stage, const MmaTile&, int unit) {
-    const int r = threadIdx.x;
-    if (r < kTileRows) {
-      uint4* at = reinterpret_cast<uint4*>(stage + r * kRowBytes + 32);
-      const uint4 v = *at;
-      const u32 head[4] = {v.x, v.y, v.z, v.w};
-      float d1[2], m1[2];
-      IntQ4_K::scales(head, unit & 3, d1, m1);
-      *reinterpret_cast<float4*>(at) = make_float4(d1[0], d1[1], m1[0], m1[1]);
-    }
-  }
-  // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc as IntQ4_K::dot.
-  static JL_DEV void compute(const u8* stage, float (&acc)[2][4]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
-    u32 raw[4];
-    loadMatrices(raw, sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
-    u32 lo[4], hi[4];  // sub-blocks 2p and 2p + 1
-#pragma unroll
-    for (int i = 0; i < 4; i++) lo[i] = raw[i] & 0x0F0F0F0Fu, hi[i] = (raw[i] >> 4) & 0x0F0F0F0Fu;
-    float4 sc[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-      sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
-#pragma unroll
-    for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
-      const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
-      u32 xa[4], xb[4];
-      loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
-      loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
-      int la0[4] = {}, lb0[4] = {}, la1[4] = {}, lb1[4] = {};
-      mmaS8(la0, lo, xa[0], xa[1]);
-      mmaS8(lb0, lo, xb[0], xb[1]);
-      mmaS8(la1, hi, xa[2], xa[3]);
-      mmaS8(lb1, hi, xb[2], xb[3]);
-#pragma unroll
-      for (int h = 0; h < 2; h++) {  // token tokenBase + 8 j + 2q + h: column 2 j + h of acc
-        const float4 s = *reinterpret_cast<const float4*>(tokens + (2 * q + h) * kTokenBytes + 128);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + h
-          const int e = 2 * i + h;
-          float v = acc[i][2 * j + h];
-          v = fmaf(__fmul_rn(sc[i].x, s.x), float(la0[e] * 256 + lb0[e]), v);
-          v = fmaf(-sc[i].z, s.z, v);
-          v = fmaf(__fmul_rn(sc[i].y, s.y), float(la1[e] * 256 + lb1[e]), v);
-          v = fmaf(-sc[i].w, s.w, v);
-          acc[i][2 * j + h] = v;
-        }
+    const int unit = next.unit;
+    if (next.more()) {
+      const u32 at = sharedAddress(stage);
+      if (tid < 3 * kTileRows) {  // a row's quants (two pieces) and head
+        const int row = tid / 3, piece = tid % 3;
+        const u8* block = w + u64(min(r0 + row, rows - 1)) * rowStride + (unit >> 2) * IntQ4_K::kBlockBytes;
+        copyAsync16(at + row * kRowBytes + 16 * piece, piece < 2 ? block + 16 + 32 * (unit & 3) + 16 * piece : block);
+      }
+      {  // a token's a and b bytes, 8 pieces (kThreads = 8 kTileTokens)
+        const int token = tid >> 3, piece = tid & 7;
+        const u8* xr = xq + u64(min(t0 + token, tokens - 1)) * xqStride;
+        copyAsync16(at + kTokensAt + token * kTokenBytes + 16 * piece, xr + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
+      }
+      if (tid < 2 * kTileTokens) {  // a token's s / 256 and represented sums of the unit's two 32-blocks
+        const int token = tid >> 1, which = tid & 1;
+        const u8* xr = xq + u64(min(t0 + token, tokens - 1)) * xqStride;
+        copyAsync8(at + kTokensAt + token * kTokenBytes + 128 + 8 * which, xr + (which ? kXqBsum : kXqS256) + 8 * unit);
       }
     }
+    commitCopies();
+    next.advance();
   }
 };
 
-// q6_K: unit u holds elements 128h + 32qt + 8j .. + 7 (qt = 0..3) of block u / 8 (IntQ6_K). Its
-// blocks are 210 bytes, only 2-byte aligned, so a stage holds each row's aligned words around the
-// unit's pieces - 3 around each 8 bytes of ql (low half), ql (high half) and qh, 5 around the
-// block's 16 scales and d: 14 words, 64 bytes a row - and the prepared rows: the 32 quants
-// (0..63) in k order 8 qt + e, and the four d * scale. A token: a[32] | b[32] in that k order,
-// s256[4] and sum8[4] of the quarters (112 bytes, 28 words: distinct banks for ldmatrix). The
-// quarters' integer sums come from mma whose B keeps only one quarter's k rows (the others zero).
-struct MmaQ6_K {
-  static constexpr int kRawBytes = 64, kTokenBytes = 112;
-  static constexpr int kMinBlocks = 1;  // at 2 (128 registers) it spills
-  static constexpr int kRowsAt = kTileRows * kRawBytes, kTokensAt = kRowsAt + kTileRows * kRowBytes;
-  static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
+// Turns the staged heads of the unit in `stage` (unit p = unit % 4 of its block) into d1, m1.
+JL_DEV void decodeScales(u8* stage, int unit) {
+  const int row = threadIdx.x;
+  if (row < kTileRows) {
+    uint4* at = reinterpret_cast<uint4*>(stage + row * kRowBytes + 32);
+    const uint4 v = *at;
+    const u32 head[4] = {v.x, v.y, v.z, v.w};
+    float d1[2], m1[2];
+    IntQ4_K::scales(head, unit & 3, d1, m1);
+    *reinterpret_cast<float4*>(at) = make_float4(d1[0], d1[1], m1[0], m1[1]);
+  }
+}
 
-  static JL_DEV const u8* block(const MmaTile& tile, int r, int unit) {
-    return tile.row(r) + (unit >> 3) * IntQ6_K::kBlockBytes;
-  }
-  // d's word is the 5th around the scales; when the block is 4-byte aligned that word runs 2 bytes
-  // past it, past the matrix for its last block: then prepare() loads d itself.
-  static JL_DEV bool dPastTheEnd(const MmaTile& tile, int r, const u8* b) {
-    return (reinterpret_cast<u64>(b) & 3) == 0 && min(tile.r0 + r, tile.rows - 1) == tile.rows - 1 &&
-           b + IntQ6_K::kBlockBytes == tile.row(r) + (JL_K / 256) * IntQ6_K::kBlockBytes;
-  }
-  static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
-    const int tid = threadIdx.x, h = (unit >> 2) & 1, j = unit & 3;
-    const u32 at = sharedAddress(stage);
+// The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as
+// IntQ4_K::dot.
+JL_DEV void mmaUnit(const u8* stage, float (&acc)[2][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
+  u32 raw[4];
+  loadMatrices(raw, sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
+  u32 lo[4], hi[4];
 #pragma unroll
-    for (int k = 0; k < kTileRows * 16 / kThreads; k++) {  // a row's 14 words
-      const int i = tid + k * kThreads, r = i >> 4, word = i & 15;
-      if (word < 14) {
-        const u8* b = block(tile, r, unit);
-        const int piece = word < 9 ? word / 3 : 3, inPiece = word < 9 ? word % 3 : word - 9;
-        const int offset = piece == 0   ? 64 * h + 8 * j
-                           : piece == 1 ? 64 * h + 32 + 8 * j
-                           : piece == 2 ? 128 + 32 * h + 8 * j
-                                        : 192;
-        const u8* aligned = reinterpret_cast<const u8*>(reinterpret_cast<u64>(b + offset) & ~u64(3));
-        if (!(word == 13 && dPastTheEnd(tile, r, b)))
-          copyAsync<4>(at + r * kRawBytes + 4 * word, aligned + 4 * inPiece);
-      }
-    }
-    const int e0 = IntQ6_K::firstElement(unit);
+  for (int i = 0; i < 4; i++) lo[i] = raw[i] & 0x0F0F0F0Fu, hi[i] = (raw[i] >> 4) & 0x0F0F0F0Fu;
+  float4 sc[2];
 #pragma unroll
-    for (int k = 0; k < kTileTokens * 16 / kThreads; k++) {  // a token's 13 pieces
-      const int i = tid + k * kThreads, t = i >> 4, piece = i & 15;
-      const u32 to = at + kTokensAt + t * kTokenBytes;
-      const u8* xr = tile.token(t);
-      if (piece < 8) {  // a (0..3) and b (4..7) of quarter piece % 4
-        copyAsync<8>(to + 8 * piece, xr + (piece >> 2) * kXqB + e0 + 32 * (piece & 3));
-      } else if (piece == 8) {  // the quarters' s / 256, consecutive
-        copyAsync<16>(to + 64, xr + kXqS256 + 4 * (e0 / 32));
-      } else if (piece < 13) {
-        copyAsync<4>(to + 80 + 4 * (piece - 9), xr + kXqSum8 + 4 * ((e0 + 32 * (piece - 9)) / 8));
+  for (int i = 0; i < 2; i++) sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
+#pragma unroll
+  for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
+    const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
+    u32 xa[4], xb[4];
+    loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
+    loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
+    int la0[4] = {}, lb0[4] = {}, la1[4] = {}, lb1[4] = {};
+    mmaS8(la0, lo, xa[0], xa[1]);
+    mmaS8(lb0, lo, xb[0], xb[1]);
+    mmaS8(la1, hi, xa[2], xa[3]);
+    mmaS8(lb1, hi, xb[2], xb[3]);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {  // token tokenBase + 8 j + 2q + h: column c = 2 j + h of acc
+      const float4 s = *reinterpret_cast<const float4*>(tokens + (2 * q + h) * kTokenBytes + 128);
+#pragma unroll
+      for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + h
+        const int e = 2 * i + h;
+        float v = acc[i][2 * j + h];
+        v = fmaf(__fmul_rn(sc[i].x, s.x), float(la0[e] * 256 + lb0[e]), v);
+        v = fmaf(-sc[i].z, s.z, v);
+        v = fmaf(__fmul_rn(sc[i].y, s.y), float(la1[e] * 256 + lb1[e]), v);
+        v = fmaf(-sc[i].w, s.w, v);
+        acc[i][2 * j + h] = v;
       }
     }
   }
-  static JL_DEV void prepare(u8* stage, const MmaTile& tile, int unit) {
-    const int r = threadIdx.x >> 2, qt = threadIdx.x & 3, h = (unit >> 2) & 1, j = unit & 3;
-    const u8* b = block(tile, r, unit);
-    const u32 shift = u32(reinterpret_cast<u64>(b) & 3) * 8;
-    const u32* raw = reinterpret_cast<const u32*>(stage + r * kRawBytes);
-    const u32* ql = raw + 3 * (qt & 1);
-    u32 q[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const u32 low = funnelRight(ql[i], ql[i + 1], shift), high = funnelRight(raw[6 + i], raw[7 + i], shift);
-      q[i] = ((qt >= 2 ? low >> 4 : low) & 0x0F0F0F0Fu) | (((high >> (2 * qt)) & 0x03030303u) << 4);
-    }
-    const int scaleByte = int(shift / 8) + 8 * h + 2 * qt + (j >> 1);
-    const int sc = int(i8(u8(raw[9 + (scaleByte >> 2)] >> (8 * (scaleByte & 3)))));
-    const float d = h2f(dPastTheEnd(tile, r, b) ? u16(ldU16(b + 208)) : u16(raw[13] >> shift));
-    u8* out = stage + kRowsAt + r * kRowBytes;
-    *reinterpret_cast<uint2*>(out + 8 * qt) = make_uint2(q[0], q[1]);
-    *reinterpret_cast<float*>(out + 32 + 4 * qt) = __fmul_rn(d, float(sc));
-  }
-  // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc as IntQ6_K::dot.
-  static JL_DEV void compute(const u8* stage, float (&acc)[2][4]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
-    const u8* rows = stage + kRowsAt;
-    u32 a[4];
-    loadMatrices(a, sharedAddress(rows + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
-    float4 ds[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) ds[i] = *reinterpret_cast<const float4*>(rows + (rowBase + g + 8 * i) * kRowBytes + 32);
-    // This lane's B words hold k 4q.. (quarter q / 2) and 16 + 4q.. (quarter 2 + q / 2).
-    const int mine = q >> 1;
-#pragma unroll
-    for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
-      const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
-      u32 x[4];  // a k 0-15, a k 16-31, b k 0-15, b k 16-31
-      loadMatrices(x, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
-      float s256[2][4];  // this lane's two tokens, tokenBase + 8 j + 2q + hh
-      int sums[2][4];
-#pragma unroll
-      for (int hh = 0; hh < 2; hh++) {
-        const u8* token = tokens + (2 * q + hh) * kTokenBytes;
-        const float4 s = *reinterpret_cast<const float4*>(token + 64);
-        const int4 sum8 = *reinterpret_cast<const int4*>(token + 80);
-        s256[hh][0] = s.x, s256[hh][1] = s.y, s256[hh][2] = s.z, s256[hh][3] = s.w;
-        sums[hh][0] = sum8.x, sums[hh][1] = sum8.y, sums[hh][2] = sum8.z, sums[hh][3] = sum8.w;
-      }
-      const float dsRow[2][4] = {{ds[0].x, ds[0].y, ds[0].z, ds[0].w}, {ds[1].x, ds[1].y, ds[1].z, ds[1].w}};
-      // Quarter by quarter: each (row, token) still takes its quarters in order, as IntQ6_K::dot.
-#pragma unroll
-      for (int qt = 0; qt < 4; qt++) {
-        const bool first = qt < 2, on = (qt & 1) == mine;
-        int la[4] = {}, lb[4] = {};
-        mmaS8(la, a, first && on ? x[0] : 0u, !first && on ? x[1] : 0u);
-        mmaS8(lb, a, first && on ? x[2] : 0u, !first && on ? x[3] : 0u);
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {  // column 2 j + hh of acc
-#pragma unroll
-          for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + hh
-            const int e = 2 * i + hh;
-            // The quants' offset of 32: sum (q - 32)(256a + b) = 256 la + lb - 32 sum8 (exact).
-            const int l = la[e] * 256 + lb[e] - 32 * sums[hh][qt];
-            acc[i][2 * j + hh] = fmaf(__fmul_rn(dsRow[i][qt], s256[hh][qt]), float(l), acc[i][2 * j + hh]);
-          }
-        }
-      }
-    }
-  }
-};
-
-#if JL_WTYPE == 12
-typedef MmaQ4_K Mma;
-#else
-typedef MmaQ6_K Mma;
-#endif
+}
 
 // y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / 32), 256 threads.
-extern "C" __global__ void __launch_bounds__(kThreads, Mma::kMinBlocks)
-    matmul_int(const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq, u64 xqStride, int tokens,
-               float* __restrict__ y, const float* __restrict__ bias) {
+extern "C" __global__ void __launch_bounds__(kThreads) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
+                                                                  const u8* __restrict__ xq, u64 xqStride, int tokens,
+                                                                  float* __restrict__ y, const float* __restrict__ bias) {
   awaitPreviousKernel();
 #if __CUDA_ARCH__ >= 800
-  __shared__ __align__(16) u8 staged[kStages][Mma::kStageBytes];
+  __shared__ __align__(16) u8 staged[kStages][kStageBytes];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   // The unit count as the compiler cannot see it: with one unit per slot (K = 2048) it otherwise
   // unrolled every slot's work into one stretch; kept a loop, each slot's work stays apart while
   // the slot loop is unrolled for the stack's constant indices.
   int units;
   asm("mov.b32 %0, %1;" : "=r"(units) : "r"(kUnits));
-  const MmaTile tile{w,  rowStride, rows,   int(blockIdx.x) * kTileRows,
-                     xq, xqStride,  tokens, int(blockIdx.y) * kTileTokens};
-  // Stage n % kStages holds the n-th unit visited. Each stage is one commit group (empty past the
-  // last unit, so the waits below count alike to the end).
-  Visit staging{0, 0, units}, preparing{0, 0, units};
-  const auto stageNext = [&](u8* stage) {
-    if (staging.more()) Mma::stage(stage, tile, staging.unit);
-    commitCopies();
-    staging.advance();
-  };
+  const Visit first{0, 0, units};
+  MmaTile tile{w, rowStride, rows, int(blockIdx.x) * kTileRows, xq, xqStride, tokens, int(blockIdx.y) * kTileTokens,
+               first};
+  // Stage n % kStages holds the n-th unit visited; `decoded` is the next whose scales to decode.
 #pragma unroll
-  for (int s = 0; s < kStages - 1; s++) stageNext(staged[s]);
+  for (int s = 0; s < kStages - 1; s++) tile.stageNext(staged[s]);
+  Visit decoded = first;
   awaitCopies<kStages - 2>();
   __syncthreads();
-  Mma::prepare(staged[0], tile, preparing.unit);
-  preparing.advance();
+  decodeScales(staged[0], decoded.unit);
+  decoded.advance();
 
   float stack[kSlotBits + 1][2][4];
   int n = 0;  // units computed
@@ -563,11 +427,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, Mma::kMinBlocks)
 #pragma unroll 1
     for (int u = bitReversed(i); u < units; u += kLanes, n++) {
       awaitCopies<kStages - 3>();  // units up to n + 1 have landed
-      __syncthreads();             // ... for every thread, and unit n is prepared
-      if (preparing.more()) Mma::prepare(staged[(n + 1) % kStages], tile, preparing.unit);
-      preparing.advance();
-      stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
-      Mma::compute(staged[n % kStages], acc);
+      __syncthreads();             // ... for every thread, and unit n's scales are decoded
+      if (decoded.more()) decodeScales(staged[(n + 1) % kStages], decoded.unit);
+      decoded.advance();
+      tile.stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
+      mmaUnit(staged[n % kStages], acc);
     }
     // Push, then merge complete subtrees as a binary counter carries: once per trailing one of i.
     const int depth = onesIn(i);  // entries on the stack before this push
@@ -670,13 +534,13 @@ struct ProductParts {
 template <int kType, int kRows>
 JL_DEV void groupPart(const ProductPart& p, int block, const u8* xq, u64 xqStride, int tokens) {
   productWarp<typename IntWeightsOf<kType>::Type, kRows>(block * (blockDim.x >> 5) + (threadIdx.x >> 5), p.w,
-                                                         p.rowStride, p.rows, xq, xqStride, tokens, p.y, p.bias);
+                                                        p.rowStride, p.rows, xq, xqStride, tokens, p.y, p.bias);
 }
 
 // y_i[t][r] = sum_k w_i[r][k] x[t][k] (+ bias_i[r]) for the JL_PARTS parts. Grid: (the parts'
 // blocks together, tokens / JL_TOKENS), 128 threads.
-extern "C" __global__ void __launch_bounds__(128)
-    matmul_int_group(const ProductParts parts, const u8* __restrict__ xq, u64 xqStride, int tokens) {
+extern "C" __global__ void __launch_bounds__(128) matmul_int_group(const ProductParts parts, const u8* __restrict__ xq,
+                                                                   u64 xqStride, int tokens) {
   // awaitPreviousKernel() is in productWarp, after the first weight loads.
   int block = blockIdx.x;
   if (block < parts.part[0].blocks) return groupPart<JL_W0, JL_R0>(parts.part[0], block, xq, xqStride, tokens);
@@ -690,9 +554,9 @@ extern "C" __global__ void __launch_bounds__(128)
 #else
 // y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS kSlots), tokens /
 // JL_TOKENS), 128 threads; xq holds `tokens` rows of xqStride bytes.
-extern "C" __global__ void __launch_bounds__(128)
-    matmul_int(const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq, u64 xqStride, int tokens,
-               float* __restrict__ y, const float* __restrict__ bias) {
+extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
+                                                             const u8* __restrict__ xq, u64 xqStride, int tokens,
+                                                             float* __restrict__ y, const float* __restrict__ bias) {
   // awaitPreviousKernel() is in productWarp, after the first weight loads.
   productWarp<IntWeights, JL_ROWS>(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), w, rowStride, rows, xq,
                                    xqStride, tokens, y, bias);
