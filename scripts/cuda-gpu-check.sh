@@ -8,7 +8,7 @@
 # mma: all CUDA tests, a memory check of the tensor-core prefill test, pp512 with JITLLM_CUDA_MMA=0/1.
 # decode: all CUDA tests, memcheck of the ops, 1B/3B pp512+tg128 with PDL and fusion on and off.
 # profile: all CUDA tests, memcheck, pp512/tg128 1B+3B, per-op prefill profiles, ncu of prefill products.
-# prefill: tensor-core tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512 MMA on/off, profiles.
+# prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
@@ -138,25 +138,36 @@ if [ "$what" = profile ]; then
   exit 0
 fi
 if [ "$what" = prefill ]; then
-  # The tensor-core prefill: its tests, memcheck and racecheck (shared-memory pipeline), pp512
-  # with it on and off, and where prefill's time goes.
-  $B/bin/cuda_tests --gtest_filter='*TensorCore*:*Prefill*:*TeacherForced*:CudaOps.*' 2>&1 | tee "$OUT/cuda_tests.log" |
-    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|token " | head -40
+  # Prefill's kernels: their tests ($FILTER), compute-sanitizer memcheck, racecheck and synccheck
+  # of $SANITIZE (shared-memory pipelines), pp512 + tg128 (with JITLLM_CUDA_MMA=0 too when AB=1),
+  # where prefill's time goes, and with NCU=1 Nsight Compute's counters for the first layer's
+  # products and a prefill attention launch.
+  $B/bin/cuda_tests --gtest_filter="${FILTER:-*TensorCore*:*Prefill*:*TeacherForced*:CudaOps.*}" 2>&1 |
+    tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|token " | head -40
   for tool in memcheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool $tool --print-limit 20 $B/bin/cuda_tests --gtest_filter='*TensorCore*' \
-      > "$OUT/$tool-mma.log" 2>&1
-    echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|hazard" "$OUT/$tool-mma.log" | head -6
+    timeout 120 compute-sanitizer --tool $tool --print-limit 20 $B/bin/cuda_tests --gtest_filter="${SANITIZE:-*TensorCore*}" \
+      > "$OUT/$tool.log" 2>&1
+    echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|hazard" "$OUT/$tool.log" | head -6
   done
   echo "tests: $(( $(date +%s) - start )) s"
   for m in 1b 3b; do
     $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
-    for mma in 1 0 1; do
-      JITLLM_CUDA_MMA=$mma timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 32 -r 3 2>&1 |
+    for mma in 1 ${AB:+0 1}; do
+      JITLLM_CUDA_MMA=$mma timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
         tee -a "$OUT/bench-prefill.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m MMA=$mma /"
     done
     JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
       tee "$OUT/profile-prefill-$m.txt" | grep -E "calls" | sort -k4 -n -r | head -16
   done
+  if [ -n "${NCU:-}" ]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    secs="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
+    JITLLM_CUDA_GRAPHS=0 timeout 150 $NCU --clock-control none -k regex:"matmul|attention" --launch-skip 0 --launch-count 9 \
+      $secs $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 1 > "$OUT/ncu-prefill.txt" 2>&1
+    grep -E "^  [a-z_]+ \(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc A|Mem Pipes" \
+      "$OUT/ncu-prefill.txt" | sed 's/  */ /g' | head -150
+  fi
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

@@ -25,6 +25,10 @@ constexpr int kOwned = (kGroup * kHd + kThreads - 1) / kThreads;  // output elem
 constexpr int kChunk = 64;                                          // positions; a multiple of kTile
 static_assert(kChunk % kTile == 0, "chunks hold whole tiles");
 constexpr int kPartialFloats = kGroup * kHd + 2 * kGroup;  // one chunk's state: o, then max and sum per head
+// A thread's scores are one position j = tid % kTile for heads tid / kTile + m kScoreRows, and its
+// output elements tid + i kThreads all one column d = tid % kHd: K and V elements read once for all.
+static_assert(kThreads % kTile == 0 && kThreads % kHd == 0, "threads split evenly over positions and columns");
+constexpr int kScoreRows = kThreads / kTile, kScoresPerThread = (kGroup + kScoreRows - 1) / kScoreRows;
 #if JL_KV_F16
 typedef u16 KvElement;
 JL_DEV float kvLoad(const KvElement* p) { return h2f(__ldg(reinterpret_cast<const unsigned short*>(p))); }
@@ -32,6 +36,22 @@ JL_DEV float kvLoad(const KvElement* p) { return h2f(__ldg(reinterpret_cast<cons
 typedef float KvElement;
 JL_DEV float kvLoad(const KvElement* p) { return __ldg(p); }
 #endif
+// A row's elements in 16-byte pieces when a head's row is whole pieces (then every row of a page
+// starts 16-byte aligned: pages are, and rows are whole heads apart); else 0 (one by one).
+constexpr int kPieceElems = (kHd * int(sizeof(KvElement))) % 16 == 0 ? 16 / int(sizeof(KvElement)) : 0;
+constexpr int kPieces = kPieceElems > 0 ? kHd / kPieceElems : 0;
+// The piece at p (16-byte aligned) as floats, converted as kvLoad converts one.
+JL_DEV void kvLoadPiece(const KvElement* p, float (&out)[kPieceElems > 0 ? kPieceElems : 1]) {
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+#if JL_KV_F16
+#pragma unroll
+  for (int i = 0; i < 4; i++) out[2 * i] = h2f(u16(w[i] & 0xFFFFu)), out[2 * i + 1] = h2f(u16(w[i] >> 16));
+#else
+#pragma unroll
+  for (int i = 0; i < 4; i++) out[i] = __uint_as_float(w[i]);
+#endif
+}
 
 // Folds a chunk's softmax state (max m, sum l, unnormalised output o) into the running total
 // (the first chunk is taken as it is): one order of operations for every kernel here.
@@ -87,21 +107,45 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
     for (int base = c * kChunk; base < end; base += kTile) {
       const int count = min(kTile, end - base);
       __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
-      for (int i = tid; i < count * kHd; i += kThreads) {
-        const int j = i / kHd, d = i % kHd, pos = base + j;
-        const KvElement* page = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]);
-        const int slot = pos % kPageTokens;
-        ks[j][d] = kvLoad(page + i64(slot) * tokenElems + kh * kHd + d);
-        vs[j][d] = kvLoad(page + i64(kPageTokens + slot) * tokenElems + kh * kHd + d);
+      if constexpr (kPieceElems > 0) {
+        // 16 bytes of a K row and of its V row per load: a position's page is looked up once per
+        // piece instead of once per element (the loads were most of a prefill block's time).
+        for (int i = tid; i < count * kPieces; i += kThreads) {
+          const int j = i / kPieces, d = (i % kPieces) * kPieceElems, pos = base + j;
+          const KvElement* page = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]);
+          const int slot = pos % kPageTokens;
+          float k[kPieceElems], v[kPieceElems];
+          kvLoadPiece(page + i64(slot) * tokenElems + kh * kHd + d, k);
+          kvLoadPiece(page + i64(kPageTokens + slot) * tokenElems + kh * kHd + d, v);
+#pragma unroll
+          for (int e = 0; e < kPieceElems; e++) ks[j][d + e] = k[e], vs[j][d + e] = v[e];
+        }
+      } else {
+        for (int i = tid; i < count * kHd; i += kThreads) {
+          const int j = i / kHd, d = i % kHd, pos = base + j;
+          const KvElement* page = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]);
+          const int slot = pos % kPageTokens;
+          ks[j][d] = kvLoad(page + i64(slot) * tokenElems + kh * kHd + d);
+          vs[j][d] = kvLoad(page + i64(kPageTokens + slot) * tokenElems + kh * kHd + d);
+        }
       }
       __syncthreads();
-      for (int i = tid; i < kGroup * kTile; i += kThreads) {
-        const int g = i / kTile, j = i % kTile;
+      {  // scores (g, j) for g = tid / kTile + m kScoreRows: each K element read once for all of them
+        const int j = tid % kTile, g0 = tid / kTile;
         if (j < count) {
-          float s = 0.0f;
+          float s[kScoresPerThread] = {};
 #pragma unroll 8
-          for (int d = 0; d < kHd; d++) s = fmaf(qs[g][d], ks[j][d], s);
-          ps[g][j] = __fmul_rn(s, scale);
+          for (int d = 0; d < kHd; d++) {
+            const float k = ks[j][d];
+#pragma unroll
+            for (int m = 0; m < kScoresPerThread; m++) {
+              if (g0 + m * kScoreRows < kGroup) s[m] = fmaf(qs[g0 + m * kScoreRows][d], k, s[m]);
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < kScoresPerThread; m++) {
+            if (g0 + m * kScoreRows < kGroup) ps[g0 + m * kScoreRows][j] = __fmul_rn(s[m], scale);
+          }
         }
       }
       __syncthreads();
@@ -126,14 +170,20 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
         }
       }
       __syncthreads();
+      {  // this thread's output elements share their column d: each V element read once for all
+        const int d = tid % kHd;
 #pragma unroll
-      for (int i = 0; i < kOwned; i++) {
-        const int idx = tid + i * kThreads;
-        if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
-          const int g = idx / kHd, d = idx % kHd;
-          float acc = __fmul_rn(o[i], rescale[g]);
-          for (int j = 0; j < count; j++) acc = fmaf(ps[g][j], vs[j][d], acc);
-          o[i] = acc;
+        for (int i = 0; i < kOwned; i++) {
+          const int idx = tid + i * kThreads;
+          if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) o[i] = __fmul_rn(o[i], rescale[idx / kHd]);
+        }
+        for (int j = 0; j < count; j++) {
+          const float v = vs[j][d];
+#pragma unroll
+          for (int i = 0; i < kOwned; i++) {
+            const int idx = tid + i * kThreads;
+            if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) o[i] = fmaf(ps[idx / kHd][j], v, o[i]);
+          }
         }
       }
     }
