@@ -156,6 +156,10 @@ if [ "$what" = prefill ]; then
       JITLLM_CUDA_MMA=$mma timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
         tee -a "$OUT/bench-prefill.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m MMA=$mma /"
     done
+    for d in $TUNE_DEFINES; do
+      JITLLM_CUDA_DEFINES=$d timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 -r 3 2>&1 |
+        tee -a "$OUT/bench-tune.txt" | grep -E "^# pp" | sed "s/^/$m $d /"
+    done
     JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
       tee "$OUT/profile-prefill-$m.txt" | grep -E "calls" | sort -k4 -n -r | head -16
   done

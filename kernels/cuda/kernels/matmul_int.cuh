@@ -239,7 +239,11 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 // activation bytes are consecutive, so ldmatrix of 16-byte rows hands out exactly those fragments.
 static_assert(JL_WTYPE == 12 && JL_TOKENS == 16 && JL_ROWS == 16 && JL_ALIGN >= 16, "matmul_int JL_MMA: q4_K, 16 x 16");
 constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
-constexpr int kTileRows = 64, kTileTokens = 32, kStages = 4, kThreads = 256;
+#ifndef JL_MMA_STAGES  // units in shared memory at once (a tuning define: JITLLM_CUDA_DEFINES)
+#define JL_MMA_STAGES 4
+#endif
+constexpr int kTileRows = 64, kTileTokens = 32, kStages = JL_MMA_STAGES, kThreads = 256;
+static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
 // A staged row: its unit's 32 quant bytes, then the block's 16-byte head, which one thread turns
 // into d1[2], m1[2] in place. 48 bytes (12 words) apart, the 8 rows an ldmatrix reads hit distinct
 // banks; so do 8 tokens 144 bytes (36 words) apart: a[64] | b[64] | s256[2] | bsum[2].
