@@ -157,8 +157,12 @@ if [ "$what" = prefill ]; then
         tee -a "$OUT/bench-prefill.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m MMA=$mma /"
     done
     for d in $TUNE_DEFINES; do
-      JITLLM_CUDA_DEFINES=$d timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 -r 3 2>&1 |
-        tee -a "$OUT/bench-tune.txt" | grep -E "^# pp" | sed "s/^/$m $d /"
+      JITLLM_CUDA_DEFINES=$d timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/bench-tune.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m $d /"
+    done
+    for rows in $DECODE_ROWS; do  # the integer decode kernels' rows per warp (0: by matrix height)
+      JITLLM_CUDA_INT_DECODE_ROWS=$rows timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/bench-rows.txt" | grep -E "^# tg" | sed "s/^/$m decode rows $rows /"
     done
     JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
       tee "$OUT/profile-prefill-$m.txt" | grep -E "calls" | sort -k4 -n -r | head -16

@@ -503,7 +503,10 @@ JL_DEV void productWarp(int warp, const u8* __restrict__ w, u64 rowStride, int r
 #ifndef JL_UNROLL
 #define JL_UNROLL 2
 #endif
-  constexpr int kUnroll = kTokens == 1 ? JL_UNROLL : 1;
+#ifndef JL_UNROLL_Q6  // the same for q6_K rows (32-element units of nine 4-byte loads), alone
+#define JL_UNROLL_Q6 JL_UNROLL
+#endif
+  constexpr int kUnroll = kTokens == 1 ? (W::kUnitElems == 32 ? JL_UNROLL_Q6 : JL_UNROLL) : 1;
 #pragma unroll kUnroll
   for (int u = sub; u < kUnits; u += kLanes) {
     if (u != sub) {
