@@ -16,8 +16,9 @@
 // cut into units (q4_K: 64 elements, a 16-byte run of quants and its two sub-blocks; q6_K: 32
 // elements, 8 quant bytes from each of its three arrays); lane l of the row's kLanes (32, or 16
 // when that balances the units: below) takes units l, l + kLanes, ..., adding each unit's terms
-// to its accumulator in a fixed sequence, and the lanes are summed by a fixed butterfly. Integer sums are exact in any order. So a token's result is bit-identical
-// whichever variant (tokens, rows per warp) computed it: prefill and decode agree exactly.
+// to its accumulator in a fixed sequence, and the lanes are summed by a fixed butterfly. Integer sums are exact in any
+// order. So a token's result is bit-identical whichever variant (tokens, rows per warp) computed it: prefill and decode
+// agree exactly.
 //
 // The activation row of a token (quantize_x.cuh): a[K] | b[K] | s256[K/32] | bsum[K/32] | sum8[K/8].
 
@@ -331,7 +332,8 @@ struct MmaTile {
       {  // a token's a and b bytes, 8 pieces (kThreads = 8 kTileTokens)
         const int token = tid >> 3, piece = tid & 7;
         const u8* xr = xq + u64(min(t0 + token, tokens - 1)) * xqStride;
-        copyAsync16(at + kTokensAt + token * kTokenBytes + 16 * piece, xr + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
+        copyAsync16(at + kTokensAt + token * kTokenBytes + 16 * piece,
+                    xr + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
       }
       if (tid < 2 * kTileTokens) {  // a token's s / 256 and represented sums of the unit's two 32-blocks
         const int token = tid >> 1, which = tid & 1;
@@ -344,17 +346,20 @@ struct MmaTile {
   }
 };
 
-// Turns the staged heads of the unit in `stage` (unit p = unit % 4 of its block) into d1, m1.
+// Turns the staged heads of the unit in `stage` (unit p = unit % 4 of its block) into d1, m1 in
+// place.
 JL_DEV void decodeScales(u8* stage, int unit) {
-  const int row = threadIdx.x;
-  if (row < kTileRows) {
-    uint4* at = reinterpret_cast<uint4*>(stage + row * kRowBytes + 32);
-    const uint4 v = *at;
-    const u32 head[4] = {v.x, v.y, v.z, v.w};
-    float d1[2], m1[2];
-    IntQ4_K::scales(head, unit & 3, d1, m1);
-    *reinterpret_cast<float4*>(at) = make_float4(d1[0], d1[1], m1[0], m1[1]);
-  }
+  // Four threads (lanes of one warp) a row, each one of its floats d1[0], d1[1], m1[0], m1[1]
+  // (IntQ4_K::scales's operations), written over the head once all four have read it.
+  static_assert(kThreads == 4 * kTileRows, "four threads a row");
+  const int row = threadIdx.x >> 2, which = threadIdx.x & 3;
+  float* at = reinterpret_cast<float*>(stage + row * kRowBytes + 32);
+  const uint4 v = *reinterpret_cast<const uint4*>(at);
+  __syncwarp();
+  const u32 sw[3] = {v.y, v.z, v.w};
+  u32 sc, mn;
+  scaleMinK4(sw, 2 * (unit & 3) + (which & 1), &sc, &mn);
+  at[which] = which < 2 ? __fmul_rn(h2f(u16(v.x & 0xFFFFu)), float(sc)) : __fmul_rn(h2f(u16(v.x >> 16)), float(mn));
 }
 
 // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as
@@ -399,9 +404,9 @@ JL_DEV void mmaUnit(const u8* stage, float (&acc)[2][4]) {
 }
 
 // y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / 32), 256 threads.
-extern "C" __global__ void __launch_bounds__(kThreads) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
-                                                                  const u8* __restrict__ xq, u64 xqStride, int tokens,
-                                                                  float* __restrict__ y, const float* __restrict__ bias) {
+extern "C" __global__ void __launch_bounds__(kThreads)
+    matmul_int(const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq, u64 xqStride, int tokens,
+               float* __restrict__ y, const float* __restrict__ bias) {
   awaitPreviousKernel();
 #if __CUDA_ARCH__ >= 800
   __shared__ __align__(16) u8 staged[kStages][kStageBytes];
@@ -412,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(kThreads) matmul_int(const u8* __re
   int units;
   asm("mov.b32 %0, %1;" : "=r"(units) : "r"(kUnits));
   const Visit first{0, 0, units};
-  MmaTile tile{w, rowStride, rows, int(blockIdx.x) * kTileRows, xq, xqStride, tokens, int(blockIdx.y) * kTileTokens,
+  MmaTile tile{w,    rowStride, rows, int(blockIdx.x) * kTileRows, xq, xqStride, tokens, int(blockIdx.y) * kTileTokens,
                first};
   // Stage n % kStages holds the n-th unit visited; `decoded` is the next whose scales to decode.
 #pragma unroll
@@ -541,13 +546,13 @@ struct ProductParts {
 template <int kType, int kRows>
 JL_DEV void groupPart(const ProductPart& p, int block, const u8* xq, u64 xqStride, int tokens) {
   productWarp<typename IntWeightsOf<kType>::Type, kRows>(block * (blockDim.x >> 5) + (threadIdx.x >> 5), p.w,
-                                                        p.rowStride, p.rows, xq, xqStride, tokens, p.y, p.bias);
+                                                         p.rowStride, p.rows, xq, xqStride, tokens, p.y, p.bias);
 }
 
 // y_i[t][r] = sum_k w_i[r][k] x[t][k] (+ bias_i[r]) for the JL_PARTS parts. Grid: (the parts'
 // blocks together, tokens / JL_TOKENS), 128 threads.
-extern "C" __global__ void __launch_bounds__(128) matmul_int_group(const ProductParts parts, const u8* __restrict__ xq,
-                                                                   u64 xqStride, int tokens) {
+extern "C" __global__ void __launch_bounds__(128)
+    matmul_int_group(const ProductParts parts, const u8* __restrict__ xq, u64 xqStride, int tokens) {
   // awaitPreviousKernel() is in productWarp, after the first weight loads.
   int block = blockIdx.x;
   if (block < parts.part[0].blocks) return groupPart<JL_W0, JL_R0>(parts.part[0], block, xq, xqStride, tokens);
@@ -561,9 +566,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_int_group(const Product
 #else
 // y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / (4 JL_ROWS kSlots), tokens /
 // JL_TOKENS), 128 threads; xq holds `tokens` rows of xqStride bytes.
-extern "C" __global__ void __launch_bounds__(128) matmul_int(const u8* __restrict__ w, u64 rowStride, int rows,
-                                                             const u8* __restrict__ xq, u64 xqStride, int tokens,
-                                                             float* __restrict__ y, const float* __restrict__ bias) {
+extern "C" __global__ void __launch_bounds__(128)
+    matmul_int(const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq, u64 xqStride, int tokens,
+               float* __restrict__ y, const float* __restrict__ bias) {
   // awaitPreviousKernel() is in productWarp, after the first weight loads.
   productWarp<IntWeights, JL_ROWS>(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), w, rowStride, rows, xq,
                                    xqStride, tokens, y, bias);
