@@ -8,6 +8,7 @@
 # mma: all CUDA tests, a memory check of the tensor-core prefill test, pp512 with JITLLM_CUDA_MMA=0/1.
 # decode: all CUDA tests, memcheck of the ops, 1B/3B pp512+tg128 with PDL and fusion on and off.
 # profile: all CUDA tests, memcheck, pp512/tg128 1B+3B, per-op prefill profiles, ncu of prefill products.
+# final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck, decode A/Bs, side by side.
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
@@ -134,6 +135,57 @@ if [ "$what" = profile ]; then
     --launch-count 8 $secs $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 1 > "$OUT/ncu-prefill.txt" 2>&1
   grep -E "matmul|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Grid Size|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc A|Stall|Pipe" \
     "$OUT/ncu-prefill.txt" | sed 's/  */ /g' | head -200
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = final ]; then
+  # One call for a session's record: llama.cpp (CUDA) builds in the background from the carried
+  # .peer bundle while all CUDA tests and compute-sanitizer (racecheck of the shared-memory
+  # kernels, memcheck of the ops) run, then decode A/Bs ($TUNE_DEFINES, $DECODE_ROWS), then
+  # llama.cpp and jitllm side by side on the same files (a second round and context depth 4096
+  # while the call's time allows). Needs .devshared and .peer carried.
+  ( JITLLM_PEER_DIR=/tmp/peer JITLLM_PEER_BUNDLE=$PWD/.peer/llama.cpp.bundle PEER_TARGETS="llama-bench" \
+      PEER_CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" bash "$SHARED/peer/setup" > "$OUT/peer-setup.log" 2>&1
+    echo "exit $?" >> "$OUT/peer-setup.log" ) &
+  peer=$!
+  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -40
+  echo "tests: $(( $(date +%s) - start )) s"
+  timeout 90 compute-sanitizer --tool racecheck --print-limit 10 $B/bin/cuda_tests \
+    --gtest_filter='*Attention*:*TensorCore*' > "$OUT/racecheck.log" 2>&1
+  echo "racecheck exit $?"; grep -E "RACECHECK SUMMARY|hazard" "$OUT/racecheck.log" | head -6
+  timeout 90 compute-sanitizer --tool memcheck --print-limit 10 $B/bin/cuda_tests \
+    --gtest_filter='*Attention*:*TensorCore*:*Gather*' > "$OUT/memcheck.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck.log" | head -6
+  for m in 1b 3b; do
+    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    for d in $TUNE_DEFINES; do
+      JITLLM_CUDA_DEFINES=$d timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/bench-tune.txt" | grep -E "^# tg" | sed "s/^/$m $d /"
+    done
+    for rows in $DECODE_ROWS; do
+      JITLLM_CUDA_INT_DECODE_ROWS=$rows timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/bench-tune.txt" | grep -E "^# tg" | sed "s/^/$m decode rows $rows /"
+    done
+  done
+  wait $peer
+  tail -1 "$OUT/peer-setup.log"
+  echo "llama.cpp built: $(( $(date +%s) - start )) s"
+  for round in 1 2; do
+    for m in 1b 3b; do
+      [ $round = 2 ] && [ $(( $(date +%s) - start )) -gt ${ROUND2_BEFORE:-440} ] && break 2
+      timeout 100 /tmp/peer/bin/llama-bench -m /tmp/$m.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/llama-bench-$m.txt" | grep -E "pp512|tg128" | sed "s/^/$m llama.cpp r$round: /"
+      timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
+        tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m jitllm r$round: /"
+    done
+  done
+  for m in 1b 3b; do
+    [ $(( $(date +%s) - start )) -gt ${DEPTH_BEFORE:-500} ] && break
+    timeout 60 /tmp/peer/bin/llama-bench -m /tmp/$m.gguf -ngl 99 -fa 1 -p 0 -n 128 -d 4096 -r 3 2>&1 |
+      tee -a "$OUT/llama-bench-$m.txt" | grep -E "tg128" | sed "s/^/$m llama.cpp: /"
+    timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -d 4096 -r 3 2>&1 |
+      tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# tg" | sed "s/^/$m jitllm: /"
+  done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi
