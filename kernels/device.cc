@@ -102,4 +102,6 @@ void Device::scatterFromHost(uint8_t* const* blocks, const void* src, size_t cou
   for (size_t i = 0; i < count; i++) copyFromHost(blocks[i], in + i * blockBytes, blockBytes);
 }
 
+bool Device::moveBlocksTo(Device&, const uint8_t* const*, uint8_t* const*, size_t, size_t) { return false; }
+
 }  // namespace jitllm

@@ -172,6 +172,13 @@ class Device {
   // block; a GPU backend gathers and scatters with one kernel and one transfer.
   virtual void gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes);
   virtual void scatterFromHost(uint8_t* const* blocks, const void* src, size_t count, size_t blockBytes);
+  // The same blocks straight to `target`'s blocks `to`, device to device, when the two devices have
+  // a path that skips host memory (two CUDA devices: a gather, one peer copy, a scatter). Returns
+  // false, having done nothing, when they have none - the caller then goes through the host
+  // (gatherToHost + scatterFromHost). On true the blocks are in place for target's later ops and
+  // `from` may be reused. Default: false. The caller must be the only thread driving either device.
+  virtual bool moveBlocksTo(Device& target, const uint8_t* const* from, uint8_t* const* to, size_t count,
+                            size_t blockBytes);
   // A hint before latency-critical host work between ops (a migration's pause): release what idles
   // busily - the CPU's spinning workers - so it does not compete for the cores. Default: nothing.
   virtual void quiesce() {}

@@ -8,6 +8,7 @@
 # mma: all CUDA tests, a memory check of the tensor-core prefill test, pp512 with JITLLM_CUDA_MMA=0/1.
 # decode: all CUDA tests, memcheck of the ops, 1B/3B pp512+tg128 with PDL and fusion on and off.
 # profile: all CUDA tests, memcheck, pp512/tg128 1B+3B, per-op prefill profiles, ncu of prefill products.
+# peer: GPU-to-GPU block moves and the migration tests through them, memcheck.
 # final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck, decode A/Bs, side by side.
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
@@ -135,6 +136,18 @@ if [ "$what" = profile ]; then
     --launch-count 8 $secs $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 1 > "$OUT/ncu-prefill.txt" 2>&1
   grep -E "matmul|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Grid Size|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc A|Stall|Pipe" \
     "$OUT/ncu-prefill.txt" | sed 's/  */ /g' | head -200
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = peer ]; then
+  # GPU to GPU block moves (moveBlocksTo, copyToDevice) and the migration tests through them - on
+  # one GPU between two devices of it, on two GPUs between them - with a memory check.
+  $B/bin/cuda_tests --gtest_filter='*BlocksMove*:*Migrat*:*Gather*:*TwoDevicesOfOneGpu*:*TwoGpus*' 2>&1 |
+    tee "$OUT/cuda_peer_tests.log" | grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |migration|target:|Failure|Expected|Which is" | head -40
+  $B/bin/migration_tests 2>&1 | tail -2
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 10 $B/bin/cuda_tests \
+    --gtest_filter='*BlocksMove*:*TwoDevicesOfOneGpu*' > "$OUT/memcheck-peer.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck-peer.log" | head -6
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

@@ -258,9 +258,13 @@ void LiveMigration::commit() {
   spans_.clear();
   for (auto& [source, t] : transfers) {
     const size_t bytes = t.from.size() * pageBytes;
-    if (staging_.size() < bytes) staging_.resize(bytes);
-    source->gatherToHost(staging_.data(), t.from.data(), t.from.size(), pageBytes);
-    options_.target->scatterFromHost(t.to.data(), staging_.data(), t.to.size(), pageBytes);
+    // Device to device when the two have a path (GPU to GPU: one gather, one peer copy, one
+    // scatter), else through host memory.
+    if (!source->moveBlocksTo(*options_.target, t.from.data(), t.to.data(), t.from.size(), pageBytes)) {
+      if (staging_.size() < bytes) staging_.resize(bytes);
+      source->gatherToHost(staging_.data(), t.from.data(), t.from.size(), pageBytes);
+      options_.target->scatterFromHost(t.to.data(), staging_.data(), t.to.size(), pageBytes);
+    }
     stats_.bytesInPause += bytes;
   }
 

@@ -443,6 +443,76 @@ void CudaDevice::scatterFromHost(uint8_t* const* blocks, const void* src, size_t
   launchBlockCopy("scatterBlocks", blockKernels().second, blocks, count, blockBytes);
 }
 
+void CudaDevice::drain() {
+  flush();
+  makeCurrent();
+  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
+void CudaDevice::enablePeerAccess(const CudaDevice& peer) {
+  if (peer.context_ == context_ || std::find(peers_.begin(), peers_.end(), peer.device_) != peers_.end()) return;
+  int can = 0;
+  check(api_.cuDeviceCanAccessPeer(&can, device_, peer.device_), "cuDeviceCanAccessPeer");
+  if (can) {
+    makeCurrent();
+    const CUresult r = api_.cuCtxEnablePeerAccess(peer.context_, 0);
+    if (r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) check(r, "cuCtxEnablePeerAccess");
+  }
+  // Without a peer link cuMemcpyPeerAsync still works (the driver stages through the host): the
+  // question is only asked once per peer.
+  peers_.push_back(peer.device_);
+}
+
+bool CudaDevice::moveBlocksTo(Device& target, const uint8_t* const* from, uint8_t* const* to, size_t count,
+                              size_t blockBytes) {
+  if (target.info().backend != Backend::kCuda || !blockKernels_) return false;
+  auto& peer = static_cast<CudaDevice&>(target);
+  if (!peer.blockKernels_) return false;
+  if (count == 0 || blockBytes == 0) return true;
+  if (&peer == this) {  // within this device: gather, then scatter, in stream order
+    prepareBlockBuffer(from, count, blockBytes, "gathered block");
+    prepareBlockBuffer(to, count, blockBytes, "scattered block");
+    launchBlockCopy("gatherBlocks", blockKernels().first, from, count, blockBytes);
+    launchBlockCopy("scatterBlocks", blockKernels().second, to, count, blockBytes);
+    flush();
+    peerBlockMoves_++;
+    return true;
+  }
+  // The target's block buffer is written from this device's stream below: nothing queued there
+  // may still use it (or the pages about to be overwritten).
+  const size_t total = peer.prepareBlockBuffer(to, count, blockBytes, "scattered block");
+  peer.drain();
+  prepareBlockBuffer(from, count, blockBytes, "gathered block");
+  enablePeerAccess(peer);
+  launchBlockCopy("gatherBlocks", blockKernels().first, from, count, blockBytes);
+  flush();
+  makeCurrent();
+  check(api_.cuMemcpyPeerAsync(peer.blockBuffer_, peer.context_, blockBuffer_, context_, total, stream_),
+        "cuMemcpyPeerAsync");
+  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  peer.launchBlockCopy("scatterBlocks", peer.blockKernels().second, to, count, blockBytes);
+  peer.flush();
+  peerBlockMoves_++;
+  return true;
+}
+
+void CudaDevice::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) {
+  if (target.info().backend != Backend::kCuda) {
+    Device::copyToDevice(target, dst, src, bytes);
+    return;
+  }
+  if (bytes == 0) return;
+  auto& peer = static_cast<CudaDevice&>(target);
+  requireOwned(src, bytes, "copy source");
+  peer.requireOwned(dst, bytes, "copy destination");
+  peer.drain();
+  flush();
+  enablePeerAccess(peer);
+  makeCurrent();
+  check(api_.cuMemcpyPeerAsync(dptr(dst), peer.context_, dptr(src), context_, bytes, stream_), "cuMemcpyPeerAsync");
+  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+}
+
 const std::pair<CUfunction, CUfunction>& CudaDevice::blockKernels() {
   if (!blockCopies_.first) {
     CUmodule m = module(blocksModule());

@@ -109,6 +109,17 @@ class CudaDevice final : public Device {
   // transfer of the next; scatter the other way round.
   void gatherToHost(void* dst, const uint8_t* const* blocks, size_t count, size_t blockBytes) override;
   void scatterFromHost(uint8_t* const* blocks, const void* src, size_t count, size_t blockBytes) override;
+  // To another CudaDevice (another GPU, or this GPU through another instance): gather_blocks here,
+  // one cuMemcpyPeerAsync into the target's block buffer (over the peer link when the GPUs have
+  // one, enabled on first use; the driver stages it otherwise), scatter_blocks there. Returns when
+  // the copy has landed; the scatter is queued on the target. False for any other target, or with
+  // the block kernels off.
+  bool moveBlocksTo(Device& target, const uint8_t* const* from, uint8_t* const* to, size_t count,
+                    size_t blockBytes) override;
+  // Device to device between CUDA devices by one peer copy; else Device's (through the host).
+  void copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  // Block moves that went device to device (tests).
+  uint64_t peerBlockMoves() const { return peerBlockMoves_; }
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
@@ -162,6 +173,10 @@ class CudaDevice final : public Device {
   // blockBuffer_, in 16-byte moves when every address and the size allow.
   void launchBlockCopy(const char* op, CUfunction f, const uint8_t* const* blocks, size_t count, size_t blockBytes);
   const std::pair<CUfunction, CUfunction>& blockKernels();  // gather_blocks, scatter_blocks
+  // Runs this device's queue and waits for it: nothing queued still reads or writes its memory.
+  void drain();
+  // Lets this context reach `peer`'s memory directly when the GPUs allow it (once per peer).
+  void enablePeerAccess(const CudaDevice& peer);
   // What rope kernels read, staged: the inverse frequencies (double, as the CPU computes them), then
   // the positions; ropeBytes rounds up to 8 so more can follow.
   static size_t ropeBytes(const RopeParams& params, int64_t tokens);
@@ -317,7 +332,9 @@ class CudaDevice final : public Device {
   bool splitAttention_ = true;       // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
   bool blockKernels_ = true;         // CudaDeviceOptions::blockKernels
   std::pair<CUfunction, CUfunction> blockCopies_{};
-  CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host
+  CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host or a peer
+  std::vector<CUdevice> peers_;  // devices whose memory this context may reach (enablePeerAccess)
+  uint64_t peerBlockMoves_ = 0;
   size_t blockBufferBytes_ = 0;
   CUdeviceptr partials_ = 0;  // per-chunk attention states (attention_split)
   size_t partialsBytes_ = 0;

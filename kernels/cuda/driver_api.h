@@ -47,6 +47,9 @@ struct DriverApi {
   X(cuMemcpyHtoDAsync)                  \
   X(cuMemcpyDtoHAsync)                  \
   X(cuMemcpyDtoDAsync)                  \
+  X(cuMemcpyPeerAsync)                  \
+  X(cuDeviceCanAccessPeer)              \
+  X(cuCtxEnablePeerAccess)              \
   X(cuMemsetD32Async)                   \
   X(cuModuleLoadData)                   \
   X(cuModuleUnload)                     \

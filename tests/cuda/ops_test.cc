@@ -413,6 +413,69 @@ TEST_F(CudaOps, GatherAndScatterMoveScatteredBlocksInOneTransfer) {
   }
 }
 
+// A migration's pages between two CUDA devices: gathered on the source, one peer copy, scattered
+// on the target - the second GPU when there is one, else a second device on this GPU (the same
+// kernels and copy, within one context). Anything else (the CPU as target) is left to the host
+// path: moveBlocksTo says false and touches nothing.
+TEST_F(CudaOps, BlocksMoveBetweenCudaDevicesInOneGatherPeerCopyAndScatter) {
+  auto other = makeCudaDevice(cuda::CudaDevice::count() > 1 ? 1 : 0);
+  std::printf("target: %s (%s)\n", other->info().id.c_str(), other->info().name.c_str());
+  for (size_t blockBytes : {size_t(1) << 20, size_t(4099)}) {
+    SCOPED_TRACE(blockBytes);
+    constexpr size_t kPool = 24, kCount = 20;
+    std::mt19937 rng(freshSeed() + uint32_t(blockBytes));
+    const auto randomBytes = [&](size_t n) {
+      std::vector<uint8_t> v(n);
+      for (auto& b : v) b = uint8_t(rng());
+      return v;
+    };
+    const auto sourceHost = randomBytes(kPool * blockBytes), targetHost = randomBytes(kPool * blockBytes);
+    auto source = gpu->adoptHostBytes(sourceHost.data(), sourceHost.size());
+    auto target = other->adoptHostBytes(targetHost.data(), targetHost.size());
+    std::vector<size_t> order(kPool);
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<const uint8_t*> from;
+    std::vector<uint8_t*> to;
+    std::vector<uint8_t> want = targetHost;
+    for (size_t i = 0; i < kCount; i++) {
+      from.push_back(source->data() + order[i] * blockBytes);
+      to.push_back(target->data() + order[kPool - 1 - i] * blockBytes);
+      std::memcpy(want.data() + order[kPool - 1 - i] * blockBytes, sourceHost.data() + order[i] * blockBytes,
+                  blockBytes);
+    }
+    const uint64_t before = gpu->peerBlockMoves();
+    ASSERT_TRUE(gpu->moveBlocksTo(*other, from.data(), to.data(), kCount, blockBytes));
+    EXPECT_EQ(before + 1, gpu->peerBlockMoves());
+    EXPECT_EQ(0, std::memcmp(download<uint8_t>(*other, *target, want.size()).data(), want.data(), want.size()));
+    EXPECT_EQ(0, std::memcmp(download<uint8_t>(*gpu, *source, sourceHost.size()).data(), sourceHost.data(),
+                             sourceHost.size()))
+        << "the source is only read";
+    // Blocks that are not the target's are refused before anything moves.
+    std::vector<uint8_t*> foreign = {to[0], source->data()};
+    EXPECT_THROW(gpu->moveBlocksTo(*other, from.data(), foreign.data(), 2, blockBytes), Error);
+    EXPECT_EQ(0, std::memcmp(download<uint8_t>(*other, *target, want.size()).data(), want.data(), want.size()));
+  }
+  // Whole buffers device to device too (copyToDevice), and the CPU is not a peer.
+  const auto bytes = randomFloats(1000, freshSeed() + 3);
+  auto a = upload(*gpu, bytes);
+  auto b = other->allocate(bytes.size() * 4);
+  gpu->copyToDevice(*other, b->data(), a.buffer->data(), bytes.size() * 4);
+  EXPECT_EQ(bytes, download<float>(*other, *b, bytes.size()));
+  const uint8_t* one[] = {a.buffer->data()};
+  uint8_t* hostBlock[] = {reinterpret_cast<uint8_t*>(const_cast<float*>(bytes.data()))};
+  EXPECT_FALSE(gpu->moveBlocksTo(*cpu, one, hostBlock, 1, 64));
+  // Within one device: blocks 0 and 1 of a buffer onto 3 and 2.
+  const uint8_t* within[] = {a.buffer->data(), a.buffer->data() + 256};
+  uint8_t* onto[] = {a.buffer->data() + 3 * 256, a.buffer->data() + 2 * 256};
+  ASSERT_TRUE(gpu->moveBlocksTo(*gpu, within, onto, 2, 256));
+  const auto moved = download<uint8_t>(*gpu, *a.buffer, 4 * 256);
+  const auto* original = reinterpret_cast<const uint8_t*>(bytes.data());
+  EXPECT_EQ(0, std::memcmp(moved.data() + 3 * 256, original, 256));
+  EXPECT_EQ(0, std::memcmp(moved.data() + 2 * 256, original + 256, 256));
+  EXPECT_EQ(0, std::memcmp(moved.data(), original, 2 * 256));
+}
+
 TEST_F(CudaOps, RmsNormMatchesTheCpu) {
   for (int64_t dim : {64, 517, 2048}) {
     SCOPED_TRACE(dim);

@@ -264,29 +264,45 @@ void expectBitwiseSameLogits(const MigratedRun& got, const MigratedRun& want) {
   }
 }
 
-// Between two GPUs of one backend (cuda:0 and cuda:1 on the two-GPU machine) the kernels are the
-// same deterministic code: every step's logits must be bitwise those of a run that never moved.
-TEST_P(GpuModels, LayersMigrateBetweenTwoGpusMidReplyWithBitwiseIdenticalLogits) {
-  JITLLM_REQUIRE_TWO_GPUS_AND_STORIES(path);
+// A reply whose layers move back and forth between two devices mid-reply (at 20, 40 and 60 of 80
+// tokens): every step's logits must be bitwise those of a run that never moved.
+void expectMigrationsBitwiseInvisible(const std::string& path, const std::string& second, const char* what) {
   const auto goldens = readGreedyGoldens();
   ASSERT_GE(goldens.size(), 3u);
   const std::vector<std::vector<int32_t>> prompts{goldens[0].promptTokens, goldens[1].promptTokens,
                                                   goldens[2].promptTokens};
   auto ref = load(path, {"gpu"});
   const MigratedRun want = runWithMigrations(*ref.model, prompts, 80, {});
-  auto m = load(path, {"gpu", "gpu1"}, std::vector<int>(size_t(ref.model->unitCount()), 0));
-  Device* gpu0 = m.devices[0].get();
-  Device* gpu1 = m.devices[1].get();
-  const MigratedRun got = runWithMigrations(*m.model, prompts, 80, {{20, "", gpu1}, {40, "", gpu0}, {60, "1-2", gpu1}});
+  auto m = load(path, {"gpu", second}, std::vector<int>(size_t(ref.model->unitCount()), 0));
+  Device* first = m.devices[0].get();
+  Device* other = m.devices[1].get();
+  const MigratedRun got =
+      runWithMigrations(*m.model, prompts, 80, {{20, "", other}, {40, "", first}, {60, "1-2", other}});
   EXPECT_EQ(got.tokens, want.tokens);
   expectBitwiseSameLogits(got, want);
   ASSERT_EQ(got.stats.size(), 3u);
   for (size_t i = 0; i < got.stats.size(); i++) {
     EXPECT_EQ(got.stats[i].recomputedTokens, 0);
     EXPECT_TRUE(got.poolsBalanced[i]);
-    std::printf("%s migration %zu between two GPUs: %d units, pause %.3f ms, %zu B in the pause\n",
-                testedBackend().name, i, got.stats[i].units, got.stats[i].pauseMs, got.stats[i].bytesInPause);
+    std::printf("%s migration %zu %s: %d units, pause %.3f ms, %zu B in the pause\n", testedBackend().name, i, what,
+                got.stats[i].units, got.stats[i].pauseMs, got.stats[i].bytesInPause);
   }
+}
+
+// Between two GPUs of one backend (cuda:0 and cuda:1 on the two-GPU machine) the kernels are the
+// same deterministic code.
+TEST_P(GpuModels, LayersMigrateBetweenTwoGpusMidReplyWithBitwiseIdenticalLogits) {
+  JITLLM_REQUIRE_TWO_GPUS_AND_STORIES(path);
+  expectMigrationsBitwiseInvisible(path, "gpu1", "between two GPUs");
+}
+
+// The same between two devices of one GPU (two instances of device 0, as on a one-GPU machine):
+// the device-to-device path of the backend (CUDA: gather, peer copy, scatter) or the host's.
+TEST_P(GpuModels, LayersMigrateBetweenTwoDevicesOfOneGpuMidReplyWithBitwiseIdenticalLogits) {
+  JITLLM_REQUIRE_GPU();
+  const std::string path = sharedPath("models/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  expectMigrationsBitwiseInvisible(path, "gpu", "between two devices of one GPU");
 }
 
 // A model larger than its device streams blocks through two slots of device memory, the next
