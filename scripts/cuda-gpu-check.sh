@@ -30,6 +30,22 @@ cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITLLM_FUZZ=OFF -DJITLLM_
     jitllm-migrate-bench >> "$OUT/build.log" 2>&1 ||
   { tail -60 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
+# llama.cpp (CUDA, sm_90) from the carried .peer bundle into /tmp/peer, in the background; $peer
+# is its process.
+buildLlamaCppInBackground() {
+  ( JITLLM_PEER_DIR=/tmp/peer JITLLM_PEER_BUNDLE=$PWD/.peer/llama.cpp.bundle PEER_TARGETS="llama-bench" \
+      PEER_CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" bash "$SHARED/peer/setup" > "$OUT/peer-setup.log" 2>&1
+    echo "exit $?" >> "$OUT/peer-setup.log" ) &
+  peer=$!
+}
+# compute-sanitizer's TOOL over the cuda_tests matching FILTER (log in $OUT/LOG), then its summary.
+sanitize() {
+  local tool=$1 filter=$2 log=$3 limit=${4:-120}
+  timeout "$limit" compute-sanitizer --tool "$tool" --print-limit 10 $B/bin/cuda_tests --gtest_filter="$filter" \
+    > "$OUT/$log" 2>&1
+  echo "$tool exit $?"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|hazard" "$OUT/$log" | head -6
+}
 if [ "$what" = stream ]; then
   $B/bin/cuda_tests --gtest_filter='*Stream*:*Filling*' 2>&1 | tee "$OUT/cuda_stream_tests.log" |
     grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -20
@@ -66,12 +82,7 @@ if [ "$what" = decode ]; then
   # (JITLLM_CUDA_PDL, JITLLM_CUDA_FUSE: docs/cuda.md) on the 1B and 3B shapes, kernel defines to
   # try ($TUNE_DEFINES, JITLLM_CUDA_DEFINES values), and a profile. With .peer/llama.cpp.bundle
   # carried, llama.cpp (CUDA) builds meanwhile and runs side by side with jitllm at the end.
-  if [ -f .peer/llama.cpp.bundle ]; then
-    ( JITLLM_PEER_DIR=/tmp/peer JITLLM_PEER_BUNDLE=$PWD/.peer/llama.cpp.bundle PEER_TARGETS="llama-bench" \
-        PEER_CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" bash "$SHARED/peer/setup" > "$OUT/peer-setup.log" 2>&1
-      echo "exit $?" >> "$OUT/peer-setup.log" ) &
-    peer=$!
-  fi
+  [ -f .peer/llama.cpp.bundle ] && buildLlamaCppInBackground
   $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
   echo "tests: $(( $(date +%s) - start )) s"
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests \
@@ -115,9 +126,7 @@ if [ "$what" = profile ]; then
   # 1B and 3B, pp512) and Nsight Compute's counters for the prefill products.
   $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
   echo "tests: $(( $(date +%s) - start )) s"
-  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests \
-    --gtest_filter='CudaOps.*' > "$OUT/memcheck.log" 2>&1
-  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck.log" | head -10
+  sanitize memcheck 'CudaOps.*' memcheck.log 150
   for m in 1b 3b; do
     $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
     timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | tee -a "$OUT/bench.txt" |
@@ -145,9 +154,7 @@ if [ "$what" = peer ]; then
   $B/bin/cuda_tests --gtest_filter='*BlocksMove*:*Migrat*:*Gather*:*TwoDevicesOfOneGpu*:*TwoGpus*' 2>&1 |
     tee "$OUT/cuda_peer_tests.log" | grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |migration|target:|Failure|Expected|Which is" | head -40
   $B/bin/migration_tests 2>&1 | tail -2
-  timeout 150 compute-sanitizer --tool memcheck --print-limit 10 $B/bin/cuda_tests \
-    --gtest_filter='*BlocksMove*:*TwoDevicesOfOneGpu*' > "$OUT/memcheck-peer.log" 2>&1
-  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck-peer.log" | head -6
+  sanitize memcheck '*BlocksMove*:*TwoDevicesOfOneGpu*' memcheck-peer.log 150
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi
@@ -157,18 +164,11 @@ if [ "$what" = final ]; then
   # kernels, memcheck of the ops) run, then decode A/Bs ($TUNE_DEFINES, $DECODE_ROWS), then
   # llama.cpp and jitllm side by side on the same files (a second round and context depth 4096
   # while the call's time allows). Needs .devshared and .peer carried.
-  ( JITLLM_PEER_DIR=/tmp/peer JITLLM_PEER_BUNDLE=$PWD/.peer/llama.cpp.bundle PEER_TARGETS="llama-bench" \
-      PEER_CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" bash "$SHARED/peer/setup" > "$OUT/peer-setup.log" 2>&1
-    echo "exit $?" >> "$OUT/peer-setup.log" ) &
-  peer=$!
+  buildLlamaCppInBackground
   $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -40
   echo "tests: $(( $(date +%s) - start )) s"
-  timeout 90 compute-sanitizer --tool racecheck --print-limit 10 $B/bin/cuda_tests \
-    --gtest_filter='*Attention*:*TensorCore*' > "$OUT/racecheck.log" 2>&1
-  echo "racecheck exit $?"; grep -E "RACECHECK SUMMARY|hazard" "$OUT/racecheck.log" | head -6
-  timeout 90 compute-sanitizer --tool memcheck --print-limit 10 $B/bin/cuda_tests \
-    --gtest_filter='*Attention*:*TensorCore*:*Gather*' > "$OUT/memcheck.log" 2>&1
-  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck.log" | head -6
+  sanitize racecheck '*Attention*:*TensorCore*' racecheck.log 90
+  sanitize memcheck '*Attention*:*TensorCore*:*Gather*:*BlocksMove*' memcheck.log 90
   for m in 1b 3b; do
     $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
     for d in $TUNE_DEFINES; do
@@ -209,11 +209,7 @@ if [ "$what" = prefill ]; then
   # products and a prefill attention launch.
   $B/bin/cuda_tests --gtest_filter="${FILTER:-*TensorCore*:*Prefill*:*TeacherForced*:CudaOps.*}" 2>&1 |
     tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|token " | head -40
-  for tool in memcheck racecheck synccheck; do
-    timeout 120 compute-sanitizer --tool $tool --print-limit 20 $B/bin/cuda_tests --gtest_filter="${SANITIZE:-*TensorCore*}" \
-      > "$OUT/$tool.log" 2>&1
-    echo "$tool exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|hazard" "$OUT/$tool.log" | head -6
-  done
+  for tool in memcheck racecheck synccheck; do sanitize $tool "${SANITIZE:-*TensorCore*}" $tool.log; done
   echo "tests: $(( $(date +%s) - start )) s"
   for m in 1b 3b; do
     $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
