@@ -10,7 +10,8 @@
 // JL_PARTS (2 or 3) instead of JL_WTYPE/JL_ROWS, the module's kernel is matmul_int_group: the
 // products of one input by JL_PARTS matrices (a layer's q, k and v; gate and up) in one launch,
 // part i of type JL_Wi at JL_Ri rows per warp; each part's rows are computed exactly as the
-// single kernel computes them (the same bits), only the launch is shared.
+// single kernel computes them (the same bits), only the launch is shared. With JL_MMA = 1 the
+// kernel is q4_K prefill on int8 tensor cores (below), again with the same bits.
 //
 // The order of the float operations - the only ones that round - is fixed by JL_K alone: a row is
 // cut into units (q4_K: 64 elements, a 16-byte run of quants and its two sub-blocks; q6_K: 32
@@ -230,8 +231,8 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 // Units reach shared memory kStages - 1 ahead of the one computed, by cp.async in 16-byte pieces
 // (the whole block's weights and activations for the unit: a first version loaded each warp's
 // fragments with 4-byte loads straight from global memory and was bound by the L1 traffic, at a
-// quarter of the issue rate). Each row's scales are decoded once per unit, in place, by one
-// thread, one unit ahead; fragments come out of shared memory by ldmatrix.
+// quarter of the issue rate). Each row's scales are decoded once per unit, in place, by four
+// threads (one float each), one unit ahead; fragments come out of shared memory by ldmatrix.
 //
 // Fragments (PTX ISA, lane = 4 g + q): A (16 x 32 row-major) a[0] = A[g][4q..], a[1] = A[g+8][4q..],
 // a[2] = A[g][16+4q..], a[3] = A[g+8][16+4q..]; B (32 x 8 column-major) b[0] = B[4q..][g],
@@ -245,7 +246,7 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #endif
 constexpr int kTileRows = 64, kTileTokens = 32, kStages = JL_MMA_STAGES, kThreads = 256;
 static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
-// A staged row: its unit's 32 quant bytes, then the block's 16-byte head, which one thread turns
+// A staged row: its unit's 32 quant bytes, then the block's 16-byte head, which four threads turn
 // into d1[2], m1[2] in place. 48 bytes (12 words) apart, the 8 rows an ldmatrix reads hit distinct
 // banks; so do 8 tokens 144 bytes (36 words) apart: a[64] | b[64] | s256[2] | bsum[2].
 constexpr int kRowBytes = 48, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
