@@ -46,6 +46,23 @@ sanitize() {
   echo "$tool exit $?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|hazard" "$OUT/$log" | head -6
 }
+# jitllm-bench on /tmp/MODEL.gguf (ARGS, -r 3) once per environment setting given ("NAME=VALUE"),
+# each line of results labelled with the model and the setting and appended to $OUT/LOG.
+benchEach() {
+  local m=$1 log=$2 args=$3 cfg
+  shift 3
+  for cfg in "$@"; do
+    env "$cfg" timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 $args -r 3 2>&1 |
+      tee -a "$OUT/$log" | grep -E "^# (pp|tg)" | sed "s/^/$m $cfg /"
+  done
+}
+# The A/B settings of $TUNE_DEFINES (JITLLM_CUDA_DEFINES values) and $DECODE_ROWS (the integer
+# decode kernels' rows per warp; 0: by matrix height), one per line.
+tuneSettings() {
+  local d
+  for d in $TUNE_DEFINES; do echo "JITLLM_CUDA_DEFINES=$d"; done
+  for d in $DECODE_ROWS; do echo "JITLLM_CUDA_INT_DECODE_ROWS=$d"; done
+}
 if [ "$what" = stream ]; then
   $B/bin/cuda_tests --gtest_filter='*Stream*:*Filling*' 2>&1 | tee "$OUT/cuda_stream_tests.log" |
     grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -20
@@ -171,14 +188,8 @@ if [ "$what" = final ]; then
   sanitize memcheck '*Attention*:*TensorCore*:*Gather*:*BlocksMove*' memcheck.log 90
   for m in 1b 3b; do
     $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
-    for d in $TUNE_DEFINES; do
-      JITLLM_CUDA_DEFINES=$d timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
-        tee -a "$OUT/bench-tune.txt" | grep -E "^# tg" | sed "s/^/$m $d /"
-    done
-    for rows in $DECODE_ROWS; do
-      JITLLM_CUDA_INT_DECODE_ROWS=$rows timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
-        tee -a "$OUT/bench-tune.txt" | grep -E "^# tg" | sed "s/^/$m decode rows $rows /"
-    done
+    mapfile -t settings < <(tuneSettings)
+    benchEach $m bench-tune.txt "-p 0 -n 128" "${settings[@]}"
   done
   wait $peer
   tail -1 "$OUT/peer-setup.log"
@@ -213,18 +224,11 @@ if [ "$what" = prefill ]; then
   echo "tests: $(( $(date +%s) - start )) s"
   for m in 1b 3b; do
     $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
-    for mma in 1 ${AB:+0 1}; do
-      JITLLM_CUDA_MMA=$mma timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
-        tee -a "$OUT/bench-prefill.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m MMA=$mma /"
-    done
-    for d in $TUNE_DEFINES; do
-      JITLLM_CUDA_DEFINES=$d timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
-        tee -a "$OUT/bench-tune.txt" | grep -E "^# (pp|tg)" | sed "s/^/$m $d /"
-    done
-    for rows in $DECODE_ROWS; do  # the integer decode kernels' rows per warp (0: by matrix height)
-      JITLLM_CUDA_INT_DECODE_ROWS=$rows timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
-        tee -a "$OUT/bench-rows.txt" | grep -E "^# tg" | sed "s/^/$m decode rows $rows /"
-    done
+    benchEach $m bench-prefill.txt "-p 512 -n 128" JITLLM_CUDA_MMA=1 ${AB:+JITLLM_CUDA_MMA=0 JITLLM_CUDA_MMA=1}
+    mapfile -t settings < <(DECODE_ROWS= tuneSettings)
+    benchEach $m bench-tune.txt "-p 512 -n 128" "${settings[@]}"
+    mapfile -t settings < <(TUNE_DEFINES= tuneSettings)
+    benchEach $m bench-rows.txt "-p 0 -n 128" "${settings[@]}"
     JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
       tee "$OUT/profile-prefill-$m.txt" | grep -E "calls" | sort -k4 -n -r | head -16
   done

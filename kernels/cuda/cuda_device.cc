@@ -483,13 +483,8 @@ bool CudaDevice::moveBlocksTo(Device& target, const uint8_t* const* from, uint8_
   const size_t total = peer.prepareBlockBuffer(to, count, blockBytes, "scattered block");
   peer.drain();
   prepareBlockBuffer(from, count, blockBytes, "gathered block");
-  enablePeerAccess(peer);
   launchBlockCopy("gatherBlocks", blockKernels().first, from, count, blockBytes);
-  flush();
-  makeCurrent();
-  check(api_.cuMemcpyPeerAsync(peer.blockBuffer_, peer.context_, blockBuffer_, context_, total, stream_),
-        "cuMemcpyPeerAsync");
-  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+  copyToPeer(peer, peer.blockBuffer_, blockBuffer_, total);
   peer.launchBlockCopy("scatterBlocks", peer.blockKernels().second, to, count, blockBytes);
   peer.flush();
   peerBlockMoves_++;
@@ -506,10 +501,14 @@ void CudaDevice::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, 
   requireOwned(src, bytes, "copy source");
   peer.requireOwned(dst, bytes, "copy destination");
   peer.drain();
+  copyToPeer(peer, dptr(dst), dptr(src), bytes);
+}
+
+void CudaDevice::copyToPeer(CudaDevice& peer, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   flush();
   enablePeerAccess(peer);
   makeCurrent();
-  check(api_.cuMemcpyPeerAsync(dptr(dst), peer.context_, dptr(src), context_, bytes, stream_), "cuMemcpyPeerAsync");
+  check(api_.cuMemcpyPeerAsync(dst, peer.context_, src, context_, bytes, stream_), "cuMemcpyPeerAsync");
   check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
 }
 

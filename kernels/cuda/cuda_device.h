@@ -177,6 +177,9 @@ class CudaDevice final : public Device {
   void drain();
   // Lets this context reach `peer`'s memory directly when the GPUs allow it (once per peer).
   void enablePeerAccess(const CudaDevice& peer);
+  // bytes from this device's src to peer's dst, after everything queued here; returns once they
+  // have landed. The caller has drained the peer if its queue may use dst.
+  void copyToPeer(CudaDevice& peer, CUdeviceptr dst, CUdeviceptr src, size_t bytes);
   // What rope kernels read, staged: the inverse frequencies (double, as the CPU computes them), then
   // the positions; ropeBytes rounds up to 8 so more can follow.
   static size_t ropeBytes(const RopeParams& params, int64_t tokens);
