@@ -92,7 +92,7 @@ bool cudaIntegerMatmulType(TensorType type, int64_t k) {
 }
 
 int intMatmulRowsPerWarp(TensorType type, int64_t k, int rows) {
-  const int64_t units = k / (type == TensorType::kQ4_K ? 64 : 32);
+  const int64_t units = k / 64;  // q4_K and q6_K units are both 64 elements (matmul_int.cuh)
   return units % 32 != 0 && units % 16 == 0 ? 2 * rows : rows;
 }
 

@@ -122,30 +122,47 @@ struct IntQ4_K {
   }
 };
 
+// 16 bytes at a 2-byte aligned p, from five aligned words: reads up to 4 bytes past p + 16, which
+// the callers keep inside the weight block.
+JL_DEV void ld16Unaligned(const u8* p, u32 out[4]) {
+  const u64 address = reinterpret_cast<u64>(p);
+  const unsigned int* w = reinterpret_cast<const unsigned int*>(address & ~u64(3));
+  const u32 shift = u32(address & 3) * 8;
+  u32 word[5];
+#pragma unroll
+  for (int i = 0; i < 5; i++) word[i] = __ldg(w + i);
+#pragma unroll
+  for (int i = 0; i < 4; i++) out[i] = funnelRight(word[i], word[i + 1], shift);
+}
+
 struct IntQ6_K {
-  static constexpr int kUnitElems = 32, kBlockBytes = 210;
-  // A row's unit u (block u / 8, half h = u / 4 % 2, j = u % 4): elements 128h + 32qt + 8j .. +7
-  // of the block for the quarters qt = 0..3, 6-bit quants 0..63 in bytes (q[qt]), and d * scale
-  // of each quarter's 16-element group.
+  static constexpr int kUnitElems = 64, kBlockBytes = 210;
+  // A row's unit u (block u / 4, half h = u / 2 % 2, j = u % 2): for the quarters qt = 0..3 the 16
+  // elements 128h + 32qt + 16j .. + 15 of the block - each exactly one of its 16-element scale
+  // groups (8h + 2qt + j) - as 6-bit quants 0..63 in bytes (q[qt]), and d * scale of each group.
+  // A group's integer sums come first and its float steps once per 16 weights (before 2026-12-02
+  // units were 8 elements of each quarter, and the float steps came once per 8: a third more
+  // instructions for the prefill products, where they dominate).
   struct Unit {
-    u32 q[4][2];
+    u32 q[4][4];
     float ds[4];
   };
   struct X {
-    u32 a[4][2], b[4][2];
-    int sum8[4];
+    u32 a[4][4], b[4][4];
+    int sum16[4];
     float s256[4];
   };
-  static JL_DEV int firstElement(int u) { return (u >> 3) * 256 + ((u >> 2) & 1) * 128 + (u & 3) * 8; }
+  static JL_DEV int firstElement(int u) { return (u >> 2) * 256 + ((u >> 1) & 1) * 128 + (u & 1) * 16; }
   static JL_DEV void load(const u8* row, int u, Unit& w) {
-    const u8* b = row + (u >> 3) * kBlockBytes;
-    const int h = (u >> 2) & 1, j = u & 3;
-    u32 ql0[2], ql1[2], qh[2];
-    ld8Unaligned(b + 64 * h + 8 * j, ql0);
-    ld8Unaligned(b + 64 * h + 32 + 8 * j, ql1);
-    ld8Unaligned(b + 128 + 32 * h + 8 * j, qh);
+    const u8* b = row + (u >> 2) * kBlockBytes;
+    const int h = (u >> 1) & 1, j = u & 1;
+    u32 ql0[4], ql1[4], qh[4], sc[2];
+    ld16Unaligned(b + 64 * h + 16 * j, ql0);
+    ld16Unaligned(b + 64 * h + 32 + 16 * j, ql1);
+    ld16Unaligned(b + 128 + 32 * h + 16 * j, qh);
+    ld8Unaligned(b + 192 + 8 * h, sc);  // the half's 8 scales: group 2qt + j is byte 2qt + j
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
       w.q[0][i] = (ql0[i] & 0x0F0F0F0Fu) | ((qh[i] << 4) & 0x30303030u);
       w.q[1][i] = (ql1[i] & 0x0F0F0F0Fu) | ((qh[i] << 2) & 0x30303030u);
       w.q[2][i] = ((ql0[i] >> 4) & 0x0F0F0F0Fu) | (qh[i] & 0x30303030u);
@@ -154,30 +171,36 @@ struct IntQ6_K {
     const float d = h2f(ldU16(b + 208));
 #pragma unroll
     for (int qt = 0; qt < 4; qt++) {
-      const float sc = float(int(i8(u8(ldU8(b + 192 + 8 * h + 2 * qt + (j >> 1))))));
-      w.ds[qt] = __fmul_rn(d, sc);
+      const int byte = 2 * qt + j;
+      const float scale = float(int(i8(u8(sc[byte >> 2] >> (8 * (byte & 3))))));
+      w.ds[qt] = __fmul_rn(d, scale);
     }
   }
   static JL_DEV void loadX(const u8* xr, int u, X& x) {
     const int e = firstElement(u);
 #pragma unroll
     for (int qt = 0; qt < 4; qt++) {
-      const uint2 va = __ldg(reinterpret_cast<const uint2*>(xr + e + 32 * qt));
-      const uint2 vb = __ldg(reinterpret_cast<const uint2*>(xr + kXqB + e + 32 * qt));
-      x.a[qt][0] = va.x, x.a[qt][1] = va.y, x.b[qt][0] = vb.x, x.b[qt][1] = vb.y;
-      x.sum8[qt] = __ldg(reinterpret_cast<const int*>(xr + kXqSum8) + (e + 32 * qt) / 8);
+      const uint4 va = __ldg(reinterpret_cast<const uint4*>(xr + e + 32 * qt));
+      const uint4 vb = __ldg(reinterpret_cast<const uint4*>(xr + kXqB + e + 32 * qt));
+      x.a[qt][0] = va.x, x.a[qt][1] = va.y, x.a[qt][2] = va.z, x.a[qt][3] = va.w;
+      x.b[qt][0] = vb.x, x.b[qt][1] = vb.y, x.b[qt][2] = vb.z, x.b[qt][3] = vb.w;
+      const int2 s8 = __ldg(reinterpret_cast<const int2*>(xr + kXqSum8) + (e + 32 * qt) / 16);
+      x.sum16[qt] = s8.x + s8.y;
       x.s256[qt] = __ldg(reinterpret_cast<const float*>(xr + kXqS256) + (e + 32 * qt) / 32);
     }
   }
   static JL_DEV float dot(const Unit& w, const X& x, float acc) {
 #pragma unroll
     for (int qt = 0; qt < 4; qt++) {
-      int la = dp4a(w.q[qt][0], x.a[qt][0], 0);
-      la = dp4a(w.q[qt][1], x.a[qt][1], la);
-      int lb = dp4a(w.q[qt][0], x.b[qt][0], 0);
-      lb = dp4a(w.q[qt][1], x.b[qt][1], lb);
-      // The quants' offset of 32: sum (q - 32)(256a + b) = 256 la + lb - 32 sum8 (exact).
-      const int l = la * 256 + lb - 32 * x.sum8[qt];
+      int la = 0, lb = 0;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        la = dp4a(w.q[qt][i], x.a[qt][i], la);
+        lb = dp4a(w.q[qt][i], x.b[qt][i], lb);
+      }
+      // The quants' offset of 32: sum (q - 32)(256a + b) = 256 la + lb - 32 sum16, exact, and
+      // |that| <= 16 * 32 * 32767 < 2^24, so it converts exactly.
+      const int l = la * 256 + lb - 32 * x.sum16[qt];
       acc = fmaf(__fmul_rn(w.ds[qt], x.s256[qt]), float(l), acc);
     }
     return acc;
@@ -509,10 +532,10 @@ JL_DEV void productWarp(int warp, const u8* __restrict__ w, u64 rowStride, int r
 #ifndef JL_UNROLL
 #define JL_UNROLL 2
 #endif
-#ifndef JL_UNROLL_Q6  // the same for q6_K rows (32-element units of nine 4-byte loads), alone
+#ifndef JL_UNROLL_Q6  // the same for q6_K rows (units of nineteen 4-byte loads), alone
 #define JL_UNROLL_Q6 JL_UNROLL
 #endif
-  constexpr int kUnroll = kTokens == 1 ? (W::kUnitElems == 32 ? JL_UNROLL_Q6 : JL_UNROLL) : 1;
+  constexpr int kUnroll = kTokens == 1 ? (W::kBlockBytes == IntQ6_K::kBlockBytes ? JL_UNROLL_Q6 : JL_UNROLL) : 1;
 #pragma unroll kUnroll
   for (int u = sub; u < kUnits; u += kLanes) {
     if (u != sub) {
