@@ -9,6 +9,8 @@
 # decode: all CUDA tests, memcheck of the ops, 1B/3B pp512+tg128 with PDL and fusion on and off.
 # profile: all CUDA tests, memcheck, pp512/tg128 1B+3B, per-op prefill profiles, ncu of prefill products.
 # peer: GPU-to-GPU block moves and the migration tests through them, memcheck.
+# ab: all CUDA and migration tests, racecheck + memcheck of attention and the integer products,
+# (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
 # final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck, decode A/Bs, side by side.
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
@@ -172,6 +174,23 @@ if [ "$what" = peer ]; then
     tee "$OUT/cuda_peer_tests.log" | grep -E "^\[ *(OK|FAILED|PASSED|SKIPPED) |migration|target:|Failure|Expected|Which is" | head -40
   $B/bin/migration_tests 2>&1 | tail -2
   sanitize memcheck '*BlocksMove*:*TwoDevicesOfOneGpu*' memcheck-peer.log 150
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = ab ]; then
+  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -40
+  $B/bin/migration_tests 2>&1 | tail -2
+  echo "tests: $(( $(date +%s) - start )) s"
+  [ "${RACE:-1}" = 1 ] && sanitize racecheck '*Attention*:*TensorCore*' racecheck.log 90
+  sanitize memcheck '*Attention*:*TensorCore*:CudaOps.Matmul*:CudaOps.Grouped*:*BlocksMove*' memcheck.log 150
+  for m in 1b 3b; do
+    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    benchEach $m bench-ab.txt "-p 512 -n 128" JITLLM_DEFAULT=1 $AB
+  done
+  JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
+    tee "$OUT/profile-prefill-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
+  JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 64 -r 1 2>&1 |
+    tee "$OUT/profile-decode-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

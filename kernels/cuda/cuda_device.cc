@@ -132,6 +132,8 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
                         api_.cuLaunchKernelEx != nullptr;
   const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
   splitAttention_ = !(split && std::strcmp(split, "0") == 0);
+  const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
+  attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
@@ -1257,21 +1259,25 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     tableStart[i] = int32_t(totalPages);
     totalPages += tables[i].second;
   }
-  // Few blocks (decode: one per KV head) over a long context: each 64-position chunk its own block,
-  // then the chunks folded in order - the same bits as one block per head (attention.cuh). The
-  // chunk count is rounded up to 8 so a decode step's queue (and its graph) stays the same for
-  // 512 positions at a time. The scratch grows before anything is staged (growing synchronises,
-  // and the staging ring starts over after that).
+  // Few blocks (decode: a handful of KV heads per token): a block per query head instead of per
+  // KV head, and over a long context each 64-position chunk its own block, then the chunks folded
+  // in order - the same bits as one block per KV head (attention.cuh). The chunk count is rounded
+  // up to 8 so a decode step's queue (and its graph) stays the same for 512 positions at a time.
+  // The scratch grows before anything is staged (growing synchronises, and the staging ring starts
+  // over after that).
+  const bool fewBlocks = batch.tokens * kv.kvHeads < multiprocessors_;
+  const int blockGroup = attentionPerHead_ && fewBlocks ? 1 : group;  // query heads per block
+  const int headBlocks = batch.heads / blockGroup;                    // blocks per token and chunk
   const int maxChunks = (maxPositions + 8 * kAttentionChunk - 1) / (8 * kAttentionChunk) * 8;
-  const bool split = splitAttention_ && batch.tokens * kv.kvHeads < multiprocessors_ &&
-                     maxPositions > kAttentionChunk && int64_t(kv.kvHeads) * maxChunks < 65536;
+  const bool split =
+      splitAttention_ && fewBlocks && maxPositions > kAttentionChunk && int64_t(headBlocks) * maxChunks < 65536;
   if (split) {
-    const size_t partialFloats = size_t(group) * size_t(kv.headDim + 2);
+    const size_t partialFloats = size_t(blockGroup) * size_t(kv.headDim + 2);
     growScratch(partials_, partialsBytes_,
-                size_t(batch.tokens) * size_t(kv.kvHeads) * size_t(maxChunks) * partialFloats * sizeof(float),
+                size_t(batch.tokens) * size_t(headBlocks) * size_t(maxChunks) * partialFloats * sizeof(float),
                 "attention partials");
     // attention_split's chunk counters start at zero, and each launch leaves them at zero.
-    if (growScratch(chunkCounters_, chunkCountersBytes_, size_t(batch.tokens) * size_t(kv.kvHeads) * sizeof(uint32_t),
+    if (growScratch(chunkCounters_, chunkCountersBytes_, size_t(batch.tokens) * size_t(headBlocks) * sizeof(uint32_t),
                     "attention chunk counters")) {
       check(api_.cuMemsetD32Async(chunkCounters_, 0, chunkCountersBytes_ / 4, stream_), "cuMemsetD32Async");
     }
@@ -1289,15 +1295,16 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     }
   }
   commit(s);
-  CUfunction f = attentionKernel(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16);
+  if (blockGroup != group) perHeadAttentions_++;
+  CUfunction f = attentionKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
   CUdeviceptr qp = dptr(q), op = dptr(out), posPtr = s.device, offPtr = s.device + intBytes,
               pagesPtr = s.device + 2 * intBytes;
   int heads = batch.heads, kvHeads = kv.kvHeads;
   float scale = batch.scale;
   // The last kernel writes the output, and its integer form too when a product asks (offerFusion).
-  const unsigned tokens = unsigned(batch.tokens), kvh = unsigned(kv.kvHeads);
+  const unsigned tokens = unsigned(batch.tokens), gridY = unsigned(headBlocks);
   const int64_t outElems = batch.tokens * batch.heads * kv.headDim;
-  const bool fusable = (group * kv.headDim) % 32 == 0;
+  const bool fusable = (blockGroup * kv.headDim) % 32 == 0;
   const int cols = heads * kv.headDim;
   const auto offer = [&](const char* name, const std::function<Command(CUdeviceptr, uint64_t)>& make) {
     const Command c = make(0, 0);
@@ -1308,17 +1315,18 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
                 });
   };
   if (split) {
-    const CUfunction sf = attentionSplitKernel(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16);
+    const CUfunction sf =
+        attentionSplitKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
     const CUdeviceptr pp = partials_, counters = chunkCounters_;
-    const unsigned gridY = unsigned(kv.kvHeads * maxChunks);
+    const unsigned splitY = gridY * unsigned(maxChunks);
     offer("attention_split", [=](CUdeviceptr xq, uint64_t stride) {
-      return makeLaunch(sf, tokens, gridY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,
+      return makeLaunch(sf, tokens, splitY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,
                         pagesPtr, maxChunks, xq, stride);
     });
     return;
   }
   offer("attention", [=](CUdeviceptr xq, uint64_t stride) {
-    return makeLaunch(f, tokens, kvh, 128, 0, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq, stride);
+    return makeLaunch(f, tokens, gridY, 128, 0, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq, stride);
   });
 }
 

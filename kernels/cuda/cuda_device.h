@@ -99,6 +99,8 @@ class CudaDevice final : public Device {
   uint64_t groupedProducts() const { return groupedProducts_; }
   // Products that ran on the tensor-core prefill kernels (tests).
   uint64_t tensorCoreProducts() const { return tensorCoreProducts_; }
+  // Attention launches whose blocks serve one query head each (few tokens: decode).
+  uint64_t perHeadAttentions() const { return perHeadAttentions_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -333,7 +335,10 @@ class CudaDevice final : public Device {
   bool fuse_ = true;                 // CudaDeviceOptions::fuse
   bool programmaticLaunch_ = false;  // CudaDeviceOptions::programmaticLaunch, where the GPU and driver allow
   bool splitAttention_ = true;       // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
-  bool blockKernels_ = true;         // CudaDeviceOptions::blockKernels
+  // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
+  // batch has few blocks (attention.cuh; the same bits either way).
+  bool attentionPerHead_ = true;
+  bool blockKernels_ = true;  // CudaDeviceOptions::blockKernels
   std::pair<CUfunction, CUfunction> blockCopies_{};
   CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host or a peer
   std::vector<CUdevice> peers_;  // devices whose memory this context may reach (enablePeerAccess)
@@ -377,7 +382,7 @@ class CudaDevice final : public Device {
   };
   FusableProducer producer_;
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0,
-           tensorCoreProducts_ = 0;
+           tensorCoreProducts_ = 0, perHeadAttentions_ = 0;
   // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
   // kernel that adds and normalises (rms_norm's addend).
   struct QueuedAdd {

@@ -153,6 +153,7 @@ std::vector<ModuleSpec> representativeModules() {
   specs.push_back(intMatmulModule(TensorType::kQ4_K, 3072, 16, 16, 16, true));
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
+    specs.push_back(attentionModule(hd, 1, 16, true));  // decode's per-query-head blocks on fp16 pages
   }
   specs.push_back(attentionModule(16, 3, 4, true));
   specs.push_back(elementwiseModule());

@@ -221,10 +221,24 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     // Five tokens use 40 blocks, so each token's 64-position chunks run in blocks of their own
     // and are folded by the block that finishes last (attention_split); the same queries four times
     // over (160 blocks) take one block per token and KV head, folding as they go: same bits.
+    // Few tokens also take a block per query head rather than per KV head (4 query heads share
+    // each KV head here): the same bits again.
     std::vector<int32_t> positions = {ctx.length() - 1, 0, 63, 64, 500};
     const auto q = randomFloats(positions.size() * heads * size_t(headDim), 7, 0.3f);
     const float scale = float(1.0 / std::sqrt(double(headDim)));
+    const uint64_t perHead = gpu->perHeadAttentions();
     ctx.expectChunkedAndWholeAgree(q, positions, heads, scale, 4);
+    EXPECT_EQ(perHead + 1, gpu->perHeadAttentions()) << "the five tokens' blocks did not serve one query head each";
+    {
+      // A short context (no chunk split): three tokens a block per query head, sixty tokens
+      // (480 blocks per KV head, more than any GPU's SMs) a block per KV head.
+      SCOPED_TRACE("short context");
+      const std::vector<int32_t> shortPositions = {0, 10, 63};
+      const auto shortQ = randomFloats(shortPositions.size() * heads * size_t(headDim), 8, 0.3f);
+      const uint64_t before = gpu->perHeadAttentions();
+      ctx.expectChunkedAndWholeAgree(shortQ, shortPositions, heads, scale, 20);
+      EXPECT_EQ(before + 1, gpu->perHeadAttentions());
+    }
     std::vector<int32_t> many;
     std::vector<float> manyQ;
     for (int r = 0; r < 4; r++) {

@@ -1,8 +1,11 @@
 // Attention of a batch of query tokens over the paged KV cache (kernels/device.h: KvLayout).
 //
-// Specialised by JL_HD (head dim), JL_GROUP (query heads per KV head), JL_PAGE_TOKENS and
-// JL_KV_F16 (fp16 pages, else fp32). One block of 128 threads per (token, KV head) serves the
-// JL_GROUP query heads that share that KV head, so each K/V row is read once for all of them.
+// Specialised by JL_HD (head dim), JL_GROUP (query heads per block), JL_PAGE_TOKENS and JL_KV_F16
+// (fp16 pages, else fp32). A block of 128 threads serves JL_GROUP query heads of one token that
+// share a KV head: all of that KV head's (the model's group), so each K/V row is read once for all
+// of them - or, when a token has few blocks (decode), fewer: one per query head, so four times the
+// blocks share the work (each block reads its KV head's rows, mostly from L2). A head's arithmetic
+// is the same either way (nothing in it depends on the other heads of the block), so are its bits.
 // Positions go in tiles of kTile through shared memory with an online softmax (running max and
 // sum, rescaled per tile). Every sum has a fixed order: dot products run over the head dim in
 // order, tile sums are warp butterflies, and each output element accumulates its tile's
@@ -68,20 +71,24 @@ JL_DEV void fold(bool first, float m, float l, float o, float& totMax, float& to
   totMax = now;
 }
 
-// The chunks [c0, c1) of token t over KV head kh. partial == null: folds them and writes the
-// normalised output; else (one chunk) writes that chunk's state to `partial`.
-// out[] = v for output element idx of token t's KV head kh, and its integer form into xq when
+// Block `hb` of a token (hb = 0 .. heads / kGroup - 1) serves query heads hb kGroup .. + kGroup - 1,
+// of KV head hb kGroup / (heads / kvHeads).
+JL_DEV int kvHeadOf(int hb, int heads, int kvHeads) { return hb * kGroup / (heads / kvHeads); }
+
+// out[] = v for output element idx of token t's heads block hb, and its integer form into xq when
 // given (the product after attention reads it; quantize_x.cuh). Called by all threads of the
 // block, each for its owned elements in turn.
-JL_DEV void storeOutput(float* out, u8* xq, u64 xqStride, int heads, int t, int kh, int idx, float v) {
-  const i64 col = i64(kh) * kGroup * kHd + idx;
+JL_DEV void storeOutput(float* out, u8* xq, u64 xqStride, int heads, int t, int hb, int idx, float v) {
+  const i64 col = i64(hb) * kGroup * kHd + idx;
   out[i64(t) * heads * kHd + col] = v;
   if constexpr ((kGroup * kHd) % 32 == 0) {  // whole warps own each 32-column block
     if (xq) quantizeBlock32(v, xq + u64(t) * xqStride, heads * kHd, int(col) & ~31);
   }
 }
 
-JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, int kvHeads, float scale, int t, int kh,
+// The chunks [c0, c1) of token t for heads block hb. partial == null: folds them and writes the
+// normalised output; else (one chunk) writes that chunk's state to `partial`.
+JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, int kvHeads, float scale, int t, int hb,
                          int n, int c0, int c1, const u64* pages, u8* xq, u64 xqStride) {
   __shared__ __align__(16) float qs[kGroup][kHd];
   // +4: rows stay 16-byte aligned for float4 reads, and the 8 rows a quarter-warp reads at once
@@ -93,9 +100,10 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const i64 tokenElems = i64(kvHeads) * kHd;  // one token's K (or V) in a page
+  const int kh = kvHeadOf(hb, heads, kvHeads);
 
   for (int i = tid; i < kGroup * kHd; i += kThreads) {
-    qs[i / kHd][i % kHd] = q[(i64(t) * heads + kh * kGroup + i / kHd) * kHd + i % kHd];
+    qs[i / kHd][i % kHd] = q[(i64(t) * heads + hb * kGroup + i / kHd) * kHd + i % kHd];
   }
   float o[kOwned], totO[kOwned], totMax[kOwned], totSum[kOwned];
   for (int c = c0; c < c1; c++) {
@@ -223,12 +231,12 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
   for (int i = 0; i < kOwned; i++) {
     const int idx = tid + i * kThreads;
     if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
-      storeOutput(out, xq, xqStride, heads, t, kh, idx, __fmul_rn(totO[i], __frcp_rn(totSum[i])));
+      storeOutput(out, xq, xqStride, heads, t, hb, idx, __fmul_rn(totO[i], __frcp_rn(totSum[i])));
     }
   }
 }
 
-// Grid (tokens, kvHeads): every chunk of token t in one block.
+// Grid (tokens, heads / kGroup): every chunk of token t in one block.
 // xq: null, or where the output's integer form goes (rows of xqStride bytes; heads * kHd columns).
 extern "C" __global__ void __launch_bounds__(128)
     attention(const float* q, float* out, int heads, int kvHeads, float scale, const int* positions,
@@ -242,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(128)
 // Folds token t's chunk states at `base` (chunk c at base + c * kPartialFloats) in order, as
 // attention() does, and writes the output. The states were written by other blocks of this
 // kernel: read through L2 (__ldcg), never from a stale L1 line.
-JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int kh, int chunks, u8* xq, u64 xqStride) {
+JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int hb, int chunks, u8* xq, u64 xqStride) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < kOwned; i++) {
@@ -255,38 +263,40 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int k
         fold(c == 0, __ldcg(p + kGroup * kHd + g), __ldcg(p + kGroup * kHd + kGroup + g), __ldcg(p + idx), totMax,
              totSum, totO);
       }
-      storeOutput(out, xq, xqStride, heads, t, kh, idx, __fmul_rn(totO, __frcp_rn(totSum)));
+      storeOutput(out, xq, xqStride, heads, t, hb, idx, __fmul_rn(totO, __frcp_rn(totSum)));
     }
   }
 }
 
-// Decode over a long context, one launch. Grid (tokens, kvHeads * maxChunks), blockIdx.y = kh +
-// kvHeads * chunk: each block writes one chunk's state to partials[((t * kvHeads + kh) *
-// maxChunks + chunk) * kPartialFloats ..], and the block that completes a (token, KV head)'s
-// chunks folds them all in order, as attention() does - so the bits do not depend on which block
-// that is. counters[t * kvHeads + kh] counts the finished chunks; it is zero before the launch and
-// the folding block sets it back to zero (the atomic only counts: no result goes through it).
+// Decode over a long context, one launch. With B = heads / kGroup blocks per token, grid (tokens,
+// B * maxChunks), blockIdx.y = hb + B * chunk: each block writes one chunk's state to
+// partials[((t * B + hb) * maxChunks + chunk) * kPartialFloats ..], and the block that completes a
+// (token, heads block)'s chunks folds them all in order, as attention() does - so the bits do not
+// depend on which block that is. counters[t * B + hb] counts the finished chunks; it is zero before
+// the launch and the folding block sets it back to zero (the atomic only counts: no result goes
+// through it).
 extern "C" __global__ void __launch_bounds__(128)
     attention_split(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
                     float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxChunks,
                     u8* xq, u64 xqStride) {
   awaitPreviousKernel();
   __shared__ bool folds;
-  const int t = blockIdx.x, kh = blockIdx.y % kvHeads, c = blockIdx.y / kvHeads, n = positions[t] + 1;
+  const int blocks = heads / kGroup;
+  const int t = blockIdx.x, hb = blockIdx.y % blocks, c = blockIdx.y / blocks, n = positions[t] + 1;
   const int chunks = (n + kChunk - 1) / kChunk;
   if (c >= chunks) return;
-  float* base = partials + i64(t * kvHeads + kh) * maxChunks * kPartialFloats;
-  attendChunks(q, nullptr, base + i64(c) * kPartialFloats, heads, kvHeads, scale, t, kh, n, c, c + 1,
+  float* base = partials + i64(t * blocks + hb) * maxChunks * kPartialFloats;
+  attendChunks(q, nullptr, base + i64(c) * kPartialFloats, heads, kvHeads, scale, t, hb, n, c, c + 1,
                tables + tableOffsets[t], nullptr, 0);
   __threadfence();  // this block's state is visible to every block before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
-    unsigned* counter = counters + t * kvHeads + kh;
+    unsigned* counter = counters + t * blocks + hb;
     folds = atomicAdd(counter, 1u) == unsigned(chunks - 1);
     if (folds) *counter = 0;  // every other block of this (token, head) has counted
   }
   __syncthreads();
   if (!folds) return;
   __threadfence();
-  combineChunks(base, out, heads, t, kh, chunks, xq, xqStride);
+  combineChunks(base, out, heads, t, hb, chunks, xq, xqStride);
 }
