@@ -1088,10 +1088,11 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   const KeepQuantized keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
-  // q4_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 tokens staged in
-  // shared memory by 16-byte copies (so the rows must be 16-byte aligned, as GGUF's are), the
-  // same bits. q6_K stays on the dp4a kernel (docs/cuda.md: its tensor-core form was slower).
-  const bool mma = tensorCores_ && tokens >= 16 && w.type == quant::TensorType::kQ4_K && align >= 16;
+  // q4_K and q6_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 tokens
+  // staged in shared memory - the same bits. q4_K rows are staged by 16-byte copies, so they must
+  // be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by 4-byte words.
+  const bool mma = tensorCores_ && tokens >= 16 &&
+                   ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);

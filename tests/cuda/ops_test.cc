@@ -163,38 +163,41 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
   o.tensorCores = false;
   auto dp4a = cuda::CudaDevice::create(o);
   // 101 rows: a partial tile of rows; the copy on the GPU ends with the last row (no reads past
-  // it). Rows padded to stay 16-byte aligned, which the kernel needs.
+  // it). q4_K rows padded to stay 16-byte aligned, which its kernel needs; q6_K rows 2 bytes apart
+  // from whole blocks, so their blocks start at either alignment its kernel takes (2 or 4 mod 4),
+  // and with 256 columns the last block is 4-byte aligned: its d's word would run past the copy.
   constexpr int64_t kRows = 101;
-  constexpr TensorType type = TensorType::kQ4_K;
-  for (int64_t cols : {2048, 3072, 256}) {
-    const Matrix m = randomMatrix(type, kRows, cols, freshSeed() + uint32_t(cols) + 7 * uint32_t(type), 16);
-    const size_t bytes = m.stride * size_t(kRows - 1) + *quant::rowBytes(type, cols);
-    const auto biasHost = randomFloats(size_t(kRows), freshSeed() + 61);
-    for (int64_t tokens : {16, 37}) {
-      SCOPED_TRACE(std::string(quant::typeName(type)) + ", " + std::to_string(cols) + " columns, " +
-                   std::to_string(tokens) + " tokens");
-      const auto xHost = randomFloats(size_t(tokens * cols), freshSeed() + uint32_t(tokens), 2.0f);
-      const auto product = [&](cuda::CudaDevice& dev, int64_t first, int64_t n) {
-        auto w = dev.adoptHostBytes(m.bytes.data(), bytes);
-        auto x = upload(dev, xHost);
-        auto bias = upload(dev, biasHost);
-        auto y = dev.allocate(size_t(n * kRows) * 4);
-        dev.matmul(WeightRef{type, w->data(), kRows, cols, m.stride}, x.as<float>() + first * cols, n,
-                   reinterpret_cast<float*>(y->data()), bias.as<float>());
-        return download<float>(dev, *y, size_t(n * kRows));
-      };
-      const uint64_t before = gpu->tensorCoreProducts();
-      const auto mma = product(*gpu, 0, tokens);
-      ASSERT_EQ(before + 1, gpu->tensorCoreProducts()) << "the tensor-core kernel did not run";
-      const auto want = product(*dp4a, 0, tokens);
-      ASSERT_EQ(0u, dp4a->tensorCoreProducts());
-      EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
-      for (int64_t t : {int64_t(0), int64_t(9), tokens - 1}) {
-        const auto alone = product(*gpu, t, 1);
-        EXPECT_EQ(0, std::memcmp(alone.data(), mma.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K})
+    for (int64_t cols : {2048, 3072, 256}) {
+      const size_t pad = type == TensorType::kQ4_K ? 16 : 2;
+      const Matrix m = randomMatrix(type, kRows, cols, freshSeed() + uint32_t(cols) + 7 * uint32_t(type), pad);
+      const size_t bytes = m.stride * size_t(kRows - 1) + *quant::rowBytes(type, cols);
+      const auto biasHost = randomFloats(size_t(kRows), freshSeed() + 61);
+      for (int64_t tokens : {16, 37}) {
+        SCOPED_TRACE(std::string(quant::typeName(type)) + ", " + std::to_string(cols) + " columns, " +
+                     std::to_string(tokens) + " tokens");
+        const auto xHost = randomFloats(size_t(tokens * cols), freshSeed() + uint32_t(tokens), 2.0f);
+        const auto product = [&](cuda::CudaDevice& dev, int64_t first, int64_t n) {
+          auto w = dev.adoptHostBytes(m.bytes.data(), bytes);
+          auto x = upload(dev, xHost);
+          auto bias = upload(dev, biasHost);
+          auto y = dev.allocate(size_t(n * kRows) * 4);
+          dev.matmul(WeightRef{type, w->data(), kRows, cols, m.stride}, x.as<float>() + first * cols, n,
+                     reinterpret_cast<float*>(y->data()), bias.as<float>());
+          return download<float>(dev, *y, size_t(n * kRows));
+        };
+        const uint64_t before = gpu->tensorCoreProducts();
+        const auto mma = product(*gpu, 0, tokens);
+        ASSERT_EQ(before + 1, gpu->tensorCoreProducts()) << "the tensor-core kernel did not run";
+        const auto want = product(*dp4a, 0, tokens);
+        ASSERT_EQ(0u, dp4a->tensorCoreProducts());
+        EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
+        for (int64_t t : {int64_t(0), int64_t(9), tokens - 1}) {
+          const auto alone = product(*gpu, t, 1);
+          EXPECT_EQ(0, std::memcmp(alone.data(), mma.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;
+        }
       }
     }
-  }
 }
 
 // q, k and v read one input and the integer kernels quantize it once; anything that may write

@@ -239,47 +239,56 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 #endif
 
 #if JL_MMA
-// Prefill of q4_K rows on int8 tensor cores (mma.sync m16n8k32, sm_80 and later; JL_MMA = 1, with
-// JL_TOKENS = JL_ROWS = 16 and 16-byte aligned rows). A block of 8 warps computes 64 rows x 32
-// tokens, warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x 16 tokens 16 wt... Per unit,
-// four mma per 8 tokens give each (row, token) the unit's integer sums la0, lb0, la1, lb1 - the
-// same integers the dp4a kernel adds up, exact in any order - and then the float steps are
-// IntQ4_K::dot's, in its order. What the dp4a kernel's lanes and butterfly do across the row is
-// reproduced per (row, token) in registers: lane slot l's accumulator takes units l, l + kLanes,
-// ... in order from zero, and the slots are added in the butterfly's tree. The slots are visited in
-// bit-reversed order, which is that tree's left-to-right order, so each finished slot merges into
-// a short stack like a binary counter (depth log2(kLanes) + 1). So a token's result has the bits of
-// every other variant, and prefill still agrees with decode exactly.
+// Prefill on int8 tensor cores (mma.sync, sm_80 and later; JL_MMA = 1, with JL_TOKENS = JL_ROWS =
+// 16): q4_K rows (16-byte aligned) and q6_K rows. A block of 8 warps computes 64 rows x 32 tokens,
+// warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x 16 tokens 16 wt... Per unit, mma give
+// each (row, token) the unit's integer sums - the same integers the dp4a kernel adds up, exact in
+// any order - and then the float steps are IntQ4_K::dot's (IntQ6_K::dot's), in its order. What the
+// dp4a kernel's lanes and butterfly do across the row is reproduced per (row, token) in registers:
+// lane slot l's accumulator takes units l, l + kLanes, ... in order from zero, and the slots are
+// added in the butterfly's tree. The slots are visited in bit-reversed order, which is that tree's
+// left-to-right order, so each finished slot merges into a short stack like a binary counter
+// (depth log2(kLanes) + 1). So a token's result has the bits of every other variant, and prefill
+// still agrees with decode exactly.
 //
-// Units reach shared memory kStages - 1 ahead of the one computed, by cp.async in 16-byte pieces
-// (the whole block's weights and activations for the unit: a first version loaded each warp's
-// fragments with 4-byte loads straight from global memory and was bound by the L1 traffic, at a
-// quarter of the issue rate). Each row's scales are decoded once per unit, in place, by four
-// threads (one float each), one unit ahead; fragments come out of shared memory by ldmatrix.
+// Units reach shared memory kStages - 1 ahead of the one computed, by cp.async (the whole block's
+// weights and activations for the unit: a first version loaded each warp's fragments with 4-byte
+// loads straight from global memory and was bound by the L1 traffic, at a quarter of the issue
+// rate). One unit ahead, four threads a row turn its staged bytes into what the mma read, in place
+// (Mma::prepare: the scales as floats; for q6_K also the quants as bytes in k order); fragments
+// come out of shared memory by ldmatrix.
 //
-// Fragments (PTX ISA, lane = 4 g + q): A (16 x 32 row-major) a[0] = A[g][4q..], a[1] = A[g+8][4q..],
-// a[2] = A[g][16+4q..], a[3] = A[g+8][16+4q..]; B (32 x 8 column-major) b[0] = B[4q..][g],
-// b[1] = B[16+4q..][g]; C c[0] = C[g][2q], c[1] = C[g][2q+1], c[2] = C[g+8][2q], c[3] = C[g+8][2q+1].
-// A sub-block's 32 quants are the low (or high) nibbles of 32 consecutive bytes and a token's
-// activation bytes are consecutive, so ldmatrix of 16-byte rows hands out exactly those fragments.
-static_assert(JL_WTYPE == 12 && JL_TOKENS == 16 && JL_ROWS == 16 && JL_ALIGN >= 16, "matmul_int JL_MMA: q4_K, 16 x 16");
+// Fragments (PTX ISA, lane = 4 g + q): m16n8k32: A (16 x 32 row-major) a[0] = A[g][4q..],
+// a[1] = A[g+8][4q..], a[2] = A[g][16+4q..], a[3] = A[g+8][16+4q..]; B (32 x 8 column-major)
+// b[0] = B[4q..][g], b[1] = B[16+4q..][g]. m16n8k16: a[0], a[1] and b[0] alone. C c[0] = C[g][2q],
+// c[1] = C[g][2q+1], c[2] = C[g+8][2q], c[3] = C[g+8][2q+1]. With A's rows and B's columns 16-byte
+// rows of shared memory, ldmatrix hands out exactly these.
+static_assert((JL_WTYPE == 12 && JL_ALIGN >= 16 || JL_WTYPE == 14) && JL_TOKENS == 16 && JL_ROWS == 16,
+              "matmul_int JL_MMA: q4_K (16-byte aligned rows) or q6_K, 16 x 16");
 constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #ifndef JL_MMA_STAGES  // units in shared memory at once (a tuning define: JITLLM_CUDA_DEFINES)
 #define JL_MMA_STAGES 4
 #endif
+// Blocks per SM the registers must allow (a tuning define): q4_K's kernel fits 2 (128 registers),
+// q6_K's needs ~180 (at 2 it spills).
+#ifndef JL_MMA_MIN_BLOCKS
+#define JL_MMA_MIN_BLOCKS (JL_WTYPE == 12 ? 2 : 1)
+#endif
 constexpr int kTileRows = 64, kTileTokens = 32, kStages = JL_MMA_STAGES, kThreads = 256;
 static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
-// A staged row: its unit's 32 quant bytes, then the block's 16-byte head, which four threads turn
-// into d1[2], m1[2] in place. 48 bytes (12 words) apart, the 8 rows an ldmatrix reads hit distinct
-// banks; so do 8 tokens 144 bytes (36 words) apart: a[64] | b[64] | s256[2] | bsum[2].
-constexpr int kRowBytes = 48, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
-constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
 
 JL_DEV void mmaS8(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 #if __CUDA_ARCH__ >= 800
   asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+JL_DEV void mmaS8k16(int (&c)[4], u32 a0, u32 a1, u32 b0) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(b0));
 #endif
 }
 JL_DEV u32 sharedAddress(const void* p) { return u32(__cvta_generic_to_shared(p)); }
@@ -291,6 +300,11 @@ JL_DEV void copyAsync16(u32 to, const void* from) {
 JL_DEV void copyAsync8(u32 to, const void* from) {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(from) : "memory");
+#endif
+}
+JL_DEV void copyAsync4(u32 to, const void* from) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(from) : "memory");
 #endif
 }
 JL_DEV void commitCopies() {
@@ -320,7 +334,7 @@ JL_DEV constexpr int bitReversed(int i) {
 }
 JL_DEV constexpr int onesIn(int i) { return i == 0 ? 0 : (i & 1) + onesIn(i >> 1); }
 
-// The order units are visited in (staged, decoded and computed): slot by slot in bit-reversed
+// The order units are visited in (staged, prepared and computed): slot by slot in bit-reversed
 // order, units slot, slot + kLanes, ... of each.
 struct Visit {
   int slot, unit, units;
@@ -331,7 +345,7 @@ struct Visit {
   }
 };
 
-// The block's tile and the next unit to stage.
+// The block's tile: its rows of W and tokens of the activations (the last repeated past the end).
 struct MmaTile {
   const u8* w;
   u64 rowStride;
@@ -339,118 +353,250 @@ struct MmaTile {
   const u8* xq;
   u64 xqStride;
   int tokens, t0;
-  Visit next;
+  JL_DEV const u8* row(int r) const { return w + u64(min(r0 + r, rows - 1)) * rowStride; }
+  JL_DEV const u8* token(int t) const { return xq + u64(min(t0 + t, tokens - 1)) * xqStride; }
+};
 
-  // Queues the copies of the next unit into `stage` (one commit group per stage, empty past the
-  // end) and moves on.
-  JL_DEV void stageNext(u8* stage) {
+// q4_K: a stage holds each row's unit - its 32 quant bytes, then the block's 16-byte head, which
+// prepare() turns into d1[2], m1[2] in place - 48 bytes (12 words) apart, so the 8 rows an ldmatrix
+// reads hit distinct banks; so do 8 tokens 144 bytes (36 words) apart: a[64] | b[64] | s256[2] |
+// bsum[2]. A sub-block's 32 quants are the low (or high) nibbles of 32 consecutive bytes.
+struct MmaQ4_K {
+  static constexpr int kRowBytes = 48, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
+  static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
+  static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
     const int tid = threadIdx.x;
-    const int unit = next.unit;
-    if (next.more()) {
-      const u32 at = sharedAddress(stage);
-      if (tid < 3 * kTileRows) {  // a row's quants (two pieces) and head
-        const int row = tid / 3, piece = tid % 3;
-        const u8* block = w + u64(min(r0 + row, rows - 1)) * rowStride + (unit >> 2) * IntQ4_K::kBlockBytes;
-        copyAsync16(at + row * kRowBytes + 16 * piece, piece < 2 ? block + 16 + 32 * (unit & 3) + 16 * piece : block);
-      }
-      {  // a token's a and b bytes, 8 pieces (kThreads = 8 kTileTokens)
-        const int token = tid >> 3, piece = tid & 7;
-        const u8* xr = xq + u64(min(t0 + token, tokens - 1)) * xqStride;
-        copyAsync16(at + kTokensAt + token * kTokenBytes + 16 * piece,
-                    xr + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
-      }
-      if (tid < 2 * kTileTokens) {  // a token's s / 256 and represented sums of the unit's two 32-blocks
-        const int token = tid >> 1, which = tid & 1;
-        const u8* xr = xq + u64(min(t0 + token, tokens - 1)) * xqStride;
-        copyAsync8(at + kTokensAt + token * kTokenBytes + 128 + 8 * which, xr + (which ? kXqBsum : kXqS256) + 8 * unit);
+    const u32 at = sharedAddress(stage);
+    if (tid < 3 * kTileRows) {  // a row's quants (two pieces) and head
+      const int r = tid / 3, piece = tid % 3;
+      const u8* block = tile.row(r) + (unit >> 2) * IntQ4_K::kBlockBytes;
+      copyAsync16(at + r * kRowBytes + 16 * piece, piece < 2 ? block + 16 + 32 * (unit & 3) + 16 * piece : block);
+    }
+    {  // a token's a and b bytes, 8 pieces (kThreads = 8 kTileTokens)
+      const int t = tid >> 3, piece = tid & 7;
+      copyAsync16(at + kTokensAt + t * kTokenBytes + 16 * piece,
+                  tile.token(t) + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
+    }
+    if (tid < 2 * kTileTokens) {  // a token's s / 256 and represented sums of the unit's two 32-blocks
+      const int t = tid >> 1, which = tid & 1;
+      copyAsync8(at + kTokensAt + t * kTokenBytes + 128 + 8 * which,
+                 tile.token(t) + (which ? kXqBsum : kXqS256) + 8 * unit);
+    }
+  }
+  // Four threads (lanes of one warp) a row, each one of its floats d1[0], d1[1], m1[0], m1[1]
+  // (IntQ4_K::scales's operations), written over the head once all four have read it.
+  static JL_DEV void prepare(u8* stage, const MmaTile&, int unit) {
+    static_assert(kThreads == 4 * kTileRows, "four threads a row");
+    const int row = threadIdx.x >> 2, which = threadIdx.x & 3;
+    float* at = reinterpret_cast<float*>(stage + row * kRowBytes + 32);
+    const uint4 v = *reinterpret_cast<const uint4*>(at);
+    __syncwarp();
+    const u32 sw[3] = {v.y, v.z, v.w};
+    u32 sc, mn;
+    scaleMinK4(sw, 2 * (unit & 3) + (which & 1), &sc, &mn);
+    at[which] = which < 2 ? __fmul_rn(h2f(u16(v.x & 0xFFFFu)), float(sc)) : __fmul_rn(h2f(u16(v.x >> 16)), float(mn));
+  }
+  // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as
+  // IntQ4_K::dot.
+  static JL_DEV void compute(const u8* stage, float (&acc)[2][4]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
+    u32 raw[4];
+    loadMatrices(raw, sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
+    u32 lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) lo[i] = raw[i] & 0x0F0F0F0Fu, hi[i] = (raw[i] >> 4) & 0x0F0F0F0Fu;
+    float4 sc[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
+      const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
+      u32 xa[4], xb[4];
+      loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
+      loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
+      int la0[4] = {}, lb0[4] = {}, la1[4] = {}, lb1[4] = {};
+      mmaS8(la0, lo, xa[0], xa[1]);
+      mmaS8(lb0, lo, xb[0], xb[1]);
+      mmaS8(la1, hi, xa[2], xa[3]);
+      mmaS8(lb1, hi, xb[2], xb[3]);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {  // token tokenBase + 8 j + 2q + h: column c = 2 j + h of acc
+        const float4 s = *reinterpret_cast<const float4*>(tokens + (2 * q + h) * kTokenBytes + 128);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + h
+          const int e = 2 * i + h;
+          float v = acc[i][2 * j + h];
+          v = fmaf(__fmul_rn(sc[i].x, s.x), float(la0[e] * 256 + lb0[e]), v);
+          v = fmaf(-sc[i].z, s.z, v);
+          v = fmaf(__fmul_rn(sc[i].y, s.y), float(la1[e] * 256 + lb1[e]), v);
+          v = fmaf(-sc[i].w, s.w, v);
+          acc[i][2 * j + h] = v;
+        }
       }
     }
-    commitCopies();
-    next.advance();
   }
 };
 
-// Turns the staged heads of the unit in `stage` (unit p = unit % 4 of its block) into d1, m1 in
-// place.
-JL_DEV void decodeScales(u8* stage, int unit) {
-  // Four threads (lanes of one warp) a row, each one of its floats d1[0], d1[1], m1[0], m1[1]
-  // (IntQ4_K::scales's operations), written over the head once all four have read it.
-  static_assert(kThreads == 4 * kTileRows, "four threads a row");
-  const int row = threadIdx.x >> 2, which = threadIdx.x & 3;
-  float* at = reinterpret_cast<float*>(stage + row * kRowBytes + 32);
-  const uint4 v = *reinterpret_cast<const uint4*>(at);
-  __syncwarp();
-  const u32 sw[3] = {v.y, v.z, v.w};
-  u32 sc, mn;
-  scaleMinK4(sw, 2 * (unit & 3) + (which & 1), &sc, &mn);
-  at[which] = which < 2 ? __fmul_rn(h2f(u16(v.x & 0xFFFFu)), float(sc)) : __fmul_rn(h2f(u16(v.x >> 16)), float(mn));
-}
-
-// The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as
-// IntQ4_K::dot.
-JL_DEV void mmaUnit(const u8* stage, float (&acc)[2][4]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-  const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
-  u32 raw[4];
-  loadMatrices(raw, sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
-  u32 lo[4], hi[4];
+// q6_K: unit u is IntQ6_K's - four 16-element scale groups. Its 210-byte blocks are only 2-byte
+// aligned, so a stage holds each row's aligned words around the unit's pieces: 5 around each 16
+// bytes of ql (low nibbles), ql (high) and qh, 3 around the half's 8 scales, 1 around d - 19 words,
+// which prepare() turns in place into the 64 quants (0..63) in k order (group qt at bytes 16 qt..)
+// and the four d * scale: 80 bytes (20 words) a row, so 8 rows an ldmatrix reads hit distinct
+// banks. A token: a[64] | b[64] in that k order, s256[4] and sum8[8] of the unit (176 bytes, 44
+// words: distinct banks too). One m16n8k16 mma per group gives its 16-element sums.
+struct MmaQ6_K {
+  static constexpr int kRowBytes = 80, kRawWords = 19, kTokenBytes = 176, kTokensAt = kTileRows * kRowBytes;
+  static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
+  static JL_DEV const u8* block(const MmaTile& tile, int r, int unit) {
+    return tile.row(r) + (unit >> 2) * IntQ6_K::kBlockBytes;
+  }
+  // d's aligned word runs 2 bytes past a 4-byte aligned block: past the matrix for the last row's
+  // last block. That one d is read by prepare() itself.
+  static JL_DEV bool dPastTheEnd(const MmaTile& tile, int r, const u8* b) {
+    return (reinterpret_cast<u64>(b) & 3) == 0 && tile.r0 + r >= tile.rows - 1 &&
+           b == tile.row(r) + (JL_K / 256 - 1) * IntQ6_K::kBlockBytes;
+  }
+  static JL_DEV const u8* alignedDown(const u8* p) {
+    return reinterpret_cast<const u8*>(reinterpret_cast<u64>(p) & ~u64(3));
+  }
+  static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
+    const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1;
+    const u32 at = sharedAddress(stage);
+    {  // four threads a row (the row prepare() gives them), words part, part + 4, ...
+      static_assert(kThreads == 4 * kTileRows, "four threads a row");
+      const int r = tid >> 2, part = tid & 3;
+      const u8* b = block(tile, r, unit);
+      const bool dPast = dPastTheEnd(tile, r, b);
 #pragma unroll
-  for (int i = 0; i < 4; i++) lo[i] = raw[i] & 0x0F0F0F0Fu, hi[i] = (raw[i] >> 4) & 0x0F0F0F0Fu;
-  float4 sc[2];
+      for (int word = part; word < kRawWords; word += 4) {
+        const u8* from;
+        if (word < 15) {
+          const int piece = word / 5;
+          const int offset = piece == 0 ? 64 * h + 16 * j : piece == 1 ? 64 * h + 32 + 16 * j : 128 + 32 * h + 16 * j;
+          from = alignedDown(b + offset) + 4 * (word % 5);
+        } else if (word < 18) {
+          from = alignedDown(b + 192 + 8 * h) + 4 * (word - 15);
+        } else {
+          if (dPast) continue;
+          from = alignedDown(b + 208);
+        }
+        copyAsync4(at + r * kRowBytes + 4 * word, from);
+      }
+    }
+    const int e0 = IntQ6_K::firstElement(unit);
 #pragma unroll
-  for (int i = 0; i < 2; i++) sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
-#pragma unroll
-  for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
-    const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
-    u32 xa[4], xb[4];
-    loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
-    loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
-    int la0[4] = {}, lb0[4] = {}, la1[4] = {}, lb1[4] = {};
-    mmaS8(la0, lo, xa[0], xa[1]);
-    mmaS8(lb0, lo, xb[0], xb[1]);
-    mmaS8(la1, hi, xa[2], xa[3]);
-    mmaS8(lb1, hi, xb[2], xb[3]);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {  // token tokenBase + 8 j + 2q + h: column c = 2 j + h of acc
-      const float4 s = *reinterpret_cast<const float4*>(tokens + (2 * q + h) * kTokenBytes + 128);
-#pragma unroll
-      for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + h
-        const int e = 2 * i + h;
-        float v = acc[i][2 * j + h];
-        v = fmaf(__fmul_rn(sc[i].x, s.x), float(la0[e] * 256 + lb0[e]), v);
-        v = fmaf(-sc[i].z, s.z, v);
-        v = fmaf(__fmul_rn(sc[i].y, s.y), float(la1[e] * 256 + lb1[e]), v);
-        v = fmaf(-sc[i].w, s.w, v);
-        acc[i][2 * j + h] = v;
+    for (int k = 0; k < kTileTokens * 16 / kThreads; k++) {  // a token's 13 pieces
+      const int i = tid + k * kThreads, t = i >> 4, piece = i & 15;
+      const u32 to = at + kTokensAt + t * kTokenBytes;
+      const u8* xr = tile.token(t);
+      if (piece < 8) {  // a (0..3) and b (4..7) of group piece % 4
+        copyAsync16(to + 16 * piece, xr + (piece >> 2) * kXqB + e0 + 32 * (piece & 3));
+      } else if (piece == 8) {  // the groups' s / 256, consecutive
+        copyAsync16(to + 128, xr + kXqS256 + 4 * (e0 / 32));
+      } else if (piece < 13) {  // a group's two 8-column sums
+        copyAsync8(to + 144 + 8 * (piece - 9), xr + kXqSum8 + 4 * ((e0 + 32 * (piece - 9)) / 8));
       }
     }
   }
-}
+  // Four threads (lanes of one warp) a row, thread qt its group qt: the quants as IntQ6_K::load
+  // assembles them and d * scale by its operations, written once all four have read the words.
+  static JL_DEV void prepare(u8* stage, const MmaTile& tile, int unit) {
+    static_assert(kThreads == 4 * kTileRows, "four threads a row");
+    const int r = threadIdx.x >> 2, qt = threadIdx.x & 3, j = unit & 1;
+    const u8* b = block(tile, r, unit);
+    const int misalign = int(reinterpret_cast<u64>(b) & 3);  // the same for every piece: they are 4-byte multiples apart
+    const u32 shift = u32(misalign) * 8;
+    u8* row = stage + r * kRowBytes;
+    const u32* raw = reinterpret_cast<const u32*>(row);
+    const u32* ql = raw + 5 * (qt & 1);
+    u32 q[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const u32 low = funnelRight(ql[i], ql[i + 1], shift), high = funnelRight(raw[10 + i], raw[11 + i], shift);
+      q[i] = ((qt >= 2 ? low >> 4 : low) & 0x0F0F0F0Fu) | (((high >> (2 * qt)) & 0x03030303u) << 4);
+    }
+    const int scaleByte = misalign + 2 * qt + j;  // from the scales' first word; 192 + 8h is a 4-byte multiple
+    const int sc = int(i8(u8(raw[15 + (scaleByte >> 2)] >> (8 * (scaleByte & 3)))));
+    const float d = h2f(dPastTheEnd(tile, r, b) ? u16(ldU16(b + 208)) : u16(raw[18] >> shift));
+    __syncwarp();
+    *reinterpret_cast<uint4*>(row + 16 * qt) = make_uint4(q[0], q[1], q[2], q[3]);
+    *reinterpret_cast<float*>(row + 64 + 4 * qt) = __fmul_rn(d, float(sc));
+  }
+  // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc as IntQ6_K::dot.
+  static JL_DEV void compute(const u8* stage, float (&acc)[2][4]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
+    u32 a[2][4];  // groups 2p, 2p + 1: a[p] = {a0, a1 of group 2p, a0, a1 of group 2p + 1}
+#pragma unroll
+    for (int p = 0; p < 2; p++)
+      loadMatrices(a[p], sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 32 * p + 16 * (lane >> 4)));
+#pragma unroll
+    for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
+      const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
+      u32 xa[4], xb[4];  // group qt's B fragment
+      loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
+      loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
+      // Group by group: each (row, token) takes its groups in order, as IntQ6_K::dot. The
+      // tokens' and rows' scales are read per group (registers are what limits the blocks per SM).
+#pragma unroll
+      for (int qt = 0; qt < 4; qt++) {
+        int la[4] = {}, lb[4] = {};
+        mmaS8k16(la, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xa[qt]);
+        mmaS8k16(lb, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xb[qt]);
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {  // token tokenBase + 8 j + 2q + hh: column 2 j + hh of acc
+          const u8* token = tokens + (2 * q + hh) * kTokenBytes;
+          const float s256 = *reinterpret_cast<const float*>(token + 128 + 4 * qt);
+          const int2 sum8 = *reinterpret_cast<const int2*>(token + 144 + 8 * qt);
+          const int sum16 = sum8.x + sum8.y;
+#pragma unroll
+          for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + hh
+            const int e = 2 * i + hh;
+            const float ds = *reinterpret_cast<const float*>(stage + (rowBase + g + 8 * i) * kRowBytes + 64 + 4 * qt);
+            const int l = la[e] * 256 + lb[e] - 32 * sum16;
+            acc[i][2 * j + hh] = fmaf(__fmul_rn(ds, s256), float(l), acc[i][2 * j + hh]);
+          }
+        }
+      }
+    }
+  }
+};
+
+#if JL_WTYPE == 12
+typedef MmaQ4_K Mma;
+#else
+typedef MmaQ6_K Mma;
+#endif
 
 // y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / 32), 256 threads.
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
     matmul_int(const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq, u64 xqStride, int tokens,
                float* __restrict__ y, const float* __restrict__ bias) {
   awaitPreviousKernel();
 #if __CUDA_ARCH__ >= 800
-  __shared__ __align__(16) u8 staged[kStages][kStageBytes];
+  __shared__ __align__(16) u8 staged[kStages][Mma::kStageBytes];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
   // The unit count as the compiler cannot see it: with one unit per slot (K = 2048) it otherwise
   // unrolled every slot's work into one stretch; kept a loop, each slot's work stays apart while
   // the slot loop is unrolled for the stack's constant indices.
   int units;
   asm("mov.b32 %0, %1;" : "=r"(units) : "r"(kUnits));
-  const Visit first{0, 0, units};
-  MmaTile tile{w,    rowStride, rows, int(blockIdx.x) * kTileRows, xq, xqStride, tokens, int(blockIdx.y) * kTileTokens,
-               first};
-  // Stage n % kStages holds the n-th unit visited; `decoded` is the next whose scales to decode.
+  const MmaTile tile{w, rowStride, rows, int(blockIdx.x) * kTileRows, xq, xqStride, tokens, int(blockIdx.y) * kTileTokens};
+  // Stage n % kStages holds the n-th unit visited. Each stage is one commit group (empty past the
+  // last unit, so the waits below count alike to the end); `prepared` is the next to prepare.
+  Visit staging{0, 0, units}, prepared{0, 0, units};
+  const auto stageNext = [&](u8* stage) {
+    if (staging.more()) Mma::stage(stage, tile, staging.unit);
+    commitCopies();
+    staging.advance();
+  };
 #pragma unroll
-  for (int s = 0; s < kStages - 1; s++) tile.stageNext(staged[s]);
-  Visit decoded = first;
+  for (int s = 0; s < kStages - 1; s++) stageNext(staged[s]);
   awaitCopies<kStages - 2>();
   __syncthreads();
-  decodeScales(staged[0], decoded.unit);
-  decoded.advance();
+  Mma::prepare(staged[0], tile, prepared.unit);
+  prepared.advance();
 
   float stack[kSlotBits + 1][2][4];
   int n = 0;  // units computed
@@ -460,11 +606,11 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 #pragma unroll 1
     for (int u = bitReversed(i); u < units; u += kLanes, n++) {
       awaitCopies<kStages - 3>();  // units up to n + 1 have landed
-      __syncthreads();             // ... for every thread, and unit n's scales are decoded
-      if (decoded.more()) decodeScales(staged[(n + 1) % kStages], decoded.unit);
-      decoded.advance();
-      tile.stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
-      mmaUnit(staged[n % kStages], acc);
+      __syncthreads();             // ... for every thread, and unit n is prepared
+      if (prepared.more()) Mma::prepare(staged[(n + 1) % kStages], tile, prepared.unit);
+      prepared.advance();
+      stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
+      Mma::compute(staged[n % kStages], acc);
     }
     // Push, then merge complete subtrees as a binary counter carries: once per trailing one of i.
     const int depth = onesIn(i);  // entries on the stack before this push
