@@ -269,10 +269,11 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #ifndef JL_MMA_STAGES  // units in shared memory at once (a tuning define: JITLLM_CUDA_DEFINES)
 #define JL_MMA_STAGES 4
 #endif
-// Blocks per SM the registers must allow (a tuning define): q4_K's kernel fits 2 (128 registers),
-// q6_K's needs ~180 (at 2 it spills).
+// Blocks per SM the registers must allow (a tuning define): 2, 128 registers. q6_K's kernel would
+// take ~180 and spills 80 bytes at 128, but 16 warps an SM hide more than the spills cost (H200,
+// 1B pp512: 20.8K tok/s at 2 blocks, 18.7K at 1).
 #ifndef JL_MMA_MIN_BLOCKS
-#define JL_MMA_MIN_BLOCKS (JL_WTYPE == 12 ? 2 : 1)
+#define JL_MMA_MIN_BLOCKS 2
 #endif
 constexpr int kTileRows = 64, kTileTokens = 32, kStages = JL_MMA_STAGES, kThreads = 256;
 static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
@@ -463,26 +464,21 @@ struct MmaQ6_K {
   static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
     const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1;
     const u32 at = sharedAddress(stage);
-    {  // four threads a row (the row prepare() gives them), words part, part + 4, ...
-      static_assert(kThreads == 4 * kTileRows, "four threads a row");
-      const int r = tid >> 2, part = tid & 3;
+    for (int i = tid; i < kTileRows * kRawWords; i += kThreads) {
+      const int r = i / kRawWords, word = i % kRawWords;
       const u8* b = block(tile, r, unit);
-      const bool dPast = dPastTheEnd(tile, r, b);
-#pragma unroll
-      for (int word = part; word < kRawWords; word += 4) {
-        const u8* from;
-        if (word < 15) {
-          const int piece = word / 5;
-          const int offset = piece == 0 ? 64 * h + 16 * j : piece == 1 ? 64 * h + 32 + 16 * j : 128 + 32 * h + 16 * j;
-          from = alignedDown(b + offset) + 4 * (word % 5);
-        } else if (word < 18) {
-          from = alignedDown(b + 192 + 8 * h) + 4 * (word - 15);
-        } else {
-          if (dPast) continue;
-          from = alignedDown(b + 208);
-        }
-        copyAsync4(at + r * kRowBytes + 4 * word, from);
+      const u8* from;
+      if (word < 15) {
+        const int piece = word / 5;
+        const int offset = piece == 0 ? 64 * h + 16 * j : piece == 1 ? 64 * h + 32 + 16 * j : 128 + 32 * h + 16 * j;
+        from = alignedDown(b + offset) + 4 * (word % 5);
+      } else if (word < 18) {
+        from = alignedDown(b + 192 + 8 * h) + 4 * (word - 15);
+      } else {
+        if (dPastTheEnd(tile, r, b)) continue;
+        from = alignedDown(b + 208);
       }
+      copyAsync4(at + r * kRowBytes + 4 * word, from);
     }
     const int e0 = IntQ6_K::firstElement(unit);
 #pragma unroll
