@@ -270,7 +270,7 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #define JL_MMA_STAGES 4
 #endif
 // Blocks per SM the registers must allow (a tuning define): 2, 128 registers. q6_K's kernel would
-// take ~180 and spills 80 bytes at 128, but 16 warps an SM hide more than the spills cost (H200,
+// take ~180 and spills ~240 bytes at 128, but 16 warps an SM hide more than the spills cost (H200,
 // 1B pp512: 20.8K tok/s at 2 blocks, 18.7K at 1).
 #ifndef JL_MMA_MIN_BLOCKS
 #define JL_MMA_MIN_BLOCKS 2
@@ -292,12 +292,6 @@ JL_DEV void mmaS8k16(int (&c)[4], u32 a0, u32 a1, u32 b0) {
                : "r"(a0), "r"(a1), "r"(b0));
 #endif
 }
-// The mma's integer sums reach the float steps without I2F (a quarter-rate instruction, ~4 issue
-// slots each): the accumulators start at the bits of 1.5 * 2^23, so for |sum| < 2^22 the result's
-// bits are the float 1.5 * 2^23 + sum, exactly, and one subtraction gives float(sum) exactly.
-constexpr int kMagicSum = 0x4B400000;
-JL_DEV float sumToFloat(int magicPlusSum) { return __fsub_rn(__int_as_float(magicPlusSum), 12582912.0f); }
-
 JL_DEV u32 sharedAddress(const void* p) { return u32(__cvta_generic_to_shared(p)); }
 JL_DEV void copyAsync16(u32 to, const void* from) {
 #if __CUDA_ARCH__ >= 800
@@ -422,10 +416,7 @@ struct MmaQ4_K {
       u32 xa[4], xb[4];
       loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
       loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
-      // |la| <= 32 * 15 * 127 and |lb| <= 32 * 15 * 128: below 2^22 (sumToFloat).
-      int la0[4], lb0[4], la1[4], lb1[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) la0[e] = lb0[e] = la1[e] = lb1[e] = kMagicSum;
+      int la0[4] = {}, lb0[4] = {}, la1[4] = {}, lb1[4] = {};
       mmaS8(la0, lo, xa[0], xa[1]);
       mmaS8(lb0, lo, xb[0], xb[1]);
       mmaS8(la1, hi, xa[2], xa[3]);
@@ -436,13 +427,10 @@ struct MmaQ4_K {
 #pragma unroll
         for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + h
           const int e = 2 * i + h;
-          // float(la * 256 + lb) as IntQ4_K::dot has it: both exact (|that| < 2^24), so equal.
-          const float l0 = fmaf(sumToFloat(la0[e]), 256.0f, sumToFloat(lb0[e]));
-          const float l1 = fmaf(sumToFloat(la1[e]), 256.0f, sumToFloat(lb1[e]));
           float v = acc[i][2 * j + h];
-          v = fmaf(__fmul_rn(sc[i].x, s.x), l0, v);
+          v = fmaf(__fmul_rn(sc[i].x, s.x), float(la0[e] * 256 + lb0[e]), v);
           v = fmaf(-sc[i].z, s.z, v);
-          v = fmaf(__fmul_rn(sc[i].y, s.y), l1, v);
+          v = fmaf(__fmul_rn(sc[i].y, s.y), float(la1[e] * 256 + lb1[e]), v);
           v = fmaf(-sc[i].w, s.w, v);
           acc[i][2 * j + h] = v;
         }
@@ -454,14 +442,12 @@ struct MmaQ4_K {
 // q6_K: unit u is IntQ6_K's - four 16-element scale groups. Its 210-byte blocks are only 2-byte
 // aligned, so a stage holds each row's aligned words around the unit's pieces: 5 around each 16
 // bytes of ql (low nibbles), ql (high) and qh, 3 around the half's 8 scales, 1 around d - 19 words,
-// which prepare() turns in place into the 64 quants less their offset (q - 32, signed bytes) in k
-// order (group qt at bytes 16 qt..) and the four d * scale: 80 bytes (20 words) a row, so 8 rows an
-// ldmatrix reads hit distinct banks. A token: a[64] | b[64] in that k order and s256[4] (144 bytes,
-// 36 words: distinct banks too). One m16n8k16 mma per group gives its 16-element sums
-// la' = sum (q - 32) a and lb' = sum (q - 32) b; 256 la' + lb' is IntQ6_K::dot's integer
-// 256 la + lb - 32 sum16, the same number.
+// which prepare() turns in place into the 64 quants (0..63) in k order (group qt at bytes 16 qt..)
+// and the four d * scale: 80 bytes (20 words) a row, so 8 rows an ldmatrix reads hit distinct
+// banks. A token: a[64] | b[64] in that k order, s256[4] and sum8[8] of the unit (176 bytes, 44
+// words: distinct banks too). One m16n8k16 mma per group gives its 16-element sums.
 struct MmaQ6_K {
-  static constexpr int kRowBytes = 80, kRawWords = 19, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
+  static constexpr int kRowBytes = 80, kRawWords = 19, kTokenBytes = 176, kTokensAt = kTileRows * kRowBytes;
   static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
   static JL_DEV const u8* block(const MmaTile& tile, int r, int unit) {
     return tile.row(r) + (unit >> 2) * IntQ6_K::kBlockBytes;
@@ -478,25 +464,30 @@ struct MmaQ6_K {
   static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
     const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1;
     const u32 at = sharedAddress(stage);
-    for (int i = tid; i < kTileRows * kRawWords; i += kThreads) {
-      const int r = i / kRawWords, word = i % kRawWords;
+    {  // four threads a row (the row prepare() gives them), words part, part + 4, ...
+      static_assert(kThreads == 4 * kTileRows, "four threads a row");
+      const int r = tid >> 2, part = tid & 3;
       const u8* b = block(tile, r, unit);
-      const u8* from;
-      if (word < 15) {
-        const int piece = word / 5;
-        const int offset = piece == 0 ? 64 * h + 16 * j : piece == 1 ? 64 * h + 32 + 16 * j : 128 + 32 * h + 16 * j;
-        from = alignedDown(b + offset) + 4 * (word % 5);
-      } else if (word < 18) {
-        from = alignedDown(b + 192 + 8 * h) + 4 * (word - 15);
-      } else {
-        if (dPastTheEnd(tile, r, b)) continue;
-        from = alignedDown(b + 208);
+      const bool dPast = dPastTheEnd(tile, r, b);
+#pragma unroll
+      for (int word = part; word < kRawWords; word += 4) {
+        const u8* from;
+        if (word < 15) {
+          const int piece = word / 5;
+          const int offset = piece == 0 ? 64 * h + 16 * j : piece == 1 ? 64 * h + 32 + 16 * j : 128 + 32 * h + 16 * j;
+          from = alignedDown(b + offset) + 4 * (word % 5);
+        } else if (word < 18) {
+          from = alignedDown(b + 192 + 8 * h) + 4 * (word - 15);
+        } else {
+          if (dPast) continue;
+          from = alignedDown(b + 208);
+        }
+        copyAsync4(at + r * kRowBytes + 4 * word, from);
       }
-      copyAsync4(at + r * kRowBytes + 4 * word, from);
     }
     const int e0 = IntQ6_K::firstElement(unit);
 #pragma unroll
-    for (int k = 0; k < kTileTokens * 16 / kThreads; k++) {  // a token's 9 pieces
+    for (int k = 0; k < kTileTokens * 16 / kThreads; k++) {  // a token's 13 pieces
       const int i = tid + k * kThreads, t = i >> 4, piece = i & 15;
       const u32 to = at + kTokensAt + t * kTokenBytes;
       const u8* xr = tile.token(t);
@@ -504,6 +495,8 @@ struct MmaQ6_K {
         copyAsync16(to + 16 * piece, xr + (piece >> 2) * kXqB + e0 + 32 * (piece & 3));
       } else if (piece == 8) {  // the groups' s / 256, consecutive
         copyAsync16(to + 128, xr + kXqS256 + 4 * (e0 / 32));
+      } else if (piece < 13) {  // a group's two 8-column sums
+        copyAsync8(to + 144 + 8 * (piece - 9), xr + kXqSum8 + 4 * ((e0 + 32 * (piece - 9)) / 8));
       }
     }
   }
@@ -522,8 +515,7 @@ struct MmaQ6_K {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const u32 low = funnelRight(ql[i], ql[i + 1], shift), high = funnelRight(raw[10 + i], raw[11 + i], shift);
-      const u32 quants = ((qt >= 2 ? low >> 4 : low) & 0x0F0F0F0Fu) | (((high >> (2 * qt)) & 0x03030303u) << 4);
-      q[i] = __vsub4(quants, 0x20202020u);  // q - 32 in -32..31: the offset inside the mma's sums
+      q[i] = ((qt >= 2 ? low >> 4 : low) & 0x0F0F0F0Fu) | (((high >> (2 * qt)) & 0x03030303u) << 4);
     }
     const int scaleByte = misalign + 2 * qt + j;  // from the scales' first word; 192 + 8h is a 4-byte multiple
     const int sc = int(i8(u8(raw[15 + (scaleByte >> 2)] >> (8 * (scaleByte & 3)))));
@@ -550,20 +542,21 @@ struct MmaQ6_K {
       // tokens' and rows' scales are read per group (registers are what limits the blocks per SM).
 #pragma unroll
       for (int qt = 0; qt < 4; qt++) {
-        // |la'|, |lb'| <= 16 * 32 * 128 < 2^22 (sumToFloat).
-        int la[4] = {kMagicSum, kMagicSum, kMagicSum, kMagicSum}, lb[4] = {kMagicSum, kMagicSum, kMagicSum, kMagicSum};
+        int la[4] = {}, lb[4] = {};
         mmaS8k16(la, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xa[qt]);
         mmaS8k16(lb, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xb[qt]);
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {  // token tokenBase + 8 j + 2q + hh: column 2 j + hh of acc
-          const float s256 = *reinterpret_cast<const float*>(tokens + (2 * q + hh) * kTokenBytes + 128 + 4 * qt);
+          const u8* token = tokens + (2 * q + hh) * kTokenBytes;
+          const float s256 = *reinterpret_cast<const float*>(token + 128 + 4 * qt);
+          const int2 sum8 = *reinterpret_cast<const int2*>(token + 144 + 8 * qt);
+          const int sum16 = sum8.x + sum8.y;
 #pragma unroll
           for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + hh
             const int e = 2 * i + hh;
             const float ds = *reinterpret_cast<const float*>(stage + (rowBase + g + 8 * i) * kRowBytes + 64 + 4 * qt);
-            // float(l) of IntQ6_K::dot: |l| < 2^24, so 256 la' + lb' in float is exact and equal.
-            const float l = fmaf(sumToFloat(la[e]), 256.0f, sumToFloat(lb[e]));
-            acc[i][2 * j + hh] = fmaf(__fmul_rn(ds, s256), l, acc[i][2 * j + hh]);
+            const int l = la[e] * 256 + lb[e] - 32 * sum16;
+            acc[i][2 * j + hh] = fmaf(__fmul_rn(ds, s256), float(l), acc[i][2 * j + hh]);
           }
         }
       }
