@@ -11,7 +11,8 @@
 # peer: GPU-to-GPU block moves and the migration tests through them, memcheck.
 # ab: all CUDA and migration tests, racecheck + memcheck of attention and the integer products,
 # (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
-# final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck, decode A/Bs, side by side.
+# final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck ($RACE_FILTER,
+# $MEMCHECK_FILTER), decode A/Bs ($TUNE_DEFINES, $DECODE_ROWS), 1B A/Bs of $AB, side by side.
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
@@ -203,13 +204,15 @@ if [ "$what" = final ]; then
   buildLlamaCppInBackground
   $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -40
   echo "tests: $(( $(date +%s) - start )) s"
-  sanitize racecheck '*Attention*:*TensorCore*' racecheck.log 90
-  sanitize memcheck '*Attention*:*TensorCore*:*Gather*:*BlocksMove*' memcheck.log 90
+  sanitize racecheck "${RACE_FILTER:-*Attention*:*TensorCore*}" racecheck.log 90
+  sanitize memcheck "${MEMCHECK_FILTER:-*Attention*:*TensorCore*:*Gather*:*BlocksMove*}" memcheck.log 90
   for m in 1b 3b; do
     $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
     mapfile -t settings < <(tuneSettings)
     benchEach $m bench-tune.txt "-p 0 -n 128" "${settings[@]}"
   done
+  # $AB ("NAME=VALUE ...") against the default on the 1B, prefill and decode.
+  [ -n "${AB:-}" ] && benchEach 1b bench-ab.txt "-p 512 -n 128" JITLLM_DEFAULT=1 $AB
   wait $peer
   tail -1 "$OUT/peer-setup.log"
   echo "llama.cpp built: $(( $(date +%s) - start )) s"
