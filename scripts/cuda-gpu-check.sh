@@ -11,6 +11,7 @@
 # peer: GPU-to-GPU block moves and the migration tests through them, memcheck.
 # ab: all CUDA and migration tests, racecheck + memcheck of attention and the integer products,
 # (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
+# quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
 # final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck ($RACE_FILTER,
 # $MEMCHECK_FILTER), decode A/Bs ($TUNE_DEFINES, $DECODE_ROWS), 1B A/Bs of $AB, side by side.
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
@@ -192,6 +193,15 @@ if [ "$what" = ab ]; then
     tee "$OUT/profile-prefill-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
   JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 64 -r 1 2>&1 |
     tee "$OUT/profile-decode-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = quick ]; then
+  # The 1B's pp512 + tg128 and where its prefill's time goes, nothing else (a few minutes of device time).
+  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  benchEach 1b bench-quick.txt "-p 512 -n 128" JITLLM_DEFAULT=1
+  JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
+    tee "$OUT/profile-prefill-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

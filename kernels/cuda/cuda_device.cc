@@ -134,7 +134,6 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   splitAttention_ = !(split && std::strcmp(split, "0") == 0);
   const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
   attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
-  if (const char* t = std::getenv("JITLLM_CUDA_ATTENTION_TOKENS")) attentionTokens_ = std::max(1, std::atoi(t));
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
@@ -643,11 +642,10 @@ const CudaDevice::ElementwiseKernels& CudaDevice::elementwise() {
   return *elementwise_;
 }
 
-CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, bool f16, int qTokens) {
-  const uint64_t key = (uint64_t(qTokens) << 52) | (uint64_t(headDim) << 40) | (uint64_t(group) << 24) |
-                       (uint64_t(pageTokens) << 1) | f16;
+CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, bool f16) {
+  const uint64_t key = (uint64_t(headDim) << 40) | (uint64_t(group) << 24) | (uint64_t(pageTokens) << 1) | f16;
   if (auto it = attentions_.find(key); it != attentions_.end()) return it->second;
-  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16, qTokens)), "attention");
+  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16)), "attention");
   attentions_.emplace(key, f);
   return f;
 }
@@ -1298,14 +1296,8 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     }
   }
   commit(s);
-  // Prefill (many blocks, one page table): several tokens a block, so each K/V tile in shared
-  // memory serves them all - the same bits (attention.cuh).
-  const int qTokens = !fewBlocks && tables.size() == 1
-                          ? attentionTokensPerBlock(kv.headDim, blockGroup, std::min(attentionTokens_, 8))
-                          : 1;
   if (blockGroup != group) perHeadAttentions_++;
-  if (qTokens > 1) multiTokenAttentions_++;
-  CUfunction f = attentionKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16, qTokens);
+  CUfunction f = attentionKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
   CUdeviceptr qp = dptr(q), op = dptr(out), posPtr = s.device, offPtr = s.device + intBytes,
               pagesPtr = s.device + 2 * intBytes;
   int heads = batch.heads, kvHeads = kv.kvHeads;
@@ -1334,11 +1326,8 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     });
     return;
   }
-  const unsigned gridX = unsigned((batch.tokens + qTokens - 1) / qTokens);
-  const int tokenCount = int(batch.tokens);
   offer("attention", [=](CUdeviceptr xq, uint64_t stride) {
-    return makeLaunch(f, gridX, gridY, 128, 0, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq, stride,
-                      tokenCount);
+    return makeLaunch(f, tokens, gridY, 128, 0, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq, stride);
   });
 }
 

@@ -101,8 +101,6 @@ class CudaDevice final : public Device {
   uint64_t tensorCoreProducts() const { return tensorCoreProducts_; }
   // Attention launches whose blocks serve one query head each (few tokens: decode).
   uint64_t perHeadAttentions() const { return perHeadAttentions_; }
-  // Attention launches whose blocks serve several tokens each (prefill).
-  uint64_t multiTokenAttentions() const { return multiTokenAttentions_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -282,7 +280,7 @@ class CudaDevice final : public Device {
   // The integer kernels' rows per warp for w at perWarpTokens tokens per warp (dp4a kernels).
   int intRowsPerWarp(const WeightRef& w, int perWarpTokens) const;
   const ElementwiseKernels& elementwise();
-  CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16, int qTokens);
+  CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16);
   // attention_split of the same module (attention.cuh): a decode token's chunks over many blocks.
   CUfunction attentionSplitKernel(int headDim, int group, int pageTokens, bool f16);
   // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
@@ -340,9 +338,6 @@ class CudaDevice final : public Device {
   // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
   // batch has few blocks (attention.cuh; the same bits either way).
   bool attentionPerHead_ = true;
-  // Prefill attention's tokens per block (attention.cuh: JL_QTOKENS), at most; 1 turns that off.
-  // JITLLM_CUDA_ATTENTION_TOKENS overrides the default 4.
-  int attentionTokens_ = 4;
   bool blockKernels_ = true;  // CudaDeviceOptions::blockKernels
   std::pair<CUfunction, CUfunction> blockCopies_{};
   CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host or a peer
@@ -387,7 +382,7 @@ class CudaDevice final : public Device {
   };
   FusableProducer producer_;
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0,
-           tensorCoreProducts_ = 0, perHeadAttentions_ = 0, multiTokenAttentions_ = 0;
+           tensorCoreProducts_ = 0, perHeadAttentions_ = 0;
   // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
   // kernel that adds and normalises (rms_norm's addend).
   struct QueuedAdd {

@@ -120,22 +120,9 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
   return spec;
 }
 
-ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int qTokens) {
-  ModuleSpec spec{"attention.cuh",
-                  {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
-  if (qTokens > 1) spec.defines.emplace_back("JL_QTOKENS", qTokens);
-  return spec;
-}
-
-int attentionTokensPerBlock(int headDim, int group, int wanted) {
-  // attention.cuh's shared arrays: qs, ks (+4 a row), vs, ps, and three floats per query row.
-  const int tile = std::min(64, 4096 / headDim);
-  for (int t = wanted; t > 1; t /= 2) {
-    const int rows = t * group;
-    const size_t bytes = 4 * size_t(rows * headDim + tile * (headDim + 4) + tile * headDim + rows * tile + 3 * rows);
-    if (bytes <= 48 * 1024) return t;
-  }
-  return 1;
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
+  return ModuleSpec{"attention.cuh",
+                    {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
 }
 
 ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
@@ -169,9 +156,6 @@ std::vector<ModuleSpec> representativeModules() {
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
     specs.push_back(attentionModule(hd, 1, 16, true));  // decode's per-query-head blocks on fp16 pages
-    for (int group : {3, 4, 8}) {                       // prefill's blocks of several tokens
-      specs.push_back(attentionModule(hd, group, 16, true, attentionTokensPerBlock(hd, group, 4)));
-    }
   }
   specs.push_back(attentionModule(16, 3, 4, true));
   specs.push_back(elementwiseModule());

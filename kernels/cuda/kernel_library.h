@@ -60,12 +60,7 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
 // Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
-// Attention (attention.cuh): `group` query heads per block, and `qTokens` tokens of one session per
-// block (prefill; 1 for decode and for attention_split, which only that module has).
-ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int qTokens = 1);
-// Tokens per attention block for prefill: `wanted` (a power of two), halved until the block's
-// shared memory fits the 48 KiB a kernel may have statically; 1 when even 2 does not.
-int attentionTokensPerBlock(int headDim, int group, int wanted);
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16);
 ModuleSpec elementwiseModule();
 // gather_blocks and scatter_blocks: scattered blocks to and from one contiguous buffer.
 ModuleSpec blocksModule();

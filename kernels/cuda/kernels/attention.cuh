@@ -21,17 +21,10 @@
 // Tables: token t's pages are tables[tableOffsets[t] ..] (device addresses); it attends to
 // positions 0..positions[t].
 
-#ifndef JL_QTOKENS
-#define JL_QTOKENS 1
-#endif
 constexpr int kHd = JL_HD, kGroup = JL_GROUP, kPageTokens = JL_PAGE_TOKENS;
 constexpr int kTile = 4096 / JL_HD > 64 ? 64 : 4096 / JL_HD;  // K and V tiles take 32 KiB together
 constexpr int kThreads = 128;
-// Prefill: JL_QTOKENS consecutive tokens of one session per block (their rows of queries, token
-// by token), so each K/V tile in shared memory serves all of them. Each token still sees only its
-// positions, and each of its sums runs in the one-token order (below), so the bits do not change.
-constexpr int kQTokens = JL_QTOKENS, kRowsQ = kQTokens * kGroup;  // query rows of a block: row = tt kGroup + g
-constexpr int kOwned = (kRowsQ * kHd + kThreads - 1) / kThreads;  // output elements per thread
+constexpr int kOwned = (kGroup * kHd + kThreads - 1) / kThreads;  // output elements per thread
 constexpr int kChunk = 64;                                        // positions; a multiple of kTile
 static_assert(kChunk % kTile == 0, "chunks hold whole tiles");
 constexpr int kPartialFloats = kGroup * kHd + 2 * kGroup;  // one chunk's state: o, then max and sum per head
@@ -39,7 +32,7 @@ constexpr int kPartialFloats = kGroup * kHd + 2 * kGroup;  // one chunk's state:
 // output elements tid + i kThreads all one column d = tid % kHd: K and V elements read once for all.
 static_assert(kThreads % kTile == 0 && kThreads % kHd == 0, "threads split evenly over positions and columns");
 static_assert(kHd % 4 == 0, "K and q rows are read as float4");
-constexpr int kScoreRows = kThreads / kTile, kScoresPerThread = (kRowsQ + kScoreRows - 1) / kScoreRows;
+constexpr int kScoreRows = kThreads / kTile, kScoresPerThread = (kGroup + kScoreRows - 1) / kScoreRows;
 #if JL_KV_F16
 typedef u16 KvElement;
 JL_DEV float kvLoad(const KvElement* p) { return h2f(__ldg(reinterpret_cast<const unsigned short*>(p))); }
@@ -82,9 +75,9 @@ JL_DEV void fold(bool first, float m, float l, float o, float& totMax, float& to
 // of KV head hb kGroup / (heads / kvHeads).
 JL_DEV int kvHeadOf(int hb, int heads, int kvHeads) { return hb * kGroup / (heads / kvHeads); }
 
-// out[] = v for output element idx of token t's heads block hb (idx < kGroup kHd), and its integer
-// form into xq when given (the product after attention reads it; quantize_x.cuh). Called by all
-// threads of the block, each for its owned elements in turn.
+// out[] = v for output element idx of token t's heads block hb, and its integer form into xq when
+// given (the product after attention reads it; quantize_x.cuh). Called by all threads of the
+// block, each for its owned elements in turn.
 JL_DEV void storeOutput(float* out, u8* xq, u64 xqStride, int heads, int t, int hb, int idx, float v) {
   const i64 col = i64(hb) * kGroup * kHd + idx;
   out[i64(t) * heads * kHd + col] = v;
@@ -93,45 +86,35 @@ JL_DEV void storeOutput(float* out, u8* xq, u64 xqStride, int heads, int t, int 
   }
 }
 
-// The chunks [c0, c1) of tokens t0 .. t0 + kQTokens - 1 (n[tt] positions each; 0: no such token)
-// for heads block hb. partial == null: folds each token's chunks and writes its normalised output;
-// else (one token, one chunk) writes that chunk's state to `partial`.
-//
-// A token's arithmetic does not depend on the others of the block: each of its rows of scores
-// covers its own positions of a tile (count), its max, sum and output sums run over those in the
-// one-token order, and a tile or chunk past its end changes nothing of its state (rescale 1, no
-// terms, no fold).
-JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, int kvHeads, float scale, int t0,
-                         const int (&n)[kQTokens], int hb, int c0, int c1, const u64* pages, u8* xq, u64 xqStride) {
-  __shared__ __align__(16) float qs[kRowsQ][kHd];
+// The chunks [c0, c1) of token t for heads block hb. partial == null: folds them and writes the
+// normalised output; else (one chunk) writes that chunk's state to `partial`.
+JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, int kvHeads, float scale, int t, int hb,
+                         int n, int c0, int c1, const u64* pages, u8* xq, u64 xqStride) {
+  __shared__ __align__(16) float qs[kGroup][kHd];
   // +4: rows stay 16-byte aligned for float4 reads, and the 8 rows a quarter-warp reads at once
   // start 4 banks apart, so they hit different banks.
   __shared__ __align__(16) float ks[kTile][kHd + 4];
   __shared__ __align__(16) float vs[kTile][kHd];
-  __shared__ float ps[kRowsQ][kTile];
-  __shared__ float runMax[kRowsQ], runSum[kRowsQ], rescale[kRowsQ];
+  __shared__ float ps[kGroup][kTile];
+  __shared__ float runMax[kGroup], runSum[kGroup], rescale[kGroup];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const i64 tokenElems = i64(kvHeads) * kHd;  // one token's K (or V) in a page
   const int kh = kvHeadOf(hb, heads, kvHeads);
-  int nMax = 0;
-#pragma unroll
-  for (int tt = 0; tt < kQTokens; tt++) nMax = max(nMax, n[tt]);
 
-  for (int i = tid; i < kRowsQ * kHd; i += kThreads) {
-    const int row = i / kHd, tt = row / kGroup, g = row % kGroup;
-    qs[row][i % kHd] = n[tt] > 0 ? q[(i64(t0 + tt) * heads + hb * kGroup + g) * kHd + i % kHd] : 0.0f;
+  for (int i = tid; i < kGroup * kHd; i += kThreads) {
+    qs[i / kHd][i % kHd] = q[(i64(t) * heads + hb * kGroup + i / kHd) * kHd + i % kHd];
   }
   float o[kOwned], totO[kOwned], totMax[kOwned], totSum[kOwned];
   for (int c = c0; c < c1; c++) {
     __syncthreads();  // the previous chunk's state is read (and qs is written, first time)
-    if (tid < kRowsQ) {
+    if (tid < kGroup) {
       runMax[tid] = -__int_as_float(0x7f800000);
       runSum[tid] = 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < kOwned; i++) o[i] = 0.0f;
-    const int end = min(nMax, (c + 1) * kChunk);
+    const int end = min(n, (c + 1) * kChunk);
     for (int base = c * kChunk; base < end; base += kTile) {
       const int count = min(kTile, end - base);
       __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
@@ -161,17 +144,17 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
         }
       }
       __syncthreads();
-      {  // scores (r, j) for rows r = tid / kTile + m kScoreRows: each K element read once for all of them
-        const int j = tid % kTile, r0 = tid / kTile;
-        float s[kScoresPerThread] = {};
+      {  // scores (g, j) for g = tid / kTile + m kScoreRows: each K element read once for all of them
+        const int j = tid % kTile, g0 = tid / kTile;
         if (j < count) {
+          float s[kScoresPerThread] = {};
 #pragma unroll 4
           for (int d = 0; d < kHd; d += 4) {  // four at a time, still in order
             const float4 k = *reinterpret_cast<const float4*>(&ks[j][d]);
 #pragma unroll
             for (int m = 0; m < kScoresPerThread; m++) {
-              if (r0 + m * kScoreRows < kRowsQ) {
-                const float4 q = *reinterpret_cast<const float4*>(&qs[r0 + m * kScoreRows][d]);
+              if (g0 + m * kScoreRows < kGroup) {
+                const float4 q = *reinterpret_cast<const float4*>(&qs[g0 + m * kScoreRows][d]);
                 s[m] = fmaf(q.x, k.x, s[m]);
                 s[m] = fmaf(q.y, k.y, s[m]);
                 s[m] = fmaf(q.z, k.z, s[m]);
@@ -179,58 +162,48 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
               }
             }
           }
-        }
 #pragma unroll
-        for (int m = 0; m < kScoresPerThread; m++) {
-          // Past a row's count the score is never read; positions past the tile hold stale K.
-          if (r0 + m * kScoreRows < kRowsQ && j < count) ps[r0 + m * kScoreRows][j] = __fmul_rn(s[m], scale);
+          for (int m = 0; m < kScoresPerThread; m++) {
+            if (g0 + m * kScoreRows < kGroup) ps[g0 + m * kScoreRows][j] = __fmul_rn(s[m], scale);
+          }
         }
       }
       __syncthreads();
-      for (int r = warp; r < kRowsQ; r += kThreads / 32) {
-        const int rowCount = min(kTile, max(0, min(n[r / kGroup], end) - base));
-        if (rowCount == 0) {  // the tile is past this token's positions (of this chunk)
-          if (lane == 0) rescale[r] = 1.0f;
-          continue;
-        }
+      for (int g = warp; g < kGroup; g += kThreads / 32) {
         float m = -__int_as_float(0x7f800000);
-        for (int j = lane; j < rowCount; j += 32) m = fmaxf(m, ps[r][j]);
+        for (int j = lane; j < count; j += 32) m = fmaxf(m, ps[g][j]);
         m = warpMax(m);
-        const float before = runMax[r];
+        const float before = runMax[g];
         const float now = fmaxf(before, m);
         float sum = 0.0f;
-        for (int j = lane; j < rowCount; j += 32) {
-          const float p = expf(__fsub_rn(ps[r][j], now));
-          ps[r][j] = p;
+        for (int j = lane; j < count; j += 32) {
+          const float p = expf(__fsub_rn(ps[g][j], now));
+          ps[g][j] = p;
           sum += p;
         }
         sum = warpSum(sum);
-        __syncwarp();  // every lane has read runMax[r] (above) before lane 0 writes it
+        __syncwarp();  // every lane has read runMax[g] (above) before lane 0 writes it
         if (lane == 0) {
           const float a = expf(__fsub_rn(before, now));  // 0 on the first tile (before = -inf)
-          rescale[r] = a;
-          runSum[r] = __fadd_rn(__fmul_rn(runSum[r], a), sum);
-          runMax[r] = now;
+          rescale[g] = a;
+          runSum[g] = __fadd_rn(__fmul_rn(runSum[g], a), sum);
+          runMax[g] = now;
         }
       }
       __syncthreads();
       {  // this thread's output elements share their column d: each V element read once for all
         const int d = tid % kHd;
-        int rowCount[kOwned];
 #pragma unroll
         for (int i = 0; i < kOwned; i++) {
           const int idx = tid + i * kThreads;
-          rowCount[i] = 0;
-          if (kOwned * kThreads == kRowsQ * kHd || idx < kRowsQ * kHd) {
-            o[i] = __fmul_rn(o[i], rescale[idx / kHd]);
-            rowCount[i] = kQTokens == 1 ? count : min(kTile, max(0, min(n[idx / kHd / kGroup], end) - base));
-          }
+          if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) o[i] = __fmul_rn(o[i], rescale[idx / kHd]);
         }
         for (int j = 0; j < count; j++) {
           const float v = vs[j][d];
 #pragma unroll
           for (int i = 0; i < kOwned; i++) {
-            if (j < rowCount[i]) o[i] = fmaf(ps[(tid + i * kThreads) / kHd][j], v, o[i]);
+            const int idx = tid + i * kThreads;
+            if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) o[i] = fmaf(ps[idx / kHd][j], v, o[i]);
           }
         }
       }
@@ -239,12 +212,12 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
 #pragma unroll
     for (int i = 0; i < kOwned; i++) {
       const int idx = tid + i * kThreads;
-      if (kOwned * kThreads == kRowsQ * kHd || idx < kRowsQ * kHd) {
-        const int r = idx / kHd;
+      if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+        const int g = idx / kHd;
         if (partial) {
           partial[idx] = o[i];
-        } else if (c * kChunk < n[r / kGroup]) {  // the chunk holds positions of this token
-          fold(c == c0, runMax[r], runSum[r], o[i], totMax[i], totSum[i], totO[i]);
+        } else {
+          fold(c == c0, runMax[g], runSum[g], o[i], totMax[i], totSum[i], totO[i]);
         }
       }
     }
@@ -257,33 +230,21 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
 #pragma unroll
   for (int i = 0; i < kOwned; i++) {
     const int idx = tid + i * kThreads;
-    if (kOwned * kThreads == kRowsQ * kHd || idx < kRowsQ * kHd) {
-      const int tt = idx / (kGroup * kHd);
-      // Whole warps share a token when the fused quantization needs them to (kGroup kHd % 32 == 0).
-      if (n[tt] > 0) {
-        storeOutput(out, xq, xqStride, heads, t0 + tt, hb, idx % (kGroup * kHd),
-                    __fmul_rn(totO[i], __frcp_rn(totSum[i])));
-      }
+    if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+      storeOutput(out, xq, xqStride, heads, t, hb, idx, __fmul_rn(totO[i], __frcp_rn(totSum[i])));
     }
   }
 }
 
-// Grid (ceil(tokens / kQTokens), heads / kGroup): every chunk of tokens kQTokens x .. in one block.
-// With kQTokens > 1 the block's tokens share their page table (the host's choice).
+// Grid (tokens, heads / kGroup): every chunk of token t in one block.
 // xq: null, or where the output's integer form goes (rows of xqStride bytes; heads * kHd columns).
 extern "C" __global__ void __launch_bounds__(128)
     attention(const float* q, float* out, int heads, int kvHeads, float scale, const int* positions,
-              const int* tableOffsets, const u64* tables, u8* xq, u64 xqStride, int tokens) {
+              const int* tableOffsets, const u64* tables, u8* xq, u64 xqStride) {
   awaitPreviousKernel();
-  const int t0 = blockIdx.x * kQTokens;
-  int n[kQTokens], nMax = 0;
-#pragma unroll
-  for (int tt = 0; tt < kQTokens; tt++) {
-    n[tt] = t0 + tt < tokens ? positions[t0 + tt] + 1 : 0;
-    nMax = max(nMax, n[tt]);
-  }
-  attendChunks(q, out, nullptr, heads, kvHeads, scale, t0, n, blockIdx.y, 0, (nMax + kChunk - 1) / kChunk,
-               tables + tableOffsets[t0], xq, xqStride);
+  const int t = blockIdx.x, n = positions[t] + 1;
+  attendChunks(q, out, nullptr, heads, kvHeads, scale, t, blockIdx.y, n, 0, (n + kChunk - 1) / kChunk,
+               tables + tableOffsets[t], xq, xqStride);
 }
 
 // Folds token t's chunk states at `base` (chunk c at base + c * kPartialFloats) in order, as
@@ -307,7 +268,6 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
   }
 }
 
-#if JL_QTOKENS == 1
 // Decode over a long context, one launch. With B = heads / kGroup blocks per token, grid (tokens,
 // B * maxChunks), blockIdx.y = hb + B * chunk: each block writes one chunk's state to
 // partials[((t * B + hb) * maxChunks + chunk) * kPartialFloats ..], and the block that completes a
@@ -326,8 +286,7 @@ extern "C" __global__ void __launch_bounds__(128)
   const int chunks = (n + kChunk - 1) / kChunk;
   if (c >= chunks) return;
   float* base = partials + i64(t * blocks + hb) * maxChunks * kPartialFloats;
-  const int ns[kQTokens] = {n};
-  attendChunks(q, nullptr, base + i64(c) * kPartialFloats, heads, kvHeads, scale, t, ns, hb, c, c + 1,
+  attendChunks(q, nullptr, base + i64(c) * kPartialFloats, heads, kvHeads, scale, t, hb, n, c, c + 1,
                tables + tableOffsets[t], nullptr, 0);
   __threadfence();  // this block's state is visible to every block before it is counted
   __syncthreads();
@@ -341,4 +300,3 @@ extern "C" __global__ void __launch_bounds__(128)
   __threadfence();
   combineChunks(base, out, heads, t, hb, chunks, xq, xqStride);
 }
-#endif  // JL_QTOKENS == 1
