@@ -1266,9 +1266,12 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   // up to 8 so a decode step's queue (and its graph) stays the same for 512 positions at a time.
   // The scratch grows before anything is staged (growing synchronises, and the staging ring starts
   // over after that).
+  // (Not when that would cost the fused quantization of the output: a head's columns must then be
+  // whole 32-column blocks.)
   const bool fewBlocks = batch.tokens * kv.kvHeads < multiprocessors_;
-  const int blockGroup = attentionPerHead_ && fewBlocks ? 1 : group;  // query heads per block
-  const int headBlocks = batch.heads / blockGroup;                    // blocks per token and chunk
+  const bool perHead = attentionPerHead_ && fewBlocks && (kv.headDim % 32 == 0 || (group * kv.headDim) % 32 != 0);
+  const int blockGroup = perHead ? 1 : group;       // query heads per block
+  const int headBlocks = batch.heads / blockGroup;  // blocks per token and chunk
   const int maxChunks = (maxPositions + 8 * kAttentionChunk - 1) / (8 * kAttentionChunk) * 8;
   const bool split =
       splitAttention_ && fewBlocks && maxPositions > kAttentionChunk && int64_t(headBlocks) * maxChunks < 65536;
