@@ -452,8 +452,9 @@ struct MmaQ6_K {
   static JL_DEV const u8* block(const MmaTile& tile, int r, int unit) {
     return tile.row(r) + (unit >> 2) * IntQ6_K::kBlockBytes;
   }
-  // d's aligned word runs 2 bytes past a 4-byte aligned block: past the matrix for the last row's
-  // last block. That one d is read by prepare() itself.
+  // In a 4-byte aligned block, d's aligned word runs 2 bytes past the block: past the matrix for
+  // the last row's last block. That one d is read by prepare() itself. (The scales' third word,
+  // which would too for the second half, is only needed by 2-byte aligned blocks.)
   static JL_DEV bool dPastTheEnd(const MmaTile& tile, int r, const u8* b) {
     return (reinterpret_cast<u64>(b) & 3) == 0 && tile.r0 + r >= tile.rows - 1 &&
            b == tile.row(r) + (JL_K / 256 - 1) * IntQ6_K::kBlockBytes;
@@ -468,7 +469,7 @@ struct MmaQ6_K {
       static_assert(kThreads == 4 * kTileRows, "four threads a row");
       const int r = tid >> 2, part = tid & 3;
       const u8* b = block(tile, r, unit);
-      const bool dPast = dPastTheEnd(tile, r, b);
+      const bool dPast = dPastTheEnd(tile, r, b), aligned = (reinterpret_cast<u64>(b) & 3) == 0;
 #pragma unroll
       for (int word = part; word < kRawWords; word += 4) {
         const u8* from;
@@ -477,6 +478,7 @@ struct MmaQ6_K {
           const int offset = piece == 0 ? 64 * h + 16 * j : piece == 1 ? 64 * h + 32 + 16 * j : 128 + 32 * h + 16 * j;
           from = alignedDown(b + offset) + 4 * (word % 5);
         } else if (word < 18) {
+          if (word == 17 && aligned) continue;  // the 8 scales are two words
           from = alignedDown(b + 192 + 8 * h) + 4 * (word - 15);
         } else {
           if (dPast) continue;
