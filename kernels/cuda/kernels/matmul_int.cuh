@@ -39,13 +39,14 @@ JL_DEV u32 funnelRight(u32 lo, u32 hi, u32 shift) {
   return d;
 }
 
-// 8 bytes at a 2-byte aligned p, from three aligned words: reads up to 4 bytes past p + 8, which
-// the callers keep inside the weight block.
+// 8 bytes at a 2-byte aligned p, from the aligned words around them: never a byte past p + 9 (a
+// 4-byte aligned p needs two words; the third word's load then re-reads the second, whose bits a
+// shift of 0 leaves out), so a q6_K block's last scales read nothing past the block.
 JL_DEV void ld8Unaligned(const u8* p, u32 out[2]) {
   const u64 address = reinterpret_cast<u64>(p);
   const unsigned int* w = reinterpret_cast<const unsigned int*>(address & ~u64(3));
   const u32 shift = u32(address & 3) * 8;
-  const u32 w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+  const u32 w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + (shift ? 2 : 1));
   out[0] = funnelRight(w0, w1, shift);
   out[1] = funnelRight(w1, w2, shift);
 }
@@ -122,15 +123,16 @@ struct IntQ4_K {
   }
 };
 
-// 16 bytes at a 2-byte aligned p, from five aligned words: reads up to 4 bytes past p + 16, which
-// the callers keep inside the weight block.
+// 16 bytes at a 2-byte aligned p, from the aligned words around them: never a byte past p + 17
+// (as ld8Unaligned).
 JL_DEV void ld16Unaligned(const u8* p, u32 out[4]) {
   const u64 address = reinterpret_cast<u64>(p);
   const unsigned int* w = reinterpret_cast<const unsigned int*>(address & ~u64(3));
   const u32 shift = u32(address & 3) * 8;
   u32 word[5];
 #pragma unroll
-  for (int i = 0; i < 5; i++) word[i] = __ldg(w + i);
+  for (int i = 0; i < 4; i++) word[i] = __ldg(w + i);
+  word[4] = __ldg(w + (shift ? 4 : 3));
 #pragma unroll
   for (int i = 0; i < 4; i++) out[i] = funnelRight(word[i], word[i + 1], shift);
 }
