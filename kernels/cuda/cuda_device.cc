@@ -1261,13 +1261,12 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     totalPages += tables[i].second;
   }
   // Few blocks (decode: a handful of KV heads per token): a block per query head instead of per
-  // KV head, and over a long context each 64-position chunk its own block, then the chunks folded
-  // in order - the same bits as one block per KV head (attention.cuh). The chunk count is rounded
-  // up to 8 so a decode step's queue (and its graph) stays the same for 512 positions at a time.
-  // The scratch grows before anything is staged (growing synchronises, and the staging ring starts
-  // over after that).
-  // (Not when that would cost the fused quantization of the output: a head's columns must then be
-  // whole 32-column blocks.)
+  // KV head (unless that would cost the fused quantization of the output, which needs a block's
+  // columns in whole 32-column blocks), and over a long context each 64-position chunk its own
+  // block, then the chunks folded in order - the same bits as one block per KV head
+  // (attention.cuh). The chunk count is rounded up to 8 so a decode step's queue (and its graph)
+  // stays the same for 512 positions at a time. The scratch grows before anything is staged
+  // (growing synchronises, and the staging ring starts over after that).
   const bool fewBlocks = batch.tokens * kv.kvHeads < multiprocessors_;
   const bool perHead = attentionPerHead_ && fewBlocks && (kv.headDim % 32 == 0 || (group * kv.headDim) % 32 != 0);
   const int blockGroup = perHead ? 1 : group;       // query heads per block

@@ -11,15 +11,16 @@
 // products of one input by JL_PARTS matrices (a layer's q, k and v; gate and up) in one launch,
 // part i of type JL_Wi at JL_Ri rows per warp; each part's rows are computed exactly as the
 // single kernel computes them (the same bits), only the launch is shared. With JL_MMA = 1 the
-// kernel is q4_K prefill on int8 tensor cores (below), again with the same bits.
+// kernel is q4_K or q6_K prefill on int8 tensor cores (below), again with the same bits.
 //
 // The order of the float operations - the only ones that round - is fixed by JL_K alone: a row is
-// cut into units (q4_K: 64 elements, a 16-byte run of quants and its two sub-blocks; q6_K: 32
-// elements, 8 quant bytes from each of its three arrays); lane l of the row's kLanes (32, or 16
-// when that balances the units: below) takes units l, l + kLanes, ..., adding each unit's terms
-// to its accumulator in a fixed sequence, and the lanes are summed by a fixed butterfly. Integer sums are exact in any
-// order. So a token's result is bit-identical whichever variant (tokens, rows per warp) computed it: prefill and decode
-// agree exactly.
+// cut into units of 64 elements (q4_K: a 32-byte run of quants and its two sub-blocks; q6_K: a
+// scale group of 16 from each quarter of a half block, 16 bytes from each of its three arrays);
+// lane l of the row's kLanes (32, or 16 when that balances the units: below) takes units l,
+// l + kLanes, ..., adding each unit's terms to its accumulator in a fixed sequence, and the lanes
+// are summed by a fixed butterfly. Integer sums are exact in any order. So a token's result is
+// bit-identical whichever variant (tokens, rows per warp) computed it: prefill and decode agree
+// exactly.
 //
 // The activation row of a token (quantize_x.cuh): a[K] | b[K] | s256[K/32] | bsum[K/32] | sum8[K/8].
 
@@ -39,16 +40,21 @@ JL_DEV u32 funnelRight(u32 lo, u32 hi, u32 shift) {
   return d;
 }
 
-// 8 bytes at a 2-byte aligned p, from the aligned words around them: never a byte past p + 9 (a
-// 4-byte aligned p needs two words; the third word's load then re-reads the second, whose bits a
-// shift of 0 leaves out), so a q6_K block's last scales read nothing past the block.
-JL_DEV void ld8Unaligned(const u8* p, u32 out[2]) {
+// 4 kWords bytes at a 2-byte aligned p, from the aligned words around them: never a byte past
+// p + 4 kWords + 1 (a 4-byte aligned p needs kWords words; the last word's load then re-reads the
+// one before, whose bits a shift of 0 leaves out), so a q6_K block's last scales read nothing past
+// the block.
+template <int kWords>
+JL_DEV void ldUnaligned(const u8* p, u32 (&out)[kWords]) {
   const u64 address = reinterpret_cast<u64>(p);
   const unsigned int* w = reinterpret_cast<const unsigned int*>(address & ~u64(3));
   const u32 shift = u32(address & 3) * 8;
-  const u32 w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + (shift ? 2 : 1));
-  out[0] = funnelRight(w0, w1, shift);
-  out[1] = funnelRight(w1, w2, shift);
+  u32 word[kWords + 1];
+#pragma unroll
+  for (int i = 0; i < kWords; i++) word[i] = __ldg(w + i);
+  word[kWords] = __ldg(w + (shift ? kWords : kWords - 1));
+#pragma unroll
+  for (int i = 0; i < kWords; i++) out[i] = funnelRight(word[i], word[i + 1], shift);
 }
 
 struct IntQ4_K {
@@ -123,20 +129,6 @@ struct IntQ4_K {
   }
 };
 
-// 16 bytes at a 2-byte aligned p, from the aligned words around them: never a byte past p + 17
-// (as ld8Unaligned).
-JL_DEV void ld16Unaligned(const u8* p, u32 out[4]) {
-  const u64 address = reinterpret_cast<u64>(p);
-  const unsigned int* w = reinterpret_cast<const unsigned int*>(address & ~u64(3));
-  const u32 shift = u32(address & 3) * 8;
-  u32 word[5];
-#pragma unroll
-  for (int i = 0; i < 4; i++) word[i] = __ldg(w + i);
-  word[4] = __ldg(w + (shift ? 4 : 3));
-#pragma unroll
-  for (int i = 0; i < 4; i++) out[i] = funnelRight(word[i], word[i + 1], shift);
-}
-
 struct IntQ6_K {
   static constexpr int kUnitElems = 64, kBlockBytes = 210;
   // A row's unit u (block u / 4, half h = u / 2 % 2, j = u % 2): for the quarters qt = 0..3 the 16
@@ -159,10 +151,10 @@ struct IntQ6_K {
     const u8* b = row + (u >> 2) * kBlockBytes;
     const int h = (u >> 1) & 1, j = u & 1;
     u32 ql0[4], ql1[4], qh[4], sc[2];
-    ld16Unaligned(b + 64 * h + 16 * j, ql0);
-    ld16Unaligned(b + 64 * h + 32 + 16 * j, ql1);
-    ld16Unaligned(b + 128 + 32 * h + 16 * j, qh);
-    ld8Unaligned(b + 192 + 8 * h, sc);  // the half's 8 scales: group 2qt + j is byte 2qt + j
+    ldUnaligned(b + 64 * h + 16 * j, ql0);
+    ldUnaligned(b + 64 * h + 32 + 16 * j, ql1);
+    ldUnaligned(b + 128 + 32 * h + 16 * j, qh);
+    ldUnaligned(b + 192 + 8 * h, sc);  // the half's 8 scales: group 2qt + j is byte 2qt + j
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       w.q[0][i] = (ql0[i] & 0x0F0F0F0Fu) | ((qh[i] << 4) & 0x30303030u);
@@ -278,6 +270,7 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #define JL_MMA_MIN_BLOCKS 2
 #endif
 constexpr int kTileRows = 64, kTileTokens = 32, kStages = JL_MMA_STAGES, kThreads = 256;
+static_assert(kThreads == 4 * kTileRows, "staging and prepare() give each row four threads");
 static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
 
 JL_DEV void mmaS8(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -389,7 +382,6 @@ struct MmaQ4_K {
   // Four threads (lanes of one warp) a row, each one of its floats d1[0], d1[1], m1[0], m1[1]
   // (IntQ4_K::scales's operations), written over the head once all four have read it.
   static JL_DEV void prepare(u8* stage, const MmaTile&, int unit) {
-    static_assert(kThreads == 4 * kTileRows, "four threads a row");
     const int row = threadIdx.x >> 2, which = threadIdx.x & 3;
     float* at = reinterpret_cast<float*>(stage + row * kRowBytes + 32);
     const uint4 v = *reinterpret_cast<const uint4*>(at);
@@ -468,8 +460,7 @@ struct MmaQ6_K {
     const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1;
     const u32 at = sharedAddress(stage);
     {  // four threads a row (the row prepare() gives them), words part, part + 4, ...
-      static_assert(kThreads == 4 * kTileRows, "four threads a row");
-      const int r = tid >> 2, part = tid & 3;
+        const int r = tid >> 2, part = tid & 3;
       const u8* b = block(tile, r, unit);
       const bool dPast = dPastTheEnd(tile, r, b), aligned = (reinterpret_cast<u64>(b) & 3) == 0;
 #pragma unroll
@@ -507,7 +498,6 @@ struct MmaQ6_K {
   // Four threads (lanes of one warp) a row, thread qt its group qt: the quants as IntQ6_K::load
   // assembles them and d * scale by its operations, written once all four have read the words.
   static JL_DEV void prepare(u8* stage, const MmaTile& tile, int unit) {
-    static_assert(kThreads == 4 * kTileRows, "four threads a row");
     const int r = threadIdx.x >> 2, qt = threadIdx.x & 3, j = unit & 1;
     const u8* b = block(tile, r, unit);
     const int misalign = int(reinterpret_cast<u64>(b) & 3);  // the same for every piece: they are 4-byte multiples apart
