@@ -12,6 +12,9 @@
 # ab: all CUDA and migration tests, racecheck + memcheck of attention and the integer products,
 # (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
 # quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
+# host: a decode step's GPU time (its graph) against the host's parts of it, 1B and 3B, under each of $AB.
+# costs: [tests matching $FILTER], the GPU time of a 1B decode step's graph against its tokens' wall-clock
+# time, tg128 with each kind of decode launch left out (what it costs in the graph), then $AB.
 # final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck ($RACE_FILTER,
 # $MEMCHECK_FILTER), decode A/Bs ($TUNE_DEFINES, $DECODE_ROWS), 1B A/Bs of $AB, side by side.
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
@@ -193,6 +196,40 @@ if [ "$what" = ab ]; then
     tee "$OUT/profile-prefill-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
   JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 64 -r 1 2>&1 |
     tee "$OUT/profile-decode-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = costs ]; then
+  # What each kind of decode launch costs inside the step's graph: tg128 of the 1B with the
+  # launches whose names start with each of the default list's entries left out (JITLLM_CUDA_SKIP:
+  # wrong values, the same step otherwise; leaving a producer out also loses the quantization fused
+  # into it), then the settings of $AB.
+  [ -n "${FILTER:-}" ] && $B/bin/cuda_tests --gtest_filter="$FILTER" 2>&1 | tee "$OUT/cuda_tests.log" |
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -30
+  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  # The GPU's time for each step's graph against the token's wall-clock time.
+  JITLLM_CUDA_GRAPH_TIMES=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
+    tee "$OUT/graph-times.txt" | grep -E "^# tg|graph of"
+  skips=("matmul_int_group t1 q4_K 8192" "matmul_int_group t1 q4_K 2048" "matmul_int q4_K 2048x2048"
+    "matmul_int q6_K 2048x8192" "matmul_int q4_K 2048x8192" "matmul_int q6_K 128256" attention rmsNorm ropeStore
+    swiglu getRows copy)
+  settings=(JITLLM_DEFAULT=1)
+  for s in "${skips[@]}"; do settings+=("JITLLM_CUDA_SKIP=$s"); done
+  benchEach 1b bench-costs.txt "-p 0 -n 128" "${settings[@]}" JITLLM_DEFAULT=1 $AB
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = host ]; then
+  # Where a decode step's wall-clock time goes: the GPU's time for its graph, the host's for the
+  # flush, the wait, the read-back and everything between a read-back and the next flush
+  # (JITLLM_CUDA_GRAPH_TIMES), by default and under each setting of $AB, 1B then 3B.
+  for m in 1b 3b; do
+    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    for cfg in JITLLM_DEFAULT=1 $AB; do
+      env JITLLM_CUDA_GRAPH_TIMES=1 "$cfg" timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 \
+        2>&1 | tee -a "$OUT/host-$m.txt" | grep -E "^# tg|graph of|host per" | sed "s/^/$m $cfg /"
+    done
+  done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

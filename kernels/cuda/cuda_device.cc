@@ -117,6 +117,11 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   info_.memoryBudget = options.memoryBudget ? options.memoryBudget : (freeBytes > reserve ? freeBytes - reserve : 0);
   const char* profile = std::getenv("JITLLM_CUDA_PROFILE");
   profile_ = profile && *profile && *profile != '0';
+  const char* graphTimes = std::getenv("JITLLM_CUDA_GRAPH_TIMES");
+  timeGraphs_ = graphTimes && *graphTimes && *graphTimes != '0';
+  const char* early = std::getenv("JITLLM_CUDA_EARLY_SUBMIT");
+  const size_t partCommands = early ? size_t(std::max(0ll, std::atoll(early))) : kEarlySubmitCommands;
+  earlySubmitCommands_ = options.earlySubmit.value_or(partCommands > 0) ? std::max<size_t>(partCommands, 1) : 0;
   const char* graphs = std::getenv("JITLLM_CUDA_GRAPHS");
   graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
   const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
@@ -137,6 +142,14 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
+  if (const char* skip = std::getenv("JITLLM_CUDA_SKIP")) {
+    std::string list = skip;
+    for (size_t at = 0; at < list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      if (end > at) skipOps_.push_back(list.substr(at, end - at));
+      at = end + 1;
+    }
+  }
   // "NAME=VALUE,..." added to every kernel module's #defines (JL_UNROLL=4): tuning runs only.
   if (const char* d = std::getenv("JITLLM_CUDA_DEFINES")) {
     std::string list = d;
@@ -155,7 +168,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
 }
 
 CudaDevice::~CudaDevice() {
-  if (profile_) {
+  if (profile_ || timeGraphs_) {
     double total = 0;
     for (const auto& [op, t] : profileTimes_) total += t.seconds;
     std::fprintf(stderr, "%s kernel time by op (GPU time between events around each launch):\n", info_.id.c_str());
@@ -163,6 +176,15 @@ CudaDevice::~CudaDevice() {
       std::fprintf(stderr, "  %-28s %8lld calls %10.3f ms %8.2f us/call %5.1f%%\n", op.c_str(), (long long)t.calls,
                    t.seconds * 1e3, t.seconds * 1e6 / double(t.calls), 100.0 * t.seconds / total);
     }
+  }
+  if (timeGraphs_ && hostTimes_.reads > 0) {
+    const double reads = double(hostTimes_.reads), builds = double(std::max<int64_t>(hostTimes_.builds, 1));
+    std::fprintf(stderr,
+                 "%s host per read-back (%lld): its flush %.2f us, waiting for the GPU %.2f us, the copy %.2f us; "
+                 "from a read-back to the next flush (%lld): %.2f us\n",
+                 info_.id.c_str(), (long long)hostTimes_.reads, hostTimes_.flush * 1e6 / reads,
+                 hostTimes_.waitGpu * 1e6 / reads, hostTimes_.copy * 1e6 / reads, (long long)hostTimes_.builds,
+                 hostTimes_.build * 1e6 / builds);
   }
   makeCurrent();
   try {
@@ -269,7 +291,7 @@ void CudaDevice::synchronize() {
   flush();
   makeCurrent();
   check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-  if (profile_) collectProfile();
+  if (profile_ || timeGraphs_) collectProfile();
 }
 
 // ---- memory ----
@@ -525,11 +547,28 @@ const std::pair<CUfunction, CUfunction>& CudaDevice::blockKernels() {
 void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
   if (bytes == 0) return;
   requireOwned(src, bytes, "copy source");
+  const auto flushStart = std::chrono::steady_clock::now();
   flush();
   makeCurrent();
-  check(api_.cuMemcpyDtoHAsync(dst, dptr(src), bytes, stream_), "cuMemcpyDtoHAsync");
-  check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-  if (profile_) collectProfile();
+  if (timeGraphs_) [[unlikely]] {
+    // The host's part of a step: what it did since the last read-back, the flush (a graph found
+    // and launched), and the wait for the GPU.
+    const auto t0 = std::chrono::steady_clock::now();
+    hostTimes_.flush += std::chrono::duration<double>(t0 - flushStart).count();
+    check(api_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    const auto t1 = std::chrono::steady_clock::now();
+    hostTimes_.waitGpu += std::chrono::duration<double>(t1 - t0).count();
+    hostTimes_.reads++;
+  }
+  const auto copyStart = std::chrono::steady_clock::now();
+  // Through the pinned buffers: a step's logits (the 1B's 513 KB) arrive in 52 us this way
+  // against 134 us copied straight into pageable memory (H200, docs/cuda.md).
+  downloadThroughStaging(dst, dptr(src), bytes);
+  if (timeGraphs_) [[unlikely]] {
+    hostTimes_.lastRead = std::chrono::steady_clock::now();
+    hostTimes_.copy += std::chrono::duration<double>(*hostTimes_.lastRead - copyStart).count();
+  }
+  if (profile_ || timeGraphs_) collectProfile();
   // Everything ran: the ring starts over, so the next step stages at the same addresses as this
   // one and its queue can match a graph.
   ringOffset_ = 0;
@@ -669,23 +708,16 @@ size_t CudaDevice::enqueue(const char* op, const Command& c) {
   if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
   producer_ = {};                        // and comes after the producer
   lastAdd_ = {};                         // and after the add
+  if (!skipOps_.empty() && opTokens_ <= kProgrammaticMaxTokens) [[unlikely]] {
+    for (const std::string& skip : skipOps_) {
+      if (std::string_view(op).starts_with(skip)) return kNotQueued;
+    }
+  }
   if (profile_) [[unlikely]] {
     const bool programmatic = programmaticFor(opTokens_);
     // Each launch at once, between two timing events: the GPU's own time for it, read back at
     // the next synchronisation (collectProfile).
-    Profiled p{op, nullptr, nullptr};
-    for (CUevent* e : {&p.start, &p.end}) {
-      if (eventPool_.empty()) {
-        check(api_.cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate (profile)");
-      } else {
-        *e = eventPool_.back();
-        eventPool_.pop_back();
-      }
-    }
-    check(api_.cuEventRecord(p.start, stream_), "cuEventRecord");
-    submit({c}, programmatic);
-    check(api_.cuEventRecord(p.end, stream_), "cuEventRecord");
-    profiled_.push_back(p);
+    timed(op, [&] { submit({c}, programmatic); });
     return kNotQueued;
   }
   std::lock_guard lock(pendingMutex_);
@@ -738,6 +770,32 @@ void CudaDevice::submit(const std::vector<Command>& commands, bool programmatic)
   }
 }
 
+void CudaDevice::timed(std::string op, const std::function<void()>& run) {
+  Profiled p{std::move(op), nullptr, nullptr};
+  for (CUevent* e : {&p.start, &p.end}) {
+    if (eventPool_.empty()) {
+      check(api_.cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate (profile)");
+    } else {
+      *e = eventPool_.back();
+      eventPool_.pop_back();
+    }
+  }
+  check(api_.cuEventRecord(p.start, stream_), "cuEventRecord");
+  run();
+  check(api_.cuEventRecord(p.end, stream_), "cuEventRecord");
+  profiled_.push_back(std::move(p));
+}
+
+void CudaDevice::launchGraph(const Graph& g) {
+  const auto run = [&] { check(api_.cuGraphLaunch(g.exec, stream_), "cuGraphLaunch"); };
+  if (timeGraphs_) [[unlikely]] {
+    timed("graph of " + std::to_string(g.commands.size()) + " commands", run);
+  } else {
+    run();
+  }
+  graphLaunches_++;
+}
+
 void CudaDevice::collectProfile() {
   for (const Profiled& p : profiled_) {
     float ms = 0;
@@ -755,7 +813,7 @@ void CudaDevice::dropGraphs() {
   std::lock_guard lock(pendingMutex_);
   for (Graph& g : graphs_) api_.cuGraphExecDestroy(g.exec);
   graphs_.clear();
-  lastSubmitted_.clear();
+  recentlySubmitted_.clear();
 }
 
 void CudaDevice::coalesceStagedCopies(std::vector<Command>& commands) const {
@@ -783,6 +841,11 @@ void CudaDevice::coalesceStagedCopies(std::vector<Command>& commands) const {
 void CudaDevice::flush() {
   std::lock_guard lock(pendingMutex_);
   if (pending_.empty()) return;
+  if (timeGraphs_ && hostTimes_.lastRead) [[unlikely]] {
+    hostTimes_.build += std::chrono::duration<double>(std::chrono::steady_clock::now() - *hostTimes_.lastRead).count();
+    hostTimes_.lastRead.reset();
+    hostTimes_.builds++;
+  }
   std::vector<Command> commands;
   commands.swap(pending_);
   const bool programmatic = programmaticFor(queueTokens_);
@@ -797,17 +860,21 @@ void CudaDevice::flush() {
   for (Graph& g : graphs_) {
     if (g.commands == commands && g.programmatic == programmatic) {
       g.lastUsed = flushes_;
-      check(api_.cuGraphLaunch(g.exec, stream_), "cuGraphLaunch");
-      graphLaunches_++;
+      launchGraph(g);
       return;
     }
   }
-  if (commands != lastSubmitted_) {
+  // A queue seen recently (a step's queue, or one part of a step submitted early: matmuls) runs
+  // as a graph from its second time on; others run call by call and are remembered.
+  const auto seen = std::find(recentlySubmitted_.begin(), recentlySubmitted_.end(), commands);
+  if (seen == recentlySubmitted_.end()) {
     submit(commands, programmatic);
-    lastSubmitted_ = std::move(commands);
+    if (recentlySubmitted_.size() == kMaxRecentQueues) recentlySubmitted_.erase(recentlySubmitted_.begin());
+    recentlySubmitted_.push_back(std::move(commands));
     return;
   }
-  // The same queue twice in a row: capture it, keep it, and run it as a graph.
+  recentlySubmitted_.erase(seen);
+  // Capture it, keep it, and run it as a graph.
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   check(api_.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
@@ -829,10 +896,8 @@ void CudaDevice::flush() {
     graphs_.erase(oldest);
   }
   graphs_.push_back({std::move(commands), exec, flushes_, programmatic});
-  lastSubmitted_.clear();
   graphsCaptured_++;
-  check(api_.cuGraphLaunch(exec, stream_), "cuGraphLaunch");
-  graphLaunches_++;
+  launchGraph(graphs_.back());
 }
 
 // ---- ops ----
@@ -994,7 +1059,7 @@ void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, 
     abi.part[i] = {dptr(t.w.data), t.w.rowStride,     dptr(t.y),
                    dptr(t.bias),   int32_t(t.w.rows), int32_t((t.w.rows + rowsPerBlock - 1) / rowsPerBlock)};
     blocks += unsigned(abi.part[i].blocks);
-    if (profile_)
+    if (named())
       shape += std::string(i ? " + " : "") + std::string(quant::typeName(t.w.type)) + " " + std::to_string(t.w.rows) +
                "x" + std::to_string(cols) + " r" + std::to_string(rows);
   }
@@ -1012,10 +1077,25 @@ void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, 
   CUdeviceptr xqPtr = xq_;
   int t = int(tokens);
   const std::string op =
-      profile_ ? "matmul_int_group t" + std::to_string(perWarpTokens) + " " + shape : "matmul_int_group";
+      named() ? "matmul_int_group t" + std::to_string(perWarpTokens) + " " + shape : "matmul_int_group";
   groupedProducts_++;
   launch(op.c_str(), it->second, blocks, unsigned((tokens + perWarpTokens - 1) / perWarpTokens), 128, 0, abi, xqPtr,
          xqStride, t);
+  submitEarly();
+}
+
+void CudaDevice::submitEarly() {
+  // While the host queues a decode step's ~150 launches (~150 us on the 1B, docs/cuda.md) the GPU
+  // would wait for all of them: hand it each part as it is queued, so it runs the first layers
+  // while the host queues the rest. Called right after a grouped product, which no later launch
+  // fuses into, so no fusion is lost; each part repeats every step and becomes a graph of its own.
+  if (earlySubmitCommands_ == 0 || opTokens_ > kProgrammaticMaxTokens) return;
+  {
+    std::lock_guard lock(pendingMutex_);
+    if (pending_.size() < earlySubmitCommands_) return;
+  }
+  flush();
+  earlySubmits_++;
 }
 
 int CudaDevice::intRowsPerWarp(const WeightRef& w, int perWarpTokens) const {
@@ -1034,7 +1114,7 @@ void CudaDevice::launchMatmul(const char* kernel, CUfunction f, const WeightRef&
   JITLLM_REQUIRE(gridY < 65536, info_.id, ": matmul: ", tokens, " tokens in one call are too many");
   char op[64];
   std::snprintf(op, sizeof op, "%s", kernel);
-  if (profile_)
+  if (named())
     std::snprintf(op, sizeof op, "%s %s %lldx%lld t%d r%d", kernel, std::string(quant::typeName(w.type)).c_str(),
                   (long long)w.rows, (long long)w.cols, perWarpTokens, perWarpRows);
   launch(op, f, unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock), unsigned(gridY), 128, 0, args...);
@@ -1219,8 +1299,9 @@ void CudaDevice::ropeAndStore(float* q, float* k, const float* v, int64_t tokens
   int h = heads, kvh = kvHeads, hd = headDim, hf = half, neox = params.neox ? 1 : 0, pt = layout.pageTokens,
       f16 = layout.precision == KvPrecision::kF16 ? 1 : 0;
   double scale = double(params.freqScale);
-  launch("ropeStore", elementwise().ropeStore, unsigned(tokens), 1, 256, size_t(2 * half) * sizeof(float), qp, kp, vp,
-         h, kvh, hd, posPtr, invPtr, hf, scale, neox, pagesPtr, slotsPtr, pt, f16);
+  const int64_t items = int64_t(heads + kvHeads) * half + int64_t(kvHeads) * headDim;  // rope_store's, per token
+  launch("ropeStore", elementwise().ropeStore, unsigned(tokens), unsigned((items + 255) / 256), 256, 0, qp, kp, vp, h,
+         kvh, hd, posPtr, invPtr, hf, scale, neox, pagesPtr, slotsPtr, pt, f16);
 }
 
 void CudaDevice::attention(const float* q, float* out, const AttentionBatch& batch) {

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -64,6 +65,9 @@ struct CudaDeviceOptions {
   // gatherToHost / scatterFromHost as one kernel and one pipelined transfer through pinned memory
   // (blocks.cuh) rather than a copy per block; unset: on unless JITLLM_CUDA_GATHER=0.
   std::optional<bool> blockKernels;
+  // Decode queues handed to the GPU in parts while the host still queues the rest of the step
+  // (CudaDevice::submitEarly); unset: on unless JITLLM_CUDA_EARLY_SUBMIT=0 (=N: parts of N launches).
+  std::optional<bool> earlySubmit;
 };
 
 class CudaDevice final : public Device {
@@ -89,6 +93,8 @@ class CudaDevice final : public Device {
   // How many op queues ran as a captured graph, and how many graphs were captured (tests, tools).
   uint64_t graphLaunches() const { return graphLaunches_.load(); }
   uint64_t graphsCaptured() const { return graphsCaptured_.load(); }
+  // Parts of decode queues submitted before the step's end (submitEarly).
+  uint64_t earlySubmits() const { return earlySubmits_.load(); }
   // Activations quantized for the integer products: by quantize_x, or by the op that produced
   // them (fused). Executor thread (tests).
   uint64_t separateQuantizations() const { return separateQuantizations_; }
@@ -215,8 +221,9 @@ class CudaDevice final : public Device {
     uint64_t lastUsed = 0;
     bool programmatic = false;
   };
-  static constexpr size_t kMaxGraphs = 16;        // per device, least recently used dropped
+  static constexpr size_t kMaxGraphs = 48;        // per device, least recently used dropped
   static constexpr size_t kMinGraphCommands = 8;  // shorter queues go straight to the stream
+  void launchGraph(const Graph& g);
   template <typename... A>
   static Command makeLaunch(CUfunction f, unsigned gridX, unsigned gridY, unsigned block, size_t sharedBytes,
                             const A&... args) {
@@ -270,6 +277,8 @@ class CudaDevice final : public Device {
   template <typename... A>
   void launchMatmul(const char* kernel, CUfunction f, const WeightRef& w, int64_t tokens, int perWarpTokens,
                     int perWarpRows, int rowsPerWarp, const A&... args);
+  // Whether launches carry their shapes in their names (profiles, JITLLM_CUDA_SKIP).
+  bool named() const { return profile_ || !skipOps_.empty(); }
   // Checks a product's shape and buffers; returns the alignment of the weight rows.
   int checkMatmul(const WeightRef& w, const float* x, int64_t tokens, const float* y, const float* bias) const;
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
@@ -399,7 +408,10 @@ class CudaDevice final : public Device {
   // Records the command at `index` as fusable (when the integer kernels are on).
   void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                    std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);
-  int intDecodeRows_ = 0, intPrefillRows_ = 0;                  // 0: the built-in choice
+  int intDecodeRows_ = 0, intPrefillRows_ = 0;  // 0: the built-in choice
+  // Diagnostics only (JITLLM_CUDA_SKIP): decode launches whose name starts with one of these are
+  // not queued - wrong results, but a step's time without them is what they cost inside a graph.
+  std::vector<std::string> skipOps_;
   std::vector<std::pair<std::string, int64_t>> tuningDefines_;  // JITLLM_CUDA_DEFINES
   std::optional<ElementwiseKernels> elementwise_;
 
@@ -419,6 +431,21 @@ class CudaDevice final : public Device {
   std::vector<Profiled> profiled_;  // launched, not yet read back
   std::vector<CUevent> eventPool_;
   void collectProfile();
+  // Queues run() between two events whose elapsed time collectProfile adds to op's.
+  void timed(std::string op, const std::function<void()>& run);
+  // JITLLM_CUDA_GRAPH_TIMES: each graph launch timed so (the GPU's time for a whole step, to set
+  // against the wall-clock time of a token: the difference is the host's part).
+  bool timeGraphs_ = false;
+  struct HostTimes {
+    double flush = 0, waitGpu = 0, copy = 0, build = 0;  // seconds
+    int64_t reads = 0, builds = 0;
+    std::optional<std::chrono::steady_clock::time_point> lastRead;
+  } hostTimes_;
+  // Decode queues are submitted in parts of at least this many launches (submitEarly);
+  // JITLLM_CUDA_EARLY_SUBMIT=N sets it, 0 submits a step whole.
+  static constexpr size_t kEarlySubmitCommands = 32;
+  size_t earlySubmitCommands_ = kEarlySubmitCommands;
+  void submitEarly();
 
   // Tokens of the op being queued (executor thread; each op that knows them sets it first - swiglu
   // and add keep the op before's), and the most of any op in the queue (under pendingMutex_):
@@ -427,11 +454,13 @@ class CudaDevice final : public Device {
   int64_t queueTokens_ = 0;
   std::mutex pendingMutex_;  // the queue and the graphs (release() may flush from another thread)
   std::vector<Command> pending_;
-  std::vector<Command> lastSubmitted_;  // the previous queue submitted call by call
+  // Queues submitted call by call lately, oldest first: one seen again is captured as a graph.
+  static constexpr size_t kMaxRecentQueues = 16;
+  std::vector<std::vector<Command>> recentlySubmitted_;
   std::vector<Graph> graphs_;
   uint64_t flushes_ = 0;
   bool graphsEnabled_ = true;  // JITLLM_CUDA_GRAPHS=0 turns them off
-  std::atomic<uint64_t> graphLaunches_{0}, graphsCaptured_{0};
+  std::atomic<uint64_t> graphLaunches_{0}, graphsCaptured_{0}, earlySubmits_{0};
 };
 
 }  // namespace jitllm::cuda

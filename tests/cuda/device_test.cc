@@ -110,10 +110,10 @@ TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
   std::printf("60 decode steps: %llu ran as graphs\n", static_cast<unsigned long long>(withGraphs));
 }
 
-// The launch-saving paths - programmatic dependent launch, graphs, fused and grouped launches
-// (docs/cuda.md), the split attention of a context past one chunk - against plain launches one op
-// at a time, on a Q4_K_M model (integer products, q6_K among them): every logit of a prefill and
-// 40 decode steps bitwise the same.
+// The launch-saving paths - programmatic dependent launch, graphs, fused and grouped launches,
+// decode steps submitted in parts (docs/cuda.md), the split attention of a context past one chunk - against plain
+// launches one op at a time, on a Q4_K_M model (integer products, q6_K among them): every logit of a prefill and 40
+// decode steps bitwise the same.
 TEST(CudaDevices, EveryLaunchSavingPathGivesTheBitsOfPlainLaunches) {
   JITLLM_REQUIRE_CUDA();
   const auto shape = tools::findShape("tiny");
@@ -126,7 +126,7 @@ TEST(CudaDevices, EveryLaunchSavingPathGivesTheBitsOfPlainLaunches) {
   const auto run = [&](bool fast) {
     cuda::CudaDeviceOptions o;
     o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-    o.graphs = o.fuse = o.programmaticLaunch = fast;
+    o.graphs = o.fuse = o.programmaticLaunch = o.earlySubmit = fast;
     auto gpu = cuda::CudaDevice::create(o);
     runtime::ModelLoadOptions lo;
     lo.devices = {gpu.get()};
@@ -146,8 +146,10 @@ TEST(CudaDevices, EveryLaunchSavingPathGivesTheBitsOfPlainLaunches) {
     if (fast) {
       EXPECT_GT(gpu->groupedProducts(), 0u);
       EXPECT_GT(gpu->graphLaunches(), 0u);
+      EXPECT_GT(gpu->earlySubmits(), 0u) << "decode steps were not submitted in parts";
     } else {
       EXPECT_EQ(gpu->groupedProducts(), 0u);
+      EXPECT_EQ(gpu->earlySubmits(), 0u);
     }
     return all;
   };

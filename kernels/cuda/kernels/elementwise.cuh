@@ -89,38 +89,63 @@ extern "C" __global__ void __launch_bounds__(256) rope(float* x, int heads, int 
   ropeRow(x + i64(t) * heads * headDim, heads, headDim, cs, half, neox);
 }
 
-// Token t's K and V rows (width elements each) into slot `slot` of `page` (KvLayout: pageTokens
-// slots of K, then of V), the block's threads sharing the elements.
+// Element i of a K (or, with isV, V) row into slot `slot` of `page` (KvLayout: pageTokens slots
+// of K, then of V; rows of width elements): fp16 by round to nearest even, or fp32.
+JL_DEV void storeKv(u64 page, int slot, int width, int pageTokens, int f16, int i, float value, bool isV) {
+  const i64 at = i64(isV ? pageTokens + slot : slot) * width + i;
+  if (f16) {
+    reinterpret_cast<u16*>(page)[at] = f2h(value);
+  } else {
+    reinterpret_cast<float*>(page)[at] = value;
+  }
+}
+
+// Token t's K and V rows (width elements each) into slot `slot` of `page`, the block's threads
+// sharing the elements.
 JL_DEV void storeKvRow(const float* k, const float* v, u64 page, int slot, int width, int pageTokens, int f16) {
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     const float kv = k[i], vv = v[i];
-    if (f16) {
-      u16* p = reinterpret_cast<u16*>(page);
-      p[i64(slot) * width + i] = f2h(kv);
-      p[i64(pageTokens + slot) * width + i] = f2h(vv);
-    } else {
-      float* p = reinterpret_cast<float*>(page);
-      p[i64(slot) * width + i] = kv;
-      p[i64(pageTokens + slot) * width + i] = vv;
-    }
+    storeKv(page, slot, width, pageTokens, f16, i, kv, false);
+    storeKv(page, slot, width, pageTokens, f16, i, vv, true);
   }
 }
 
 // rope of q (heads) and k (kvHeads), then k and v into token t's KV slot: the arithmetic of rope
-// and kv_store, one launch instead of three. One block per token.
+// and kv_store, one launch instead of three. Grid: (tokens, enough blocks of 256 threads for a
+// token's items). An item is a pair of q or of k - its cos and sin computed by the thread that
+// rotates it, exactly as ropeAngles computes them; a pair of k is stored into the page as soon as
+// it is rotated - or an element of v (and of k past the rotary dims). No item waits for another, so a decode step's token costs
+// one trip to memory and back, not the chain of them (angles, q, k, store) that one block per
+// token took: 5.8 us of a 1B step's layer, measured inside the graph (docs/cuda.md).
 extern "C" __global__ void __launch_bounds__(256) rope_store(float* q, float* k, const float* v, int heads, int kvHeads,
                                                              int headDim, const int* positions, const double* invFreq,
                                                              int half, double freqScale, int neox, const u64* pages,
                                                              const int* slots, int pageTokens, int f16) {
   awaitPreviousKernel();
-  extern __shared__ float cs[];  // cos[half], sin[half]
-  const int t = blockIdx.x, width = kvHeads * headDim;
-  ropeAngles(cs, positions[t], invFreq, half, freqScale);
-  __syncthreads();
-  ropeRow(q + i64(t) * heads * headDim, heads, headDim, cs, half, neox);
-  ropeRow(k + i64(t) * width, kvHeads, headDim, cs, half, neox);
-  __syncthreads();  // every rotated element of k is written before any thread stores it
-  storeKvRow(k + i64(t) * width, v + i64(t) * width, pages[t], slots[t], width, pageTokens, f16);
+  const int t = blockIdx.x, width = kvHeads * headDim, qPairs = heads * half, kPairs = kvHeads * half;
+  const int item = blockIdx.y * blockDim.x + threadIdx.x;
+  if (item < qPairs + kPairs) {
+    const bool isK = item >= qPairs;
+    const int idx = isK ? item - qPairs : item, h = idx / half, i = idx % half;
+    float* x = isK ? k + i64(t) * width + i64(h) * headDim : q + (i64(t) * heads + h) * headDim;
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = x[a], x1 = x[b];
+    const double angle = double(positions[t]) * freqScale * invFreq[i];  // ropeAngles' order
+    const float c = float(cos(angle)), s = float(sin(angle));
+    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    x[a] = y0;
+    x[b] = y1;
+    if (isK) {
+      storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + a, y0, false);
+      storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + b, y1, false);
+    }
+  } else if (item < qPairs + kPairs + width) {
+    const int i = item - qPairs - kPairs;
+    storeKv(pages[t], slots[t], width, pageTokens, f16, i, v[i64(t) * width + i], true);
+    // Past the rotary dims (2 half of each head) k is stored as it is.
+    if (i % headDim >= 2 * half) storeKv(pages[t], slots[t], width, pageTokens, f16, i, k[i64(t) * width + i], false);
+  }
 }
 
 // With xq: rows of k elements (n and k multiples of 32; blockDim 256).
