@@ -12,6 +12,7 @@
 # ab: all CUDA and migration tests, racecheck + memcheck of attention and the integer products,
 # (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
 # quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
+# verify: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on $MODELS by default and under each of $AB.
 # host: a decode step's GPU time (its graph) against the host's parts of it, 1B and 3B, under each of $AB.
 # costs: [tests matching $FILTER], the GPU time of a 1B decode step's graph against its tokens' wall-clock
 # time, tg128 with each kind of decode launch left out (what it costs in the graph), then $AB.
@@ -229,6 +230,18 @@ if [ "$what" = host ]; then
       env JITLLM_CUDA_GRAPH_TIMES=1 "$cfg" timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 \
         2>&1 | tee -a "$OUT/host-$m.txt" | grep -E "^# tg|graph of|host per" | sed "s/^/$m $cfg /"
     done
+  done
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = verify ]; then
+  # A short check of one change: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on each of
+  # $MODELS (default 1b) by default and under each setting of $AB.
+  $B/bin/cuda_tests --gtest_filter="${FILTER:-*}" 2>&1 | tee "$OUT/cuda_tests.log" |
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -30
+  for m in ${MODELS:-1b}; do
+    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    benchEach $m bench-verify.txt "${ARGS:--p 0 -n 128}" JITLLM_DEFAULT=1 $AB
   done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0

@@ -122,6 +122,10 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   const char* early = std::getenv("JITLLM_CUDA_EARLY_SUBMIT");
   const size_t partCommands = early ? size_t(std::max(0ll, std::atoll(early))) : kEarlySubmitCommands;
   earlySubmitCommands_ = options.earlySubmit.value_or(partCommands > 0) ? std::max<size_t>(partCommands, 1) : 0;
+  if (const char* growth = std::getenv("JITLLM_CUDA_EARLY_GROWTH")) {
+    earlySubmitGrowth_ = size_t(std::max(1ll, std::atoll(growth)));
+  }
+  nextPartCommands_ = earlySubmitCommands_;
   const char* graphs = std::getenv("JITLLM_CUDA_GRAPHS");
   graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
   const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
@@ -570,7 +574,8 @@ void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
   }
   if (profile_ || timeGraphs_) collectProfile();
   // Everything ran: the ring starts over, so the next step stages at the same addresses as this
-  // one and its queue can match a graph.
+  // one and its queue can match a graph; its parts are cut where this step's were.
+  nextPartCommands_ = earlySubmitCommands_;
   ringOffset_ = 0;
   ringHalf_ = 0;
 }
@@ -1089,13 +1094,18 @@ void CudaDevice::submitEarly() {
   // would wait for all of them: hand it each part as it is queued, so it runs the first layers
   // while the host queues the rest. Called right after a grouped product, which no later launch
   // fuses into, so no fusion is lost; each part repeats every step and becomes a graph of its own.
+  // Parts are at least nextPartCommands_ launches long: earlySubmitCommands_, then growing by
+  // earlySubmitGrowth_ each part, reset at the read-back that ends a step.
   if (earlySubmitCommands_ == 0 || opTokens_ > kProgrammaticMaxTokens) return;
   {
     std::lock_guard lock(pendingMutex_);
-    if (pending_.size() < earlySubmitCommands_) return;
+    if (pending_.size() < nextPartCommands_) return;
   }
   flush();
   earlySubmits_++;
+  // The first part is short, so the GPU starts soon; later ones grow, since the GPU now has work
+  // and each graph boundary costs it time (the host queues a launch ~6x faster than it runs).
+  nextPartCommands_ = std::min(nextPartCommands_ * earlySubmitGrowth_, size_t(1) << 20);
 }
 
 int CudaDevice::intRowsPerWarp(const WeightRef& w, int perWarpTokens) const {

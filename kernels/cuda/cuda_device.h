@@ -441,10 +441,12 @@ class CudaDevice final : public Device {
     int64_t reads = 0, builds = 0;
     std::optional<std::chrono::steady_clock::time_point> lastRead;
   } hostTimes_;
-  // Decode queues are submitted in parts of at least this many launches (submitEarly);
+  // A decode step's first part is submitted at this many launches (submitEarly);
   // JITLLM_CUDA_EARLY_SUBMIT=N sets it, 0 submits a step whole.
-  static constexpr size_t kEarlySubmitCommands = 32;
-  size_t earlySubmitCommands_ = kEarlySubmitCommands;
+  // Then each part is at least kEarlySubmitGrowth times the one before (JITLLM_CUDA_EARLY_GROWTH).
+  static constexpr size_t kEarlySubmitCommands = 16, kEarlySubmitGrowth = 3;
+  size_t earlySubmitCommands_ = kEarlySubmitCommands, earlySubmitGrowth_ = kEarlySubmitGrowth;
+  size_t nextPartCommands_ = kEarlySubmitCommands;  // this step's next part (executor thread)
   void submitEarly();
 
   // Tokens of the op being queued (executor thread; each op that knows them sets it first - swiglu
