@@ -1103,8 +1103,9 @@ void CudaDevice::submitEarly() {
   }
   flush();
   earlySubmits_++;
-  // The first part is short, so the GPU starts soon; later ones grow, since the GPU now has work
-  // and each graph boundary costs it time (the host queues a launch ~6x faster than it runs).
+  // With growth, the first part is short, so the GPU starts soon, and later ones longer, since
+  // the GPU then has work and each graph boundary costs it time (the host queues a launch ~6x
+  // faster than the GPU runs it).
   nextPartCommands_ = std::min(nextPartCommands_ * earlySubmitGrowth_, size_t(1) << 20);
 }
 

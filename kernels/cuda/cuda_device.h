@@ -443,8 +443,10 @@ class CudaDevice final : public Device {
   } hostTimes_;
   // A decode step's first part is submitted at this many launches (submitEarly);
   // JITLLM_CUDA_EARLY_SUBMIT=N sets it, 0 submits a step whole.
-  // Then each part is at least kEarlySubmitGrowth times the one before (JITLLM_CUDA_EARLY_GROWTH).
-  static constexpr size_t kEarlySubmitCommands = 16, kEarlySubmitGrowth = 3;
+  // Then each part is at least kEarlySubmitGrowth times the one before (JITLLM_CUDA_EARLY_GROWTH;
+  // parts of 32 and no growth is what was measured, docs/cuda.md - growing parts, first at 16,
+  // then x3, are to be measured against it).
+  static constexpr size_t kEarlySubmitCommands = 32, kEarlySubmitGrowth = 1;
   size_t earlySubmitCommands_ = kEarlySubmitCommands, earlySubmitGrowth_ = kEarlySubmitGrowth;
   size_t nextPartCommands_ = kEarlySubmitCommands;  // this step's next part (executor thread)
   void submitEarly();
