@@ -14,8 +14,8 @@
 # quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
 # verify: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on $MODELS by default and under each of $AB.
 # host: a decode step's GPU time (its graph) against the host's parts of it, 1B and 3B, under each of $AB.
-# costs: [tests matching $FILTER], the GPU time of a 1B decode step's graph against its tokens' wall-clock
-# time, tg128 with each kind of decode launch left out (what it costs in the graph), then $AB.
+# costs: [tests matching $FILTER], the GPU time of a decode step's graph (the 1B, or MODEL=3b) against its
+# tokens' wall-clock time, tg128 with each kind of decode launch left out (what it costs in the graph), then $AB.
 # final: llama.cpp built meanwhile; all CUDA tests, racecheck + memcheck ($RACE_FILTER,
 # $MEMCHECK_FILTER), decode A/Bs ($TUNE_DEFINES, $DECODE_ROWS), 1B A/Bs of $AB, side by side.
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
@@ -201,22 +201,24 @@ if [ "$what" = ab ]; then
   exit 0
 fi
 if [ "$what" = costs ]; then
-  # What each kind of decode launch costs inside the step's graph: tg128 of the 1B with the
+  # What each kind of decode launch costs inside the step's graph: tg128 of $MODEL (1b) with the
   # launches whose names start with each of the default list's entries left out (JITLLM_CUDA_SKIP:
   # wrong values, the same step otherwise; leaving a producer out also loses the quantization fused
   # into it), then the settings of $AB.
   [ -n "${FILTER:-}" ] && $B/bin/cuda_tests --gtest_filter="$FILTER" 2>&1 | tee "$OUT/cuda_tests.log" |
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -30
-  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  m=${MODEL:-1b}
+  dim=$([ "$m" = 3b ] && echo 3072 || echo 2048)  # the Llama-3.2 shape's embedding
+  $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
   # The GPU's time for each step's graph against the token's wall-clock time.
-  JITLLM_CUDA_GRAPH_TIMES=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
-    tee "$OUT/graph-times.txt" | grep -E "^# tg|graph of"
-  skips=("matmul_int_group t1 q4_K 8192" "matmul_int_group t1 q4_K 2048" "matmul_int q4_K 2048x2048"
-    "matmul_int q6_K 2048x8192" "matmul_int q4_K 2048x8192" "matmul_int q6_K 128256" attention rmsNorm ropeStore
+  JITLLM_CUDA_GRAPH_TIMES=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
+    tee "$OUT/graph-times.txt" | grep -E "^# tg|graph of|host per"
+  skips=("matmul_int_group t1 q4_K 8192" "matmul_int_group t1 q4_K $dim" "matmul_int q4_K ${dim}x$dim"
+    "matmul_int q6_K ${dim}x8192" "matmul_int q4_K ${dim}x8192" "matmul_int q6_K 128256" attention rmsNorm ropeStore
     swiglu getRows copy)
   settings=(JITLLM_DEFAULT=1)
   for s in "${skips[@]}"; do settings+=("JITLLM_CUDA_SKIP=$s"); done
-  benchEach 1b bench-costs.txt "-p 0 -n 128" "${settings[@]}" JITLLM_DEFAULT=1 $AB
+  benchEach $m bench-costs.txt "-p 0 -n 128" "${settings[@]}" JITLLM_DEFAULT=1 $AB
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi
