@@ -569,6 +569,7 @@ void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
   // against 134 us copied straight into pageable memory (H200, docs/cuda.md).
   downloadThroughStaging(dst, dptr(src), bytes);
   if (timeGraphs_) [[unlikely]] {
+    std::lock_guard lock(pendingMutex_);  // flush() reads lastRead, and may run on another thread
     hostTimes_.lastRead = std::chrono::steady_clock::now();
     hostTimes_.copy += std::chrono::duration<double>(*hostTimes_.lastRead - copyStart).count();
   }

@@ -436,7 +436,7 @@ class CudaDevice final : public Device {
   // JITLLM_CUDA_GRAPH_TIMES: each graph launch timed so (the GPU's time for a whole step, to set
   // against the wall-clock time of a token: the difference is the host's part).
   bool timeGraphs_ = false;
-  struct HostTimes {
+  struct HostTimes {  // lastRead, build and builds under pendingMutex_; the rest: executor thread
     double flush = 0, waitGpu = 0, copy = 0, build = 0;  // seconds
     int64_t reads = 0, builds = 0;
     std::optional<std::chrono::steady_clock::time_point> lastRead;
