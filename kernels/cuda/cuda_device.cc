@@ -49,6 +49,18 @@ int commonAlignment(uint64_t a, uint64_t b) {
   return int(both & (~both + 1));
 }
 
+// The items of an environment variable's comma-separated list, in order (an item between two
+// commas is empty; nothing follows a trailing comma).
+std::vector<std::string> commaSeparated(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at < list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    items.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return items;
+}
+
 }  // namespace
 
 int CudaDevice::count() {
@@ -147,26 +159,19 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
   if (const char* skip = std::getenv("JITLLM_CUDA_SKIP")) {
-    std::string list = skip;
-    for (size_t at = 0; at < list.size();) {
-      const size_t end = std::min(list.find(',', at), list.size());
-      if (end > at) skipOps_.push_back(list.substr(at, end - at));
-      at = end + 1;
+    for (std::string& prefix : commaSeparated(skip)) {
+      if (!prefix.empty()) skipOps_.push_back(std::move(prefix));
     }
   }
   // "NAME=VALUE,..." added to every kernel module's #defines (JL_UNROLL=4): tuning runs only.
   if (const char* d = std::getenv("JITLLM_CUDA_DEFINES")) {
-    std::string list = d;
-    for (size_t at = 0; at < list.size();) {
-      const size_t end = std::min(list.find(',', at), list.size());
-      const std::string item = list.substr(at, end - at);
+    for (const std::string& item : commaSeparated(d)) {
       const size_t eq = item.find('=');
       char* rest = nullptr;
       const long long value = eq == std::string::npos ? 0 : std::strtoll(item.c_str() + eq + 1, &rest, 10);
       JITLLM_REQUIRE(eq != std::string::npos && eq > 0 && rest != item.c_str() + eq + 1 && *rest == '\0',
                      "JITLLM_CUDA_DEFINES: '", item, "' is not NAME=VALUE");
       tuningDefines_.emplace_back(item.substr(0, eq), int64_t(value));
-      at = end + 1;
     }
   }
 }

@@ -251,8 +251,9 @@ extern "C" __global__ void __launch_bounds__(128)
 // attention() does, and writes the output. The states were written by other blocks of this
 // kernel: read through L2 (__ldcg), never from a stale L1 line. The loads of kFoldBatch chunks
 // are issued before any of them is folded: folding each as it arrived made the fold a chain of
-// one L2 round trip per chunk - ~28 us a layer after 4096 positions (64 chunks), on the 1B and
-// the 3B alike (docs/cuda.md). The folds themselves stay in chunk order, so the bits do not move.
+// one L2 round trip per chunk - the suspected cause of decode after 4096 positions (64 chunks)
+// costing ~28 us a layer more on the 1B and the 3B alike (docs/cuda.md; not yet measured with
+// this change). The folds themselves stay in chunk order, so the bits do not move.
 constexpr int kFoldBatch = 16;
 JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int hb, int chunks, u8* xq, u64 xqStride) {
   const int tid = threadIdx.x;

@@ -114,9 +114,10 @@ JL_DEV void storeKvRow(const float* k, const float* v, u64 page, int slot, int w
 // and kv_store, one launch instead of three. Grid: (tokens, enough blocks of 256 threads for a
 // token's items). An item is a pair of q or of k - its cos and sin computed by the thread that
 // rotates it, exactly as ropeAngles computes them; a pair of k is stored into the page as soon as
-// it is rotated - or an element of v (and of k past the rotary dims). No item waits for another, so a decode step's token costs
-// one trip to memory and back, not the chain of them (angles, q, k, store) that one block per
-// token took: 5.8 us of a 1B step's layer, measured inside the graph (docs/cuda.md).
+// it is rotated - or an element of v (and of k past the rotary dims). No item waits for another,
+// so a decode step's token costs one trip to memory and back, not the chain of them (angles, q,
+// k, store) that one block per token took: 5.8 us of a 1B step's layer, measured inside the
+// graph (docs/cuda.md).
 extern "C" __global__ void __launch_bounds__(256) rope_store(float* q, float* k, const float* v, int heads, int kvHeads,
                                                              int headDim, const int* positions, const double* invFreq,
                                                              int half, double freqScale, int neox, const u64* pages,

@@ -460,7 +460,7 @@ struct MmaQ6_K {
     const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1;
     const u32 at = sharedAddress(stage);
     {  // four threads a row (the row prepare() gives them), words part, part + 4, ...
-        const int r = tid >> 2, part = tid & 3;
+      const int r = tid >> 2, part = tid & 3;
       const u8* b = block(tile, r, unit);
       const bool dPast = dPastTheEnd(tile, r, b), aligned = (reinterpret_cast<u64>(b) & 3) == 0;
 #pragma unroll
