@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -406,7 +407,13 @@ TEST_F(VulkanOps, SwigluAndAddMatchTheCpu) {
   std::vector<float> want(static_cast<size_t>(n));
   cpu->swiglu(gHost.data(), uHost.data(), want.data(), n);
   auto got = download<float>(*gpu, *out, size_t(n));
-  for (size_t i = 0; i < want.size(); i++) ASSERT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i]) + 1e-30) << i;
+  // SPIR-V's precision rules let exp(x) be 3 + 2|x| ulp off and a division 2.5 ulp, so the bound
+  // grows with the gate (lavapipe's exp uses that room for gates near -20); 8 ulp cover the
+  // division, the products' roundings and the CPU's own exp.
+  for (size_t i = 0; i < want.size(); i++) {
+    const float ulps = 8.0f + 2.0f * std::fabs(gHost[i]);
+    ASSERT_NEAR(got[i], want[i], ulps * FLT_EPSILON * std::fabs(want[i]) + 1e-30) << i << " gate " << gHost[i];
+  }
 
   gpu->add(g.as<float>(), u.as<float>(), n);
   want = gHost;
