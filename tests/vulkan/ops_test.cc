@@ -408,7 +408,7 @@ TEST_F(VulkanOps, SwigluAndAddMatchTheCpu) {
   cpu->swiglu(gHost.data(), uHost.data(), want.data(), n);
   auto got = download<float>(*gpu, *out, size_t(n));
   // SPIR-V's precision rules let exp(x) be 3 + 2|x| ulp off and a division 2.5 ulp, so the bound
-  // grows with the gate (lavapipe's exp uses that room for gates near -20); 8 ulp cover the
+  // grows with the gate (lavapipe's exp used it at a gate of -17); 8 ulp cover the
   // division, the products' roundings and the CPU's own exp.
   for (size_t i = 0; i < want.size(); i++) {
     const float ulps = 8.0f + 2.0f * std::fabs(gHost[i]);
