@@ -52,29 +52,44 @@ extern "C" __global__ void __launch_bounds__(kNormThreads) rms_norm(float* x, co
   for (int i = threadIdx.x; i < dim; i += kNormThreads) o[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
 }
 
+// The angle of pair i at `position`, invFreq = invFreq[i] = base^(-2i/dims) / factor[i] (computed
+// in double on the host exactly as the CPU does). In double, as its cos and sin are; those are
+// rounded to float.
+JL_DEV double ropeAngle(int position, double freqScale, double invFreq) {
+  return double(position) * freqScale * invFreq;
+}
+
 // cos and sin of token t's angles into cs[0, half) and cs[half, 2 half) (shared memory; the caller
-// synchronises before reading them). invFreq[i] = base^(-2i/dims) / factor[i], computed in double
-// on the host exactly as the CPU does; angles, cos and sin in double, rounded to float.
+// synchronises before reading them).
 JL_DEV void ropeAngles(float* cs, int position, const double* invFreq, int half, double freqScale) {
-  const double pos = double(position) * freqScale;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = pos * invFreq[i];
+    const double angle = ropeAngle(position, freqScale, invFreq[i]);
     cs[i] = float(cos(angle));
     cs[half + i] = float(sin(angle));
   }
 }
 
-// Rotates the `heads` heads of one token row x by the angles in cs: pairs (i, i + half) with neox,
-// else (2i, 2i + 1). The block's threads share the pairs.
+// Rotates pair i of one head's row v by the angle whose cos and sin are c and s: elements
+// (i, i + half) with neox, else (2i, 2i + 1). Returns where they are and what they became.
+struct RotatedPair {
+  int a, b;
+  float y0, y1;
+};
+JL_DEV RotatedPair rotatePair(float* v, int i, int half, int neox, float c, float s) {
+  const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)), y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  v[a] = y0;
+  v[b] = y1;
+  return {a, b, y0, y1};
+}
+
+// Rotates the `heads` heads of one token row x by the angles in cs. The block's threads share the
+// pairs.
 JL_DEV void ropeRow(float* x, int heads, int headDim, const float* cs, int half, int neox) {
   for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
-    float* v = x + i64(h) * headDim;
-    const int a = neox ? i : 2 * i;
-    const int b = neox ? i + half : 2 * i + 1;
-    const float x0 = v[a], x1 = v[b], c = cs[i], s = cs[half + i];
-    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    rotatePair(x + i64(h) * headDim, i, half, neox, cs[i], cs[half + i]);
   }
 }
 
@@ -113,7 +128,7 @@ JL_DEV void storeKvRow(const float* k, const float* v, u64 page, int slot, int w
 // rope of q (heads) and k (kvHeads), then k and v into token t's KV slot: the arithmetic of rope
 // and kv_store, one launch instead of three. Grid: (tokens, enough blocks of 256 threads for a
 // token's items). An item is a pair of q or of k - its cos and sin computed by the thread that
-// rotates it, exactly as ropeAngles computes them; a pair of k is stored into the page as soon as
+// rotates it (ropeAngle, as ropeAngles does); a pair of k is stored into the page as soon as
 // it is rotated - or an element of v (and of k past the rotary dims). No item waits for another,
 // so a decode step's token costs one trip to memory and back, not the chain of them (angles, q,
 // k, store) that one block per token took: 5.8 us of a 1B step's layer, measured inside the
@@ -129,17 +144,11 @@ extern "C" __global__ void __launch_bounds__(256) rope_store(float* q, float* k,
     const bool isK = item >= qPairs;
     const int idx = isK ? item - qPairs : item, h = idx / half, i = idx % half;
     float* x = isK ? k + i64(t) * width + i64(h) * headDim : q + (i64(t) * heads + h) * headDim;
-    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    const float x0 = x[a], x1 = x[b];
-    const double angle = double(positions[t]) * freqScale * invFreq[i];  // ropeAngles' order
-    const float c = float(cos(angle)), s = float(sin(angle));
-    const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    const float y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    x[a] = y0;
-    x[b] = y1;
+    const double angle = ropeAngle(positions[t], freqScale, invFreq[i]);
+    const RotatedPair p = rotatePair(x, i, half, neox, float(cos(angle)), float(sin(angle)));
     if (isK) {
-      storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + a, y0, false);
-      storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + b, y1, false);
+      storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + p.a, p.y0, false);
+      storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + p.b, p.y1, false);
     }
   } else if (item < qPairs + kPairs + width) {
     const int i = item - qPairs - kPairs;
