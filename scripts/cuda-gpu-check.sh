@@ -54,6 +54,15 @@ sanitize() {
   echo "$tool exit $?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|out of bounds|hazard" "$OUT/$log" | head -6
 }
+# Random-weight Llama-3.2 SIZE (1b, 3b) Q4_K_M at /tmp/SIZE.gguf.
+makeLlama() {
+  $B/bin/jitllm-mkmodel llama-3.2-$1 q4_k_m /tmp/$1.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+}
+# The cuda_tests matching FILTER (log in $OUT/cuda_tests.log), their outcome and failures in at most LINES lines.
+cudaTests() {
+  $B/bin/cuda_tests --gtest_filter="$1" 2>&1 | tee "$OUT/cuda_tests.log" |
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -"$2"
+}
 # jitllm-bench on /tmp/MODEL.gguf (ARGS, -r 3) once per environment setting given ("NAME=VALUE"),
 # each line of results labelled with the model and the setting and appended to $OUT/LOG.
 benchEach() {
@@ -86,13 +95,13 @@ if [ "$what" = stream ]; then
 fi
 if [ "$what" = mma ]; then
   # All CUDA tests, a memory check of the tensor-core test, then prefill with and without them.
-  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
+  cudaTests '*' 60
   echo "tests: $(( $(date +%s) - start )) s"
   timeout 120 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests --gtest_filter='*TensorCore*' \
     > "$OUT/memcheck-mma.log" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck-mma.log" | head -10
   for m in 1b 3b; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     for mma in 0 1 0 1; do
       echo "== $m JITLLM_CUDA_MMA=$mma"
       JITLLM_CUDA_MMA=$mma timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 32 -r 3 2>&1 |
@@ -108,13 +117,13 @@ if [ "$what" = decode ]; then
   # try ($TUNE_DEFINES, JITLLM_CUDA_DEFINES values), and a profile. With .peer/llama.cpp.bundle
   # carried, llama.cpp (CUDA) builds meanwhile and runs side by side with jitllm at the end.
   [ -f .peer/llama.cpp.bundle ] && buildLlamaCppInBackground
-  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
+  cudaTests '*' 60
   echo "tests: $(( $(date +%s) - start )) s"
   timeout 150 compute-sanitizer --tool memcheck --print-limit 20 $B/bin/cuda_tests \
     --gtest_filter='CudaOps.*:*AttentionOverAThousand*' > "$OUT/memcheck.log" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/memcheck.log" | head -10
   for m in 1b 3b; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     for cfg in JITLLM_CUDA_PDL=1 JITLLM_CUDA_PDL=0 JITLLM_CUDA_FUSE=0 JITLLM_CUDA_PDL=1; do
       echo "== $m $cfg"
       env $cfg timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 |
@@ -149,11 +158,11 @@ fi
 if [ "$what" = profile ]; then
   # All CUDA tests, a memory check of the ops, where prefill's time goes (each launch timed alone,
   # 1B and 3B, pp512) and Nsight Compute's counters for the prefill products.
-  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -60
+  cudaTests '*' 60
   echo "tests: $(( $(date +%s) - start )) s"
   sanitize memcheck 'CudaOps.*' memcheck.log 150
   for m in 1b 3b; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | tee -a "$OUT/bench.txt" |
       grep -E "^# (pp|tg)" | sed "s/^/$m /"
     echo "== $m prefill profile (pp512, each launch alone)"
@@ -184,13 +193,13 @@ if [ "$what" = peer ]; then
   exit 0
 fi
 if [ "$what" = ab ]; then
-  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -40
+  cudaTests '*' 40
   $B/bin/migration_tests 2>&1 | tail -2
   echo "tests: $(( $(date +%s) - start )) s"
   [ "${RACE:-1}" = 1 ] && sanitize racecheck '*Attention*:*TensorCore*' racecheck.log 90
   sanitize memcheck '*Attention*:*TensorCore*:CudaOps.Matmul*:CudaOps.Grouped*:*BlocksMove*' memcheck.log 150
   for m in 1b 3b; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     benchEach $m bench-ab.txt "-p 512 -n 128" JITLLM_DEFAULT=1 $AB
   done
   JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
@@ -205,11 +214,10 @@ if [ "$what" = costs ]; then
   # launches whose names start with each of the default list's entries left out (JITLLM_CUDA_SKIP:
   # wrong values, the same step otherwise; leaving a producer out also loses the quantization fused
   # into it), then the settings of $AB.
-  [ -n "${FILTER:-}" ] && $B/bin/cuda_tests --gtest_filter="$FILTER" 2>&1 | tee "$OUT/cuda_tests.log" |
-    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -30
+  [ -n "${FILTER:-}" ] && cudaTests "$FILTER" 30
   m=${MODEL:-1b}
   dim=$([ "$m" = 3b ] && echo 3072 || echo 2048)  # the Llama-3.2 shape's embedding
-  $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  makeLlama $m
   # The GPU's time for each step's graph against the token's wall-clock time.
   JITLLM_CUDA_GRAPH_TIMES=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 2>&1 |
     tee "$OUT/graph-times.txt" | grep -E "^# tg|graph of|host per"
@@ -227,7 +235,7 @@ if [ "$what" = host ]; then
   # flush, the wait, the read-back and everything between a read-back and the next flush
   # (JITLLM_CUDA_GRAPH_TIMES), by default and under each setting of $AB, 1B then 3B.
   for m in 1b 3b; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     for cfg in JITLLM_DEFAULT=1 $AB; do
       env JITLLM_CUDA_GRAPH_TIMES=1 "$cfg" timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -r 3 \
         2>&1 | tee -a "$OUT/host-$m.txt" | grep -E "^# tg|graph of|host per" | sed "s/^/$m $cfg /"
@@ -239,10 +247,9 @@ fi
 if [ "$what" = verify ]; then
   # A short check of one change: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on each of
   # $MODELS (default 1b) by default and under each setting of $AB.
-  $B/bin/cuda_tests --gtest_filter="${FILTER:-*}" 2>&1 | tee "$OUT/cuda_tests.log" |
-    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -30
+  cudaTests "${FILTER:-*}" 30
   for m in ${MODELS:-1b}; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     benchEach $m bench-verify.txt "${ARGS:--p 0 -n 128}" JITLLM_DEFAULT=1 $AB
   done
   echo "total: $(( $(date +%s) - start )) s"
@@ -250,7 +257,7 @@ if [ "$what" = verify ]; then
 fi
 if [ "$what" = quick ]; then
   # The 1B's pp512 + tg128 and where its prefill's time goes, nothing else (a few minutes of device time).
-  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  makeLlama 1b
   benchEach 1b bench-quick.txt "-p 512 -n 128" JITLLM_DEFAULT=1
   JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 0 -r 2 2>&1 |
     tee "$OUT/profile-prefill-1b.txt" | grep -E "calls" | sort -k4 -n -r | head -14
@@ -264,12 +271,12 @@ if [ "$what" = final ]; then
   # llama.cpp and jitllm side by side on the same files (a second round and context depth 4096
   # while the call's time allows). Needs .devshared and .peer carried.
   buildLlamaCppInBackground
-  $B/bin/cuda_tests 2>&1 | tee "$OUT/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -40
+  cudaTests '*' 40
   echo "tests: $(( $(date +%s) - start )) s"
   sanitize racecheck "${RACE_FILTER:-*Attention*:*TensorCore*}" racecheck.log 90
   sanitize memcheck "${MEMCHECK_FILTER:-*Attention*:*TensorCore*:*Gather*:*BlocksMove*}" memcheck.log 90
   for m in 1b 3b; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     mapfile -t settings < <(tuneSettings)
     benchEach $m bench-tune.txt "-p 0 -n 128" "${settings[@]}"
   done
@@ -307,7 +314,7 @@ if [ "$what" = prefill ]; then
   for tool in memcheck racecheck synccheck; do sanitize $tool "${SANITIZE:-*TensorCore*}" $tool.log; done
   echo "tests: $(( $(date +%s) - start )) s"
   for m in 1b 3b; do
-    $B/bin/jitllm-mkmodel llama-3.2-$m q4_k_m /tmp/$m.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama $m
     benchEach $m bench-prefill.txt "-p 512 -n 128" JITLLM_CUDA_MMA=1 ${AB:+JITLLM_CUDA_MMA=0 JITLLM_CUDA_MMA=1}
     mapfile -t settings < <(DECODE_ROWS= tuneSettings)
     benchEach $m bench-tune.txt "-p 512 -n 128" "${settings[@]}"
@@ -330,7 +337,7 @@ if [ "$what" = prefill ]; then
 fi
 if [ "$what" = tune ]; then
   # The integer kernels' rows per warp ("decode prefill" pairs in $TUNE), then a profile.
-  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  makeLlama 1b
   for cfg in ${TUNE:-"0,0"}; do
     echo "== decode rows ${cfg%,*}, prefill rows ${cfg#*,} (0: default)"
     JITLLM_CUDA_INT_DECODE_ROWS=${cfg%,*} JITLLM_CUDA_INT_PREFILL_ROWS=${cfg#*,} \
@@ -349,7 +356,7 @@ fi
 if [ "$what" = ncu ]; then
   # Hardware counters of the decode matrix products (one layer's seven and the output head).
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  makeLlama 1b
   secs="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis"
   JITLLM_CUDA_GRAPHS=0 timeout 300 $NCU --clock-control none -k regex:matmul_int --launch-skip ${NCU_SKIP:-80} \
@@ -392,12 +399,12 @@ if [ "$what" != bench ]; then
   fi
 fi
 if [ "$what" != tests ]; then
-  $B/bin/jitllm-mkmodel llama-3.2-1b q4_k_m /tmp/1b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+  makeLlama 1b
   $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | tee "$OUT/bench-1b.txt"
   JITLLM_CUDA_PROFILE=1 $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 512 -n 32 -r 1 > "$OUT/profile-1b.txt" 2>&1
   grep -A40 "kernel time by op" "$OUT/profile-1b.txt" | sort -t'%' -k1 | tail -25
   if [ "$what" = all3b ]; then
-    $B/bin/jitllm-mkmodel llama-3.2-3b q4_k_m /tmp/3b.gguf --shared "$SHARED" > /dev/null 2>&1 || echo "mkmodel failed"
+    makeLlama 3b
     $B/bin/jitllm-bench /tmp/3b.gguf --device cuda:0 -p 512 -n 128 -r 3 2>&1 | tee "$OUT/bench-3b.txt"
   fi
 fi
