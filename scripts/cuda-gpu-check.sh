@@ -12,6 +12,7 @@
 # ab: all CUDA and migration tests, racecheck + memcheck of attention and the integer products,
 # (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
 # quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
+# depth: tests ($FILTER), memcheck, then tg128 from an empty context and after 4096 tokens beside llama.cpp, $AB.
 # verify: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on $MODELS by default and under each of $AB.
 # host: a decode step's GPU time (its graph) against the host's parts of it, 1B and 3B, under each of $AB.
 # costs: [tests matching $FILTER], the GPU time of a decode step's graph (the 1B, or MODEL=3b) against its
@@ -301,6 +302,33 @@ if [ "$what" = final ]; then
     timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -d 4096 -r 3 2>&1 |
       tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# tg" | sed "s/^/$m jitllm: /"
   done
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = depth ]; then
+  # Decode from an empty context and after 4096 tokens, side by side with llama.cpp (built in the
+  # background meanwhile from the carried .peer bundle), after the CUDA tests matching $FILTER and
+  # a memcheck of $MEMCHECK_FILTER; a failed test stops the call there. Then jitllm under each
+  # setting of $AB, from an empty context. Needs .devshared and .peer carried.
+  buildLlamaCppInBackground
+  if cudaTests "${FILTER:-*Attention*:CudaDevices.*}" 30 | tee /dev/stderr | grep -q "FAILED"; then
+    kill $peer 2>/dev/null
+    exit 1
+  fi
+  sanitize memcheck "${MEMCHECK_FILTER:-*AttentionOver*}" memcheck.log 120
+  for m in 1b 3b; do makeLlama $m; done
+  wait $peer
+  tail -1 "$OUT/peer-setup.log"
+  echo "llama.cpp built: $(( $(date +%s) - start )) s"
+  for m in 1b 3b; do
+    timeout 100 /tmp/peer/bin/llama-bench -m /tmp/$m.gguf -ngl 99 -fa 1 -p 0 -n 128 -d 0,4096 -r 3 2>&1 |
+      tee -a "$OUT/llama-bench-$m.txt" | grep -E "tg128" | sed "s/^/$m llama.cpp: /"
+    for d in 0 4096; do
+      timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -d $d -r 3 2>&1 |
+        tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# tg" | sed "s/^/$m jitllm: /"
+    done
+  done
+  for m in 1b 3b; do [ -n "${AB:-}" ] && benchEach $m bench-ab.txt "-p 0 -n 128" JITLLM_DEFAULT=1 $AB; done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

@@ -44,9 +44,8 @@ JL_DEV float kvLoad(const KvElement* p) { return __ldg(p); }
 // starts 16-byte aligned: pages are, and rows are whole heads apart); else 0 (one by one).
 constexpr int kPieceElems = (kHd * int(sizeof(KvElement))) % 16 == 0 ? 16 / int(sizeof(KvElement)) : 0;
 constexpr int kPieces = kPieceElems > 0 ? kHd / kPieceElems : 0;
-// The piece at p (16-byte aligned) as floats, converted as kvLoad converts one.
-JL_DEV void kvLoadPiece(const KvElement* p, float (&out)[kPieceElems > 0 ? kPieceElems : 1]) {
-  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+// A 16-byte piece of a row as floats, converted as kvLoad converts one element.
+JL_DEV void kvPieceToFloats(uint4 v, float (&out)[kPieceElems > 0 ? kPieceElems : 1]) {
   const u32 w[4] = {v.x, v.y, v.z, v.w};
 #if JL_KV_F16
 #pragma unroll
@@ -57,18 +56,79 @@ JL_DEV void kvLoadPiece(const KvElement* p, float (&out)[kPieceElems > 0 ? kPiec
 #endif
 }
 
+typedef float KTile[kTile][kHd + 4];  // +4: see attendChunks
+typedef float VTile[kTile][kHd];
+
+// A tile of K and V rows into shared memory, 16 bytes of a K row and of its V row per load (a
+// position's page is looked up once per piece, not per element), as floats. A thread's pieces go
+// in rounds of kLoadRound whose loads are all issued before any is stored: one trip to memory per
+// round instead of one per piece (a decode block is a short chain of such trips, at 6 blocks a
+// multiprocessor; a round's registers are what keeps it there). Rows not in whole 16-byte pieces
+// are loaded element by element.
+constexpr int kLoadRound = 4;  // pieces of K and of V a thread has in flight at once
+JL_DEV void loadTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int kh, int base, int count) {
+  if constexpr (kPieceElems > 0) {
+    const int pieces = count * kPieces;
+#pragma unroll 1
+    for (int first = threadIdx.x; first < pieces; first += kLoadRound * kThreads) {
+      uint4 k[kLoadRound], v[kLoadRound];
+#pragma unroll
+      for (int r = 0; r < kLoadRound; r++) {
+        const int i = first + r * kThreads, pos = base + i / kPieces;
+        if (i < pieces) {
+          const KvElement* row = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]) +
+                                 i64(pos % kPageTokens) * tokenElems + kh * kHd + (i % kPieces) * kPieceElems;
+          k[r] = __ldg(reinterpret_cast<const uint4*>(row));
+          v[r] = __ldg(reinterpret_cast<const uint4*>(row + i64(kPageTokens) * tokenElems));
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kLoadRound; r++) {
+        const int i = first + r * kThreads;
+        if (i < pieces) {
+          const int j = i / kPieces, d = (i % kPieces) * kPieceElems;
+          float kf[kPieceElems], vf[kPieceElems];
+          kvPieceToFloats(k[r], kf);
+          kvPieceToFloats(v[r], vf);
+#pragma unroll
+          for (int e = 0; e < kPieceElems; e += 4) {
+            *reinterpret_cast<float4*>(&ks[j][d + e]) = make_float4(kf[e], kf[e + 1], kf[e + 2], kf[e + 3]);
+            *reinterpret_cast<float4*>(&vs[j][d + e]) = make_float4(vf[e], vf[e + 1], vf[e + 2], vf[e + 3]);
+          }
+        }
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < count * kHd; i += kThreads) {
+      const int j = i / kHd, d = i % kHd, pos = base + j;
+      const KvElement* row =
+          reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]) + i64(pos % kPageTokens) * tokenElems + kh * kHd;
+      ks[j][d] = kvLoad(row + d);
+      vs[j][d] = kvLoad(row + i64(kPageTokens) * tokenElems + d);
+    }
+  }
+}
+
 // Folds a chunk's softmax state (max m, sum l, unnormalised output o) into the running total
-// (the first chunk is taken as it is): one order of operations for every kernel here.
+// (the first chunk is taken as it is): one order of operations for every kernel here. In two
+// parts, so that a run of folds can take its exponentials off the chain (combineChunks): the
+// running maximum alone decides them.
+JL_DEV void foldFactors(float totMax, float m, float& now, float& a, float& b) {
+  now = fmaxf(totMax, m);
+  a = expf(__fsub_rn(totMax, now)), b = expf(__fsub_rn(m, now));
+}
+JL_DEV void foldScaled(float a, float b, float l, float o, float& totSum, float& totO) {
+  totSum = __fadd_rn(__fmul_rn(totSum, a), __fmul_rn(l, b));
+  totO = __fadd_rn(__fmul_rn(totO, a), __fmul_rn(o, b));
+}
 JL_DEV void fold(bool first, float m, float l, float o, float& totMax, float& totSum, float& totO) {
   if (first) {
     totMax = m, totSum = l, totO = o;
     return;
   }
-  const float now = fmaxf(totMax, m);
-  const float a = expf(__fsub_rn(totMax, now)), b = expf(__fsub_rn(m, now));
-  totSum = __fadd_rn(__fmul_rn(totSum, a), __fmul_rn(l, b));
-  totO = __fadd_rn(__fmul_rn(totO, a), __fmul_rn(o, b));
-  totMax = now;
+  float a, b;
+  foldFactors(totMax, m, totMax, a, b);
+  foldScaled(a, b, l, o, totSum, totO);
 }
 
 // Block `hb` of a token (hb = 0 .. heads / kGroup - 1) serves query heads hb kGroup .. + kGroup - 1,
@@ -93,8 +153,8 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
   __shared__ __align__(16) float qs[kGroup][kHd];
   // +4: rows stay 16-byte aligned for float4 reads, and the 8 rows a quarter-warp reads at once
   // start 4 banks apart, so they hit different banks.
-  __shared__ __align__(16) float ks[kTile][kHd + 4];
-  __shared__ __align__(16) float vs[kTile][kHd];
+  __shared__ __align__(16) KTile ks;
+  __shared__ __align__(16) VTile vs;
   __shared__ float ps[kGroup][kTile];
   __shared__ float runMax[kGroup], runSum[kGroup], rescale[kGroup];
 
@@ -118,31 +178,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
     for (int base = c * kChunk; base < end; base += kTile) {
       const int count = min(kTile, end - base);
       __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
-      if constexpr (kPieceElems > 0) {
-        // 16 bytes of a K row and of its V row per load: a position's page is looked up once per
-        // piece instead of once per element (the loads were most of a prefill block's time).
-        for (int i = tid; i < count * kPieces; i += kThreads) {
-          const int j = i / kPieces, d = (i % kPieces) * kPieceElems, pos = base + j;
-          const KvElement* page = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]);
-          const int slot = pos % kPageTokens;
-          float k[kPieceElems], v[kPieceElems];
-          kvLoadPiece(page + i64(slot) * tokenElems + kh * kHd + d, k);
-          kvLoadPiece(page + i64(kPageTokens + slot) * tokenElems + kh * kHd + d, v);
-#pragma unroll
-          for (int e = 0; e < kPieceElems; e += 4) {
-            *reinterpret_cast<float4*>(&ks[j][d + e]) = make_float4(k[e], k[e + 1], k[e + 2], k[e + 3]);
-            *reinterpret_cast<float4*>(&vs[j][d + e]) = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
-          }
-        }
-      } else {
-        for (int i = tid; i < count * kHd; i += kThreads) {
-          const int j = i / kHd, d = i % kHd, pos = base + j;
-          const KvElement* page = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]);
-          const int slot = pos % kPageTokens;
-          ks[j][d] = kvLoad(page + i64(slot) * tokenElems + kh * kHd + d);
-          vs[j][d] = kvLoad(page + i64(kPageTokens + slot) * tokenElems + kh * kHd + d);
-        }
-      }
+      loadTile(ks, vs, pages, tokenElems, kh, base, count);
       __syncthreads();
       {  // scores (g, j) for g = tid / kTile + m kScoreRows: each K element read once for all of them
         const int j = tid % kTile, g0 = tid / kTile;
@@ -198,6 +234,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
           const int idx = tid + i * kThreads;
           if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) o[i] = __fmul_rn(o[i], rescale[idx / kHd]);
         }
+#pragma unroll 8  // the loads of several positions in flight; each o[i] still adds them in order
         for (int j = 0; j < count; j++) {
           const float v = vs[j][d];
 #pragma unroll
@@ -249,12 +286,13 @@ extern "C" __global__ void __launch_bounds__(128)
 
 // Folds token t's chunk states at `base` (chunk c at base + c * kPartialFloats) in order, as
 // attention() does, and writes the output. The states were written by other blocks of this
-// kernel: read through L2 (__ldcg), never from a stale L1 line. The loads of kFoldBatch chunks
-// are issued before any of them is folded: folding each as it arrived made the fold a chain of
-// one L2 round trip per chunk - the suspected cause of decode after 4096 positions (64 chunks)
-// costing ~28 us a layer more on the 1B and the 3B alike (docs/cuda.md; not yet measured with
-// this change). The folds themselves stay in chunk order, so the bits do not move.
-constexpr int kFoldBatch = 16;
+// kernel: read through L2 (__ldcg), never from a stale L1 line. kFoldBatch chunks at a time: their
+// loads are all issued first, then the running maximum goes through them (one fmaxf each), then
+// their exponentials - independent of each other once the maxima are known - and last the sums,
+// a chain of a multiply and an add per chunk. Folding chunk by chunk put two exponentials and a
+// round trip to L2 on the chain for each of a long context's chunks. The operations and their
+// operands are fold()'s, so are the bits.
+constexpr int kFoldBatch = 8;
 JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int hb, int chunks, u8* xq, u64 xqStride) {
   const int tid = threadIdx.x;
 #pragma unroll
@@ -264,7 +302,7 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
       const int g = idx / kHd;
       float totMax = 0, totSum = 0, totO = 0;
       for (int c0 = 0; c0 < chunks; c0 += kFoldBatch) {
-        float m[kFoldBatch], l[kFoldBatch], o[kFoldBatch];
+        float m[kFoldBatch], l[kFoldBatch], o[kFoldBatch], now[kFoldBatch], a[kFoldBatch], b[kFoldBatch];
 #pragma unroll
         for (int k = 0; k < kFoldBatch; k++) {
           if (c0 + k < chunks) {
@@ -275,9 +313,22 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
           }
         }
 #pragma unroll
-        for (int k = 0; k < kFoldBatch; k++) {
-          if (c0 + k < chunks) fold(c0 + k == 0, m[k], l[k], o[k], totMax, totSum, totO);
+        for (int k = 0; k < kFoldBatch; k++) {  // chunk 0's maximum is taken as it is
+          if (c0 + k < chunks) now[k] = c0 + k == 0 ? m[k] : fmaxf(k == 0 ? totMax : now[k - 1], m[k]);
         }
+#pragma unroll
+        for (int k = 0; k < kFoldBatch; k++) {  // the same maxima again, and the exponentials
+          if (c0 + k < chunks && c0 + k > 0) foldFactors(k == 0 ? totMax : now[k - 1], m[k], now[k], a[k], b[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < kFoldBatch; k++) {
+          if (c0 + k == 0) {
+            totSum = l[k], totO = o[k];
+          } else if (c0 + k < chunks) {
+            foldScaled(a[k], b[k], l[k], o[k], totSum, totO);
+          }
+        }
+        totMax = now[min(kFoldBatch, chunks - c0) - 1];
       }
       storeOutput(out, xq, xqStride, heads, t, hb, idx, __fmul_rn(totO, __frcp_rn(totSum)));
     }
