@@ -12,7 +12,8 @@
 # ab: all CUDA and migration tests, racecheck + memcheck of attention and the integer products,
 # (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
 # quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
-# depth: tests ($FILTER), memcheck, then tg128 from an empty context and after 4096 tokens beside llama.cpp, $AB.
+# depth: tests ($FILTER), memcheck, then tg128 from an empty context and after 4096 tokens beside llama.cpp
+# (jitllm with fp32 and fp16 KV pages), then $AB.
 # verify: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on $MODELS by default and under each of $AB.
 # host: a decode step's GPU time (its graph) against the host's parts of it, 1B and 3B, under each of $AB.
 # costs: [tests matching $FILTER], the GPU time of a decode step's graph (the 1B, or MODEL=3b) against its
@@ -323,9 +324,12 @@ if [ "$what" = depth ]; then
   for m in 1b 3b; do
     timeout 100 /tmp/peer/bin/llama-bench -m /tmp/$m.gguf -ngl 99 -fa 1 -p 0 -n 128 -d 0,4096 -r 3 2>&1 |
       tee -a "$OUT/llama-bench-$m.txt" | grep -E "tg128" | sed "s/^/$m llama.cpp: /"
+    # jitllm's default KV cache is fp32; llama.cpp's is fp16 (its pages hold half the bytes).
     for d in 0 4096; do
-      timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -d $d -r 3 2>&1 |
-        tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# tg" | sed "s/^/$m jitllm: /"
+      for kv in f32 f16; do
+        timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -d $d -r 3 --kv $kv 2>&1 |
+          tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# tg" | sed "s/^/$m jitllm kv $kv: /"
+      done
     done
   done
   for m in 1b 3b; do [ -n "${AB:-}" ] && benchEach $m bench-ab.txt "-p 0 -n 128" JITLLM_DEFAULT=1 $AB; done

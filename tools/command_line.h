@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,6 +31,16 @@ class CommandLine final {
   std::string value(std::string_view flag) {
     if (done()) throw UsageError(std::string(flag) + " needs a value");
     return take();
+  }
+  // The value after the flag just taken, which must be one of `allowed`.
+  std::string oneOf(std::string_view flag, std::initializer_list<std::string_view> allowed) {
+    const std::string v = value(flag);
+    std::string list;
+    for (std::string_view a : allowed) {
+      if (v == a) return v;
+      list += (list.empty() ? "" : " or ") + std::string(a);
+    }
+    throw UsageError(std::string(flag) + " takes " + list + ", not '" + v + "'");
   }
   template <typename T>
   T number(std::string_view flag) {

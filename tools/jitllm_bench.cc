@@ -19,7 +19,8 @@ using namespace jitllm;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-p N] [-n N] [-r REPS] [--device SPEC]
+constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-p N] [-n N] [-r REPS] [-d N]
+                    [--device SPEC] [--kv f32|f16] [--fit MODE]
   -t THREADS   CPU threads per CPU device (default: all cores)
   -p N         prompt tokens for the prefill test (default 128; 0 skips it)
   -n N         tokens for the decode test (default 64; 0 skips it)
@@ -27,6 +28,7 @@ constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-
   -d N         context already in the session before each test, untimed (default 0), as
                llama-bench's -d: decode speed at depth N (attention over N + i positions)
   --device S   devices, e.g. cpu:0 (default), cpu:0,cpu:1, vulkan:0 or cpu:0,vulkan:0
+  --kv f32|f16 KV cache precision (default f32, as jitllm-run; llama.cpp's default is f16)
   --fit MODE   a model larger than the first device (e.g. --device cuda:0@2G,cpu:0): the blocks
                that do not fit are `stream`ed through its memory each step, or run on the `cpu`
                (the last device); the head stays on the first device, the embedding goes to
@@ -100,6 +102,7 @@ int run(int argc, char** argv) {
   int64_t nPrompt = 128, nGen = 64, depth = 0;
   int reps = 5;
   std::string fit;
+  KvPrecision kvPrecision = KvPrecision::kF32;
   runtime::DeviceSpecOptions deviceOptions;
   while (!cl.done()) {
     const std::string a = cl.take();
@@ -116,7 +119,9 @@ int run(int argc, char** argv) {
     else if (a == "--device")
       deviceSpec = cl.value(a);
     else if (a == "--fit")
-      fit = cl.value(a);
+      fit = cl.oneOf(a, {"stream", "cpu"});
+    else if (a == "--kv")
+      kvPrecision = cl.oneOf(a, {"f32", "f16"}) == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -131,10 +136,10 @@ int run(int argc, char** argv) {
   if (nPrompt < 0 || nGen < 0 || depth < 0 || reps < 1) {
     throw tools::UsageError("-p, -n and -d must be >= 0, -r >= 1");
   }
-  if (!fit.empty() && fit != "stream" && fit != "cpu") throw tools::UsageError("--fit takes stream or cpu");
 
   auto devices = runtime::createDevices(deviceSpec, deviceOptions);
   runtime::ModelLoadOptions options;
+  options.kvPrecision = kvPrecision;
   for (auto& d : devices) options.devices.push_back(d.get());
   if (!fit.empty()) {
     options.placer = [&](const std::vector<size_t>& weights, size_t kvPerToken, int64_t, size_t) {
@@ -159,9 +164,10 @@ int run(int argc, char** argv) {
                 devices[0]->info().id.c_str(), streamedBlocks, elsewhere, devices.back()->info().id.c_str());
   }
   const auto& c = model->config();
-  std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d\n", modelPath.c_str(),
-              runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding, (long long)c.vocabSize,
-              deviceSpec.c_str(), devices.front()->info().threads);
+  std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d, kv %s\n",
+              modelPath.c_str(), runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding,
+              (long long)c.vocabSize, deviceSpec.c_str(), devices.front()->info().threads,
+              kvPrecision == KvPrecision::kF16 ? "f16" : "f32");
   for (auto& d : devices) std::printf("device %s: %s\n", d->info().id.c_str(), d->info().name.c_str());
 
   using Clock = std::chrono::steady_clock;

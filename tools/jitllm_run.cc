@@ -66,11 +66,9 @@ int run(int argc, char** argv) {
       deviceSpec = cl.value(a);
     else if (a == "--ctx")
       ctx = cl.number<int64_t>(a);
-    else if (a == "--kv") {
-      const std::string v = cl.value(a);
-      if (v != "f32" && v != "f16") throw tools::UsageError("--kv takes f32 or f16, not '" + v + "'");
-      kvPrecision = v == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
-    } else if (a == "--temp")
+    else if (a == "--kv")
+      kvPrecision = cl.oneOf(a, {"f32", "f16"}) == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
+    else if (a == "--temp")
       sampling.temperature = cl.number<float>(a);
     else if (a == "--top-k")
       sampling.topK = cl.number<int32_t>(a);

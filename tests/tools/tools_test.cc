@@ -101,6 +101,21 @@ TEST(JitllmBench, EndsWithOneLinePerTestNamedFromItsSizes) {
   EXPECT_EQ(lines[lines.size() - 2].rfind("pp32 ", 0), 0u) << r.out;
   EXPECT_EQ(lines.back().rfind("tg8 ", 0), 0u) << r.out;
   EXPECT_GT(std::stod(lines.back().substr(4)), 0.0);
+  EXPECT_NE(r.out.find(", kv f32\n"), std::string::npos) << r.out;
+}
+
+TEST(JitllmBench, TakesTheKvPrecisionAndRejectsOthersByName) {
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  auto f16 = run(bin("jitllm-bench") + " " + stories() + " -t 1 -p 8 -n 4 -r 1 -d 16 --kv f16");
+  ASSERT_EQ(f16.status, 0) << f16.out;
+  EXPECT_NE(f16.out.find(", kv f16\n"), std::string::npos) << f16.out;
+  EXPECT_NE(f16.out.find("tg4 @ d16 "), std::string::npos) << f16.out;
+  auto bad = run(bin("jitllm-bench") + " " + stories() + " --kv q8");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--kv takes f32 or f16, not 'q8'"), std::string::npos) << bad.out;
+  auto badFit = run(bin("jitllm-bench") + " " + stories() + " --fit all");
+  EXPECT_EQ(badFit.status, 2) << badFit.out;
+  EXPECT_NE(badFit.out.find("--fit takes stream or cpu, not 'all'"), std::string::npos) << badFit.out;
 }
 
 TEST(JitllmMkmodel, TheSameSeedGivesTheSameBytesAndTheModelRuns) {
