@@ -23,6 +23,7 @@
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
+# ncu-lines: Nsight Compute's full set on one launch of $KERNEL (attention_split), stalls by source line.
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
 # cuda:0 capped at 2 GB with the blocks that do not fit streamed through it, or run on the CPU.
 set -o pipefail
@@ -312,7 +313,9 @@ if [ "$what" = depth ]; then
   # a memcheck of $MEMCHECK_FILTER; a failed test stops the call there. Then jitllm under each
   # setting of $AB, from an empty context. Needs .devshared and .peer carried.
   buildLlamaCppInBackground
-  if cudaTests "${FILTER:-*Attention*:CudaDevices.*}" 30 | tee /dev/stderr | grep -q "FAILED"; then
+  tests=$(cudaTests "${FILTER:-*Attention*:CudaDevices.*}" 30)
+  echo "$tests"
+  if grep -q "FAILED" <<< "$tests"; then
     kill $peer 2>/dev/null
     exit 1
   fi
@@ -397,6 +400,28 @@ if [ "$what" = ncu ]; then
     $B/bin/jitllm-bench /tmp/1b.gguf --device cuda:0 -p 0 -n 4 -r 1 > "$OUT/ncu-head.txt" 2>&1
   grep -E "matmul|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Grid Size|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc A" \
     "$OUT/ncu-layer.txt" "$OUT/ncu-head.txt" | sed 's/  */ /g' | head -230
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = ncu-lines ]; then
+  # Where one kernel's warps stall, line by line: Nsight Compute's full set (PC sampling included)
+  # on one launch of $KERNEL (a regex; attention_split unless set) in jitllm-bench $ARGS on $MODEL
+  # (1b), the kernels compiled with line info and their sources written out
+  # (JITLLM_CUDA_SOURCE_DIR; an empty kernel cache, so every module is compiled and written). The
+  # report, its details and its per-line table (CSV) go to $OUT.
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  m=${MODEL:-1b}
+  makeLlama $m
+  export JITLLM_CACHE_DIR=/tmp/jitllm-cache-lines JITLLM_CUDA_SOURCE_DIR=/tmp/jitllm-sources
+  rm -rf "$JITLLM_CACHE_DIR" "$JITLLM_CUDA_SOURCE_DIR"
+  JITLLM_CUDA_GRAPHS=0 timeout 300 "$NCU" --set full --import-source yes --clock-control none \
+    -k regex:"${KERNEL:-attention_split}" --launch-skip "${NCU_SKIP:-40}" --launch-count 1 -o "$OUT/lines" \
+    $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 ${ARGS:--p 0 -n 4 -d 4096} -r 1 > "$OUT/ncu-lines.log" 2>&1
+  "$NCU" --import "$OUT/lines.ncu-rep" --page details > "$OUT/lines-details.txt" 2>&1
+  "$NCU" --import "$OUT/lines.ncu-rep" --page source --csv --print-source cuda > "$OUT/lines-source.csv" 2>&1
+  grep -E "Duration|Registers Per|Achieved Occupancy|No Eligible|Warp Cycles Per Issued" "$OUT/lines-details.txt" |
+    sed 's/  */ /g'
+  head -2 "$OUT/lines-source.csv" | cut -c1-400
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

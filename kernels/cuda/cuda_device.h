@@ -444,8 +444,8 @@ class CudaDevice final : public Device {
   // A decode step's first part is submitted at this many launches (submitEarly);
   // JITLLM_CUDA_EARLY_SUBMIT=N sets it, 0 submits a step whole.
   // Then each part is at least kEarlySubmitGrowth times the one before (JITLLM_CUDA_EARLY_GROWTH;
-  // 1: parts of 32 throughout. Growing x3 - parts of 32, 96, then the rest - measured +2-3.5 %
-  // tg128 on the 1B and 3B shapes against that over three calls, docs/cuda.md).
+  // 1: parts of 32 throughout. Growing x3 - parts of 32, 96, then the rest - measured +0.6-3.5 %
+  // tg128 on the 1B and 3B shapes against that, in five A/Bs over three calls, docs/cuda.md).
   static constexpr size_t kEarlySubmitCommands = 32, kEarlySubmitGrowth = 3;
   size_t earlySubmitCommands_ = kEarlySubmitCommands, earlySubmitGrowth_ = kEarlySubmitGrowth;
   size_t nextPartCommands_ = kEarlySubmitCommands;  // this step's next part (executor thread)

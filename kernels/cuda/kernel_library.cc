@@ -177,6 +177,11 @@ std::vector<int> nvrtcArchitectures() {
   return archs;
 }
 
+std::string profilingSourceDir() {
+  const char* dir = std::getenv("JITLLM_CUDA_SOURCE_DIR");
+  return dir ? dir : "";
+}
+
 std::vector<std::string> compileOptions(int arch) {
   const auto archs = nvrtcArchitectures();
   std::string target;
@@ -192,7 +197,9 @@ std::vector<std::string> compileOptions(int arch) {
   }
   // fmad off: a*b+c rounds twice, as on the CPU; the kernels ask for fused multiply-adds with
   // fmaf() where they want them. No fast math: expf, division and sqrt stay IEEE.
-  return {target, "--std=c++17", "--fmad=false"};
+  std::vector<std::string> options = {target, "--std=c++17", "--fmad=false"};
+  if (!profilingSourceDir().empty()) options.push_back("--generate-line-info");
+  return options;
 }
 
 CompiledModule compileModule(const ModuleSpec& spec, int arch) {
@@ -200,8 +207,20 @@ CompiledModule compileModule(const ModuleSpec& spec, int arch) {
   const std::vector<std::string> options = compileOptions(arch);
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());
+  // Profiling runs: the source the line info points at, as a file named after its contents.
+  std::string name = spec.file;
+  if (const std::string dir = profilingSourceDir(); !dir.empty()) {
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a64(source, kSeedA)));
+    name = dir + "/" + std::filesystem::path(spec.file).stem().string() + "-" + hash + ".cu";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream out(name, std::ios::binary | std::ios::trunc);
+    out << source;
+    JITLLM_REQUIRE(out.good() && !ec, "JITLLM_CUDA_SOURCE_DIR: cannot write ", name);
+  }
   nvrtcProgram prog = nullptr;
-  checkNvrtc(nvrtcCreateProgram(&prog, source.c_str(), spec.file.c_str(), 0, nullptr, nullptr), "create program");
+  checkNvrtc(nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr), "create program");
   struct Destroy {
     nvrtcProgram* p;
     ~Destroy() { nvrtcDestroyProgram(p); }

@@ -80,9 +80,15 @@ struct CompiledModule {
 // NVRTC's version as 1000 * major + 10 * minor, and the sm_XX numbers it can emit code for.
 int nvrtcVersionNumber();
 std::vector<int> nvrtcArchitectures();
+// NVRTC's options for sm_<arch> (the disk cache's key includes them). With JITLLM_CUDA_SOURCE_DIR
+// set (profiling runs), line info too.
 std::vector<std::string> compileOptions(int arch);
 // Compiles for sm_<arch> (e.g. 90), or for the newest virtual architecture below it as PTX when
 // this NVRTC cannot emit code for that GPU. Throws Error(FAILED) with NVRTC's log on failure.
+// With JITLLM_CUDA_SOURCE_DIR=DIR the module's whole source is first written to DIR (named
+// after its file and a hash of the source) and the line info names that file, so Nsight Compute
+// can put its stall samples against source lines. Modules found in the disk cache are not
+// compiled, so not written: profile with an empty JITLLM_CACHE_DIR.
 CompiledModule compileModule(const ModuleSpec& spec, int arch);
 
 class KernelCache final {

@@ -70,6 +70,43 @@ TEST_P(CudaJitArchitectures, EveryKernelVariantCompilesToACubin) {
 INSTANTIATE_TEST_SUITE_P(Architectures, CudaJitArchitectures, ::testing::Values(75, 86, 89, 90),
                          [](const auto& info) { return "sm_" + std::to_string(info.param); });
 
+// Profiling runs (JITLLM_CUDA_SOURCE_DIR): line info in the cubin, naming a file that holds the
+// module's whole source; without the variable, neither (the options are part of the cache key,
+// so the two never share a cached binary).
+TEST(CudaJit, AProfilingSourceDirAddsLineInfoNamingTheModulesSource) {
+  const auto dir = std::filesystem::temp_directory_path() / ("jitllm-src-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const auto spec = cuda::elementwiseModule();
+  const auto plain = cuda::compileModule(spec, 90);
+  const auto hasLineOption = [] {
+    const auto o = cuda::compileOptions(90);
+    return std::find(o.begin(), o.end(), "--generate-line-info") != o.end();
+  };
+  EXPECT_FALSE(hasLineOption());
+  ASSERT_EQ(0, setenv("JITLLM_CUDA_SOURCE_DIR", dir.c_str(), 1));
+  EXPECT_TRUE(hasLineOption());
+  cuda::CompiledModule profiled;
+  try {
+    profiled = cuda::compileModule(spec, 90);
+  } catch (...) {
+    unsetenv("JITLLM_CUDA_SOURCE_DIR");
+    throw;
+  }
+  unsetenv("JITLLM_CUDA_SOURCE_DIR");
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].filename().string().rfind("elementwise-", 0), 0u) << files[0];
+  std::ifstream in(files[0], std::ios::binary);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(written, spec.source());
+  const std::string image(profiled.image.begin(), profiled.image.end()),
+      plainImage(plain.image.begin(), plain.image.end());
+  EXPECT_NE(image.find(files[0].filename().string()), std::string::npos) << "the line info does not name the file";
+  EXPECT_EQ(plainImage.find("elementwise-"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CudaJit, AnArchitectureNewerThanNvrtcKnowsFallsBackToPtx) {
   const auto archs = cuda::nvrtcArchitectures();
   ASSERT_FALSE(archs.empty());
