@@ -287,9 +287,9 @@ extern "C" __global__ void __launch_bounds__(128)
 // Folds token t's chunk states at `base` (chunk c at base + c * kPartialFloats) in order, as
 // attention() does, and writes the output. The states were written by other blocks of this
 // kernel: read through L2 (__ldcg), never from a stale L1 line. kFoldBatch chunks at a time: their
-// loads are all issued first, then the running maximum goes through them (one fmaxf each), then
-// their exponentials - independent of each other once the maxima are known - and last the sums,
-// a chain of a multiply and an add per chunk. Folding chunk by chunk put two exponentials and a
+// loads are all issued first, then each chunk's factors (foldFactors: the running maximum, one
+// fmaxf on from the last, and two exponentials that nothing later in the batch waits for), and
+// last the sums, a chain of a multiply and an add per chunk. Folding chunk by chunk put two exponentials and a
 // round trip to L2 on the chain for each of a long context's chunks. The operations and their
 // operands are fold()'s, so are the bits.
 constexpr int kFoldBatch = 8;
@@ -313,12 +313,12 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
           }
         }
 #pragma unroll
-        for (int k = 0; k < kFoldBatch; k++) {  // chunk 0's maximum is taken as it is
-          if (c0 + k < chunks) now[k] = c0 + k == 0 ? m[k] : fmaxf(k == 0 ? totMax : now[k - 1], m[k]);
-        }
-#pragma unroll
-        for (int k = 0; k < kFoldBatch; k++) {  // the same maxima again, and the exponentials
-          if (c0 + k < chunks && c0 + k > 0) foldFactors(k == 0 ? totMax : now[k - 1], m[k], now[k], a[k], b[k]);
+        for (int k = 0; k < kFoldBatch; k++) {  // only the maxima chain; a and b hang off it
+          if (c0 + k == 0) {
+            now[k] = m[k];  // chunk 0 is taken as it is
+          } else if (c0 + k < chunks) {
+            foldFactors(k == 0 ? totMax : now[k - 1], m[k], now[k], a[k], b[k]);
+          }
         }
 #pragma unroll
         for (int k = 0; k < kFoldBatch; k++) {
