@@ -24,6 +24,8 @@
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # ncu-lines: Nsight Compute's full set on one launch of $KERNEL (attention_split), stalls by source line.
+# phases: attention_split's blocks timed phase by phase (JL_ATTN_TIMING) after 4096 tokens, 1B and 3B:
+# medians in cycles, for the blocks that fold and the others.
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
 # cuda:0 capped at 2 GB with the blocks that do not fit streamed through it, or run on the CPU.
 set -o pipefail
@@ -422,6 +424,30 @@ if [ "$what" = ncu-lines ]; then
   grep -E "Duration|Registers Per|Achieved Occupancy|No Eligible|Warp Cycles Per Issued" "$OUT/lines-details.txt" |
     sed 's/  */ /g'
   head -2 "$OUT/lines-source.csv" | cut -c1-400
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = phases ]; then
+  # Decode attention's blocks, phase by phase (attention.cuh: JL_ATTN_TIMING prints each sampled
+  # block's intervals in cycles); the medians per model, folding blocks apart from the others.
+  for m in ${MODELS:-1b 3b}; do
+    makeLlama $m
+    JITLLM_CUDA_GRAPHS=0 JITLLM_CUDA_DEFINES=JL_ATTN_TIMING=1${DEFINES:+,$DEFINES} timeout 100 \
+      $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 2 -d ${DEPTH:-4096} -r 1 > "$OUT/phases-$m.txt" 2>&1
+    python3 - "$OUT/phases-$m.txt" "$m" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.startswith("ATT ")]
+for folds in ("0", "1"):
+    group = [r for r in rows if r[4] == folds]
+    if not group:
+        continue
+    names = [r[i] for r in group[:1] for i in range(9, len(r), 2)]
+    medians = {n: statistics.median(int(r[r.index(n) + 1]) for r in group) for n in names}
+    ns = statistics.median((int(r[8]) - int(r[6])) % 2**32 for r in group)
+    print(sys.argv[2], "folding" if folds == "1" else "other", len(group), "blocks; cycles:",
+          " ".join(f"{n} {v:.0f}" for n, v in medians.items()), f"; block {ns:.0f} ns")
+PY
+  done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

@@ -7,9 +7,11 @@
 // blocks share the work (each block reads its KV head's rows, mostly from L2). A head's arithmetic
 // is the same either way (nothing in it depends on the other heads of the block), so are its bits.
 // Positions go in tiles of kTile through shared memory with an online softmax (running max and
-// sum, rescaled per tile). Every sum has a fixed order: dot products run over the head dim in
-// order, tile sums are warp butterflies, and each output element accumulates its tile's
-// positions in order - the result never depends on timing.
+// sum, rescaled per tile). Every sum has a fixed order: a dot product is four running sums over
+// the head dim's columns 4i + r, added (0 + 1) + (2 + 3); tile sums are warp butterflies; each
+// output element's tile is four running sums over the positions 4i + r, added likewise and then to
+// the rescaled output - the result never depends on timing. (Four chains rather than one: a
+// decode block is a chain of dependent steps, and these were its longest arithmetic ones.)
 //
 // Positions are also cut into chunks of kChunk: each chunk's softmax state starts afresh, and
 // the chunks' states are folded together in order (fold()). That fixed structure lets decode -
@@ -22,6 +24,16 @@
 // positions 0..positions[t].
 
 constexpr int kHd = JL_HD, kGroup = JL_GROUP, kPageTokens = JL_PAGE_TOKENS;
+// JL_ATTN_TIMING=1 (profiling only, through JITLLM_CUDA_DEFINES; docs/cuda.md): attention_split's
+// thread 0 stamps the multiprocessor's clock at each phase of its block, and the folding blocks and
+// every 97th other block print the intervals (cycles) with printf.
+#if JL_ATTN_TIMING
+__shared__ long long jlStamps[9];  // [0] unused: the first stamp is taken after the wait
+#define JL_STAMP(i) \
+  if (threadIdx.x == 0) jlStamps[i] = clock64()
+#else
+#define JL_STAMP(i)
+#endif
 constexpr int kTile = 4096 / JL_HD > 64 ? 64 : 4096 / JL_HD;  // K and V tiles take 32 KiB together
 constexpr int kThreads = 128;
 constexpr int kOwned = (kGroup * kHd + kThreads - 1) / kThreads;  // output elements per thread
@@ -168,6 +180,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
   float o[kOwned], totO[kOwned], totMax[kOwned], totSum[kOwned];
   for (int c = c0; c < c1; c++) {
     __syncthreads();  // the previous chunk's state is read (and qs is written, first time)
+    JL_STAMP(2);
     if (tid < kGroup) {
       runMax[tid] = -__int_as_float(0x7f800000);
       runSum[tid] = 0.0f;
@@ -180,23 +193,31 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
       __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
       loadTile(ks, vs, pages, tokenElems, kh, base, count);
       __syncthreads();
+      JL_STAMP(3);
       {  // scores (g, j) for g = tid / kTile + m kScoreRows: each K element read once for all of them
         const int j = tid % kTile, g0 = tid / kTile;
         if (j < count) {
-          float s[kScoresPerThread] = {};
+          // Four sums per score, over the columns d = 4i + r (r = 0..3), then added as (0 + 1) + (2 + 3):
+          // four independent chains of kHd / 4 steps instead of one of kHd.
+          float s4[kScoresPerThread][4] = {};
 #pragma unroll 4
-          for (int d = 0; d < kHd; d += 4) {  // four at a time, still in order
+          for (int d = 0; d < kHd; d += 4) {
             const float4 k = *reinterpret_cast<const float4*>(&ks[j][d]);
 #pragma unroll
             for (int m = 0; m < kScoresPerThread; m++) {
               if (g0 + m * kScoreRows < kGroup) {
                 const float4 q = *reinterpret_cast<const float4*>(&qs[g0 + m * kScoreRows][d]);
-                s[m] = fmaf(q.x, k.x, s[m]);
-                s[m] = fmaf(q.y, k.y, s[m]);
-                s[m] = fmaf(q.z, k.z, s[m]);
-                s[m] = fmaf(q.w, k.w, s[m]);
+                s4[m][0] = fmaf(q.x, k.x, s4[m][0]);
+                s4[m][1] = fmaf(q.y, k.y, s4[m][1]);
+                s4[m][2] = fmaf(q.z, k.z, s4[m][2]);
+                s4[m][3] = fmaf(q.w, k.w, s4[m][3]);
               }
             }
+          }
+          float s[kScoresPerThread];
+#pragma unroll
+          for (int m = 0; m < kScoresPerThread; m++) {
+            s[m] = __fadd_rn(__fadd_rn(s4[m][0], s4[m][1]), __fadd_rn(s4[m][2], s4[m][3]));
           }
 #pragma unroll
           for (int m = 0; m < kScoresPerThread; m++) {
@@ -205,6 +226,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
         }
       }
       __syncthreads();
+      JL_STAMP(4);
       for (int g = warp; g < kGroup; g += kThreads / 32) {
         float m = -__int_as_float(0x7f800000);
         for (int j = lane; j < count; j += 32) m = fmaxf(m, ps[g][j]);
@@ -227,25 +249,40 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
         }
       }
       __syncthreads();
+      JL_STAMP(5);
       {  // this thread's output elements share their column d: each V element read once for all
         const int d = tid % kHd;
+        // Four sums per element, over the positions j = 4i + r, added as (0 + 1) + (2 + 3) and then
+        // to the rescaled running output: four independent chains instead of one.
+        float u[kOwned][4] = {};
+#pragma unroll 2
+        for (int j = 0; j < count; j += 4) {
+#pragma unroll
+          for (int r = 0; r < 4; r++) {
+            if (j + r < count) {
+              const float v = vs[j + r][d];
+#pragma unroll
+              for (int i = 0; i < kOwned; i++) {
+                const int idx = tid + i * kThreads;
+                if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+                  u[i][r] = fmaf(ps[idx / kHd][j + r], v, u[i][r]);
+                }
+              }
+            }
+          }
+        }
 #pragma unroll
         for (int i = 0; i < kOwned; i++) {
           const int idx = tid + i * kThreads;
-          if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) o[i] = __fmul_rn(o[i], rescale[idx / kHd]);
-        }
-#pragma unroll 8  // the loads of several positions in flight; each o[i] still adds them in order
-        for (int j = 0; j < count; j++) {
-          const float v = vs[j][d];
-#pragma unroll
-          for (int i = 0; i < kOwned; i++) {
-            const int idx = tid + i * kThreads;
-            if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) o[i] = fmaf(ps[idx / kHd][j], v, o[i]);
+          if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+            o[i] = __fadd_rn(__fmul_rn(o[i], rescale[idx / kHd]),
+                             __fadd_rn(__fadd_rn(u[i][0], u[i][1]), __fadd_rn(u[i][2], u[i][3])));
           }
         }
       }
     }
     __syncthreads();  // runMax / runSum final for this chunk
+    JL_STAMP(6);
 #pragma unroll
     for (int i = 0; i < kOwned; i++) {
       const int idx = tid + i * kThreads;
@@ -302,7 +339,7 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
       const int g = idx / kHd;
       float totMax = 0, totSum = 0, totO = 0;
       for (int c0 = 0; c0 < chunks; c0 += kFoldBatch) {
-        float m[kFoldBatch], l[kFoldBatch], o[kFoldBatch], now[kFoldBatch], a[kFoldBatch], b[kFoldBatch];
+        float m[kFoldBatch], l[kFoldBatch], o[kFoldBatch], now[kFoldBatch], a[kFoldBatch], b[kFoldBatch], last = 0;
 #pragma unroll
         for (int k = 0; k < kFoldBatch; k++) {
           if (c0 + k < chunks) {
@@ -319,6 +356,7 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
           } else if (c0 + k < chunks) {
             foldFactors(k == 0 ? totMax : now[k - 1], m[k], now[k], a[k], b[k]);
           }
+          if (c0 + k < chunks) last = now[k];
         }
 #pragma unroll
         for (int k = 0; k < kFoldBatch; k++) {
@@ -328,7 +366,7 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
             foldScaled(a[k], b[k], l[k], o[k], totSum, totO);
           }
         }
-        totMax = now[min(kFoldBatch, chunks - c0) - 1];
+        totMax = last;  // (not now[chunks - c0 - 1]: an index known only at run time puts now[] in local memory)
       }
       storeOutput(out, xq, xqStride, heads, t, hb, idx, __fmul_rn(totO, __frcp_rn(totSum)));
     }
@@ -347,6 +385,11 @@ extern "C" __global__ void __launch_bounds__(128)
                     float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxChunks,
                     u8* xq, u64 xqStride) {
   awaitPreviousKernel();
+#if JL_ATTN_TIMING
+  unsigned startNs;
+  asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(startNs));
+#endif
+  JL_STAMP(1);
   __shared__ bool folds;
   const int blocks = heads / kGroup;
   const int t = blockIdx.x, hb = blockIdx.y % blocks, c = blockIdx.y / blocks, n = positions[t] + 1;
@@ -363,7 +406,22 @@ extern "C" __global__ void __launch_bounds__(128)
     if (folds) *counter = 0;  // every other block of this (token, head) has counted
   }
   __syncthreads();
-  if (!folds) return;
-  __threadfence();
-  combineChunks(base, out, heads, t, hb, chunks, xq, xqStride);
+  JL_STAMP(7);
+  if (folds) {
+    __threadfence();
+    combineChunks(base, out, heads, t, hb, chunks, xq, xqStride);
+  }
+#if JL_ATTN_TIMING
+  JL_STAMP(8);
+  if (threadIdx.x == 0 && (folds || blockIdx.y % 97 == 0)) {
+    unsigned endNs;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(endNs));
+    const long long* st = jlStamps;
+    printf(
+        "ATT y %d folds %d start %u end %u setup %lld load %lld scores %lld softmax %lld out %lld "
+        "count %lld combine %lld\n",
+        int(blockIdx.y), int(folds), startNs, endNs, st[2] - st[1], st[3] - st[2], st[4] - st[3], st[5] - st[4],
+        st[6] - st[5], st[7] - st[6], st[8] - st[7]);
+  }
+#endif
 }
