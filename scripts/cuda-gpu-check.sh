@@ -421,6 +421,11 @@ if [ "$what" = ncu-lines ]; then
     $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 ${ARGS:--p 0 -n 4 -d 4096} -r 1 > "$OUT/ncu-lines.log" 2>&1
   "$NCU" --import "$OUT/lines.ncu-rep" --page details > "$OUT/lines-details.txt" 2>&1
   "$NCU" --import "$OUT/lines.ncu-rep" --page source --csv --print-source cuda > "$OUT/lines-source.csv" 2>&1
+  # (On 2026-12-02 the CUDA-source CSV came without metric columns; the SASS view has them per
+  # instruction, each with its source line when line info is there.)
+  "$NCU" --import "$OUT/lines.ncu-rep" --page source --csv --print-source sass > "$OUT/lines-sass.csv" 2>&1
+  "$NCU" --import "$OUT/lines.ncu-rep" --page raw --csv > "$OUT/lines-raw.csv" 2>&1
+  head -3 "$OUT/lines-sass.csv" | cut -c1-600
   grep -E "Duration|Registers Per|Achieved Occupancy|No Eligible|Warp Cycles Per Issued" "$OUT/lines-details.txt" |
     sed 's/  */ /g'
   head -2 "$OUT/lines-source.csv" | cut -c1-400
