@@ -24,6 +24,9 @@
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
 # ncu-lines: Nsight Compute's full set on one launch of $KERNEL (attention_split), stalls by source line.
+# ops: single ops timed alone (jitllm-opbench): decode attention of the 1B and 3B shapes over
+# $CONTEXTS (128,1024,4096) with fp32 and fp16 KV, and the 1B's decode products, by default and
+# under each $AB setting, alternating, twice - a kernel's A/B without a model step's noise.
 # phases: attention_split's blocks timed phase by phase (JL_ATTN_TIMING) after 4096 tokens, 1B and 3B:
 # medians in cycles, for the blocks that fold and the others.
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
@@ -40,7 +43,7 @@ start=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITLLM_FUZZ=OFF -DJITLLM_VULKAN=OFF \
   -DJITLLM_SHARED_DIR="$SHARED" -DCMAKE_CXX_FLAGS="-include cstdint" > "$OUT/build.log" 2>&1 &&
   cmake --build $B -j16 --target cuda_tests runtime_tests migration_tests jitllm-bench jitllm-mkmodel jitllm-run \
-    jitllm-migrate-bench >> "$OUT/build.log" 2>&1 ||
+    jitllm-migrate-bench jitllm-opbench >> "$OUT/build.log" 2>&1 ||
   { tail -60 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 # llama.cpp (CUDA, sm_90) from the carried .peer bundle into /tmp/peer, in the background; $peer
@@ -429,6 +432,30 @@ if [ "$what" = ncu-lines ]; then
   grep -E "Duration|Registers Per|Achieved Occupancy|No Eligible|Warp Cycles Per Issued" "$OUT/lines-details.txt" |
     sed 's/  */ /g'
   head -2 "$OUT/lines-source.csv" | cut -c1-400
+  echo "total: $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [ "$what" = ops ]; then
+  # jitllm-opbench OP ARGS on cuda:0 under the environment setting CFG, its result lines labelled.
+  opbench() {
+    local cfg=$1
+    shift
+    env "$cfg" timeout 120 $B/bin/jitllm-opbench "$@" --device cuda:0 -r ${REPS:-200} 2>&1 |
+      grep -E "^(attention|matmul) |error" | sed "s/^/$cfg /" | tee -a "$OUT/ops.txt"
+  }
+  # Each setting's runs alternate with the others', so a drift of the machine hits them alike.
+  for round in 1 2; do
+    for cfg in JITLLM_DEFAULT=1 $AB; do
+      for kv in f32 f16; do
+        opbench "$cfg" attention --heads 32 --kv-heads 8 --head-dim 64 --context ${CONTEXTS:-128,1024,4096} --kv $kv
+        opbench "$cfg" attention --heads 24 --kv-heads 8 --head-dim 128 --context ${CONTEXTS:-128,1024,4096} --kv $kv
+      done
+      for shape in "q4_K 8192 2048" "q4_K 2048 8192" "q6_K 2048 8192" "q4_K 2048 2048" "q6_K 128256 2048"; do
+        set -- $shape
+        opbench "$cfg" matmul --type $1 --rows $2 --cols $3
+      done
+    done
+  done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi

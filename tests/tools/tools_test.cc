@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
 
 namespace {
 
@@ -50,14 +52,16 @@ TEST(JitllmRun, PrintsThePeersLinesAndTheGoldenGreedyTokens) {
 TEST(JitllmRun, GivesTheSameTokensWithLayersSpreadOverTwoCpuDevices) {
   if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
   auto one = run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1");
-  auto two = run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1 --device cpu:0,cpu:1");
+  auto two =
+      run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1 --device cpu:0,cpu:1");
   ASSERT_EQ(two.status, 0) << two.out;
   EXPECT_EQ(line(one.out, "greedy_tokens: "), line(two.out, "greedy_tokens: "));
 }
 
 TEST(JitllmRun, SamplingWithASeedIsReproducibleAndSaysSo) {
   if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
-  const std::string cmd = bin("jitllm-run") + " " + stories() + " -p 'The dog' -n 20 --temp 0.9 --top-k 40 --top-p 0.95 --seed ";
+  const std::string cmd =
+      bin("jitllm-run") + " " + stories() + " -p 'The dog' -n 20 --temp 0.9 --top-k 40 --top-p 0.95 --seed ";
   auto a = run(cmd + "7"), b = run(cmd + "7"), c = run(cmd + "8");
   ASSERT_EQ(a.status, 0) << a.out;
   EXPECT_EQ(line(a.out, "sampled_tokens: "), line(b.out, "sampled_tokens: "));
@@ -116,6 +120,44 @@ TEST(JitllmBench, TakesTheKvPrecisionAndRejectsOthersByName) {
   auto badFit = run(bin("jitllm-bench") + " " + stories() + " --fit all");
   EXPECT_EQ(badFit.status, 2) << badFit.out;
   EXPECT_NE(badFit.out.find("--fit takes stream or cpu, not 'all'"), std::string::npos) << badFit.out;
+}
+
+// The number before " us a call" on the line that starts with `key`, or -1.
+double microsecondsOf(const std::string& out, const std::string& key) {
+  const std::string rest = line(out, key);
+  return rest.rfind("(missing", 0) == 0 ? -1.0 : std::stod(rest);
+}
+
+TEST(JitllmOpbench, TimesAttentionAtEachContextAndAProductOneLineEach) {
+  auto a =
+      run(bin("jitllm-opbench") + " attention --heads 4 --kv-heads 2 --head-dim 16 --context 8,40 --kv f16 -r 3 -t 1");
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_GT(microsecondsOf(a.out, "attention cpu:0 heads 4/2 dim 16 kv f16 tokens 1 context 8: "), 0.0) << a.out;
+  EXPECT_GT(microsecondsOf(a.out, "attention cpu:0 heads 4/2 dim 16 kv f16 tokens 1 context 40: "), 0.0) << a.out;
+  auto m = run(bin("jitllm-opbench") + " matmul --type q4_K --rows 64 --cols 512 --tokens 2 -r 3 -t 1");
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_GT(microsecondsOf(m.out, "matmul cpu:0 q4_K 64x512 tokens 2: "), 0.0) << m.out;
+  EXPECT_NE(m.out.find(" TB/s of weights (3 calls)\n"), std::string::npos) << m.out;
+}
+
+TEST(JitllmOpbench, RejectsWhatItCannotMeasureByName) {
+  const std::string tool = bin("jitllm-opbench");
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "which op?"},
+      {"softmax", "unknown op 'softmax'"},
+      {"attention --context 64,0", "--context: '0' is not a positive number"},
+      {"attention --heads 6 --kv-heads 4", "--heads must be a multiple of --kv-heads"},
+      {"attention --kv q8", "--kv takes f32 or f16, not 'q8'"},
+      {"attention --type q4_K", "unknown option '--type' for attention"},
+      {"matmul --type q9", "--type: unknown type 'q9'"},
+      {"matmul --cols 100", "--cols 100 is not a whole number of q4_K blocks"},
+      {"matmul -r 0", "-r must be positive"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto r = run(tool + " " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
 }
 
 TEST(JitllmMkmodel, TheSameSeedGivesTheSameBytesAndTheModelRuns) {
