@@ -164,6 +164,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
     }
   }
   // "NAME=VALUE,..." added to every kernel module's #defines (JL_UNROLL=4): tuning runs only.
+  tuningDefines_ = options.defines;
   if (const char* d = std::getenv("JITLLM_CUDA_DEFINES")) {
     for (const std::string& item : commaSeparated(d)) {
       const size_t eq = item.find('=');

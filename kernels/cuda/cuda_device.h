@@ -68,6 +68,9 @@ struct CudaDeviceOptions {
   // Decode queues handed to the GPU in parts while the host still queues the rest of the step
   // (CudaDevice::submitEarly); unset: on unless JITLLM_CUDA_EARLY_SUBMIT=0 (=N: parts of N launches).
   std::optional<bool> earlySubmit;
+  // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
+  // kernel experiments switched on by name (attention.cuh's JL_ATTN_PREFETCH), for tests and tools.
+  std::vector<std::pair<std::string, int64_t>> defines;
 };
 
 class CudaDevice final : public Device {

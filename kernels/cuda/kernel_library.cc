@@ -156,6 +156,13 @@ std::vector<ModuleSpec> representativeModules() {
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
     specs.push_back(attentionModule(hd, 1, 16, true));  // decode's per-query-head blocks on fp16 pages
+    // The tiles-by-cp.async experiment (attention.cuh: JL_ATTN_PREFETCH, set through
+    // JITLLM_CUDA_DEFINES), decode's blocks and prefill's.
+    for (int group : {1, 4}) {
+      ModuleSpec prefetch = attentionModule(hd, group, 16, false);
+      prefetch.defines.emplace_back("JL_ATTN_PREFETCH", 1);
+      specs.push_back(prefetch);
+    }
   }
   specs.push_back(attentionModule(16, 3, 4, true));
   specs.push_back(elementwiseModule());

@@ -279,5 +279,42 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
   }
 }
 
+// attention.cuh's JL_ATTN_PREFETCH (an experiment until measured): fp32 tiles by cp.async, each
+// requested while the tile before it is computed. The same data in the same places, so the bits of
+// the plain loads: decode (few tokens - a block per query head and chunk, folded after) and
+// prefill-like batches (a block per token and KV head over all its tiles), at both head dims.
+TEST(CudaDevices, AttentionWithTilesRequestedAheadGivesTheBitsOfPlainLoads) {
+  JITLLM_REQUIRE_CUDA();
+  auto plain = makeCudaDevice();
+  cuda::CudaDeviceOptions o;
+  o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+  o.defines = {{"JL_ATTN_PREFETCH", 1}};
+  auto ahead = cuda::CudaDevice::create(o);
+  auto cpu = makeCpuDevice();
+  for (int headDim : {64, 128}) {
+    SCOPED_TRACE(headDim);
+    const int heads = 32;
+    const KvLayout kv{16, 8, headDim, KvPrecision::kF32};
+    LongContext onPlain(*plain, *cpu, kv, 1100, 5), onAhead(*ahead, *cpu, kv, 1100, 5);
+    const std::vector<int32_t> positions = {1099, 0, 63, 64, 500, 200};
+    const auto q = randomFloats(positions.size() * heads * size_t(headDim), 9, 0.3f);
+    const float scale = float(1.0 / std::sqrt(double(headDim)));
+    for (int copies : {1, 20}) {
+      SCOPED_TRACE(copies);
+      std::vector<int32_t> at;
+      std::vector<float> manyQ;
+      for (int r = 0; r < copies; r++) {
+        at.insert(at.end(), positions.begin(), positions.end());
+        manyQ.insert(manyQ.end(), q.begin(), q.end());
+      }
+      const auto want = onPlain.attend(true, manyQ, at, heads, scale);
+      const auto got = onAhead.attend(true, manyQ, at, heads, scale);
+      ASSERT_EQ(want.size(), got.size());
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+      EXPECT_LT(nmse(got, onAhead.attend(false, manyQ, at, heads, scale)), 1e-12);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace jitllm::testing

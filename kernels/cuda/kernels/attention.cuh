@@ -121,6 +121,34 @@ JL_DEV void loadTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int
   }
 }
 
+// JL_ATTN_PREFETCH=1 (an experiment, through JITLLM_CUDA_DEFINES, until measured): fp32 tiles
+// arrive by cp.async, each one requested while the tile before it is still being computed - the
+// next K tile once this tile's scores are done, the next V tile once its outputs are - so a block
+// with several tiles (prefill, the 3B's 32-position tiles, several chunks) waits for memory once
+// rather than once a tile. The same data in the same places, so the same bits. Needs sm_80's
+// cp.async; fp16 pages (converted on the way in) and older GPUs keep loadTile.
+#ifndef JL_ATTN_PREFETCH
+#define JL_ATTN_PREFETCH 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+constexpr bool kAsyncTiles = JL_ATTN_PREFETCH && kPieceElems == 4 && !JL_KV_F16;
+#else
+constexpr bool kAsyncTiles = false;
+#endif
+// Requests the K (vOffset 0) or V (vOffset = a page's K part) rows of positions base .. base +
+// count - 1 into `tile` as one cp.async group of this thread's pieces.
+template <typename Tile>
+JL_DEV void requestTile(Tile& tile, const u64* pages, i64 tokenElems, i64 vOffset, int kh, int base, int count) {
+  const int pieces = count * kPieces;
+  for (int i = threadIdx.x; i < pieces; i += kThreads) {
+    const int pos = base + i / kPieces;
+    const KvElement* row = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]) +
+                           i64(pos % kPageTokens) * tokenElems + vOffset + kh * kHd + (i % kPieces) * kPieceElems;
+    copyAsync16(sharedAddress(&tile[i / kPieces][(i % kPieces) * kPieceElems]), row);
+  }
+  commitCopies();
+}
+
 // Folds a chunk's softmax state (max m, sum l, unnormalised output o) into the running total
 // (the first chunk is taken as it is): one order of operations for every kernel here. In two
 // parts, so that a run of folds can take its exponentials off the chain (combineChunks): the
@@ -178,6 +206,12 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
     qs[i / kHd][i % kHd] = q[(i64(t) * heads + hb * kGroup + i / kHd) * kHd + i % kHd];
   }
   float o[kOwned], totO[kOwned], totMax[kOwned], totSum[kOwned];
+  const int last = min(n, c1 * kChunk);               // the block's positions end here
+  const i64 vOffset = i64(kPageTokens) * tokenElems;  // a page's V rows after its K rows
+  if constexpr (kAsyncTiles) {                        // the block's first tile: K, then V
+    requestTile(ks, pages, tokenElems, 0, kh, c0 * kChunk, min(kTile, last - c0 * kChunk));
+    requestTile(vs, pages, tokenElems, vOffset, kh, c0 * kChunk, min(kTile, last - c0 * kChunk));
+  }
   for (int c = c0; c < c1; c++) {
     __syncthreads();  // the previous chunk's state is read (and qs is written, first time)
     JL_STAMP(2);
@@ -190,9 +224,15 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
     const int end = min(n, (c + 1) * kChunk);
     for (int base = c * kChunk; base < end; base += kTile) {
       const int count = min(kTile, end - base);
-      __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
-      loadTile(ks, vs, pages, tokenElems, kh, base, count);
-      __syncthreads();
+      const int next = base + kTile, nextCount = min(kTile, last - next);  // the tile after, if any
+      if constexpr (kAsyncTiles) {
+        awaitCopies<1>();  // this tile's K is here (its V may still be on the way)
+        __syncthreads();   // everyone's pieces of it (and the state is reset, first time)
+      } else {
+        __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
+        loadTile(ks, vs, pages, tokenElems, kh, base, count);
+        __syncthreads();
+      }
       JL_STAMP(3);
       {  // scores (g, j) for g = tid / kTile + m kScoreRows: each K element read once for all of them
         const int j = tid % kTile, g0 = tid / kTile;
@@ -227,6 +267,9 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
       }
       __syncthreads();
       JL_STAMP(4);
+      if constexpr (kAsyncTiles) {  // the scores have read this K tile: the next one may come in
+        if (nextCount > 0) requestTile(ks, pages, tokenElems, 0, kh, next, nextCount);
+      }
       for (int g = warp; g < kGroup; g += kThreads / 32) {
         float m = -__int_as_float(0x7f800000);
         for (int j = lane; j < count; j += 32) m = fmaxf(m, ps[g][j]);
@@ -246,6 +289,13 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
           rescale[g] = a;
           runSum[g] = __fadd_rn(__fmul_rn(runSum[g], a), sum);
           runMax[g] = now;
+        }
+      }
+      if constexpr (kAsyncTiles) {  // this tile's V (the next K may still be on the way)
+        if (nextCount > 0) {
+          awaitCopies<1>();
+        } else {
+          awaitCopies<0>();
         }
       }
       __syncthreads();
@@ -279,6 +329,10 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
                              __fadd_rn(__fadd_rn(u[i][0], u[i][1]), __fadd_rn(u[i][2], u[i][3])));
           }
         }
+      }
+      if constexpr (kAsyncTiles) {
+        __syncthreads();  // the outputs have read this V tile: the next one may come in
+        if (nextCount > 0) requestTile(vs, pages, tokenElems, vOffset, kh, next, nextCount);
       }
     }
     __syncthreads();  // runMax / runSum final for this chunk

@@ -139,3 +139,34 @@ JL_DEV void storeLaneSums(const float (&acc)[kRows][kTokens], int sub, int r0, i
     }
   }
 }
+
+// Asynchronous copies global -> shared memory (sm_80 and later; elsewhere they do nothing, and
+// callers take another path): no registers hold the data on its way.
+JL_DEV u32 sharedAddress(const void* p) { return u32(__cvta_generic_to_shared(p)); }
+JL_DEV void copyAsync16(u32 to, const void* from) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
+#endif
+}
+JL_DEV void copyAsync8(u32 to, const void* from) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(from) : "memory");
+#endif
+}
+JL_DEV void copyAsync4(u32 to, const void* from) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(from) : "memory");
+#endif
+}
+JL_DEV void commitCopies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Until at most n of this thread's committed groups are still in flight.
+template <int n>
+JL_DEV void awaitCopies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory");
+#endif
+}

@@ -287,34 +287,6 @@ JL_DEV void mmaS8k16(int (&c)[4], u32 a0, u32 a1, u32 b0) {
                : "r"(a0), "r"(a1), "r"(b0));
 #endif
 }
-JL_DEV u32 sharedAddress(const void* p) { return u32(__cvta_generic_to_shared(p)); }
-JL_DEV void copyAsync16(u32 to, const void* from) {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
-#endif
-}
-JL_DEV void copyAsync8(u32 to, const void* from) {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(from) : "memory");
-#endif
-}
-JL_DEV void copyAsync4(u32 to, const void* from) {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(from) : "memory");
-#endif
-}
-JL_DEV void commitCopies() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Until at most n of this thread's committed groups are still in flight.
-template <int n>
-JL_DEV void awaitCopies() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory");
-#endif
-}
 JL_DEV void loadMatrices(u32 (&r)[4], u32 at) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -403,7 +375,8 @@ struct MmaQ4_K {
     for (int i = 0; i < 4; i++) lo[i] = raw[i] & 0x0F0F0F0Fu, hi[i] = (raw[i] >> 4) & 0x0F0F0F0Fu;
     float4 sc[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
+    for (int i = 0; i < 2; i++)
+      sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
 #pragma unroll
     for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
       const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
@@ -500,7 +473,8 @@ struct MmaQ6_K {
   static JL_DEV void prepare(u8* stage, const MmaTile& tile, int unit) {
     const int r = threadIdx.x >> 2, qt = threadIdx.x & 3, j = unit & 1;
     const u8* b = block(tile, r, unit);
-    const int misalign = int(reinterpret_cast<u64>(b) & 3);  // the same for every piece: they are 4-byte multiples apart
+    const int misalign =
+        int(reinterpret_cast<u64>(b) & 3);  // the same for every piece: they are 4-byte multiples apart
     const u32 shift = u32(misalign) * 8;
     u8* row = stage + r * kRowBytes;
     const u32* raw = reinterpret_cast<const u32*>(row);
@@ -577,7 +551,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
   // the slot loop is unrolled for the stack's constant indices.
   int units;
   asm("mov.b32 %0, %1;" : "=r"(units) : "r"(kUnits));
-  const MmaTile tile{w, rowStride, rows, int(blockIdx.x) * kTileRows, xq, xqStride, tokens, int(blockIdx.y) * kTileTokens};
+  const MmaTile tile{w,  rowStride, rows,   int(blockIdx.x) * kTileRows,
+                     xq, xqStride,  tokens, int(blockIdx.y) * kTileTokens};
   // Stage n % kStages holds the n-th unit visited. Each stage is one commit group (empty past the
   // last unit, so the waits below count alike to the end); `prepared` is the next to prepare.
   Visit staging{0, 0, units}, prepared{0, 0, units};
