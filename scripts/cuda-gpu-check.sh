@@ -26,7 +26,8 @@
 # ncu-lines: Nsight Compute's full set on one launch of $KERNEL (attention_split), stalls by source line.
 # ops: single ops timed alone (jitllm-opbench): decode attention of the 1B and 3B shapes over
 # $CONTEXTS (128,1024,4096) with fp32 and fp16 KV, and the 1B's decode products, by default and
-# under each $AB setting, alternating, twice - a kernel's A/B without a model step's noise.
+# under each $AB setting ("A=1+B=2" sets both), alternating, twice - a kernel's A/B without a
+# model step's noise.
 # phases: attention_split's blocks timed phase by phase (JL_ATTN_TIMING) after 4096 tokens, 1B and 3B:
 # medians in cycles, for the blocks that fold and the others.
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
@@ -436,11 +437,12 @@ if [ "$what" = ncu-lines ]; then
   exit 0
 fi
 if [ "$what" = ops ]; then
-  # jitllm-opbench OP ARGS on cuda:0 under the environment setting CFG, its result lines labelled.
+  # jitllm-opbench OP ARGS on cuda:0 under the environment settings CFG ("A=1+B=2": both), its
+  # result lines labelled.
   opbench() {
     local cfg=$1
     shift
-    env "$cfg" timeout 120 $B/bin/jitllm-opbench "$@" --device cuda:0 -r ${REPS:-200} 2>&1 |
+    env ${cfg//+/ } timeout 120 $B/bin/jitllm-opbench "$@" --device cuda:0 -r ${REPS:-200} 2>&1 |
       grep -E "^(attention|matmul) |error" | sed "s/^/$cfg /" | tee -a "$OUT/ops.txt"
   }
   # Each setting's runs alternate with the others', so a drift of the machine hits them alike.

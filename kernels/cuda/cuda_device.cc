@@ -61,6 +61,15 @@ std::vector<std::string> commaSeparated(const std::string& list) {
   return items;
 }
 
+// CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN; checked before anything is made.
+int attentionSpanOf(const CudaDeviceOptions& options) {
+  const char* env = std::getenv("JITLLM_CUDA_ATTENTION_SPAN");
+  const int span = options.attentionSpan.value_or(env ? std::atoi(env) : 0);
+  JITLLM_REQUIRE(span == 0 || span == 2 || span == 4 || span == 8,
+                 "attention span (JITLLM_CUDA_ATTENTION_SPAN): ", span, " is not 0, 2, 4 or 8");
+  return span;
+}
+
 }  // namespace
 
 int CudaDevice::count() {
@@ -86,6 +95,7 @@ std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options)
   if (options.index < 0 || options.index >= n) {
     JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s");
   }
+  attentionSpanOf(options);  // a bad value fails here, not halfway through the constructor
   return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options));
 }
 
@@ -155,6 +165,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   splitAttention_ = !(split && std::strcmp(split, "0") == 0);
   const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
   attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
+  attentionSpan_ = attentionSpanOf(options);
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
@@ -696,7 +707,7 @@ const CudaDevice::ElementwiseKernels& CudaDevice::elementwise() {
 CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, bool f16) {
   const uint64_t key = (uint64_t(headDim) << 40) | (uint64_t(group) << 24) | (uint64_t(pageTokens) << 1) | f16;
   if (auto it = attentions_.find(key); it != attentions_.end()) return it->second;
-  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16)), "attention");
+  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16, attentionSpan_)), "attention");
   attentions_.emplace(key, f);
   return f;
 }
@@ -704,7 +715,8 @@ CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, b
 CUfunction CudaDevice::attentionSplitKernel(int headDim, int group, int pageTokens, bool f16) {
   const uint64_t key = (uint64_t(headDim) << 40) | (uint64_t(group) << 24) | (uint64_t(pageTokens) << 1) | f16;
   if (auto it = attentionSplits_.find(key); it != attentionSplits_.end()) return it->second;
-  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16)), "attention_split");
+  CUfunction f = function(module(attentionModule(headDim, group, pageTokens, f16, attentionSpan_)),
+                          attentionSpan_ > 0 ? "attention_spans" : "attention_split");
   attentionSplits_.emplace(key, f);
   return f;
 }
@@ -1420,6 +1432,18 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     const CUfunction sf =
         attentionSplitKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
     const CUdeviceptr pp = partials_, counters = chunkCounters_;
+    if (attentionSpan_ > 0) {
+      // A block takes a whole span once the longest context has four spans or more (maxChunks is a
+      // multiple of 8, so of the span), else a chunk, the fold then going in spans; both give the
+      // bits of the one-block kernel (attention.cuh: attention_spans).
+      const int perBlock = maxChunks >= 4 * attentionSpan_ ? attentionSpan_ : 1, maxUnits = maxChunks / perBlock;
+      const unsigned unitsY = gridY * unsigned(maxUnits);
+      offer("attention_spans", [=](CUdeviceptr xq, uint64_t stride) {
+        return makeLaunch(sf, tokens, unitsY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,
+                          pagesPtr, maxUnits, perBlock, xq, stride);
+      });
+      return;
+    }
     const unsigned splitY = gridY * unsigned(maxChunks);
     offer("attention_split", [=](CUdeviceptr xq, uint64_t stride) {
       return makeLaunch(sf, tokens, splitY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,

@@ -68,6 +68,11 @@ struct CudaDeviceOptions {
   // Decode queues handed to the GPU in parts while the host still queues the rest of the step
   // (CudaDevice::submitEarly); unset: on unless JITLLM_CUDA_EARLY_SUBMIT=0 (=N: parts of N launches).
   std::optional<bool> earlySubmit;
+  // Decode attention's chunks folded in spans of this many (2, 4 or 8), a block taking a whole
+  // span over long contexts (attention.cuh: JL_SPAN, attention_spans). A different order of the
+  // folds past one span, prefill and decode alike; an experiment until measured. Unset: 0 (off)
+  // unless JITLLM_CUDA_ATTENTION_SPAN=N.
+  std::optional<int> attentionSpan;
   // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
   // kernel experiments switched on by name (attention.cuh's JL_ATTN_PREFETCH), for tests and tools.
   std::vector<std::pair<std::string, int64_t>> defines;
@@ -293,7 +298,8 @@ class CudaDevice final : public Device {
   int intRowsPerWarp(const WeightRef& w, int perWarpTokens) const;
   const ElementwiseKernels& elementwise();
   CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16);
-  // attention_split of the same module (attention.cuh): a decode token's chunks over many blocks.
+  // attention_split of the same module (attention.cuh): a decode token's chunks over many blocks;
+  // attention_spans when chunks fold in spans (attentionSpan_).
   CUfunction attentionSplitKernel(int headDim, int group, int pageTokens, bool f16);
   // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
   // work ran; false when it was large enough. Its old contents are gone.
@@ -350,6 +356,7 @@ class CudaDevice final : public Device {
   // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
   // batch has few blocks (attention.cuh; the same bits either way).
   bool attentionPerHead_ = true;
+  int attentionSpan_ = 0;     // CudaDeviceOptions::attentionSpan
   bool blockKernels_ = true;  // CudaDeviceOptions::blockKernels
   std::pair<CUfunction, CUfunction> blockCopies_{};
   CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host or a peer

@@ -120,9 +120,11 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
   return spec;
 }
 
-ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16) {
-  return ModuleSpec{"attention.cuh",
-                    {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int span) {
+  ModuleSpec spec{"attention.cuh",
+                  {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
+  if (span > 0) spec.defines.emplace_back("JL_SPAN", span);
+  return spec;
 }
 
 ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
@@ -163,6 +165,9 @@ std::vector<ModuleSpec> representativeModules() {
       prefetch.defines.emplace_back("JL_ATTN_PREFETCH", 1);
       specs.push_back(prefetch);
     }
+    // The two-level fold experiment (JITLLM_CUDA_ATTENTION_SPAN), decode's and prefill's blocks.
+    specs.push_back(attentionModule(hd, 1, 16, false, 4));
+    specs.push_back(attentionModule(hd, 4, 16, true, 4));
   }
   specs.push_back(attentionModule(16, 3, 4, true));
   specs.push_back(elementwiseModule());

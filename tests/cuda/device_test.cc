@@ -316,5 +316,54 @@ TEST(CudaDevices, AttentionWithTilesRequestedAheadGivesTheBitsOfPlainLoads) {
   }
 }
 
+// CudaDeviceOptions::attentionSpan (an experiment until measured): chunks fold in spans of four,
+// a decode block taking a whole span over long contexts. Decode - a block per span (1100 positions),
+// or per chunk with the fold in spans (up to 512) - and the one-block kernel must agree bit for bit
+// and with the CPU; a context of one span (256 positions) or less keeps the one-level fold's bits.
+TEST(CudaDevices, AttentionFoldedInSpansAgreesAcrossKernelsAndKeepsOneSpansBits) {
+  JITLLM_REQUIRE_CUDA();
+  auto plain = makeCudaDevice();
+  cuda::CudaDeviceOptions o;
+  o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+  o.attentionSpan = 4;
+  auto spans = cuda::CudaDevice::create(o);
+  auto cpu = makeCpuDevice();
+  for (int headDim : {64, 128}) {
+    SCOPED_TRACE(headDim);
+    const int heads = 32;
+    const KvLayout kv{16, 8, headDim, KvPrecision::kF32};
+    LongContext onPlain(*plain, *cpu, kv, 1100, 5), onSpans(*spans, *cpu, kv, 1100, 5);
+    const float scale = float(1.0 / std::sqrt(double(headDim)));
+    uint32_t seed = 20;
+    for (const std::vector<int32_t>& positions :
+         {std::vector<int32_t>{1099, 0, 63, 64, 500, 200}, std::vector<int32_t>{500, 300, 255, 256, 0}}) {
+      SCOPED_TRACE(positions[0]);
+      const auto q = randomFloats(positions.size() * heads * size_t(headDim), seed++, 0.3f);
+      onSpans.expectChunkedAndWholeAgree(q, positions, heads, scale, 20);
+    }
+    const std::vector<int32_t> oneSpan = {255, 0, 63, 64, 200};
+    const auto q = randomFloats(oneSpan.size() * heads * size_t(headDim), seed, 0.3f);
+    const auto want = onPlain.attend(true, q, oneSpan, heads, scale);
+    const auto got = onSpans.attend(true, q, oneSpan, heads, scale);
+    ASSERT_EQ(want.size(), got.size());
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+  }
+}
+
+TEST(CudaDevices, AnAttentionSpanOtherThanTwoFourOrEightIsRefusedByName) {
+  JITLLM_REQUIRE_CUDA();
+  cuda::CudaDeviceOptions o;
+  o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+  o.attentionSpan = 3;
+  try {
+    cuda::CudaDevice::create(o);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace jitllm::testing

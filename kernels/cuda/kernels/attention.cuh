@@ -39,6 +39,16 @@ constexpr int kThreads = 128;
 constexpr int kOwned = (kGroup * kHd + kThreads - 1) / kThreads;  // output elements per thread
 constexpr int kChunk = 64;                                        // positions; a multiple of kTile
 static_assert(kChunk % kTile == 0, "chunks hold whole tiles");
+// JL_SPAN = S > 0 (an experiment until measured; the host sets it for JITLLM_CUDA_ATTENTION_SPAN):
+// chunks fold in two levels - each run of S chunks (a span) in order, then the spans in order -
+// which lets decode give a block a whole span (attention_spans) and leaves its last block only
+// the spans to fold. For contexts of one span (S * 64 positions) that is the one-level fold, bit
+// for bit; past it a different order, taken by every kernel of the module alike.
+#ifndef JL_SPAN
+#define JL_SPAN 0
+#endif
+constexpr int kSpan = JL_SPAN;
+static_assert(kSpan >= 0, "chunks per span");
 constexpr int kPartialFloats = kGroup * kHd + 2 * kGroup;  // one chunk's state: o, then max and sum per head
 // A thread's scores are one position j = tid % kTile for heads tid / kTile + m kScoreRows, and its
 // output elements tid + i kThreads all one column d = tid % kHd: K and V elements read once for all.
@@ -206,6 +216,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
     qs[i / kHd][i % kHd] = q[(i64(t) * heads + hb * kGroup + i / kHd) * kHd + i % kHd];
   }
   float o[kOwned], totO[kOwned], totMax[kOwned], totSum[kOwned];
+  float spanO[kSpan > 0 ? kOwned : 1], spanMax[kSpan > 0 ? kOwned : 1], spanSum[kSpan > 0 ? kOwned : 1];
   const int last = min(n, c1 * kChunk);               // the block's positions end here
   const i64 vOffset = i64(kPageTokens) * tokenElems;  // a page's V rows after its K rows
   if constexpr (kAsyncTiles) {                        // the block's first tile: K, then V
@@ -337,21 +348,53 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
     }
     __syncthreads();  // runMax / runSum final for this chunk
     JL_STAMP(6);
+    if constexpr (kSpan == 0) {
 #pragma unroll
-    for (int i = 0; i < kOwned; i++) {
-      const int idx = tid + i * kThreads;
-      if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
-        const int g = idx / kHd;
-        if (partial) {
-          partial[idx] = o[i];
-        } else {
-          fold(c == c0, runMax[g], runSum[g], o[i], totMax[i], totSum[i], totO[i]);
+      for (int i = 0; i < kOwned; i++) {
+        const int idx = tid + i * kThreads;
+        if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+          const int g = idx / kHd;
+          if (partial) {
+            partial[idx] = o[i];
+          } else {
+            fold(c == c0, runMax[g], runSum[g], o[i], totMax[i], totSum[i], totO[i]);
+          }
+        }
+      }
+      if (partial && tid < kGroup) {
+        partial[kGroup * kHd + tid] = runMax[tid];
+        partial[kGroup * kHd + kGroup + tid] = runSum[tid];
+      }
+    } else {
+      // Into its span's state; the whole context in one block (partial null) folds each span into
+      // the total as it ends. A block of part of the context holds one span or one chunk of it
+      // (c0 starts it either way), whose state it writes below.
+#pragma unroll
+      for (int i = 0; i < kOwned; i++) {
+        const int idx = tid + i * kThreads;
+        if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+          const int g = idx / kHd;
+          fold(c == c0 || c % kSpan == 0, runMax[g], runSum[g], o[i], spanMax[i], spanSum[i], spanO[i]);
+          if (!partial && (c % kSpan == kSpan - 1 || c == c1 - 1)) {
+            fold(c < kSpan, spanMax[i], spanSum[i], spanO[i], totMax[i], totSum[i], totO[i]);
+          }
         }
       }
     }
-    if (partial && tid < kGroup) {
-      partial[kGroup * kHd + tid] = runMax[tid];
-      partial[kGroup * kHd + kGroup + tid] = runSum[tid];
+  }
+  if constexpr (kSpan > 0) {
+    if (partial) {
+#pragma unroll
+      for (int i = 0; i < kOwned; i++) {
+        const int idx = tid + i * kThreads;
+        if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+          partial[idx] = spanO[i];
+          if (idx % kHd == 0) {  // one thread per head writes its maximum and sum
+            partial[kGroup * kHd + idx / kHd] = spanMax[i];
+            partial[kGroup * kHd + kGroup + idx / kHd] = spanSum[i];
+          }
+        }
+      }
     }
   }
   if (partial) return;
@@ -384,6 +427,20 @@ extern "C" __global__ void __launch_bounds__(128)
 // round trip to L2 on the chain for each of a long context's chunks. The operations and their
 // operands are fold()'s, so are the bits.
 constexpr int kFoldBatch = 8;
+// States c0 .. c0 + kFoldBatch - 1 (those below `states`) at `base`: head g's maximum and sum and
+// output element idx, every load issued before any is used.
+JL_DEV void loadStates(const float* base, int c0, int states, int g, int idx, float (&m)[kFoldBatch],
+                       float (&l)[kFoldBatch], float (&o)[kFoldBatch]) {
+#pragma unroll
+  for (int k = 0; k < kFoldBatch; k++) {
+    if (c0 + k < states) {
+      const float* p = base + i64(c0 + k) * kPartialFloats;
+      m[k] = __ldcg(p + kGroup * kHd + g);
+      l[k] = __ldcg(p + kGroup * kHd + kGroup + g);
+      o[k] = __ldcg(p + idx);
+    }
+  }
+}
 JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int hb, int chunks, u8* xq, u64 xqStride) {
   const int tid = threadIdx.x;
 #pragma unroll
@@ -394,15 +451,7 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
       float totMax = 0, totSum = 0, totO = 0;
       for (int c0 = 0; c0 < chunks; c0 += kFoldBatch) {
         float m[kFoldBatch], l[kFoldBatch], o[kFoldBatch], now[kFoldBatch], a[kFoldBatch], b[kFoldBatch], last = 0;
-#pragma unroll
-        for (int k = 0; k < kFoldBatch; k++) {
-          if (c0 + k < chunks) {
-            const float* p = base + i64(c0 + k) * kPartialFloats;
-            m[k] = __ldcg(p + kGroup * kHd + g);
-            l[k] = __ldcg(p + kGroup * kHd + kGroup + g);
-            o[k] = __ldcg(p + idx);
-          }
-        }
+        loadStates(base, c0, chunks, g, idx, m, l, o);
 #pragma unroll
         for (int k = 0; k < kFoldBatch; k++) {  // only the maxima chain; a and b hang off it
           if (c0 + k == 0) {
@@ -427,18 +476,52 @@ JL_DEV void combineChunks(const float* base, float* out, int heads, int t, int h
   }
 }
 
-// Decode over a long context, one launch. With B = heads / kGroup blocks per token, grid (tokens,
-// B * maxChunks), blockIdx.y = hb + B * chunk: each block writes one chunk's state to
-// partials[((t * B + hb) * maxChunks + chunk) * kPartialFloats ..], and the block that completes a
-// (token, heads block)'s chunks folds them all in order, as attention() does - so the bits do not
-// depend on which block that is. counters[t * B + hb] counts the finished chunks; it is zero before
-// the launch and the folding block sets it back to zero (the atomic only counts: no result goes
-// through it).
-extern "C" __global__ void __launch_bounds__(128)
-    attention_split(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
-                    float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxChunks,
-                    u8* xq, u64 xqStride) {
-  awaitPreviousKernel();
+// Folds token t's unit states at `base` in two levels - each run of `perSpan` states in order, then
+// those runs in order - as attendChunks folds a JL_SPAN module's chunks; the loads go kFoldBatch at
+// a time. perSpan == 0: one level (combineChunks).
+JL_DEV void combineInSpans(const float* base, float* out, int heads, int t, int hb, int states, int perSpan, u8* xq,
+                           u64 xqStride) {
+  if (perSpan == 0) {
+    combineChunks(base, out, heads, t, hb, states, xq, xqStride);
+    return;
+  }
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kOwned; i++) {
+    const int idx = tid + i * kThreads;
+    if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
+      const int g = idx / kHd;
+      float totMax = 0, totSum = 0, totO = 0, spanMax = 0, spanSum = 0, spanO = 0;
+      for (int c0 = 0; c0 < states; c0 += kFoldBatch) {
+        float m[kFoldBatch], l[kFoldBatch], o[kFoldBatch];
+        loadStates(base, c0, states, g, idx, m, l, o);
+#pragma unroll
+        for (int k = 0; k < kFoldBatch; k++) {
+          const int c = c0 + k;
+          if (c < states) {
+            fold(c % perSpan == 0, m[k], l[k], o[k], spanMax, spanSum, spanO);
+            if (c % perSpan == perSpan - 1 || c == states - 1)
+              fold(c < perSpan, spanMax, spanSum, spanO, totMax, totSum, totO);
+          }
+        }
+      }
+      storeOutput(out, xq, xqStride, heads, t, hb, idx, __fmul_rn(totO, __frcp_rn(totSum)));
+    }
+  }
+}
+
+// Decode over a long context, one launch: attention_split (a chunk a block) or attention_spans
+// (a chunk or a span a block), both this body. With B = heads / kGroup blocks per token, grid
+// (tokens, B * maxUnits), blockIdx.y = hb + B * u: block (t, hb, unit u) attends to the unit's
+// chunks [u chunksPerBlock, ..) and writes their state to partials[((t * B + hb) * maxUnits + u) *
+// kPartialFloats ..], and the block that completes a (token, heads block)'s units folds them all in
+// order (combineInSpans: in spans of statesPerSpan units, or one level when 0), as attention() does
+// - so the bits do not depend on which block that is. counters[t * B + hb] counts the finished
+// units; it is zero before the launch and the folding block sets it back to zero (the atomic only
+// counts: no result goes through it).
+JL_DEV void attendUnit(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
+                       float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxUnits,
+                       int chunksPerBlock, int statesPerSpan, u8* xq, u64 xqStride) {
 #if JL_ATTN_TIMING
   unsigned startNs;
   asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(startNs));
@@ -446,24 +529,25 @@ extern "C" __global__ void __launch_bounds__(128)
   JL_STAMP(1);
   __shared__ bool folds;
   const int blocks = heads / kGroup;
-  const int t = blockIdx.x, hb = blockIdx.y % blocks, c = blockIdx.y / blocks, n = positions[t] + 1;
-  const int chunks = (n + kChunk - 1) / kChunk;
-  if (c >= chunks) return;
-  float* base = partials + i64(t * blocks + hb) * maxChunks * kPartialFloats;
-  attendChunks(q, nullptr, base + i64(c) * kPartialFloats, heads, kvHeads, scale, t, hb, n, c, c + 1,
+  const int t = blockIdx.x, hb = blockIdx.y % blocks, u = blockIdx.y / blocks, n = positions[t] + 1;
+  const int chunks = (n + kChunk - 1) / kChunk, units = (chunks + chunksPerBlock - 1) / chunksPerBlock;
+  if (u >= units) return;
+  float* base = partials + i64(t * blocks + hb) * maxUnits * kPartialFloats;
+  const int c0 = u * chunksPerBlock, c1 = chunksPerBlock == 1 ? c0 + 1 : min(c0 + chunksPerBlock, chunks);
+  attendChunks(q, nullptr, base + i64(u) * kPartialFloats, heads, kvHeads, scale, t, hb, n, c0, c1,
                tables + tableOffsets[t], nullptr, 0);
   __threadfence();  // this block's state is visible to every block before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned* counter = counters + t * blocks + hb;
-    folds = atomicAdd(counter, 1u) == unsigned(chunks - 1);
+    folds = atomicAdd(counter, 1u) == unsigned(units - 1);
     if (folds) *counter = 0;  // every other block of this (token, head) has counted
   }
   __syncthreads();
   JL_STAMP(7);
   if (folds) {
     __threadfence();
-    combineChunks(base, out, heads, t, hb, chunks, xq, xqStride);
+    combineInSpans(base, out, heads, t, hb, units, statesPerSpan, xq, xqStride);
   }
 #if JL_ATTN_TIMING
   JL_STAMP(8);
@@ -479,3 +563,29 @@ extern "C" __global__ void __launch_bounds__(128)
   }
 #endif
 }
+
+// A chunk a block: grid (tokens, B * maxChunks), blockIdx.y = hb + B * chunk. (In a JL_SPAN module
+// the fold goes in spans here too, though the host launches attention_spans there.)
+extern "C" __global__ void __launch_bounds__(128)
+    attention_split(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
+                    float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxChunks,
+                    u8* xq, u64 xqStride) {
+  awaitPreviousKernel();
+  attendUnit(q, partials, counters, out, heads, kvHeads, scale, positions, tableOffsets, tables, maxChunks, 1, kSpan,
+             xq, xqStride);
+}
+
+#if JL_SPAN > 0
+// A JL_SPAN module's: a unit is a whole span (chunksPerBlock = kSpan; the last block folds the
+// spans) or a chunk (chunksPerBlock = 1; the last block folds them in spans, then the spans).
+// Grid (tokens, B * maxUnits). Decode's blocks of one query head capped at 80 registers, 6 a
+// multiprocessor (as attention_split has by itself): latency-bound, so warps in flight matter more.
+extern "C" __global__ void __launch_bounds__(128, JL_GROUP == 1 ? 6 : 1)
+    attention_spans(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
+                    float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxUnits,
+                    int chunksPerBlock, u8* xq, u64 xqStride) {
+  awaitPreviousKernel();
+  attendUnit(q, partials, counters, out, heads, kvHeads, scale, positions, tableOffsets, tables, maxUnits,
+             chunksPerBlock, chunksPerBlock == 1 ? kSpan : 0, xq, xqStride);
+}
+#endif
