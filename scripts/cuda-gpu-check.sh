@@ -72,13 +72,14 @@ cudaTests() {
   $B/bin/cuda_tests --gtest_filter="$1" 2>&1 | tee "$OUT/cuda_tests.log" |
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is" | head -"$2"
 }
-# jitllm-bench on /tmp/MODEL.gguf (ARGS, -r 3) once per environment setting given ("NAME=VALUE"),
+# jitllm-bench on /tmp/MODEL.gguf (ARGS, -r 3) once per environment setting given ("NAME=VALUE", or
+# "A=1+B=2" for two at once),
 # each line of results labelled with the model and the setting and appended to $OUT/LOG.
 benchEach() {
   local m=$1 log=$2 args=$3 cfg
   shift 3
   for cfg in "$@"; do
-    env "$cfg" timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 $args -r 3 2>&1 |
+    env ${cfg//+/ } timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 $args -r 3 2>&1 |
       tee -a "$OUT/$log" | grep -E "^# (pp|tg)" | sed "s/^/$m $cfg /"
   done
 }

@@ -61,6 +61,23 @@ std::vector<std::string> commaSeparated(const std::string& list) {
   return items;
 }
 
+// CudaDeviceOptions::defines, then those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."); checked before
+// anything is made.
+std::vector<std::pair<std::string, int64_t>> moduleDefinesOf(const CudaDeviceOptions& options) {
+  std::vector<std::pair<std::string, int64_t>> defines = options.defines;
+  if (const char* d = std::getenv("JITLLM_CUDA_DEFINES")) {
+    for (const std::string& item : commaSeparated(d)) {
+      const size_t eq = item.find('=');
+      char* rest = nullptr;
+      const long long value = eq == std::string::npos ? 0 : std::strtoll(item.c_str() + eq + 1, &rest, 10);
+      JITLLM_REQUIRE(eq != std::string::npos && eq > 0 && rest != item.c_str() + eq + 1 && *rest == '\0',
+                     "JITLLM_CUDA_DEFINES: '", item, "' is not NAME=VALUE");
+      defines.emplace_back(item.substr(0, eq), int64_t(value));
+    }
+  }
+  return defines;
+}
+
 // CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN; checked before anything is made.
 int attentionSpanOf(const CudaDeviceOptions& options) {
   const char* env = std::getenv("JITLLM_CUDA_ATTENTION_SPAN");
@@ -95,7 +112,9 @@ std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options)
   if (options.index < 0 || options.index >= n) {
     JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s");
   }
-  attentionSpanOf(options);  // a bad value fails here, not halfway through the constructor
+  // Bad settings fail here, not halfway through the constructor (which would leave what it made).
+  attentionSpanOf(options);
+  moduleDefinesOf(options);
   return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options));
 }
 
@@ -175,17 +194,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
     }
   }
   // "NAME=VALUE,..." added to every kernel module's #defines (JL_UNROLL=4): tuning runs only.
-  tuningDefines_ = options.defines;
-  if (const char* d = std::getenv("JITLLM_CUDA_DEFINES")) {
-    for (const std::string& item : commaSeparated(d)) {
-      const size_t eq = item.find('=');
-      char* rest = nullptr;
-      const long long value = eq == std::string::npos ? 0 : std::strtoll(item.c_str() + eq + 1, &rest, 10);
-      JITLLM_REQUIRE(eq != std::string::npos && eq > 0 && rest != item.c_str() + eq + 1 && *rest == '\0',
-                     "JITLLM_CUDA_DEFINES: '", item, "' is not NAME=VALUE");
-      tuningDefines_.emplace_back(item.substr(0, eq), int64_t(value));
-    }
-  }
+  tuningDefines_ = moduleDefinesOf(options);
 }
 
 CudaDevice::~CudaDevice() {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -350,19 +351,28 @@ TEST(CudaDevices, AttentionFoldedInSpansAgreesAcrossKernelsAndKeepsOneSpansBits)
   }
 }
 
-TEST(CudaDevices, AnAttentionSpanOtherThanTwoFourOrEightIsRefusedByName) {
+// Kernel settings a device cannot honour are refused by name when it is made (before it holds
+// streams or memory that a half-made device would leave behind).
+TEST(CudaDevices, BadKernelSettingsAreRefusedByName) {
   JITLLM_REQUIRE_CUDA();
+  const auto refusal = [](const cuda::CudaDeviceOptions& o) -> std::string {
+    try {
+      cuda::CudaDevice::create(o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(made a device)";
+  };
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
   o.attentionSpan = 3;
-  try {
-    cuda::CudaDevice::create(o);
-    FAIL() << "expected a refusal";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_NE(refusal(o).find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"), std::string::npos)
+      << refusal(o);
+  o.attentionSpan = 4;
+  ASSERT_EQ(0, setenv("JITLLM_CUDA_DEFINES", "JL_UNROLL=2,JL_X", 1));
+  const std::string defines = refusal(o);
+  unsetenv("JITLLM_CUDA_DEFINES");
+  EXPECT_NE(defines.find("JITLLM_CUDA_DEFINES: 'JL_X' is not NAME=VALUE"), std::string::npos) << defines;
 }
 
 }  // namespace
