@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/error.h"
@@ -81,10 +84,16 @@ std::vector<std::pair<std::string, int64_t>> moduleDefinesOf(const CudaDeviceOpt
 // CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN; checked before anything is made.
 int attentionSpanOf(const CudaDeviceOptions& options) {
   const char* env = std::getenv("JITLLM_CUDA_ATTENTION_SPAN");
-  const int span = options.attentionSpan.value_or(env ? std::atoi(env) : 0);
-  JITLLM_REQUIRE(span == 0 || span == 2 || span == 4 || span == 8,
-                 "attention span (JITLLM_CUDA_ATTENTION_SPAN): ", span, " is not 0, 2, 4 or 8");
-  return span;
+  if (options.attentionSpan || env == nullptr) {
+    const int span = options.attentionSpan.value_or(0);
+    JITLLM_REQUIRE(span == 0 || span == 2 || span == 4 || span == 8,
+                   "attention span (JITLLM_CUDA_ATTENTION_SPAN): ", span, " is not 0, 2, 4 or 8");
+    return span;
+  }
+  const std::string_view text(env);
+  JITLLM_REQUIRE(text == "0" || text == "2" || text == "4" || text == "8",
+                 "attention span (JITLLM_CUDA_ATTENTION_SPAN): '", text, "' is not 0, 2, 4 or 8");
+  return text[0] - '0';
 }
 
 }  // namespace
@@ -193,7 +202,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
       if (!prefix.empty()) skipOps_.push_back(std::move(prefix));
     }
   }
-  // "NAME=VALUE,..." added to every kernel module's #defines (JL_UNROLL=4): tuning runs only.
+  // Added to every kernel module's #defines: experiments (JL_ATTN_PREFETCH) and tuning runs (JL_UNROLL=4).
   tuningDefines_ = moduleDefinesOf(options);
 }
 

@@ -70,8 +70,8 @@ struct CudaDeviceOptions {
   std::optional<bool> earlySubmit;
   // Decode attention's chunks folded in spans of this many (2, 4 or 8), a block taking a whole
   // span over long contexts (attention.cuh: JL_SPAN, attention_spans). A different order of the
-  // folds past one span, prefill and decode alike; an experiment until measured. Unset: 0 (off)
-  // unless JITLLM_CUDA_ATTENTION_SPAN=N.
+  // folds past one span, prefill and decode alike (so devices a model migrates between must agree
+  // on it); an experiment until measured. Unset: 0 (off) unless JITLLM_CUDA_ATTENTION_SPAN=N.
   std::optional<int> attentionSpan;
   // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
   // kernel experiments switched on by name (attention.cuh's JL_ATTN_PREFETCH), for tests and tools.

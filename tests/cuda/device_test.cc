@@ -368,6 +368,12 @@ TEST(CudaDevices, BadKernelSettingsAreRefusedByName) {
   o.attentionSpan = 3;
   EXPECT_NE(refusal(o).find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"), std::string::npos)
       << refusal(o);
+  o.attentionSpan.reset();
+  ASSERT_EQ(0, setenv("JITLLM_CUDA_ATTENTION_SPAN", "four", 1));
+  const std::string span = refusal(o);
+  unsetenv("JITLLM_CUDA_ATTENTION_SPAN");
+  EXPECT_NE(span.find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 'four' is not 0, 2, 4 or 8"), std::string::npos)
+      << span;
   o.attentionSpan = 4;
   ASSERT_EQ(0, setenv("JITLLM_CUDA_DEFINES", "JL_UNROLL=2,JL_X", 1));
   const std::string defines = refusal(o);
