@@ -122,13 +122,16 @@ std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options)
     JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s");
   }
   // Bad settings fail here, not halfway through the constructor (which would leave what it made).
-  attentionSpanOf(options);
-  moduleDefinesOf(options);
-  return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options));
+  const int span = attentionSpanOf(options);
+  return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options, span, moduleDefinesOf(options)));
 }
 
-CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
-    : api_(api), cache_(options.cacheRoot.value_or(KernelCache::defaultRoot())) {
+CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, int attentionSpan,
+                       std::vector<std::pair<std::string, int64_t>> moduleDefines)
+    : api_(api),
+      cache_(options.cacheRoot.value_or(KernelCache::defaultRoot())),
+      attentionSpan_(attentionSpan),
+      tuningDefines_(std::move(moduleDefines)) {
   info_.id = "cuda:" + std::to_string(options.index);
   info_.backend = Backend::kCuda;
   info_.threads = 0;
@@ -193,7 +196,6 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
   splitAttention_ = !(split && std::strcmp(split, "0") == 0);
   const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
   attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
-  attentionSpan_ = attentionSpanOf(options);
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
   if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
   if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
@@ -202,8 +204,6 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options)
       if (!prefix.empty()) skipOps_.push_back(std::move(prefix));
     }
   }
-  // Added to every kernel module's #defines: experiments (JL_ATTN_PREFETCH) and tuning runs (JL_UNROLL=4).
-  tuningDefines_ = moduleDefinesOf(options);
 }
 
 CudaDevice::~CudaDevice() {

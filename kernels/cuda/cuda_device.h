@@ -169,7 +169,9 @@ class CudaDevice final : public Device {
     size_t bytes;
   };
 
-  CudaDevice(const DriverApi& api, const CudaDeviceOptions& options);
+  // attentionSpan and moduleDefines: the options' with the environment's, checked by create().
+  CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, int attentionSpan,
+             std::vector<std::pair<std::string, int64_t>> moduleDefines);
   void check(CUresult r, const char* what) const;
   void makeCurrent() const;
   void release(CUdeviceptr ptr, size_t bytes);
@@ -356,7 +358,7 @@ class CudaDevice final : public Device {
   // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
   // batch has few blocks (attention.cuh; the same bits either way).
   bool attentionPerHead_ = true;
-  int attentionSpan_ = 0;     // CudaDeviceOptions::attentionSpan
+  int attentionSpan_ = 0;     // CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN
   bool blockKernels_ = true;  // CudaDeviceOptions::blockKernels
   std::pair<CUfunction, CUfunction> blockCopies_{};
   CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host or a peer
@@ -422,7 +424,9 @@ class CudaDevice final : public Device {
   // Diagnostics only (JITLLM_CUDA_SKIP): decode launches whose name starts with one of these are
   // not queued - wrong results, but a step's time without them is what they cost inside a graph.
   std::vector<std::string> skipOps_;
-  std::vector<std::pair<std::string, int64_t>> tuningDefines_;  // JITLLM_CUDA_DEFINES
+  // Added to every kernel module: CudaDeviceOptions::defines, then JITLLM_CUDA_DEFINES (experiments
+  // such as JL_ATTN_PREFETCH, tuning runs such as JL_UNROLL=4).
+  std::vector<std::pair<std::string, int64_t>> tuningDefines_;
   std::optional<ElementwiseKernels> elementwise_;
 
   // JITLLM_CUDA_PROFILE=1: each launch is submitted at once between two timing events, and its

@@ -366,8 +366,9 @@ TEST(CudaDevices, BadKernelSettingsAreRefusedByName) {
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
   o.attentionSpan = 3;
-  EXPECT_NE(refusal(o).find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"), std::string::npos)
-      << refusal(o);
+  const std::string option = refusal(o);
+  EXPECT_NE(option.find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"), std::string::npos)
+      << option;
   o.attentionSpan.reset();
   ASSERT_EQ(0, setenv("JITLLM_CUDA_ATTENTION_SPAN", "four", 1));
   const std::string span = refusal(o);

@@ -181,6 +181,15 @@ JL_DEV void fold(bool first, float m, float l, float o, float& totMax, float& to
   foldScaled(a, b, l, o, totSum, totO);
 }
 
+// One state of JL_SPAN's two-level fold: into its span's state (taken as it is when it opens the
+// span), and the span into the total once the state closes it (taken as it is when it is the first
+// span). attendChunks and combineInSpans both fold through it, so both keep one order.
+JL_DEV void foldInSpan(bool opensSpan, bool closesSpan, bool firstSpan, float m, float l, float o, float& spanMax,
+                       float& spanSum, float& spanO, float& totMax, float& totSum, float& totO) {
+  fold(opensSpan, m, l, o, spanMax, spanSum, spanO);
+  if (closesSpan) fold(firstSpan, spanMax, spanSum, spanO, totMax, totSum, totO);
+}
+
 // Block `hb` of a token (hb = 0 .. heads / kGroup - 1) serves query heads hb kGroup .. + kGroup - 1,
 // of KV head hb kGroup / (heads / kvHeads).
 JL_DEV int kvHeadOf(int hb, int heads, int kvHeads) { return hb * kGroup / (heads / kvHeads); }
@@ -220,8 +229,9 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
   const int last = min(n, c1 * kChunk);               // the block's positions end here
   const i64 vOffset = i64(kPageTokens) * tokenElems;  // a page's V rows after its K rows
   if constexpr (kAsyncTiles) {                        // the block's first tile: K, then V
-    requestTile(ks, pages, tokenElems, 0, kh, c0 * kChunk, min(kTile, last - c0 * kChunk));
-    requestTile(vs, pages, tokenElems, vOffset, kh, c0 * kChunk, min(kTile, last - c0 * kChunk));
+    const int first = c0 * kChunk, count = min(kTile, last - first);
+    requestTile(ks, pages, tokenElems, 0, kh, first, count);
+    requestTile(vs, pages, tokenElems, vOffset, kh, first, count);
   }
   for (int c = c0; c < c1; c++) {
     __syncthreads();  // the previous chunk's state is read (and qs is written, first time)
@@ -374,10 +384,8 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
         const int idx = tid + i * kThreads;
         if (kOwned * kThreads == kGroup * kHd || idx < kGroup * kHd) {
           const int g = idx / kHd;
-          fold(c == c0 || c % kSpan == 0, runMax[g], runSum[g], o[i], spanMax[i], spanSum[i], spanO[i]);
-          if (!partial && (c % kSpan == kSpan - 1 || c == c1 - 1)) {
-            fold(c < kSpan, spanMax[i], spanSum[i], spanO[i], totMax[i], totSum[i], totO[i]);
-          }
+          foldInSpan(c == c0 || c % kSpan == 0, !partial && (c % kSpan == kSpan - 1 || c == c1 - 1), c < kSpan,
+                     runMax[g], runSum[g], o[i], spanMax[i], spanSum[i], spanO[i], totMax[i], totSum[i], totO[i]);
         }
       }
     }
@@ -499,9 +507,8 @@ JL_DEV void combineInSpans(const float* base, float* out, int heads, int t, int 
         for (int k = 0; k < kFoldBatch; k++) {
           const int c = c0 + k;
           if (c < states) {
-            fold(c % perSpan == 0, m[k], l[k], o[k], spanMax, spanSum, spanO);
-            if (c % perSpan == perSpan - 1 || c == states - 1)
-              fold(c < perSpan, spanMax, spanSum, spanO, totMax, totSum, totO);
+            foldInSpan(c % perSpan == 0, c % perSpan == perSpan - 1 || c == states - 1, c < perSpan, m[k], l[k], o[k],
+                       spanMax, spanSum, spanO, totMax, totSum, totO);
           }
         }
       }
