@@ -27,7 +27,7 @@
 # ops: single ops timed alone (jitllm-opbench): decode attention of the 1B and 3B shapes over
 # $CONTEXTS (128,1024,4096) with fp32 and fp16 KV, and the 1B's decode products, by default and
 # under each $AB setting ("A=1+B=2" sets both), alternating, twice - a kernel's A/B without a
-# model step's noise.
+# model step's noise. KVS="f32" (default "f32 f16"): the KV precisions; PRODUCTS=0: attention only.
 # phases: attention_split's blocks timed phase by phase (JL_ATTN_TIMING) after 4096 tokens, 1B and 3B:
 # medians in cycles, for the blocks that fold and the others.
 # stream: the streaming tests, then the Llama-3.1-8B shape (Q4_K_M) all resident on cuda:0 against
@@ -449,10 +449,11 @@ if [ "$what" = ops ]; then
   # Each setting's runs alternate with the others', so a drift of the machine hits them alike.
   for round in 1 2; do
     for cfg in JITLLM_DEFAULT=1 $AB; do
-      for kv in f32 f16; do
+      for kv in ${KVS:-f32 f16}; do
         opbench "$cfg" attention --heads 32 --kv-heads 8 --head-dim 64 --context ${CONTEXTS:-128,1024,4096} --kv $kv
         opbench "$cfg" attention --heads 24 --kv-heads 8 --head-dim 128 --context ${CONTEXTS:-128,1024,4096} --kv $kv
       done
+      [ "${PRODUCTS:-1}" = 0 ] && continue
       for shape in "q4_K 8192 2048" "q4_K 2048 8192" "q6_K 2048 8192" "q4_K 2048 2048" "q6_K 128256 2048"; do
         set -- $shape
         opbench "$cfg" matmul --type $1 --rows $2 --cols $3

@@ -4,10 +4,14 @@
 //
 // Each measurement queues the op REPS times back to back and then reads 4 bytes back, which waits
 // for all of them: the figure is wall-clock time per call with the device's queue full, as inside
-// a model's step (on CUDA the calls go out as one graph, as a step's do; secondsPerCall). Inputs
-// are random, fixed by --seed. The last lines, one per setting, are what scripts read:
-//   attention cuda:0 heads 32/8 dim 64 kv f32 tokens 1 context 4096: 31.20 us a call (100 calls)
-//   matmul cuda:0 q4_K 8192x2048 tokens 1: 9.80 us a call, 1.926 TB/s of weights (100 calls)
+// a model's step (on CUDA the calls go out as one graph, as a step's do; secondsPerCall). The
+// calls take turns over --copies copies of the op's inputs (weights, KV pages), by default as many
+// as make 256 MiB: in a model each layer reads its own, so they come from memory, not from a cache
+// that one copy would fit in (an H200's L2 holds 50 MB: a 1B layer's KV after 4096 tokens, 17 MB,
+// would stay there). Inputs are random, fixed by --seed. The last lines, one per setting, are what
+// scripts read:
+//   attention cuda:0 heads 32/8 dim 64 kv f32 tokens 1 context 4096: 31.20 us a call (100 calls, 16 copies)
+//   matmul cuda:0 q4_K 8192x2048 tokens 1: 9.80 us a call, 1.926 TB/s of weights (112 calls, 28 copies)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,7 +43,10 @@ constexpr const char* kUsage = R"(usage: jitllm-opbench OP [options] [--device S
        --tokens T                            columns of x (default 1: decode)
   --device S   the device (default cpu:0; e.g. cuda:0, vulkan:0)
   -t THREADS   CPU threads (default: all cores)
-  -r REPS      calls timed per setting, after two untimed rounds as many (default 100)
+  --copies N   copies of the inputs the calls take turns over (default: as many as make 256 MiB,
+               at most 64)
+  -r REPS      calls timed per setting, after two untimed rounds as many (default 100; rounded up
+               to a multiple of the copies)
   --seed N     the random inputs' seed (default 1)
 )";
 
@@ -60,11 +67,12 @@ std::unique_ptr<DeviceBuffer> upload(Device& device, const std::vector<float>& v
 // them), after two such rounds untimed: the first compiles the kernels, and a queue the device
 // has seen before runs as a graph (the CUDA backend captures a repeated queue, as a model's
 // decode steps repeat), so the timed round is the GPU's time for the calls, not the host's.
+// op(i) makes call i of a round; the rounds are alike, call for call.
 template <typename Op>
 double secondsPerCall(Device& device, int reps, const uint8_t* probe, Op op) {
   float sink = 0;
   const auto round = [&] {
-    for (int i = 0; i < reps; i++) op();
+    for (int i = 0; i < reps; i++) op(i);
     device.copyToHost(&sink, probe, sizeof(sink));
   };
   round();
@@ -91,8 +99,18 @@ std::vector<int> parseList(const std::string& flag, const std::string& text) {
   return out;
 }
 
+// Copies of an op's inputs of `bytes` each: `asked`, or (0) as many as make 256 MiB, at most 64.
+int copiesFor(int asked, size_t bytes) {
+  constexpr size_t kColdBytes = size_t(256) << 20;
+  if (asked > 0) return asked;
+  return int(std::clamp<size_t>((kColdBytes + bytes - 1) / std::max<size_t>(bytes, 1), 1, 64));
+}
+
+// reps rounded up to a whole number of turns over `copies`.
+int wholeTurns(int reps, int copies) { return (reps + copies - 1) / copies * copies; }
+
 struct AttentionShape {
-  int heads = 32, kvHeads = 8, headDim = 64, tokens = 1;
+  int heads = 32, kvHeads = 8, headDim = 64, tokens = 1, copies = 0;
   KvPrecision precision = KvPrecision::kF32;
   std::vector<int> contexts = {128, 1024, 4096};
 };
@@ -101,10 +119,13 @@ void benchAttention(Device& device, const AttentionShape& s, int reps, std::mt19
   if (s.heads % s.kvHeads != 0) throw tools::UsageError("--heads must be a multiple of --kv-heads");
   const KvLayout layout{16, s.kvHeads, s.headDim, s.precision};
   const int longest = *std::max_element(s.contexts.begin(), s.contexts.end());
-  // Each token its own session of `longest` positions, its pages in one allocation.
+  // Each token of each copy its own session of `longest` positions, all pages in one allocation;
+  // tables[c * tokens + t] is copy c's token t's.
   const size_t pagesPerSession = size_t(longest + layout.pageTokens - 1) / size_t(layout.pageTokens);
-  auto pages = device.allocate(size_t(s.tokens) * pagesPerSession * layout.pageBytes());
-  std::vector<std::vector<const uint8_t*>> tables(size_t(s.tokens));
+  const int copies = copiesFor(s.copies, size_t(s.tokens) * pagesPerSession * layout.pageBytes());
+  reps = wholeTurns(reps, copies);
+  auto pages = device.allocate(size_t(copies) * size_t(s.tokens) * pagesPerSession * layout.pageBytes());
+  std::vector<std::vector<const uint8_t*>> tables(size_t(copies) * size_t(s.tokens));
   const int64_t width = int64_t(s.kvHeads) * s.headDim;
   constexpr int64_t kStoreBatch = 512;
   const auto k = upload(device, randomFloats(size_t(kStoreBatch * width), rng, 1.0f));
@@ -135,20 +156,20 @@ void benchAttention(Device& device, const AttentionShape& s, int reps, std::mt19
     batch.kv = layout;
     batch.scale = float(1.0 / std::sqrt(double(s.headDim)));
     batch.positions = positions.data();
-    batch.pageTables = tablePtrs.data();
-    const double seconds = secondsPerCall(device, reps, out->data(), [&] {
+    const double seconds = secondsPerCall(device, reps, out->data(), [&](int call) {
+      batch.pageTables = tablePtrs.data() + size_t(call % copies) * size_t(s.tokens);
       device.attention(reinterpret_cast<const float*>(q->data()), reinterpret_cast<float*>(out->data()), batch);
     });
-    std::printf("attention %s heads %d/%d dim %d kv %s tokens %d context %d: %.2f us a call (%d calls)\n",
+    std::printf("attention %s heads %d/%d dim %d kv %s tokens %d context %d: %.2f us a call (%d calls, %d copies)\n",
                 device.info().id.c_str(), s.heads, s.kvHeads, s.headDim,
-                s.precision == KvPrecision::kF16 ? "f16" : "f32", s.tokens, context, seconds * 1e6, reps);
+                s.precision == KvPrecision::kF16 ? "f16" : "f32", s.tokens, context, seconds * 1e6, reps, copies);
   }
 }
 
 struct MatmulShape {
   quant::TensorType type = quant::TensorType::kQ4_K;
   int64_t rows = 8192, cols = 2048;
-  int tokens = 1;
+  int tokens = 1, copies = 0;
 };
 
 void benchMatmul(Device& device, const MatmulShape& s, int reps, std::mt19937& rng) {
@@ -162,17 +183,23 @@ void benchMatmul(Device& device, const MatmulShape& s, int reps, std::mt19937& r
     const auto row = randomFloats(size_t(s.cols), rng, 0.05f);
     quant::quantizeRow(s.type, row.data(), bytes.data() + size_t(r) * *stride, s.cols);
   }
-  const auto w = device.adoptHostBytes(bytes.data(), bytes.size());
-  const WeightRef ref{s.type, w->data(), s.rows, s.cols, *stride};
+  const int copies = copiesFor(s.copies, bytes.size());
+  reps = wholeTurns(reps, copies);
+  std::vector<std::unique_ptr<DeviceBuffer>> weights;
+  std::vector<WeightRef> refs;
+  for (int c = 0; c < copies; c++) {
+    weights.push_back(device.adoptHostBytes(bytes.data(), bytes.size()));
+    refs.push_back({s.type, weights.back()->data(), s.rows, s.cols, *stride});
+  }
   const auto x = upload(device, randomFloats(size_t(s.tokens) * size_t(s.cols), rng, 1.0f));
   auto y = device.allocate(size_t(s.tokens) * size_t(s.rows) * sizeof(float));
-  const double seconds = secondsPerCall(device, reps, y->data(), [&] {
-    device.matmul(ref, reinterpret_cast<const float*>(x->data()), s.tokens, reinterpret_cast<float*>(y->data()),
-                  nullptr);
+  const double seconds = secondsPerCall(device, reps, y->data(), [&](int call) {
+    device.matmul(refs[size_t(call % copies)], reinterpret_cast<const float*>(x->data()), s.tokens,
+                  reinterpret_cast<float*>(y->data()), nullptr);
   });
-  std::printf("matmul %s %s %lldx%lld tokens %d: %.2f us a call, %.3f TB/s of weights (%d calls)\n",
+  std::printf("matmul %s %s %lldx%lld tokens %d: %.2f us a call, %.3f TB/s of weights (%d calls, %d copies)\n",
               device.info().id.c_str(), std::string(quant::typeName(s.type)).c_str(), (long long)s.rows,
-              (long long)s.cols, s.tokens, seconds * 1e6, double(bytes.size()) / seconds / 1e12, reps);
+              (long long)s.cols, s.tokens, seconds * 1e6, double(bytes.size()) / seconds / 1e12, reps, copies);
 }
 
 int run(int argc, char** argv) {
@@ -200,6 +227,8 @@ int run(int argc, char** argv) {
       reps = int(positive(a, cl.number<int>(a)));
     } else if (a == "--seed") {
       seed = cl.number<uint32_t>(a);
+    } else if (a == "--copies") {
+      attention.copies = matmul.copies = int(positive(a, cl.number<int>(a)));
     } else if (a == "--tokens") {
       attention.tokens = matmul.tokens = int(positive(a, cl.number<int>(a)));
     } else if (op == "attention" && a == "--heads") {

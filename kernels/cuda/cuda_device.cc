@@ -81,11 +81,12 @@ std::vector<std::pair<std::string, int64_t>> moduleDefinesOf(const CudaDeviceOpt
   return defines;
 }
 
-// CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN; checked before anything is made.
+// CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN, or kDefaultAttentionSpan;
+// checked before anything is made.
 int attentionSpanOf(const CudaDeviceOptions& options) {
   const char* env = std::getenv("JITLLM_CUDA_ATTENTION_SPAN");
   if (options.attentionSpan || env == nullptr) {
-    const int span = options.attentionSpan.value_or(0);
+    const int span = options.attentionSpan.value_or(kDefaultAttentionSpan);
     JITLLM_REQUIRE(span == 0 || span == 2 || span == 4 || span == 8,
                    "attention span (JITLLM_CUDA_ATTENTION_SPAN): ", span, " is not 0, 2, 4 or 8");
     return span;
@@ -194,6 +195,9 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, i
                         api_.cuLaunchKernelEx != nullptr;
   const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
   splitAttention_ = !(split && std::strcmp(split, "0") == 0);
+  const char* spanBlocks = std::getenv("JITLLM_CUDA_SPAN_BLOCKS");
+  spanBlocks_ =
+      std::max(0, options.attentionSpanBlocks.value_or(spanBlocks ? std::atoi(spanBlocks) : 2 * multiprocessors_));
   const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
   attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
@@ -1451,10 +1455,13 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
         attentionSplitKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
     const CUdeviceptr pp = partials_, counters = chunkCounters_;
     if (attentionSpan_ > 0) {
-      // A block takes a whole span once the longest context has four spans or more (maxChunks is a
-      // multiple of 8, so of the span), else a chunk, the fold then going in spans; both give the
-      // bits of the one-block kernel (attention.cuh: attention_spans).
-      const int perBlock = maxChunks >= 4 * attentionSpan_ ? attentionSpan_ : 1, maxUnits = maxChunks / perBlock;
+      // A block takes a whole span (maxChunks is a multiple of 8, so of the span) where that still
+      // makes enough blocks to keep every multiprocessor busy (spanBlocks_), else a chunk, the fold
+      // then going in spans; both give the bits of the one-block kernel (attention.cuh:
+      // attention_spans).
+      const int64_t spanUnits = int64_t(batch.tokens) * headBlocks * (maxChunks / attentionSpan_);
+      const int perBlock = spanUnits >= spanBlocks_ ? attentionSpan_ : 1;
+      const int maxUnits = maxChunks / perBlock;
       const unsigned unitsY = gridY * unsigned(maxUnits);
       offer("attention_spans", [=](CUdeviceptr xq, uint64_t stride) {
         return makeLaunch(sf, tokens, unitsY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,

@@ -68,13 +68,17 @@ struct CudaDeviceOptions {
   // Decode queues handed to the GPU in parts while the host still queues the rest of the step
   // (CudaDevice::submitEarly); unset: on unless JITLLM_CUDA_EARLY_SUBMIT=0 (=N: parts of N launches).
   std::optional<bool> earlySubmit;
-  // Decode attention's chunks folded in spans of this many (2, 4 or 8), a block taking a whole
-  // span over long contexts (attention.cuh: JL_SPAN, attention_spans). A different order of the
-  // folds past one span, prefill and decode alike (so devices a model migrates between must agree
-  // on it); an experiment until measured. Unset: 0 (off) unless JITLLM_CUDA_ATTENTION_SPAN=N.
+  // Attention's chunks folded in spans of this many (2, 4 or 8; 0: in one level), a decode block
+  // taking a whole span over long contexts (attention.cuh: JL_SPAN, attention_spans). The order of
+  // the folds past one span, prefill and decode alike (so devices a model migrates between must
+  // agree on it). Unset: JITLLM_CUDA_ATTENTION_SPAN=N, else kDefaultAttentionSpan (2).
   std::optional<int> attentionSpan;
+  // With attentionSpan: a decode block takes a whole span where that still makes at least this many
+  // blocks, else a chunk (the fold going in spans either way: the same bits). Unset: twice the
+  // multiprocessors unless JITLLM_CUDA_SPAN_BLOCKS=N (tuning).
+  std::optional<int> attentionSpanBlocks;
   // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
-  // kernel experiments switched on by name (attention.cuh's JL_ATTN_PREFETCH), for tests and tools.
+  // kernel variants chosen by name (attention.cuh's JL_ATTN_PREFETCH=0), for tests and tools.
   std::vector<std::pair<std::string, int64_t>> defines;
 };
 
@@ -358,7 +362,7 @@ class CudaDevice final : public Device {
   // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
   // batch has few blocks (attention.cuh; the same bits either way).
   bool attentionPerHead_ = true;
-  int attentionSpan_ = 0;     // CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN
+  int attentionSpan_ = 0;     // CudaDeviceOptions::attentionSpan, JITLLM_CUDA_ATTENTION_SPAN, or the default
   bool blockKernels_ = true;  // CudaDeviceOptions::blockKernels
   std::pair<CUfunction, CUfunction> blockCopies_{};
   CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host or a peer
@@ -421,6 +425,9 @@ class CudaDevice final : public Device {
   void offerFusion(size_t index, const Command& c, const float* out, int64_t elements,
                    std::function<std::optional<Command>(CUdeviceptr, uint64_t, int)> fused);
   int intDecodeRows_ = 0, intPrefillRows_ = 0;  // 0: the built-in choice
+  // attention_spans takes a whole span a block where that still makes this many blocks (fewer
+  // leave multiprocessors idle; CudaDeviceOptions::attentionSpanBlocks). The bits do not depend on it.
+  int spanBlocks_ = 0;
   // Diagnostics only (JITLLM_CUDA_SKIP): decode launches whose name starts with one of these are
   // not queued - wrong results, but a step's time without them is what they cost inside a graph.
   std::vector<std::string> skipOps_;

@@ -155,21 +155,23 @@ std::vector<ModuleSpec> representativeModules() {
     specs.push_back(intMatmulModule(t, 2048, 16, 16, 16, true));
     specs.push_back(intMatmulModule(t, 3072, t == TensorType::kQ6_K ? 2 : 16, 16, 16, true));
   }
+  constexpr int kSpan = kDefaultAttentionSpan;
   for (int hd : {64, 128}) {
-    for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4));
-    specs.push_back(attentionModule(hd, 1, 16, true));  // decode's per-query-head blocks on fp16 pages
-    // The tiles-by-cp.async experiment (attention.cuh: JL_ATTN_PREFETCH, set through
-    // JITLLM_CUDA_DEFINES), decode's blocks and prefill's.
+    for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4, kSpan));
+    specs.push_back(attentionModule(hd, 1, 16, true, kSpan));  // decode's per-query-head blocks on fp16 pages
+    // Tiles by plain loads (JITLLM_CUDA_DEFINES=JL_ATTN_PREFETCH=0), decode's blocks and prefill's.
     for (int group : {1, 4}) {
-      ModuleSpec prefetch = attentionModule(hd, group, 16, false);
-      prefetch.defines.emplace_back("JL_ATTN_PREFETCH", 1);
-      specs.push_back(prefetch);
+      ModuleSpec plainLoads = attentionModule(hd, group, 16, false, kSpan);
+      plainLoads.defines.emplace_back("JL_ATTN_PREFETCH", 0);
+      specs.push_back(plainLoads);
     }
-    // The two-level fold experiment (JITLLM_CUDA_ATTENTION_SPAN), decode's and prefill's blocks.
-    specs.push_back(attentionModule(hd, 1, 16, false, 4));
-    specs.push_back(attentionModule(hd, 4, 16, true, 4));
+    // The other folds (JITLLM_CUDA_ATTENTION_SPAN=0 or 4), decode's and prefill's blocks.
+    for (int span : {0, 4}) {
+      specs.push_back(attentionModule(hd, 1, 16, false, span));
+      specs.push_back(attentionModule(hd, 4, 16, true, span));
+    }
   }
-  specs.push_back(attentionModule(16, 3, 4, true));
+  specs.push_back(attentionModule(16, 3, 4, true, kSpan));
   specs.push_back(elementwiseModule());
   specs.push_back(blocksModule());
   return specs;

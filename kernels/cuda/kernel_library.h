@@ -60,9 +60,12 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
 // Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
-// span > 0: chunks folded in spans of `span` (attention.cuh: JL_SPAN; an experiment), which adds
-// the attention_spans kernel; 0: the one-level fold, the module as it always was.
-ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int span = 0);
+// span > 0: chunks folded in spans of `span` (attention.cuh: JL_SPAN), which adds the
+// attention_spans kernel; 0: the one-level fold.
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int span);
+// The span a CudaDevice folds attention's chunks in unless told otherwise (2, 4 and 8 measured on
+// an H200 in docs/cuda.md: 2 won at depths 1024-4096 on both Llama-3.2 shapes).
+constexpr int kDefaultAttentionSpan = 2;
 ModuleSpec elementwiseModule();
 // gather_blocks and scatter_blocks: scattered blocks to and from one contiguous buffer.
 ModuleSpec blocksModule();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "daemon/runtime/device_spec.h"
 #include "daemon/runtime/model.h"
@@ -280,17 +281,18 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
   }
 }
 
-// attention.cuh's JL_ATTN_PREFETCH (an experiment until measured): fp32 tiles by cp.async, each
-// requested while the tile before it is computed. The same data in the same places, so the bits of
-// the plain loads: decode (few tokens - a block per query head and chunk, folded after) and
-// prefill-like batches (a block per token and KV head over all its tiles), at both head dims.
+// attention.cuh's JL_ATTN_PREFETCH (on by default): fp32 tiles by cp.async, each requested while
+// the tile before it is computed. The same data in the same places, so the bits of plain loads
+// (JL_ATTN_PREFETCH=0): decode (few tokens - a block per query head and span or chunk, folded
+// after) and prefill-like batches (a block per token and KV head over all its tiles), at both head
+// dims.
 TEST(CudaDevices, AttentionWithTilesRequestedAheadGivesTheBitsOfPlainLoads) {
   JITLLM_REQUIRE_CUDA();
-  auto plain = makeCudaDevice();
+  auto ahead = makeCudaDevice();
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  o.defines = {{"JL_ATTN_PREFETCH", 1}};
-  auto ahead = cuda::CudaDevice::create(o);
+  o.defines = {{"JL_ATTN_PREFETCH", 0}};
+  auto plain = cuda::CudaDevice::create(o);
   auto cpu = makeCpuDevice();
   for (int headDim : {64, 128}) {
     SCOPED_TRACE(headDim);
@@ -317,23 +319,28 @@ TEST(CudaDevices, AttentionWithTilesRequestedAheadGivesTheBitsOfPlainLoads) {
   }
 }
 
-// CudaDeviceOptions::attentionSpan (an experiment until measured): chunks fold in spans of four,
-// a decode block taking a whole span over long contexts. Decode - a block per span (1100 positions),
-// or per chunk with the fold in spans (up to 512) - and the one-block kernel must agree bit for bit
-// and with the CPU; a context of one span (256 positions) or less keeps the one-level fold's bits.
+// CudaDeviceOptions::attentionSpan (2 by default, or 4): chunks fold in spans, a decode block
+// taking a whole span where that leaves enough blocks (attentionSpanBlocks). Decode - a block per
+// span, or per chunk with the fold in spans - and the one-block kernel must agree bit for bit and
+// with the CPU; a context of one span (span x 64 positions) or less keeps the one-level fold's bits.
 TEST(CudaDevices, AttentionFoldedInSpansAgreesAcrossKernelsAndKeepsOneSpansBits) {
   JITLLM_REQUIRE_CUDA();
-  auto plain = makeCudaDevice();
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  o.attentionSpan = 4;
-  auto spans = cuda::CudaDevice::create(o);
+  o.attentionSpan = 0;
+  auto plain = cuda::CudaDevice::create(o);
   auto cpu = makeCpuDevice();
-  for (int headDim : {64, 128}) {
-    SCOPED_TRACE(headDim);
+  for (const auto& [span, headDim] : {std::pair{2, 64}, std::pair{2, 128}, std::pair{4, 64}, std::pair{4, 128}}) {
+    SCOPED_TRACE("span " + std::to_string(span) + ", head dim " + std::to_string(headDim));
+    o.attentionSpan = span;
+    o.attentionSpanBlocks = 0;  // a span a block wherever there is a whole span
+    auto spans = cuda::CudaDevice::create(o);
+    o.attentionSpanBlocks = std::numeric_limits<int>::max();  // a chunk a block, always
+    auto chunks = cuda::CudaDevice::create(o);
     const int heads = 32;
     const KvLayout kv{16, 8, headDim, KvPrecision::kF32};
-    LongContext onPlain(*plain, *cpu, kv, 1100, 5), onSpans(*spans, *cpu, kv, 1100, 5);
+    LongContext onPlain(*plain, *cpu, kv, 1100, 5), onSpans(*spans, *cpu, kv, 1100, 5),
+        onChunks(*chunks, *cpu, kv, 1100, 5);
     const float scale = float(1.0 / std::sqrt(double(headDim)));
     uint32_t seed = 20;
     for (const std::vector<int32_t>& positions :
@@ -341,8 +348,14 @@ TEST(CudaDevices, AttentionFoldedInSpansAgreesAcrossKernelsAndKeepsOneSpansBits)
       SCOPED_TRACE(positions[0]);
       const auto q = randomFloats(positions.size() * heads * size_t(headDim), seed++, 0.3f);
       onSpans.expectChunkedAndWholeAgree(q, positions, heads, scale, 20);
+      onChunks.expectChunkedAndWholeAgree(q, positions, heads, scale, 20);
+      const auto bySpan = onSpans.attend(true, q, positions, heads, scale);
+      const auto byChunk = onChunks.attend(true, q, positions, heads, scale);
+      ASSERT_EQ(bySpan.size(), byChunk.size());
+      EXPECT_EQ(0, std::memcmp(bySpan.data(), byChunk.data(), bySpan.size() * sizeof(float)));
     }
-    const std::vector<int32_t> oneSpan = {255, 0, 63, 64, 200};
+    const int last = span * 64 - 1;
+    const std::vector<int32_t> oneSpan = {last, 0, 63, 64, last / 2};
     const auto q = randomFloats(oneSpan.size() * heads * size_t(headDim), seed, 0.3f);
     const auto want = onPlain.attend(true, q, oneSpan, heads, scale);
     const auto got = onSpans.attend(true, q, oneSpan, heads, scale);

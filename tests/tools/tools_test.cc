@@ -134,10 +134,14 @@ TEST(JitllmOpbench, TimesAttentionAtEachContextAndAProductOneLineEach) {
   ASSERT_EQ(a.status, 0) << a.out;
   EXPECT_GT(microsecondsOf(a.out, "attention cpu:0 heads 4/2 dim 16 kv f16 tokens 1 context 8: "), 0.0) << a.out;
   EXPECT_GT(microsecondsOf(a.out, "attention cpu:0 heads 4/2 dim 16 kv f16 tokens 1 context 40: "), 0.0) << a.out;
-  auto m = run(bin("jitllm-opbench") + " matmul --type q4_K --rows 64 --cols 512 --tokens 2 -r 3 -t 1");
+  // A small op's inputs come in as many copies as make 256 MiB, at most 64, the calls a whole
+  // number of turns over them.
+  EXPECT_NE(a.out.find("context 40: "), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find(" us a call (64 calls, 64 copies)\n"), std::string::npos) << a.out;
+  auto m = run(bin("jitllm-opbench") + " matmul --type q4_K --rows 64 --cols 512 --tokens 2 -r 3 --copies 2 -t 1");
   ASSERT_EQ(m.status, 0) << m.out;
   EXPECT_GT(microsecondsOf(m.out, "matmul cpu:0 q4_K 64x512 tokens 2: "), 0.0) << m.out;
-  EXPECT_NE(m.out.find(" TB/s of weights (3 calls)\n"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find(" TB/s of weights (4 calls, 2 copies)\n"), std::string::npos) << m.out;
 }
 
 TEST(JitllmOpbench, RejectsWhatItCannotMeasureByName) {
@@ -152,6 +156,7 @@ TEST(JitllmOpbench, RejectsWhatItCannotMeasureByName) {
       {"matmul --type q9", "--type: unknown type 'q9'"},
       {"matmul --cols 100", "--cols 100 is not a whole number of q4_K blocks"},
       {"matmul -r 0", "-r must be positive"},
+      {"matmul --copies 0", "--copies must be positive"},
   };
   for (const auto& [args, message] : cases) {
     auto r = run(tool + " " + args);

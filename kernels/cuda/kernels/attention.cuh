@@ -39,11 +39,12 @@ constexpr int kThreads = 128;
 constexpr int kOwned = (kGroup * kHd + kThreads - 1) / kThreads;  // output elements per thread
 constexpr int kChunk = 64;                                        // positions; a multiple of kTile
 static_assert(kChunk % kTile == 0, "chunks hold whole tiles");
-// JL_SPAN = S > 0 (an experiment until measured; the host sets it for JITLLM_CUDA_ATTENTION_SPAN):
-// chunks fold in two levels - each run of S chunks (a span) in order, then the spans in order -
-// which lets decode give a block a whole span (attention_spans) and leaves its last block only
-// the spans to fold. For contexts of one span (S * 64 positions) that is the one-level fold, bit
-// for bit; past it a different order, taken by every kernel of the module alike.
+// JL_SPAN = S > 0 (the host's CudaDeviceOptions::attentionSpan, 2 unless set): chunks fold in two
+// levels - each run of S chunks (a span) in order, then the spans in order - which lets decode give
+// a block a whole span (attention_spans) and leaves its last block only the spans to fold. For
+// contexts of one span (S * 64 positions) that is the one-level fold, bit for bit; past it a
+// different order, taken by every kernel of the module alike. 0: the one-level fold.
+// (docs/cuda.md, "Decode attention in spans": +9 % decode after 4096 tokens on an H200.)
 #ifndef JL_SPAN
 #define JL_SPAN 0
 #endif
@@ -131,14 +132,14 @@ JL_DEV void loadTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int
   }
 }
 
-// JL_ATTN_PREFETCH=1 (an experiment, through JITLLM_CUDA_DEFINES, until measured): fp32 tiles
+// JL_ATTN_PREFETCH=1 (the default; JITLLM_CUDA_DEFINES=JL_ATTN_PREFETCH=0 turns it off): fp32 tiles
 // arrive by cp.async, each one requested while the tile before it is still being computed - the
 // next K tile once this tile's scores are done, the next V tile once its outputs are - so a block
 // with several tiles (prefill, the 3B's 32-position tiles, several chunks) waits for memory once
 // rather than once a tile. The same data in the same places, so the same bits. Needs sm_80's
 // cp.async; fp16 pages (converted on the way in) and older GPUs keep loadTile.
 #ifndef JL_ATTN_PREFETCH
-#define JL_ATTN_PREFETCH 0
+#define JL_ATTN_PREFETCH 1
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 constexpr bool kAsyncTiles = JL_ATTN_PREFETCH && kPieceElems == 4 && !JL_KV_F16;
