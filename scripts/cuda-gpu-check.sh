@@ -13,7 +13,7 @@
 # (RACE=0: no racecheck), then 1B/3B pp512+tg128 by default and under each of $AB ("NAME=VALUE ..."), a 1B prefill profile.
 # quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
 # depth: tests ($FILTER), memcheck, then tg128 from an empty context and after 4096 tokens beside llama.cpp
-# (jitllm with fp32 and fp16 KV pages), then $AB.
+# (jitllm with fp32 and fp16 KV pages; KVS=f32: fp32 only), then $AB.
 # verify: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on $MODELS by default and under each of $AB.
 # host: a decode step's GPU time (its graph) against the host's parts of it, 1B and 3B, under each of $AB.
 # costs: [tests matching $FILTER], the GPU time of a decode step's graph (the 1B, or MODEL=3b) against its
@@ -336,7 +336,7 @@ if [ "$what" = depth ]; then
       tee -a "$OUT/llama-bench-$m.txt" | grep -E "tg128" | sed "s/^/$m llama.cpp: /"
     # jitllm's default KV cache is fp32; llama.cpp's is fp16 (its pages hold half the bytes).
     for d in 0 4096; do
-      for kv in f32 f16; do
+      for kv in ${KVS:-f32 f16}; do
         timeout 60 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 0 -n 128 -d $d -r 3 --kv $kv 2>&1 |
           tee -a "$OUT/jitllm-bench-$m.txt" | grep -E "^# tg" | sed "s/^/$m jitllm kv $kv: /"
       done
