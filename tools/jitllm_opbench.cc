@@ -160,9 +160,10 @@ void benchAttention(Device& device, const AttentionShape& s, int reps, std::mt19
       batch.pageTables = tablePtrs.data() + size_t(call % copies) * size_t(s.tokens);
       device.attention(reinterpret_cast<const float*>(q->data()), reinterpret_cast<float*>(out->data()), batch);
     });
-    std::printf("attention %s heads %d/%d dim %d kv %s tokens %d context %d: %.2f us a call (%d calls, %d copies)\n",
+    std::printf("attention %s heads %d/%d dim %d kv %s tokens %d context %d: %.2f us a call (%d calls, %d cop%s)\n",
                 device.info().id.c_str(), s.heads, s.kvHeads, s.headDim,
-                s.precision == KvPrecision::kF16 ? "f16" : "f32", s.tokens, context, seconds * 1e6, reps, copies);
+                s.precision == KvPrecision::kF16 ? "f16" : "f32", s.tokens, context, seconds * 1e6, reps, copies,
+                copies == 1 ? "y" : "ies");
   }
 }
 
@@ -185,10 +186,13 @@ void benchMatmul(Device& device, const MatmulShape& s, int reps, std::mt19937& r
   }
   const int copies = copiesFor(s.copies, bytes.size());
   reps = wholeTurns(reps, copies);
+  // Each copy its own host bytes: the CPU adopts them in place, so one host copy adopted many
+  // times would be one copy.
+  std::vector<std::vector<uint8_t>> hostCopies(size_t(copies), bytes);
   std::vector<std::unique_ptr<DeviceBuffer>> weights;
   std::vector<WeightRef> refs;
-  for (int c = 0; c < copies; c++) {
-    weights.push_back(device.adoptHostBytes(bytes.data(), bytes.size()));
+  for (const auto& host : hostCopies) {
+    weights.push_back(device.adoptHostBytes(host.data(), host.size()));
     refs.push_back({s.type, weights.back()->data(), s.rows, s.cols, *stride});
   }
   const auto x = upload(device, randomFloats(size_t(s.tokens) * size_t(s.cols), rng, 1.0f));
@@ -197,9 +201,10 @@ void benchMatmul(Device& device, const MatmulShape& s, int reps, std::mt19937& r
     device.matmul(refs[size_t(call % copies)], reinterpret_cast<const float*>(x->data()), s.tokens,
                   reinterpret_cast<float*>(y->data()), nullptr);
   });
-  std::printf("matmul %s %s %lldx%lld tokens %d: %.2f us a call, %.3f TB/s of weights (%d calls, %d copies)\n",
+  std::printf("matmul %s %s %lldx%lld tokens %d: %.2f us a call, %.3f TB/s of weights (%d calls, %d cop%s)\n",
               device.info().id.c_str(), std::string(quant::typeName(s.type)).c_str(), (long long)s.rows,
-              (long long)s.cols, s.tokens, seconds * 1e6, double(bytes.size()) / seconds / 1e12, reps, copies);
+              (long long)s.cols, s.tokens, seconds * 1e6, double(bytes.size()) / seconds / 1e12, reps, copies,
+              copies == 1 ? "y" : "ies");
 }
 
 int run(int argc, char** argv) {
