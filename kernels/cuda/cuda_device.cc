@@ -194,7 +194,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, i
   programmaticLaunch_ = options.programmaticLaunch.value_or(!(pdl && std::strcmp(pdl, "0") == 0)) && arch_ >= 90 &&
                         api_.cuLaunchKernelEx != nullptr;
   const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
-  splitAttention_ = !(split && std::strcmp(split, "0") == 0);
+  splitPast_ = split ? std::max(0, std::atoi(split)) : kAttentionChunk;
   const char* spanBlocks = std::getenv("JITLLM_CUDA_SPAN_BLOCKS");
   spanBlocks_ =
       std::max(0, options.attentionSpanBlocks.value_or(spanBlocks ? std::atoi(spanBlocks) : 2 * multiprocessors_));
@@ -1406,7 +1406,7 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   const int headBlocks = batch.heads / blockGroup;  // blocks per token and chunk
   const int maxChunks = (maxPositions + 8 * kAttentionChunk - 1) / (8 * kAttentionChunk) * 8;
   const bool split =
-      splitAttention_ && fewBlocks && maxPositions > kAttentionChunk && int64_t(headBlocks) * maxChunks < 65536;
+      splitPast_ > 0 && fewBlocks && maxPositions > splitPast_ && int64_t(headBlocks) * maxChunks < 65536;
   if (split) {
     const size_t partialFloats = size_t(blockGroup) * size_t(kv.headDim + 2);
     growScratch(partials_, partialsBytes_,

@@ -358,7 +358,10 @@ class CudaDevice final : public Device {
   std::map<GroupKey, CUfunction> groupMatmuls_;
   bool fuse_ = true;                 // CudaDeviceOptions::fuse
   bool programmaticLaunch_ = false;  // CudaDeviceOptions::programmaticLaunch, where the GPU and driver allow
-  bool splitAttention_ = true;       // JITLLM_CUDA_ATTENTION_SPLIT=0: one block per token and KV head always
+  // Decode attention spreads a context over blocks (attention_split / _spans) once the longest
+  // has more than this many positions; 0: never (one block per token and head). The same bits
+  // either way. JITLLM_CUDA_ATTENTION_SPLIT=N (tuning; default one chunk, 64).
+  int splitPast_ = kAttentionChunk;
   // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
   // batch has few blocks (attention.cuh; the same bits either way).
   bool attentionPerHead_ = true;
