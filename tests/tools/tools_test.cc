@@ -136,7 +136,6 @@ TEST(JitllmOpbench, TimesAttentionAtEachContextAndAProductOneLineEach) {
   EXPECT_GT(microsecondsOf(a.out, "attention cpu:0 heads 4/2 dim 16 kv f16 tokens 1 context 40: "), 0.0) << a.out;
   // A small op's inputs come in as many copies as make 256 MiB, at most 64, the calls a whole
   // number of turns over them.
-  EXPECT_NE(a.out.find("context 40: "), std::string::npos) << a.out;
   EXPECT_NE(a.out.find(" us a call (64 calls, 64 copies)\n"), std::string::npos) << a.out;
   auto m = run(bin("jitllm-opbench") + " matmul --type q4_K --rows 64 --cols 512 --tokens 2 -r 3 --copies 2 -t 1");
   ASSERT_EQ(m.status, 0) << m.out;
