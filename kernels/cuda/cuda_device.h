@@ -434,8 +434,8 @@ class CudaDevice final : public Device {
   // Diagnostics only (JITLLM_CUDA_SKIP): decode launches whose name starts with one of these are
   // not queued - wrong results, but a step's time without them is what they cost inside a graph.
   std::vector<std::string> skipOps_;
-  // Added to every kernel module: CudaDeviceOptions::defines, then JITLLM_CUDA_DEFINES (experiments
-  // such as JL_ATTN_PREFETCH, tuning runs such as JL_UNROLL=4).
+  // Added to every kernel module: CudaDeviceOptions::defines, then JITLLM_CUDA_DEFINES (variants
+  // such as JL_ATTN_PREFETCH=0, tuning runs such as JL_UNROLL=4).
   std::vector<std::pair<std::string, int64_t>> tuningDefines_;
   std::optional<ElementwiseKernels> elementwise_;
 

@@ -541,7 +541,7 @@ JL_DEV void attendUnit(const float* q, float* partials, unsigned* counters, floa
   const int chunks = (n + kChunk - 1) / kChunk, units = (chunks + chunksPerBlock - 1) / chunksPerBlock;
   if (u >= units) return;
   float* base = partials + i64(t * blocks + hb) * maxUnits * kPartialFloats;
-  const int c0 = u * chunksPerBlock, c1 = chunksPerBlock == 1 ? c0 + 1 : min(c0 + chunksPerBlock, chunks);
+  const int c0 = u * chunksPerBlock, c1 = min(c0 + chunksPerBlock, chunks);
   attendChunks(q, nullptr, base + i64(u) * kPartialFloats, heads, kvHeads, scale, t, hb, n, c0, c1,
                tables + tableOffsets[t], nullptr, 0);
   __threadfence();  // this block's state is visible to every block before it is counted
