@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "kernels/cuda/kernel_sources.h"
 #include "kernels/device.h"
@@ -154,6 +155,15 @@ std::vector<ModuleSpec> representativeModules() {
   for (TensorType t : {TensorType::kQ4_K, TensorType::kQ6_K}) {
     specs.push_back(intMatmulModule(t, 2048, 16, 16, 16, true));
     specs.push_back(intMatmulModule(t, 3072, t == TensorType::kQ6_K ? 2 : 16, 16, 16, true));
+  }
+  // The butterfly's lane order (JITLLM_CUDA_DEFINES=JL_LANE_CHAIN=0): decode's kernel, the dp4a
+  // prefill kernel's and the tensor-core kernel with its stack of partial sums.
+  for (TensorType t : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+    for (const auto& [tokens, rows, mma] : {std::tuple{1, 2, false}, {16, 4, false}, {16, 16, true}}) {
+      ModuleSpec butterfly = intMatmulModule(t, 2048, 16, tokens, rows, mma);
+      butterfly.defines.emplace_back("JL_LANE_CHAIN", 0);
+      specs.push_back(butterfly);
+    }
   }
   constexpr int kSpan = kDefaultAttentionSpan;
   for (int hd : {64, 128}) {

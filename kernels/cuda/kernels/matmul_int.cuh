@@ -17,8 +17,9 @@
 // cut into units of 64 elements (q4_K: a 32-byte run of quants and its two sub-blocks; q6_K: a
 // scale group of 16 from each quarter of a half block, 16 bytes from each of its three arrays);
 // lane l of the row's kLanes (32, or 16 when that balances the units: below) takes units l,
-// l + kLanes, ..., adding each unit's terms to its accumulator in a fixed sequence, and the lanes
-// are summed by a fixed butterfly. Integer sums are exact in any order. So a token's result is
+// l + kLanes, ..., adding each unit's terms to its accumulator in a fixed sequence, and the lanes'
+// sums are added in lane order (JL_LANE_CHAIN, below; or by a fixed butterfly). Integer sums are
+// exact in any order. So a token's result is
 // bit-identical whichever variant (tokens, rows per warp) computed it: prefill and decode agree
 // exactly.
 //
@@ -225,6 +226,45 @@ struct RowSplit {
   static constexpr int kSlots = 32 / kLanes;
 };
 
+// How the lanes' sums of a row are added (a define, so that an A/B can set it for every module:
+// decode and prefill must agree). 0: the fixed butterfly of storeLaneSums (common.cuh). 1: in lane
+// order, ((-0 + L0) + L1) + ... (storeLaneSumsInOrder below), which the tensor-core kernel follows
+// with one running total per (row, token) instead of a stack of partial trees.
+#ifndef JL_LANE_CHAIN
+#define JL_LANE_CHAIN 1
+#endif
+
+// The end of a matrix product with JL_LANE_CHAIN: each (row, token) accumulator summed over the
+// kLanes lanes that hold it in lane order, starting from -0 (so the first lane's value comes
+// through unchanged, -0 included). The warp's values pass through shared memory, 32 (row, token)
+// pairs at a time: lane l writes its value of each, then one lane per pair reads the kLanes values
+// and adds them in order. (Shuffles instead, for decode's one or two pairs, cost the 1B's decode
+// 3.5 % on the H200.) Called by whole warps of a 128-thread block.
+template <int kLanes, int kRows, int kTokens>
+JL_DEV void storeLaneSumsInOrder(const float (&acc)[kRows][kTokens], int sub, int r0, int t0, int rows, int tokens,
+                                 float* __restrict__ y, const float* __restrict__ bias) {
+  constexpr int kPairs = kRows * kTokens, kRound = kPairs < 32 ? kPairs : 32;
+  __shared__ float staged[4][kRound][33];  // [warp][pair][lane], padded: a row's reads hit distinct banks
+  const int lane = threadIdx.x & 31, base = lane - sub;
+  float(*mine)[33] = staged[threadIdx.x >> 5];
+#pragma unroll
+  for (int p0 = 0; p0 < kPairs; p0 += kRound) {
+#pragma unroll
+    for (int j = 0; j < kRound; j++) {
+      if (p0 + j < kPairs) mine[j][lane] = acc[(p0 + j) / kTokens][(p0 + j) % kTokens];
+    }
+    __syncwarp();
+    for (int j = sub; j < kRound && p0 + j < kPairs; j += kLanes) {
+      float sum = -0.0f;
+#pragma unroll
+      for (int l = 0; l < kLanes; l++) sum += mine[j][base + l];
+      const int row = r0 + (p0 + j) / kTokens, token = t0 + (p0 + j) % kTokens;
+      if (row < rows && token < tokens) y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
+    }
+    __syncwarp();
+  }
+}
+
 #ifdef JL_WTYPE
 typedef IntWeightsOf<JL_WTYPE>::Type IntWeights;
 constexpr int kUnits = RowSplit<IntWeights>::kUnits;
@@ -238,12 +278,13 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 // warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x 16 tokens 16 wt... Per unit, mma give
 // each (row, token) the unit's integer sums - the same integers the dp4a kernel adds up, exact in
 // any order - and then the float steps are IntQ4_K::dot's (IntQ6_K::dot's), in its order. What the
-// dp4a kernel's lanes and butterfly do across the row is reproduced per (row, token) in registers:
-// lane slot l's accumulator takes units l, l + kLanes, ... in order from zero, and the slots are
-// added in the butterfly's tree. The slots are visited in bit-reversed order, which is that tree's
-// left-to-right order, so each finished slot merges into a short stack like a binary counter
-// (depth log2(kLanes) + 1). So a token's result has the bits of every other variant, and prefill
-// still agrees with decode exactly.
+// dp4a kernel's lanes do across the row is reproduced per (row, token) in registers: lane slot l's
+// accumulator takes units l, l + kLanes, ... in order from zero, and each finished slot joins a
+// running total in slot order (JL_LANE_CHAIN: 16 registers for the sums, so 3 blocks an SM for
+// q4_K and no spills for q6_K). With the butterfly instead the slots are visited in bit-reversed
+// order, which is its tree's left-to-right order, and each finished slot merges into a stack like a
+// binary counter (depth log2(kLanes) + 1: 48 registers). So a token's result has the bits of every
+// other variant, and prefill still agrees with decode exactly.
 //
 // Units reach shared memory kStages - 1 ahead of the one computed, by cp.async (the whole block's
 // weights and activations for the unit: a first version loaded each warp's fragments with 4-byte
@@ -263,11 +304,12 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #ifndef JL_MMA_STAGES  // units in shared memory at once (a tuning define: JITLLM_CUDA_DEFINES)
 #define JL_MMA_STAGES 4
 #endif
-// Blocks per SM the registers must allow (a tuning define): 2, 128 registers. q6_K's kernel would
-// take ~180 and spills ~240 bytes at 128, but 16 warps an SM hide more than the spills cost (H200,
-// 1B pp512: 20.8K tok/s at 2 blocks, 18.7K at 1).
+// Blocks per SM the registers must allow (a tuning define, both types): q4_K 3 (80 registers, no
+// spills), q6_K 2 (128, none); with the butterfly's stack (JL_LANE_CHAIN=0) 2 for both, as before. Measured on the H200 (2026-12-02, docs/cuda.md "One running total
+// per slot"): q4_K 8192 x 2048 x 512 tokens 272 / 250 / 248 us at 2 / 3 / 4 blocks; q6_K 2048 x
+// 8192 443 / 499 / 496 us (it spills at 3 and 4).
 #ifndef JL_MMA_MIN_BLOCKS
-#define JL_MMA_MIN_BLOCKS 2
+#define JL_MMA_MIN_BLOCKS (JL_WTYPE == 14 || !JL_LANE_CHAIN ? 2 : 3)
 #endif
 constexpr int kTileRows = 64, kTileTokens = 32, kStages = JL_MMA_STAGES, kThreads = 256;
 static_assert(kThreads == 4 * kTileRows, "staging and prepare() give each row four threads");
@@ -302,14 +344,15 @@ JL_DEV constexpr int bitReversed(int i) {
 }
 JL_DEV constexpr int onesIn(int i) { return i == 0 ? 0 : (i & 1) + onesIn(i >> 1); }
 
-// The order units are visited in (staged, prepared and computed): slot by slot in bit-reversed
-// order, units slot, slot + kLanes, ... of each.
+// The order units are visited in (staged, prepared and computed): slot by slot - in bit-reversed
+// order for the butterfly's stack, in order for JL_LANE_CHAIN - units slot, slot + kLanes, ... of
+// each.
 struct Visit {
   int slot, unit, units;
   JL_DEV bool more() const { return slot < kLanes; }
   JL_DEV void advance() {
     unit += kLanes;
-    while (unit >= units && ++slot < kLanes) unit = int(__brev(u32(slot)) >> (32 - kSlotBits));
+    while (unit >= units && ++slot < kLanes) unit = JL_LANE_CHAIN ? slot : int(__brev(u32(slot)) >> (32 - kSlotBits));
   }
 };
 
@@ -409,12 +452,14 @@ struct MmaQ4_K {
 // q6_K: unit u is IntQ6_K's - four 16-element scale groups. Its 210-byte blocks are only 2-byte
 // aligned, so a stage holds each row's aligned words around the unit's pieces: 5 around each 16
 // bytes of ql (low nibbles), ql (high) and qh, 3 around the half's 8 scales, 1 around d - 19 words,
-// which prepare() turns in place into the 64 quants (0..63) in k order (group qt at bytes 16 qt..)
-// and the four d * scale: 80 bytes (20 words) a row, so 8 rows an ldmatrix reads hit distinct
-// banks. A token: a[64] | b[64] in that k order, s256[4] and sum8[8] of the unit (176 bytes, 44
-// words: distinct banks too). One m16n8k16 mma per group gives its 16-element sums.
+// which prepare() turns in place into the 64 quants less their offset (q - 32, signed bytes) in k
+// order (group qt at bytes 16 qt..) and the four d * scale: 80 bytes (20 words) a row, so 8 rows an
+// ldmatrix reads hit distinct banks. A token: a[64] | b[64] in that k order and s256[4] of the unit
+// (144 bytes, 36 words: distinct banks too). One m16n8k16 mma per group gives its 16-element sums
+// of (q - 32) a and (q - 32) b, so 256 la + lb is IntQ6_K::dot's integer without the 8-column sums
+// (the same integer: sums are exact).
 struct MmaQ6_K {
-  static constexpr int kRowBytes = 80, kRawWords = 19, kTokenBytes = 176, kTokensAt = kTileRows * kRowBytes;
+  static constexpr int kRowBytes = 80, kRawWords = 19, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
   static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
   static JL_DEV const u8* block(const MmaTile& tile, int r, int unit) {
     return tile.row(r) + (unit >> 2) * IntQ6_K::kBlockBytes;
@@ -455,7 +500,7 @@ struct MmaQ6_K {
     }
     const int e0 = IntQ6_K::firstElement(unit);
 #pragma unroll
-    for (int k = 0; k < kTileTokens * 16 / kThreads; k++) {  // a token's 13 pieces
+    for (int k = 0; k < kTileTokens * 16 / kThreads; k++) {  // a token's 9 pieces
       const int i = tid + k * kThreads, t = i >> 4, piece = i & 15;
       const u32 to = at + kTokensAt + t * kTokenBytes;
       const u8* xr = tile.token(t);
@@ -463,8 +508,6 @@ struct MmaQ6_K {
         copyAsync16(to + 16 * piece, xr + (piece >> 2) * kXqB + e0 + 32 * (piece & 3));
       } else if (piece == 8) {  // the groups' s / 256, consecutive
         copyAsync16(to + 128, xr + kXqS256 + 4 * (e0 / 32));
-      } else if (piece < 13) {  // a group's two 8-column sums
-        copyAsync8(to + 144 + 8 * (piece - 9), xr + kXqSum8 + 4 * ((e0 + 32 * (piece - 9)) / 8));
       }
     }
   }
@@ -483,7 +526,8 @@ struct MmaQ6_K {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const u32 low = funnelRight(ql[i], ql[i + 1], shift), high = funnelRight(raw[10 + i], raw[11 + i], shift);
-      q[i] = ((qt >= 2 ? low >> 4 : low) & 0x0F0F0F0Fu) | (((high >> (2 * qt)) & 0x03030303u) << 4);
+      const u32 q6 = ((qt >= 2 ? low >> 4 : low) & 0x0F0F0F0Fu) | (((high >> (2 * qt)) & 0x03030303u) << 4);
+      q[i] = ((q6 | 0x80808080u) - 0x20202020u) ^ 0x80808080u;  // each byte less 32, no borrows
     }
     const int scaleByte = misalign + 2 * qt + j;  // from the scales' first word; 192 + 8h is a 4-byte multiple
     const int sc = int(i8(u8(raw[15 + (scaleByte >> 2)] >> (8 * (scaleByte & 3)))));
@@ -517,13 +561,11 @@ struct MmaQ6_K {
         for (int hh = 0; hh < 2; hh++) {  // token tokenBase + 8 j + 2q + hh: column 2 j + hh of acc
           const u8* token = tokens + (2 * q + hh) * kTokenBytes;
           const float s256 = *reinterpret_cast<const float*>(token + 128 + 4 * qt);
-          const int2 sum8 = *reinterpret_cast<const int2*>(token + 144 + 8 * qt);
-          const int sum16 = sum8.x + sum8.y;
 #pragma unroll
           for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + hh
             const int e = 2 * i + hh;
             const float ds = *reinterpret_cast<const float*>(stage + (rowBase + g + 8 * i) * kRowBytes + 64 + 4 * qt);
-            const int l = la[e] * 256 + lb[e] - 32 * sum16;
+            const int l = la[e] * 256 + lb[e];
             acc[i][2 * j + hh] = fmaf(__fmul_rn(ds, s256), float(l), acc[i][2 * j + hh]);
           }
         }
@@ -567,21 +609,44 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
   __syncthreads();
   Mma::prepare(staged[0], tile, prepared.unit);
   prepared.advance();
+  // Unit n (the n-th visited) into acc, once it and the next have landed; the next prepared and
+  // another staged meanwhile.
+  int n = 0;
+  const auto computeNext = [&](float(&acc)[2][4]) {
+    awaitCopies<kStages - 3>();  // units up to n + 1 have landed
+    __syncthreads();             // ... for every thread, and unit n is prepared
+    if (prepared.more()) Mma::prepare(staged[(n + 1) % kStages], tile, prepared.unit);
+    prepared.advance();
+    stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
+    Mma::compute(staged[n % kStages], acc);
+    n++;
+  };
 
+#if JL_LANE_CHAIN
+  // The slots' sums added in slot order as they complete, from -0 (storeLaneSumsInOrder's order).
+  float total[2][4], acc[2][4] = {};
+#pragma unroll
+  for (int r = 0; r < 2; r++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) total[r][c] = -0.0f;
+#pragma unroll 1
+  for (Visit computed{0, 0, units}; computed.more(); computed.advance()) {
+    computeNext(acc);
+    if (computed.unit + kLanes >= units) {  // the slot's last unit: its sum joins the total
+#pragma unroll
+      for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) total[r][c] = total[r][c] + acc[r][c], acc[r][c] = 0.0f;
+    }
+  }
+  const float(&sums)[2][4] = total;
+#else
   float stack[kSlotBits + 1][2][4];
-  int n = 0;  // units computed
 #pragma unroll
   for (int i = 0; i < kLanes; i++) {
     float acc[2][4] = {};
 #pragma unroll 1
-    for (int u = bitReversed(i); u < units; u += kLanes, n++) {
-      awaitCopies<kStages - 3>();  // units up to n + 1 have landed
-      __syncthreads();             // ... for every thread, and unit n is prepared
-      if (prepared.more()) Mma::prepare(staged[(n + 1) % kStages], tile, prepared.unit);
-      prepared.advance();
-      stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
-      Mma::compute(staged[n % kStages], acc);
-    }
+    for (int u = bitReversed(i); u < units; u += kLanes) computeNext(acc);
     // Push, then merge complete subtrees as a binary counter carries: once per trailing one of i.
     const int depth = onesIn(i);  // entries on the stack before this push
 #pragma unroll
@@ -598,6 +663,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
       top--;
     }
   }
+  const float(&sums)[2][4] = stack[0];
+#endif
   awaitCopies<0>();  // nothing left in flight when the block ends
   const int r0 = tile.r0 + (warp & 3) * 16, t0 = tile.t0 + (warp >> 2) * 16;
 #pragma unroll
@@ -606,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
     for (int c = 0; c < 4; c++) {
       const int row = r0 + g + 8 * r, token = t0 + 8 * (c >> 1) + 2 * q + (c & 1);
       if (row < rows && token < tokens) {
-        const float sum = stack[0][r][c];
+        const float sum = sums[r][c];
         y[i64(token) * rows + row] = bias ? __fadd_rn(sum, bias[row]) : sum;
       }
     }
@@ -666,7 +733,11 @@ JL_DEV void productWarp(int warp, const u8* __restrict__ w, u64 rowStride, int r
       for (int r = 0; r < kRows; r++) acc[r][t] = W::dot(wu[r], x, acc[r][t]);
     }
   }
+#if JL_LANE_CHAIN
+  storeLaneSumsInOrder<kLanes>(acc, sub, r0, t0, rows, tokens, y, bias);
+#else
   storeLaneSums<kLanes>(acc, sub, r0, t0, rows, tokens, y, bias);
+#endif
 }
 
 #ifdef JL_PARTS
