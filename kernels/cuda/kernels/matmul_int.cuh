@@ -305,9 +305,10 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #define JL_MMA_STAGES 4
 #endif
 // Blocks per SM the registers must allow (a tuning define, both types): q4_K 3 (80 registers, no
-// spills), q6_K 2 (128, none); with the butterfly's stack (JL_LANE_CHAIN=0) 2 for both, as before. Measured on the H200 (2026-12-02, docs/cuda.md "One running total
-// per slot"): q4_K 8192 x 2048 x 512 tokens 272 / 250 / 248 us at 2 / 3 / 4 blocks; q6_K 2048 x
-// 8192 443 / 499 / 496 us (it spills at 3 and 4).
+// spills), q6_K 2 (128, none); with the butterfly's stack (JL_LANE_CHAIN=0) 2 for both, as before.
+// Measured on the H200 (2026-12-02, docs/cuda.md "One running total per slot"): q4_K 8192 x 2048
+// x 512 tokens 272 / 250 / 248 us at 2 / 3 / 4 blocks; q6_K 2048 x 8192 443 / 499 / 496 us (it
+// spills at 3 and 4).
 #ifndef JL_MMA_MIN_BLOCKS
 #define JL_MMA_MIN_BLOCKS (JL_WTYPE == 14 || !JL_LANE_CHAIN ? 2 : 3)
 #endif
@@ -401,10 +402,11 @@ struct MmaQ4_K {
     float* at = reinterpret_cast<float*>(stage + row * kRowBytes + 32);
     const uint4 v = *reinterpret_cast<const uint4*>(at);
     __syncwarp();
-    const u32 sw[3] = {v.y, v.z, v.w};
-    u32 sc, mn;
-    scaleMinK4(sw, 2 * (unit & 3) + (which & 1), &sc, &mn);
-    at[which] = which < 2 ? __fmul_rn(h2f(u16(v.x & 0xFFFFu)), float(sc)) : __fmul_rn(h2f(u16(v.x >> 16)), float(mn));
+    const int s = 2 * (unit & 3) + (which & 1);
+    const u32 shift = 8 * (s & 3);
+    const u32 bits =
+        scaleOrMinK4((v.y >> shift) & 0xFFu, (v.z >> shift) & 0xFFu, (v.w >> shift) & 0xFFu, s, which >= 2);
+    at[which] = __fmul_rn(h2f(u16(which < 2 ? v.x & 0xFFFFu : v.x >> 16)), float(bits));
   }
   // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as
   // IntQ4_K::dot.

@@ -102,6 +102,16 @@ JL_DEV void scaleMinK4(const u32 sw[3], int s, u32* sc, u32* mn) {
   }
 }
 
+// scaleMinK4's scale (or min, `wantMin`) of sub-block s from the three bytes that rule reads, byte
+// s % 4 of each word: low = scales[s % 4], mid = scales[4 + s % 4], high = scales[8 + s % 4]. For a
+// thread whose s is its own: scaleMinK4's run-time index into the words put them in local memory
+// there (the tensor-core prefill's prepare() stored and reloaded them every unit), while in decode,
+// where s depends only on the unit, the array form takes fewer registers (56 against 62, ptxas).
+JL_DEV u32 scaleOrMinK4(u32 low, u32 mid, u32 high, int s, bool wantMin) {
+  if (s < 4) return (wantMin ? mid : low) & 63;
+  return wantMin ? (high >> 4) | ((mid >> 6) << 4) : (high & 0xF) | ((low >> 6) << 4);
+}
+
 struct WeightsQ4_K {
   static constexpr int kBlockElems = 256, kBlockBytes = 144, kA = alignAt(JL_ALIGN, kBlockBytes);
   static JL_DEV void decode8(const u8* row, int e, float w[8]) {
@@ -183,7 +193,8 @@ JL_DEV void loadFloatRow8(const u8* row, int e, u32 raw[8]) {
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       raw[i] = 0;
-      if (e + i < JL_K) raw[i] = kElementBytes == 2 ? ldU16(row + 2 * (e + i)) : ld4<alignAt(JL_ALIGN, 4)>(row + 4 * (e + i));
+      if (e + i < JL_K)
+        raw[i] = kElementBytes == 2 ? ldU16(row + 2 * (e + i)) : ld4<alignAt(JL_ALIGN, 4)>(row + 4 * (e + i));
     }
   }
 }
