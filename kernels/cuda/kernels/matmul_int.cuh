@@ -19,9 +19,8 @@
 // lane l of the row's kLanes (32, or 16 when that balances the units: below) takes units l,
 // l + kLanes, ..., adding each unit's terms to its accumulator in a fixed sequence, and the lanes'
 // sums are added in lane order (JL_LANE_CHAIN, below; or by a fixed butterfly). Integer sums are
-// exact in any order. So a token's result is
-// bit-identical whichever variant (tokens, rows per warp) computed it: prefill and decode agree
-// exactly.
+// exact in any order. So a token's result is bit-identical whichever variant (tokens, rows per
+// warp) computed it: prefill and decode agree exactly.
 //
 // The activation row of a token (quantize_x.cuh): a[K] | b[K] | s256[K/32] | bsum[K/32] | sum8[K/8].
 
