@@ -187,8 +187,10 @@ void benchMatmul(Device& device, const MatmulShape& s, int reps, std::mt19937& r
   const int copies = copiesFor(s.copies, bytes.size());
   reps = wholeTurns(reps, copies);
   // Each copy its own host bytes: the CPU adopts them in place, so one host copy adopted many
-  // times would be one copy.
-  std::vector<std::vector<uint8_t>> hostCopies(size_t(copies), bytes);
+  // times would be one copy. The last copy is the quantized bytes themselves.
+  const size_t matrixBytes = bytes.size();
+  std::vector<std::vector<uint8_t>> hostCopies(size_t(copies - 1), bytes);
+  hostCopies.push_back(std::move(bytes));
   std::vector<std::unique_ptr<DeviceBuffer>> weights;
   std::vector<WeightRef> refs;
   for (const auto& host : hostCopies) {
@@ -203,7 +205,7 @@ void benchMatmul(Device& device, const MatmulShape& s, int reps, std::mt19937& r
   });
   std::printf("matmul %s %s %lldx%lld tokens %d: %.2f us a call, %.3f TB/s of weights (%d calls, %d cop%s)\n",
               device.info().id.c_str(), std::string(quant::typeName(s.type)).c_str(), (long long)s.rows,
-              (long long)s.cols, s.tokens, seconds * 1e6, double(bytes.size()) / seconds / 1e12, reps, copies,
+              (long long)s.cols, s.tokens, seconds * 1e6, double(matrixBytes) / seconds / 1e12, reps, copies,
               copies == 1 ? "y" : "ies");
 }
 
