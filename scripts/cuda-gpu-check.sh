@@ -14,7 +14,8 @@
 # quick: the 1B's pp512 + tg128 and its per-op prefill profile only.
 # depth: tests ($FILTER), memcheck, then tg128 from an empty context and after 4096 tokens beside llama.cpp
 # (jitllm with fp32 and fp16 KV pages; KVS=f32: fp32 only), then $AB.
-# verify: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on $MODELS by default and under each of $AB.
+# verify: the CUDA tests matching $FILTER, then jitllm-bench $ARGS on $MODELS by default and under each of $AB
+# (PROFILE=1: and each setting's per-op prefill profile).
 # host: a decode step's GPU time (its graph) against the host's parts of it, 1B and 3B, under each of $AB.
 # costs: [tests matching $FILTER], the GPU time of a decode step's graph (the 1B, or MODEL=3b) against its
 # tokens' wall-clock time, tg128 with each kind of decode launch left out (what it costs in the graph), then $AB.
@@ -261,6 +262,12 @@ if [ "$what" = verify ]; then
   for m in ${MODELS:-1b}; do
     makeLlama $m
     benchEach $m bench-verify.txt "${ARGS:--p 0 -n 128}" JITLLM_DEFAULT=1 $AB
+    # PROFILE=1: then each setting's per-op prefill profile (pp512, each launch alone), its top lines.
+    [ "${PROFILE:-0}" = 1 ] && for cfg in JITLLM_DEFAULT=1 $AB; do
+      echo "== $m $cfg: per-op prefill profile"
+      env ${cfg//+/ } JITLLM_CUDA_PROFILE=1 timeout 100 $B/bin/jitllm-bench /tmp/$m.gguf --device cuda:0 -p 512 -n 0 \
+        -r 2 2>&1 | tee "$OUT/profile-$m-${cfg//[^A-Za-z0-9_]/_}.txt" | grep -E "calls" | sort -k4 -n -r | head -8
+    done
   done
   echo "total: $(( $(date +%s) - start )) s"
   exit 0

@@ -186,6 +186,11 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, i
   integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
   const char* mma = std::getenv("JITLLM_CUDA_MMA");
   tensorCores_ = options.tensorCores.value_or(!(mma && std::strcmp(mma, "0") == 0)) && arch_ >= 80;
+  const char* mmaTokens = std::getenv("JITLLM_CUDA_MMA_TOKENS");
+  tensorCoreTokens_ = options.tensorCoreTokens.value_or(mmaTokens ? std::atoi(mmaTokens) : kDefaultTensorCoreTokens);
+  tensorCoreTokensChosen_ = options.tensorCoreTokens || mmaTokens;
+  JITLLM_REQUIRE(tensorCoreTokens_ == 32 || tensorCoreTokens_ == 64,
+                 "tensor-core tokens per block (JITLLM_CUDA_MMA_TOKENS) must be 32 or 64, not ", tensorCoreTokens_);
   const char* fuse = std::getenv("JITLLM_CUDA_FUSE");
   fuse_ = options.fuse.value_or(!(fuse && std::strcmp(fuse, "0") == 0));
   const char* gather = std::getenv("JITLLM_CUDA_GATHER");
@@ -1220,22 +1225,29 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   const KeepQuantized keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
-  // q4_K and q6_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 tokens
-  // staged in shared memory - the same bits. q4_K rows are staged by 16-byte copies, so they must
-  // be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by 4-byte words.
+  // q4_K and q6_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 (or
+  // tensorCoreTokens_) tokens staged in shared memory - the same bits. q4_K rows are staged by 16-byte copies, so they
+  // must be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by 4-byte words.
   const bool mma = tensorCores_ && tokens >= 16 &&
                    ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
   if (mma) {
-    CUfunction f = intMatmulKernel(w.type, w.cols, align, 16, 16, true);
+    // The wider blocks cost less per (row, token) but make half the blocks: by default only where
+    // those still cover every multiprocessor (measured: a 512 x 2048 product took 36 us at 64
+    // tokens a block and 28 at 32; a 2048 x 2048 one 54 against 70). A width asked for is used
+    // for every product of more than 32 tokens.
+    const int64_t wideBlocks = (w.rows + 63) / 64 * ((tokens + tensorCoreTokens_ - 1) / tensorCoreTokens_);
+    const bool wide = tokens > 32 && (tensorCoreTokensChosen_ || wideBlocks >= multiprocessors_);
+    const int blockTokens = wide ? tensorCoreTokens_ : 32;
+    CUfunction f = intMatmulKernel(w.type, w.cols, align, blockTokens / 2, 16, true);
     char op[64] = "matmul_mma";
     if (profile_)
       std::snprintf(op, sizeof op, "matmul_mma %s %lldx%lld", std::string(quant::typeName(w.type)).c_str(),
                     (long long)w.rows, (long long)w.cols);
-    launch(op, f, unsigned((w.rows + 63) / 64), unsigned((tokens + 31) / 32), 256, 0, wp, stride, rows, xqPtr, xqStride,
-           t, yp, bp);
+    launch(op, f, unsigned((w.rows + 63) / 64), unsigned((tokens + blockTokens - 1) / blockTokens), 256, 0, wp, stride,
+           rows, xqPtr, xqStride, t, yp, bp);
     tensorCoreProducts_++;
   } else {
     const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;

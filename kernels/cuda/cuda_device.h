@@ -53,6 +53,11 @@ struct CudaDeviceOptions {
   // q4_K prefill (16 tokens or more) on int8 tensor cores (matmul_int.cuh's JL_MMA, sm_80 and
   // later; the same bits as the dp4a kernels); unset: on unless JITLLM_CUDA_MMA=0.
   std::optional<bool> tensorCores;
+  // Tokens a tensor-core block computes (32 or 64: 16 or 32 per warp, matmul_int.cuh) in products
+  // of more than 32 tokens; the bits do not depend on it. Unset: JITLLM_CUDA_MMA_TOKENS=N, else
+  // kDefaultTensorCoreTokens for the products whose blocks that wide still number at least the
+  // multiprocessors, 32 for the others.
+  std::optional<int> tensorCoreTokens;
   // Kernels launched with programmatic dependent launch (sm_90 and later, a driver with
   // cuLaunchKernelEx): each may be scheduled while the one before it runs and waits on the GPU
   // (common.cuh: awaitPreviousKernel) - the launch latency between a decode step's ~200 kernels
@@ -384,6 +389,8 @@ class CudaDevice final : public Device {
   // forgets it. Executor thread only.
   bool integerMatmul_ = true;
   bool tensorCores_ = true;
+  int tensorCoreTokens_ = kDefaultTensorCoreTokens;  // CudaDeviceOptions::tensorCoreTokens
+  bool tensorCoreTokensChosen_ = false;              // ... set, so used for every product
   CUdeviceptr xq_ = 0;
   size_t xqBytes_ = 0;
   QuantizedInput quantized_;

@@ -103,7 +103,7 @@ ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, in
       "matmul_int.cuh",
       {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_TOKENS", tokens}, {"JL_ROWS", rows}}};
   if (mma) {
-    JITLLM_ASSERT((type == TensorType::kQ6_K || align >= 16) && tokens == 16 && rows == 16);
+    JITLLM_ASSERT((type == TensorType::kQ6_K || align >= 16) && (tokens == 16 || tokens == 32) && rows == 16);
     spec.defines.emplace_back("JL_MMA", 1);
   }
   return spec;
@@ -151,10 +151,13 @@ std::vector<ModuleSpec> representativeModules() {
   specs.push_back(intMatmulGroupModule({{T::kQ4_K, 2}, {T::kQ4_K, 2}}, 2048, 16, 1));
   specs.push_back(intMatmulGroupModule({{T::kQ4_K, 1}, {T::kQ4_K, 1}, {T::kQ4_K, 1}}, 3072, 4, 1));
   specs.push_back(intMatmulGroupModule({{T::kQ4_K, 4}, {T::kQ6_K, 4}}, 2048, 16, 4));
-  // The tensor-core prefill kernels: 32 lane slots (2048) and 16 (3072); q6_K at any alignment.
+  // The tensor-core prefill kernels: 32 lane slots (2048) and 16 (3072); q6_K at any alignment;
+  // 16 and 32 tokens a warp.
   for (TensorType t : {TensorType::kQ4_K, TensorType::kQ6_K}) {
-    specs.push_back(intMatmulModule(t, 2048, 16, 16, 16, true));
-    specs.push_back(intMatmulModule(t, 3072, t == TensorType::kQ6_K ? 2 : 16, 16, 16, true));
+    for (int tokens : {16, 32}) {
+      specs.push_back(intMatmulModule(t, 2048, 16, tokens, 16, true));
+      specs.push_back(intMatmulModule(t, 3072, t == TensorType::kQ6_K ? 2 : 16, tokens, 16, true));
+    }
   }
   // The butterfly's lane order (JITLLM_CUDA_DEFINES=JL_LANE_CHAIN=0): decode's kernel, the dp4a
   // prefill kernel's and the tensor-core kernel with its stack of partial sums.

@@ -46,9 +46,14 @@ ModuleSpec matmulModule(quant::TensorType type, int64_t k, int align, bool xvec,
 // the elementwise module) into rows of quantizedRowBytes(k) bytes (kernels/quantized_input.h).
 bool cudaIntegerMatmulType(quant::TensorType type, int64_t k);
 inline constexpr int kIntMatmulVariants[][2] = {{1, 1}, {1, 2}, {4, 4}, {16, 4}};  // {tokens, rows}
-// mma: the tensor-core prefill kernel instead (q4_K with 16-byte aligned rows, or q6_K; 16 tokens
-// x 16 rows per warp in blocks of 64 rows x 32 tokens, sm_80 and later), which gives the same bits.
+// mma: the tensor-core prefill kernel instead (q4_K with 16-byte aligned rows, or q6_K; 16 or 32
+// tokens x 16 rows per warp in blocks of 64 rows x twice the tokens, sm_80 and later), which gives
+// the same bits.
 ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows, bool mma = false);
+// Tokens a CudaDevice's tensor-core blocks take in products of more than 32 tokens, where that
+// still makes a block for every multiprocessor, unless told otherwise
+// (CudaDeviceOptions::tensorCoreTokens; 64 against 32 on an H200: pp512 +13 % on the 1B shape).
+constexpr int kDefaultTensorCoreTokens = 64;
 // The grouped form of those kernels (matmul_int_group): the products of one input by 2 or 3
 // matrices in one launch, each part of its own type at its own rows per warp; `align` holds for
 // every q4_K part's rows.

@@ -162,6 +162,13 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
   o.tensorCores = false;
   auto dp4a = cuda::CudaDevice::create(o);
+  // Both block widths of the tensor-core kernel (tokens > 32 take the wider; 37 tokens: a partial
+  // block either way).
+  o.tensorCores = true;
+  o.tensorCoreTokens = 64;
+  auto wideMma = cuda::CudaDevice::create(o);
+  o.tensorCoreTokens = 32;
+  auto narrowMma = cuda::CudaDevice::create(o);
   // 101 rows: a partial tile of rows; the copy on the GPU ends with the last row (no reads past
   // it). q4_K rows padded to stay 16-byte aligned, which its kernel needs; q6_K rows 2 bytes apart
   // from whole blocks, so their blocks start at either alignment its kernel takes (2 or 4 mod 4),
@@ -192,6 +199,13 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
         const auto want = product(*dp4a, 0, tokens);
         ASSERT_EQ(0u, dp4a->tensorCoreProducts());
         EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
+        for (cuda::CudaDevice* other : {wideMma.get(), narrowMma.get()}) {
+          const uint64_t otherBefore = other->tensorCoreProducts();
+          const auto same = product(*other, 0, tokens);
+          ASSERT_EQ(otherBefore + 1, other->tensorCoreProducts());
+          EXPECT_EQ(0, std::memcmp(same.data(), want.data(), want.size() * 4))
+              << (other == wideMma.get() ? "64" : "32") << " tokens a block";
+        }
         for (int64_t t : {int64_t(0), int64_t(9), tokens - 1}) {
           const auto alone = product(*gpu, t, 1);
           EXPECT_EQ(0, std::memcmp(alone.data(), mma.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;

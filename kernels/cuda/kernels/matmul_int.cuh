@@ -272,9 +272,10 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 #endif
 
 #if JL_MMA
-// Prefill on int8 tensor cores (mma.sync, sm_80 and later; JL_MMA = 1, with JL_TOKENS = JL_ROWS =
-// 16): q4_K rows (16-byte aligned) and q6_K rows. A block of 8 warps computes 64 rows x 32 tokens,
-// warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x 16 tokens 16 wt... Per unit, mma give
+// Prefill on int8 tensor cores (mma.sync, sm_80 and later; JL_MMA = 1, with JL_ROWS = 16 and
+// JL_TOKENS = 16 or 32): q4_K rows (16-byte aligned) and q6_K rows. A block of 8 warps computes 64
+// rows x 2 JL_TOKENS tokens, warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x JL_TOKENS
+// tokens JL_TOKENS wt... Per unit, mma give
 // each (row, token) the unit's integer sums - the same integers the dp4a kernel adds up, exact in
 // any order - and then the float steps are IntQ4_K::dot's (IntQ6_K::dot's), in its order. What the
 // dp4a kernel's lanes do across the row is reproduced per (row, token) in registers: lane slot l's
@@ -297,11 +298,14 @@ constexpr int kSlots = RowSplit<IntWeights>::kSlots;
 // b[0] = B[4q..][g], b[1] = B[16+4q..][g]. m16n8k16: a[0], a[1] and b[0] alone. C c[0] = C[g][2q],
 // c[1] = C[g][2q+1], c[2] = C[g+8][2q], c[3] = C[g+8][2q+1]. With A's rows and B's columns 16-byte
 // rows of shared memory, ldmatrix hands out exactly these.
-static_assert((JL_WTYPE == 12 && JL_ALIGN >= 16 || JL_WTYPE == 14) && JL_TOKENS == 16 && JL_ROWS == 16,
-              "matmul_int JL_MMA: q4_K (16-byte aligned rows) or q6_K, 16 x 16");
+static_assert((JL_WTYPE == 12 && JL_ALIGN >= 16 || JL_WTYPE == 14) && (JL_TOKENS == 16 || JL_TOKENS == 32) &&
+                  JL_ROWS == 16,
+              "matmul_int JL_MMA: q4_K (16-byte aligned rows) or q6_K, 16 rows x 16 or 32 tokens a warp");
 constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 #ifndef JL_MMA_STAGES  // units in shared memory at once (a tuning define: JITLLM_CUDA_DEFINES)
-#define JL_MMA_STAGES 4
+// Four, but three for q6_K at 32 tokens a warp: four of its 14 KB stages would pass the 48 KB a
+// block's static shared memory may take.
+#define JL_MMA_STAGES (JL_WTYPE == 14 && JL_TOKENS == 32 ? 3 : 4)
 #endif
 // Blocks per SM the registers must allow (a tuning define, both types): q4_K 3 (80 registers, no
 // spills), q6_K 2 (128, none); with the butterfly's stack (JL_LANE_CHAIN=0) 2 for both, as before.
@@ -309,9 +313,14 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 // x 512 tokens 272 / 250 / 248 us at 2 / 3 / 4 blocks; q6_K 2048 x 8192 443 / 499 / 496 us (it
 // spills at 3 and 4).
 #ifndef JL_MMA_MIN_BLOCKS
-#define JL_MMA_MIN_BLOCKS (JL_WTYPE == 14 || !JL_LANE_CHAIN ? 2 : 3)
+#define JL_MMA_MIN_BLOCKS (JL_WTYPE == 14 || !JL_LANE_CHAIN || JL_TOKENS == 32 ? 2 : 3)
 #endif
-constexpr int kTileRows = 64, kTileTokens = 32, kStages = JL_MMA_STAGES, kThreads = 256;
+// A warp's tile is 16 rows x JL_TOKENS tokens (kWarpTiles mma columns of 8), the block's 4 x 2 of
+// them. 32 tokens a warp halves what staging, prepare() and the loop cost per (row, token) -
+// work done once per row and unit whatever the tokens - for 16 more registers of sums.
+constexpr int kTileRows = 64, kTileTokens = 2 * JL_TOKENS, kStages = JL_MMA_STAGES, kThreads = 256;
+constexpr int kWarpTiles = JL_TOKENS / 8, kAccCols = 2 * kWarpTiles;  // a thread: 2 tokens of each mma column
+typedef float Acc[2][kAccCols];  // a thread's sums: rows g, g + 8 of its warp x its kAccCols tokens
 static_assert(kThreads == 4 * kTileRows, "staging and prepare() give each row four threads");
 static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
 
@@ -383,8 +392,9 @@ struct MmaQ4_K {
       const u8* block = tile.row(r) + (unit >> 2) * IntQ4_K::kBlockBytes;
       copyAsync16(at + r * kRowBytes + 16 * piece, piece < 2 ? block + 16 + 32 * (unit & 3) + 16 * piece : block);
     }
-    {  // a token's a and b bytes, 8 pieces (kThreads = 8 kTileTokens)
-      const int t = tid >> 3, piece = tid & 7;
+#pragma unroll
+    for (int k = 0; k < kTileTokens * 8 / kThreads; k++) {  // a token's a and b bytes, 8 pieces
+      const int i = tid + k * kThreads, t = i >> 3, piece = i & 7;
       copyAsync16(at + kTokensAt + t * kTokenBytes + 16 * piece,
                   tile.token(t) + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
     }
@@ -407,11 +417,11 @@ struct MmaQ4_K {
         scaleOrMinK4((v.y >> shift) & 0xFFu, (v.z >> shift) & 0xFFu, (v.w >> shift) & 0xFFu, s, which >= 2);
     at[which] = __fmul_rn(h2f(u16(which < 2 ? v.x & 0xFFFFu : v.x >> 16)), float(bits));
   }
-  // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc[row][token] as
-  // IntQ4_K::dot.
-  static JL_DEV void compute(const u8* stage, float (&acc)[2][4]) {
+  // The staged unit's terms for this thread's 2 rows x kAccCols tokens, added to acc[row][token]
+  // as IntQ4_K::dot.
+  static JL_DEV void compute(const u8* stage, Acc& acc) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
+    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * JL_TOKENS;
     u32 raw[4];
     loadMatrices(raw, sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
     u32 lo[4], hi[4];
@@ -422,16 +432,20 @@ struct MmaQ4_K {
     for (int i = 0; i < 2; i++)
       sc[i] = *reinterpret_cast<const float4*>(stage + (rowBase + g + 8 * i) * kRowBytes + 32);
 #pragma unroll
-    for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
+    for (int j = 0; j < kWarpTiles; j++) {  // tokens tokenBase + 8 j ..
       const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
       u32 xa[4], xb[4];
       loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
       loadMatrices(xb, sharedAddress(tokens + (lane & 7) * kTokenBytes + 64 + 16 * (lane >> 3)));
-      int la0[4] = {}, lb0[4] = {}, la1[4] = {}, lb1[4] = {};
-      mmaS8(la0, lo, xa[0], xa[1]);
-      mmaS8(lb0, lo, xb[0], xb[1]);
-      mmaS8(la1, hi, xa[2], xa[3]);
-      mmaS8(lb1, hi, xb[2], xb[3]);
+      // 256 la + lb of each sub-block: la by one mma, times 256, then lb added by a second (exact:
+      // below 2^24), so the four sums never take 16 registers at once.
+      int l0[4] = {}, l1[4] = {};
+      mmaS8(l0, lo, xa[0], xa[1]);
+      mmaS8(l1, hi, xa[2], xa[3]);
+#pragma unroll
+      for (int e = 0; e < 4; e++) l0[e] *= 256, l1[e] *= 256;
+      mmaS8(l0, lo, xb[0], xb[1]);
+      mmaS8(l1, hi, xb[2], xb[3]);
 #pragma unroll
       for (int h = 0; h < 2; h++) {  // token tokenBase + 8 j + 2q + h: column c = 2 j + h of acc
         const float4 s = *reinterpret_cast<const float4*>(tokens + (2 * q + h) * kTokenBytes + 128);
@@ -439,9 +453,9 @@ struct MmaQ4_K {
         for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + h
           const int e = 2 * i + h;
           float v = acc[i][2 * j + h];
-          v = fmaf(__fmul_rn(sc[i].x, s.x), float(la0[e] * 256 + lb0[e]), v);
+          v = fmaf(__fmul_rn(sc[i].x, s.x), float(l0[e]), v);
           v = fmaf(-sc[i].z, s.z, v);
-          v = fmaf(__fmul_rn(sc[i].y, s.y), float(la1[e] * 256 + lb1[e]), v);
+          v = fmaf(__fmul_rn(sc[i].y, s.y), float(l1[e]), v);
           v = fmaf(-sc[i].w, s.w, v);
           acc[i][2 * j + h] = v;
         }
@@ -537,16 +551,17 @@ struct MmaQ6_K {
     *reinterpret_cast<uint4*>(row + 16 * qt) = make_uint4(q[0], q[1], q[2], q[3]);
     *reinterpret_cast<float*>(row + 64 + 4 * qt) = __fmul_rn(d, float(sc));
   }
-  // The staged unit's terms for this thread's 2 rows x 4 tokens, added to acc as IntQ6_K::dot.
-  static JL_DEV void compute(const u8* stage, float (&acc)[2][4]) {
+  // The staged unit's terms for this thread's 2 rows x kAccCols tokens, added to acc as
+  // IntQ6_K::dot.
+  static JL_DEV void compute(const u8* stage, Acc& acc) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * 16;
+    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * JL_TOKENS;
     u32 a[2][4];  // groups 2p, 2p + 1: a[p] = {a0, a1 of group 2p, a0, a1 of group 2p + 1}
 #pragma unroll
     for (int p = 0; p < 2; p++)
       loadMatrices(a[p], sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 32 * p + 16 * (lane >> 4)));
 #pragma unroll
-    for (int j = 0; j < 2; j++) {  // tokens tokenBase + 8 j ..
+    for (int j = 0; j < kWarpTiles; j++) {  // tokens tokenBase + 8 j ..
       const u8* tokens = stage + kTokensAt + (tokenBase + 8 * j) * kTokenBytes;
       u32 xa[4], xb[4];  // group qt's B fragment
       loadMatrices(xa, sharedAddress(tokens + (lane & 7) * kTokenBytes + 16 * (lane >> 3)));
@@ -555,9 +570,11 @@ struct MmaQ6_K {
       // tokens' and rows' scales are read per group (registers are what limits the blocks per SM).
 #pragma unroll
       for (int qt = 0; qt < 4; qt++) {
-        int la[4] = {}, lb[4] = {};
-        mmaS8k16(la, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xa[qt]);
-        mmaS8k16(lb, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xb[qt]);
+        int l[4] = {};  // 256 la + lb, as in MmaQ4_K::compute
+        mmaS8k16(l, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xa[qt]);
+#pragma unroll
+        for (int e = 0; e < 4; e++) l[e] *= 256;
+        mmaS8k16(l, a[qt >> 1][2 * (qt & 1)], a[qt >> 1][2 * (qt & 1) + 1], xb[qt]);
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {  // token tokenBase + 8 j + 2q + hh: column 2 j + hh of acc
           const u8* token = tokens + (2 * q + hh) * kTokenBytes;
@@ -566,8 +583,7 @@ struct MmaQ6_K {
           for (int i = 0; i < 2; i++) {  // row rowBase + g + 8i: C element 2i + hh
             const int e = 2 * i + hh;
             const float ds = *reinterpret_cast<const float*>(stage + (rowBase + g + 8 * i) * kRowBytes + 64 + 4 * qt);
-            const int l = la[e] * 256 + lb[e];
-            acc[i][2 * j + hh] = fmaf(__fmul_rn(ds, s256), float(l), acc[i][2 * j + hh]);
+            acc[i][2 * j + hh] = fmaf(__fmul_rn(ds, s256), float(l[e]), acc[i][2 * j + hh]);
           }
         }
       }
@@ -581,7 +597,8 @@ typedef MmaQ4_K Mma;
 typedef MmaQ6_K Mma;
 #endif
 
-// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / 32), 256 threads.
+// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / (2 JL_TOKENS)), 256
+// threads.
 extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
     matmul_int(const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq, u64 xqStride, int tokens,
                float* __restrict__ y, const float* __restrict__ bias) {
@@ -613,7 +630,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
   // Unit n (the n-th visited) into acc, once it and the next have landed; the next prepared and
   // another staged meanwhile.
   int n = 0;
-  const auto computeNext = [&](float(&acc)[2][4]) {
+  const auto computeNext = [&](Acc& acc) {
     awaitCopies<kStages - 3>();  // units up to n + 1 have landed
     __syncthreads();             // ... for every thread, and unit n is prepared
     if (prepared.more()) Mma::prepare(staged[(n + 1) % kStages], tile, prepared.unit);
@@ -625,11 +642,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
 
 #if JL_LANE_CHAIN
   // The slots' sums added in slot order as they complete, from -0 (storeLaneSumsInOrder's order).
-  float total[2][4], acc[2][4] = {};
+  Acc total, acc = {};
 #pragma unroll
   for (int r = 0; r < 2; r++)
 #pragma unroll
-    for (int c = 0; c < 4; c++) total[r][c] = -0.0f;
+    for (int c = 0; c < kAccCols; c++) total[r][c] = -0.0f;
 #pragma unroll 1
   for (Visit computed{0, 0, units}; computed.more(); computed.advance()) {
     computeNext(acc);
@@ -637,15 +654,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
 #pragma unroll
       for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) total[r][c] = total[r][c] + acc[r][c], acc[r][c] = 0.0f;
+        for (int c = 0; c < kAccCols; c++) total[r][c] = total[r][c] + acc[r][c], acc[r][c] = 0.0f;
     }
   }
-  const float(&sums)[2][4] = total;
+  const Acc& sums = total;
 #else
-  float stack[kSlotBits + 1][2][4];
+  Acc stack[kSlotBits + 1];
 #pragma unroll
   for (int i = 0; i < kLanes; i++) {
-    float acc[2][4] = {};
+    Acc acc = {};
 #pragma unroll 1
     for (int u = bitReversed(i); u < units; u += kLanes) computeNext(acc);
     // Push, then merge complete subtrees as a binary counter carries: once per trailing one of i.
@@ -653,25 +670,25 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
 #pragma unroll
     for (int r = 0; r < 2; r++)
 #pragma unroll
-      for (int c = 0; c < 4; c++) stack[depth][r][c] = acc[r][c];
+      for (int c = 0; c < kAccCols; c++) stack[depth][r][c] = acc[r][c];
     int top = depth;
 #pragma unroll
     for (int b = i; b & 1; b >>= 1) {
 #pragma unroll
       for (int r = 0; r < 2; r++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) stack[top - 1][r][c] = stack[top - 1][r][c] + stack[top][r][c];
+        for (int c = 0; c < kAccCols; c++) stack[top - 1][r][c] = stack[top - 1][r][c] + stack[top][r][c];
       top--;
     }
   }
-  const float(&sums)[2][4] = stack[0];
+  const Acc& sums = stack[0];
 #endif
   awaitCopies<0>();  // nothing left in flight when the block ends
-  const int r0 = tile.r0 + (warp & 3) * 16, t0 = tile.t0 + (warp >> 2) * 16;
+  const int r0 = tile.r0 + (warp & 3) * 16, t0 = tile.t0 + (warp >> 2) * JL_TOKENS;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
 #pragma unroll
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < kAccCols; c++) {
       const int row = r0 + g + 8 * r, token = t0 + 8 * (c >> 1) + 2 * q + (c & 1);
       if (row < rows && token < tokens) {
         const float sum = sums[r][c];
