@@ -312,8 +312,11 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 // Measured on the H200 (2026-12-02, docs/cuda.md "One running total per slot"): q4_K 8192 x 2048
 // x 512 tokens 272 / 250 / 248 us at 2 / 3 / 4 blocks; q6_K 2048 x 8192 443 / 499 / 496 us (it
 // spills at 3 and 4).
+#ifndef JL_MMA_MIN_BLOCKS_Q6  // q6_K's alone
+#define JL_MMA_MIN_BLOCKS_Q6 2
+#endif
 #ifndef JL_MMA_MIN_BLOCKS
-#define JL_MMA_MIN_BLOCKS (JL_WTYPE == 14 || !JL_LANE_CHAIN || JL_TOKENS == 32 ? 2 : 3)
+#define JL_MMA_MIN_BLOCKS (JL_WTYPE == 14 ? JL_MMA_MIN_BLOCKS_Q6 : !JL_LANE_CHAIN || JL_TOKENS == 32 ? 2 : 3)
 #endif
 // A warp's tile is 16 rows x JL_TOKENS tokens (kWarpTiles mma columns of 8), the block's 4 x 2 of
 // them. 32 tokens a warp halves what staging, prepare() and the loop cost per (row, token) -
@@ -346,7 +349,7 @@ JL_DEV void loadMatrices(u32 (&r)[4], u32 at) {
 }
 
 // Constant for each unrolled step, so the stack below stays in registers.
-JL_DEV constexpr int bitReversed(int i) {
+__host__ __device__ constexpr int bitReversed(int i) {
   int r = 0;
   for (int b = 0; b < kSlotBits; b++) r |= ((i >> b) & 1) << (kSlotBits - 1 - b);
   return r;
@@ -355,15 +358,23 @@ JL_DEV constexpr int onesIn(int i) { return i == 0 ? 0 : (i & 1) + onesIn(i >> 1
 
 // The order units are visited in (staged, prepared and computed): slot by slot - in bit-reversed
 // order for the butterfly's stack, in order for JL_LANE_CHAIN - units slot, slot + kLanes, ... of
-// each.
-struct Visit {
-  int slot, unit, units;
-  JL_DEV bool more() const { return slot < kLanes; }
-  JL_DEV void advance() {
-    unit += kLanes;
-    while (unit >= units && ++slot < kLanes) unit = JL_LANE_CHAIN ? slot : int(__brev(u32(slot)) >> (32 - kSlotBits));
+// each. Entry n is the n-th unit visited, with kSlotEnd set where it is its slot's last. A table
+// in constant memory (one uniform load a unit) rather than a walk of slots and units on each
+// visit, which took ~25 of the loop's ~410 instructions a unit and warp (SASS, 2026-12-02).
+struct VisitOrder {
+  static constexpr u16 kSlotEnd = 0x8000;
+  u16 entry[kUnits];
+  __host__ __device__ constexpr VisitOrder() : entry() {
+    int n = 0;
+    for (int i = 0; i < kLanes; i++) {
+      const int slot = JL_LANE_CHAIN ? i : bitReversed(i);
+      for (int u = slot; u < kUnits; u += kLanes) entry[n++] = u16(u | (u + kLanes >= kUnits ? kSlotEnd : 0));
+    }
   }
 };
+static_assert(kUnits < VisitOrder::kSlotEnd, "unit numbers fit below the flag");
+__constant__ const VisitOrder kVisitOrder = VisitOrder();
+JL_DEV int unitVisited(int n) { return kVisitOrder.entry[n] & ~VisitOrder::kSlotEnd; }
 
 // The block's tile: its rows of W and tokens of the activations (the last repeated past the end).
 struct MmaTile {
@@ -384,26 +395,39 @@ struct MmaTile {
 struct MmaQ4_K {
   static constexpr int kRowBytes = 48, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
   static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
-  static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
-    const int tid = threadIdx.x;
-    const u32 at = sharedAddress(stage);
-    if (tid < 3 * kTileRows) {  // a row's quants (two pieces) and head
-      const int r = tid / 3, piece = tid % 3;
-      const u8* block = tile.row(r) + (unit >> 2) * IntQ4_K::kBlockBytes;
-      copyAsync16(at + r * kRowBytes + 16 * piece, piece < 2 ? block + 16 + 32 * (unit & 3) + 16 * piece : block);
-    }
+  static constexpr int kTokenPieces = kTileTokens * 8 / kThreads;  // a token's a and b: 8 pieces of 16 bytes
+  // This thread's pieces of every unit: where unit 0's come from and go, computed once (the 64-bit
+  // row and token addresses took ~30 instructions a unit and warp when worked out per unit).
+  struct Stager {
+    const u8* row;  // tid < 3 kTileRows: row tid / 3's piece tid % 3 of unit 0 - quants (two) or head
+    int rowTo, quantStep;
+    const u8* token[kTokenPieces];  // token (tid + k kThreads) / 8's piece (tid % 8) of unit 0
+    const u8* sums;                 // tid < 2 kTileTokens: token tid / 2's s / 256 or sums of unit 0
+    int sumsTo;
+    JL_DEV explicit Stager(const MmaTile& tile) {
+      const int tid = threadIdx.x, r = tid / 3, piece = tid % 3;
+      row = tile.row(min(r, kTileRows - 1)) + (piece < 2 ? 16 + 16 * piece : 0);
+      rowTo = r * kRowBytes + 16 * piece;
+      quantStep = piece < 2 ? 32 : 0;  // the quant pieces move 32 bytes a unit in the block; the head stays
 #pragma unroll
-    for (int k = 0; k < kTileTokens * 8 / kThreads; k++) {  // a token's a and b bytes, 8 pieces
-      const int i = tid + k * kThreads, t = i >> 3, piece = i & 7;
-      copyAsync16(at + kTokensAt + t * kTokenBytes + 16 * piece,
-                  tile.token(t) + (piece >> 2) * kXqB + 64 * unit + 16 * (piece & 3));
+      for (int k = 0; k < kTokenPieces; k++) {
+        const int i = tid + k * kThreads;
+        token[k] = tile.token(i >> 3) + ((i & 7) >> 2) * kXqB + 16 * (i & 3);
+      }
+      sums = tile.token(min(tid >> 1, kTileTokens - 1)) + (tid & 1 ? kXqBsum : kXqS256);
+      sumsTo = kTokensAt + (tid >> 1) * kTokenBytes + 128 + 8 * (tid & 1);
     }
-    if (tid < 2 * kTileTokens) {  // a token's s / 256 and represented sums of the unit's two 32-blocks
-      const int t = tid >> 1, which = tid & 1;
-      copyAsync8(at + kTokensAt + t * kTokenBytes + 128 + 8 * which,
-                 tile.token(t) + (which ? kXqBsum : kXqS256) + 8 * unit);
+    JL_DEV void stage(u8* stage, int unit) const {
+      const int tid = threadIdx.x;
+      const u32 at = sharedAddress(stage);
+      if (tid < 3 * kTileRows)
+        copyAsync16(at + rowTo, row + (unit >> 2) * IntQ4_K::kBlockBytes + quantStep * (unit & 3));
+#pragma unroll
+      for (int k = 0; k < kTokenPieces; k++)
+        copyAsync16(at + kTokensAt + ((tid + k * kThreads) >> 3) * kTokenBytes + 16 * (tid & 7), token[k] + 64 * unit);
+      if (tid < 2 * kTileTokens) copyAsync8(at + sumsTo, sums + 8 * unit);
     }
-  }
+  };
   // Four threads (lanes of one warp) a row, each one of its floats d1[0], d1[1], m1[0], m1[1]
   // (IntQ4_K::scales's operations), written over the head once all four have read it.
   static JL_DEV void prepare(u8* stage, const MmaTile&, int unit) {
@@ -489,6 +513,11 @@ struct MmaQ6_K {
   static JL_DEV const u8* alignedDown(const u8* p) {
     return reinterpret_cast<const u8*>(reinterpret_cast<u64>(p) & ~u64(3));
   }
+  struct Stager {
+    const MmaTile& tile;
+    JL_DEV explicit Stager(const MmaTile& t) : tile(t) {}
+    JL_DEV void stage(u8* stage, int unit) const { MmaQ6_K::stage(stage, tile, unit); }
+  };
   static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
     const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1;
     const u32 at = sharedAddress(stage);
@@ -614,28 +643,25 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
   const MmaTile tile{w,  rowStride, rows,   int(blockIdx.x) * kTileRows,
                      xq, xqStride,  tokens, int(blockIdx.y) * kTileTokens};
   // Stage n % kStages holds the n-th unit visited. Each stage is one commit group (empty past the
-  // last unit, so the waits below count alike to the end); `prepared` is the next to prepare.
-  Visit staging{0, 0, units}, prepared{0, 0, units};
-  const auto stageNext = [&](u8* stage) {
-    if (staging.more()) Mma::stage(stage, tile, staging.unit);
+  // last unit, so the waits below count alike to the end).
+  const typename Mma::Stager stager(tile);
+  const auto stageVisited = [&](int visited) {
+    if (visited < units) stager.stage(staged[visited % kStages], unitVisited(visited));
     commitCopies();
-    staging.advance();
   };
 #pragma unroll
-  for (int s = 0; s < kStages - 1; s++) stageNext(staged[s]);
+  for (int s = 0; s < kStages - 1; s++) stageVisited(s);
   awaitCopies<kStages - 2>();
   __syncthreads();
-  Mma::prepare(staged[0], tile, prepared.unit);
-  prepared.advance();
+  Mma::prepare(staged[0], tile, unitVisited(0));
   // Unit n (the n-th visited) into acc, once it and the next have landed; the next prepared and
   // another staged meanwhile.
   int n = 0;
   const auto computeNext = [&](Acc& acc) {
     awaitCopies<kStages - 3>();  // units up to n + 1 have landed
     __syncthreads();             // ... for every thread, and unit n is prepared
-    if (prepared.more()) Mma::prepare(staged[(n + 1) % kStages], tile, prepared.unit);
-    prepared.advance();
-    stageNext(staged[(n + kStages - 1) % kStages]);  // where unit n - 1 was: every warp is past it
+    if (n + 1 < units) Mma::prepare(staged[(n + 1) % kStages], tile, unitVisited(n + 1));
+    stageVisited(n + kStages - 1);  // where unit n - 1 was: every warp is past it
     Mma::compute(staged[n % kStages], acc);
     n++;
   };
@@ -648,9 +674,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
 #pragma unroll
     for (int c = 0; c < kAccCols; c++) total[r][c] = -0.0f;
 #pragma unroll 1
-  for (Visit computed{0, 0, units}; computed.more(); computed.advance()) {
+  while (n < units) {
+    const bool slotEnds = kVisitOrder.entry[n] & VisitOrder::kSlotEnd;
     computeNext(acc);
-    if (computed.unit + kLanes >= units) {  // the slot's last unit: its sum joins the total
+    if (slotEnds) {  // the slot's last unit: its sum joins the total
 #pragma unroll
       for (int r = 0; r < 2; r++)
 #pragma unroll
