@@ -513,18 +513,33 @@ struct MmaQ6_K {
   static JL_DEV const u8* alignedDown(const u8* p) {
     return reinterpret_cast<const u8*>(reinterpret_cast<u64>(p) & ~u64(3));
   }
+  static constexpr int kTokenPieces = kTileTokens * 8 / kThreads;  // a token's a and b: 8 pieces of 16 bytes
+  // This thread's pieces of every unit, their addresses worked out once (as MmaQ4_K::Stager). Four
+  // threads a row (the row prepare() gives them), words part, part + 4, ... of the 19 around the
+  // unit's pieces; a token's a and b of the four groups (k order) and their s / 256.
+  // The token offsets are 32-bit, from the activations' start (the host keeps them below 4 GB):
+  // with 64-bit pointers the kernel spilled more at 32 tokens a warp.
   struct Stager {
     const MmaTile& tile;
-    JL_DEV explicit Stager(const MmaTile& t) : tile(t) {}
-    JL_DEV void stage(u8* stage, int unit) const { MmaQ6_K::stage(stage, tile, unit); }
-  };
-  static JL_DEV void stage(u8* stage, const MmaTile& tile, int unit) {
-    const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1;
-    const u32 at = sharedAddress(stage);
-    {  // four threads a row (the row prepare() gives them), words part, part + 4, ...
-      const int r = tid >> 2, part = tid & 3;
-      const u8* b = block(tile, r, unit);
-      const bool dPast = dPastTheEnd(tile, r, b), aligned = (reinterpret_cast<u64>(b) & 3) == 0;
+    const u8* row;            // row tid / 4
+    bool lastRow;             // ... is the matrix's last: its last block's d is read by prepare()
+    u32 token[kTokenPieces];  // token (tid + k kThreads) / 8's piece tid % 8 of unit 0
+    u32 scales;               // tid < kTileTokens: token tid's s / 256
+    JL_DEV explicit Stager(const MmaTile& t) : tile(t) {
+      const int tid = threadIdx.x, r = tid >> 2;
+      row = tile.row(r);
+      lastRow = tile.r0 + r >= tile.rows - 1;
+#pragma unroll
+      for (int k = 0; k < kTokenPieces; k++)
+        token[k] = u32(tile.token((tid + k * kThreads) >> 3) - tile.xq) + ((tid & 7) >> 2) * kXqB + 32 * (tid & 3);
+      scales = u32(tile.token(min(tid, kTileTokens - 1)) - tile.xq) + kXqS256;
+    }
+    JL_DEV void stage(u8* stage, int unit) const {
+      const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1, r = tid >> 2, part = tid & 3;
+      const u32 at = sharedAddress(stage);
+      const u8* b = row + (unit >> 2) * IntQ6_K::kBlockBytes;
+      const bool aligned = (reinterpret_cast<u64>(b) & 3) == 0;
+      const bool dPast = aligned && lastRow && (unit >> 2) == JL_K / 256 - 1;  // dPastTheEnd
 #pragma unroll
       for (int word = part; word < kRawWords; word += 4) {
         const u8* from;
@@ -541,20 +556,14 @@ struct MmaQ6_K {
         }
         copyAsync4(at + r * kRowBytes + 4 * word, from);
       }
-    }
-    const int e0 = IntQ6_K::firstElement(unit);
+      const int e0 = IntQ6_K::firstElement(unit);
 #pragma unroll
-    for (int k = 0; k < kTileTokens * 16 / kThreads; k++) {  // a token's 9 pieces
-      const int i = tid + k * kThreads, t = i >> 4, piece = i & 15;
-      const u32 to = at + kTokensAt + t * kTokenBytes;
-      const u8* xr = tile.token(t);
-      if (piece < 8) {  // a (0..3) and b (4..7) of group piece % 4
-        copyAsync16(to + 16 * piece, xr + (piece >> 2) * kXqB + e0 + 32 * (piece & 3));
-      } else if (piece == 8) {  // the groups' s / 256, consecutive
-        copyAsync16(to + 128, xr + kXqS256 + 4 * (e0 / 32));
-      }
+      for (int k = 0; k < kTokenPieces; k++)
+        copyAsync16(at + kTokensAt + ((tid + k * kThreads) >> 3) * kTokenBytes + 16 * (tid & 7),
+                    tile.xq + token[k] + e0);
+      if (tid < kTileTokens) copyAsync16(at + kTokensAt + tid * kTokenBytes + 128, tile.xq + scales + 4 * (e0 / 32));
     }
-  }
+  };
   // Four threads (lanes of one warp) a row, thread qt its group qt: the quants as IntQ6_K::load
   // assembles them and d * scale by its operations, written once all four have read the words.
   static JL_DEV void prepare(u8* stage, const MmaTile& tile, int unit) {
