@@ -430,7 +430,7 @@ struct MmaQ4_K {
   };
   // Four threads (lanes of one warp) a row, each one of its floats d1[0], d1[1], m1[0], m1[1]
   // (IntQ4_K::scales's operations), written over the head once all four have read it.
-  static JL_DEV void prepare(u8* stage, const MmaTile&, int unit) {
+  static JL_DEV void prepare(u8* stage, const Stager&, int unit) {
     const int row = threadIdx.x >> 2, which = threadIdx.x & 3;
     float* at = reinterpret_cast<float*>(stage + row * kRowBytes + 32);
     const uint4 v = *reinterpret_cast<const uint4*>(at);
@@ -500,16 +500,6 @@ struct MmaQ4_K {
 struct MmaQ6_K {
   static constexpr int kRowBytes = 80, kRawWords = 19, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
   static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
-  static JL_DEV const u8* block(const MmaTile& tile, int r, int unit) {
-    return tile.row(r) + (unit >> 2) * IntQ6_K::kBlockBytes;
-  }
-  // In a 4-byte aligned block, d's aligned word runs 2 bytes past the block: past the matrix for
-  // the last row's last block. That one d is read by prepare() itself. (The scales' third word,
-  // which would too for the second half, is only needed by 2-byte aligned blocks.)
-  static JL_DEV bool dPastTheEnd(const MmaTile& tile, int r, const u8* b) {
-    return (reinterpret_cast<u64>(b) & 3) == 0 && tile.r0 + r >= tile.rows - 1 &&
-           b == tile.row(r) + (JL_K / 256 - 1) * IntQ6_K::kBlockBytes;
-  }
   static JL_DEV const u8* alignedDown(const u8* p) {
     return reinterpret_cast<const u8*>(reinterpret_cast<u64>(p) & ~u64(3));
   }
@@ -534,12 +524,19 @@ struct MmaQ6_K {
         token[k] = u32(tile.token((tid + k * kThreads) >> 3) - tile.xq) + ((tid & 7) >> 2) * kXqB + 32 * (tid & 3);
       scales = u32(tile.token(min(tid, kTileTokens - 1)) - tile.xq) + kXqS256;
     }
+    // Row tid / 4's block of the unit (prepare() reads the same row's).
+    JL_DEV const u8* block(int unit) const { return row + (unit >> 2) * IntQ6_K::kBlockBytes; }
+    // In a 4-byte aligned block, d's aligned word runs 2 bytes past the block: past the matrix for
+    // the last row's last block. That one d is read by prepare() itself. (The scales' third word,
+    // which would too for the second half, is only needed by 2-byte aligned blocks.)
+    JL_DEV bool dPastTheEnd(const u8* b, int unit) const {
+      return (reinterpret_cast<u64>(b) & 3) == 0 && lastRow && (unit >> 2) == JL_K / 256 - 1;
+    }
     JL_DEV void stage(u8* stage, int unit) const {
       const int tid = threadIdx.x, h = (unit >> 1) & 1, j = unit & 1, r = tid >> 2, part = tid & 3;
       const u32 at = sharedAddress(stage);
-      const u8* b = row + (unit >> 2) * IntQ6_K::kBlockBytes;
-      const bool aligned = (reinterpret_cast<u64>(b) & 3) == 0;
-      const bool dPast = aligned && lastRow && (unit >> 2) == JL_K / 256 - 1;  // dPastTheEnd
+      const u8* b = block(unit);
+      const bool aligned = (reinterpret_cast<u64>(b) & 3) == 0, dPast = dPastTheEnd(b, unit);
 #pragma unroll
       for (int word = part; word < kRawWords; word += 4) {
         const u8* from;
@@ -566,9 +563,9 @@ struct MmaQ6_K {
   };
   // Four threads (lanes of one warp) a row, thread qt its group qt: the quants as IntQ6_K::load
   // assembles them and d * scale by its operations, written once all four have read the words.
-  static JL_DEV void prepare(u8* stage, const MmaTile& tile, int unit) {
+  static JL_DEV void prepare(u8* stage, const Stager& stager, int unit) {
     const int r = threadIdx.x >> 2, qt = threadIdx.x & 3, j = unit & 1;
-    const u8* b = block(tile, r, unit);
+    const u8* b = stager.block(unit);
     const int misalign =
         int(reinterpret_cast<u64>(b) & 3);  // the same for every piece: they are 4-byte multiples apart
     const u32 shift = u32(misalign) * 8;
@@ -584,7 +581,7 @@ struct MmaQ6_K {
     }
     const int scaleByte = misalign + 2 * qt + j;  // from the scales' first word; 192 + 8h is a 4-byte multiple
     const int sc = int(i8(u8(raw[15 + (scaleByte >> 2)] >> (8 * (scaleByte & 3)))));
-    const float d = h2f(dPastTheEnd(tile, r, b) ? u16(ldU16(b + 208)) : u16(raw[18] >> shift));
+    const float d = h2f(stager.dPastTheEnd(b, unit) ? u16(ldU16(b + 208)) : u16(raw[18] >> shift));
     __syncwarp();
     *reinterpret_cast<uint4*>(row + 16 * qt) = make_uint4(q[0], q[1], q[2], q[3]);
     *reinterpret_cast<float*>(row + 64 + 4 * qt) = __fmul_rn(d, float(sc));
@@ -662,14 +659,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
   for (int s = 0; s < kStages - 1; s++) stageVisited(s);
   awaitCopies<kStages - 2>();
   __syncthreads();
-  Mma::prepare(staged[0], tile, unitVisited(0));
+  Mma::prepare(staged[0], stager, unitVisited(0));
   // Unit n (the n-th visited) into acc, once it and the next have landed; the next prepared and
   // another staged meanwhile.
   int n = 0;
   const auto computeNext = [&](Acc& acc) {
     awaitCopies<kStages - 3>();  // units up to n + 1 have landed
     __syncthreads();             // ... for every thread, and unit n is prepared
-    if (n + 1 < units) Mma::prepare(staged[(n + 1) % kStages], tile, unitVisited(n + 1));
+    if (n + 1 < units) Mma::prepare(staged[(n + 1) % kStages], stager, unitVisited(n + 1));
     stageVisited(n + kStages - 1);  // where unit n - 1 was: every warp is past it
     Mma::compute(staged[n % kStages], acc);
     n++;
