@@ -1226,9 +1226,9 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
   // q4_K and q6_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 (or
-  // tensorCoreTokens_) tokens staged in shared memory - the same bits. q4_K rows are staged by 16-byte copies, so they
-  // must be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by 4-byte words.
-  // (The q6_K kernel addresses the activations by 32-bit offsets.)
+  // tensorCoreTokens_) tokens staged in shared memory - the same bits. q4_K rows are staged by
+  // 16-byte copies, so they must be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by
+  // 4-byte words. The q6_K kernel addresses the activations by 32-bit offsets.
   const bool mma = tensorCores_ && tokens >= 16 && uint64_t(tokens) * xqStride <= UINT32_MAX &&
                    ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);

@@ -307,8 +307,10 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 // block's static shared memory may take.
 #define JL_MMA_STAGES (JL_WTYPE == 14 && JL_TOKENS == 32 ? 3 : 4)
 #endif
-// Blocks per SM the registers must allow (a tuning define, both types): q4_K 3 (80 registers, no
-// spills), q6_K 2 (128, none); with the butterfly's stack (JL_LANE_CHAIN=0) 2 for both, as before.
+// Blocks per SM the registers must allow (a tuning define, both types): q4_K 3 at 16 tokens a warp
+// (80 registers, no spills) and 2 at 32 (122), q6_K 2 (128; at 32 tokens a warp it spills ~40
+// bytes, and one block an SM without spills was slower); with the butterfly's stack
+// (JL_LANE_CHAIN=0) 2 for both, as before.
 // Measured on the H200 (2026-12-02, docs/cuda.md "One running total per slot"): q4_K 8192 x 2048
 // x 512 tokens 272 / 250 / 248 us at 2 / 3 / 4 blocks; q6_K 2048 x 8192 443 / 499 / 496 us (it
 // spills at 3 and 4).
