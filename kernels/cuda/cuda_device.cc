@@ -1235,13 +1235,8 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
   if (mma) {
-    // The wider blocks cost less per (row, token) but make half the blocks: by default only where
-    // those still cover every multiprocessor (measured: a 512 x 2048 product took 36 us at 64
-    // tokens a block and 28 at 32; a 2048 x 2048 one 54 against 70). A width asked for is used
-    // for every product of more than 32 tokens.
-    const int64_t wideBlocks = (w.rows + 63) / 64 * ((tokens + tensorCoreTokens_ - 1) / tensorCoreTokens_);
-    const bool wide = tokens > 32 && (tensorCoreTokensChosen_ || wideBlocks >= multiprocessors_);
-    const int blockTokens = wide ? tensorCoreTokens_ : 32;
+    const int blockTokens =
+        tensorCoreBlockTokens(w.rows, tokens, tensorCoreTokens_, tensorCoreTokensChosen_, multiprocessors_);
     CUfunction f = intMatmulKernel(w.type, w.cols, align, blockTokens / 2, 16, true);
     char op[64] = "matmul_mma";
     if (profile_)

@@ -109,6 +109,13 @@ ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, in
   return spec;
 }
 
+int tensorCoreBlockTokens(int64_t rows, int64_t tokens, int width, bool widthChosen, int multiprocessors) {
+  JITLLM_ASSERT(width == 32 || width == 64);
+  if (tokens <= 32) return 32;
+  const int64_t wideBlocks = (rows + 63) / 64 * ((tokens + width - 1) / width);
+  return widthChosen || wideBlocks >= multiprocessors ? width : 32;
+}
+
 ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t k, int align, int tokens) {
   JITLLM_ASSERT(parts.size() == 2 || parts.size() == 3);
   ModuleSpec spec{"matmul_int.cuh",

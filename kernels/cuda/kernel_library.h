@@ -54,6 +54,12 @@ ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tok
 // still makes a block for every multiprocessor, unless told otherwise
 // (CudaDeviceOptions::tensorCoreTokens; 64 against 32 on an H200: pp512 +13 % on the 1B shape).
 constexpr int kDefaultTensorCoreTokens = 64;
+// Tokens a tensor-core block of a `rows` x `tokens` product takes: `width` (32 or 64) for more than
+// 32 tokens where its blocks that wide still number at least `multiprocessors` - or always, when
+// the width was asked for (`widthChosen`) - else 32. The wider blocks cost less per (row, token)
+// but make half the blocks: on an H200 a 512 x 2048 product of 512 tokens took 36 us at 64 tokens
+// a block and 28 at 32, a 2048 x 2048 one 54 against 70.
+int tensorCoreBlockTokens(int64_t rows, int64_t tokens, int width, bool widthChosen, int multiprocessors);
 // The grouped form of those kernels (matmul_int_group): the products of one input by 2 or 3
 // matrices in one launch, each part of its own type at its own rows per warp; `align` holds for
 // every q4_K part's rows.

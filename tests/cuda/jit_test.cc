@@ -188,6 +188,22 @@ TEST(CudaJit, TheDiskCacheReturnsWhatItStoredAndRejectsTornFiles) {
   std::filesystem::remove_all(root);
 }
 
+// The wide tensor-core blocks only where they still give every multiprocessor a block (an H200's
+// 132), unless the width was asked for; 32 tokens or fewer always take the narrow blocks.
+TEST(CudaJit, TensorCoreProductsTakeWideBlocksOnlyWhereTheyStillFillTheGpu) {
+  constexpr int kSms = 132;
+  EXPECT_EQ(64, cuda::tensorCoreBlockTokens(8192, 512, 64, false, kSms));  // 128 x 8 blocks
+  EXPECT_EQ(64, cuda::tensorCoreBlockTokens(2048, 512, 64, false, kSms));  // 32 x 8 = 256
+  EXPECT_EQ(32, cuda::tensorCoreBlockTokens(512, 512, 64, false, kSms));   // 8 x 8 = 64: too few
+  EXPECT_EQ(32, cuda::tensorCoreBlockTokens(1024, 512, 64, false, kSms));  // 16 x 8 = 128: too few
+  EXPECT_EQ(64, cuda::tensorCoreBlockTokens(1024, 520, 64, false, kSms));  // 16 x 9 = 144
+  EXPECT_EQ(64, cuda::tensorCoreBlockTokens(512, 512, 64, true, kSms));    // asked for
+  EXPECT_EQ(32, cuda::tensorCoreBlockTokens(8192, 32, 64, true, kSms));    // one narrow block of tokens
+  EXPECT_EQ(32, cuda::tensorCoreBlockTokens(8192, 512, 32, false, kSms));  // the narrow width asked for
+  EXPECT_EQ(32, cuda::tensorCoreBlockTokens(8192, 33, 64, false, kSms));   // 128 x 1 blocks: too few
+  EXPECT_EQ(64, cuda::tensorCoreBlockTokens(8448, 33, 64, false, kSms));   // 132 x 1
+}
+
 TEST(CudaJit, WithoutADriverCudaDevicesAreAbsentWithAReasonNotACrash) {
   if (cuda::CudaDevice::count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
   const std::string why = cuda::CudaDevice::unavailableReason();
