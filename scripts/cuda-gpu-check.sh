@@ -24,7 +24,8 @@
 # prefill: prefill kernels' tests + compute-sanitizer (memcheck, racecheck, synccheck), pp512, profiles [NCU=1].
 # tune: jitllm-bench over the integer kernels' rows per warp (TUNE="decode,prefill ..."), then a profile.
 # ncu: Nsight Compute's counters for one decode step's matrix products (one layer and the head).
-# ncu-lines: Nsight Compute's full set on one launch of $KERNEL (attention_split), stalls by source line.
+# ncu-lines: Nsight Compute's full set on one launch of $KERNEL (attention_split), stalls by source line
+# (the tables in one lines-KERNEL-SKIP.tgz; run it again with another NCU_SKIP for another launch).
 # ops: single ops timed alone (jitllm-opbench): decode attention of the 1B and 3B shapes over
 # $CONTEXTS (128,1024,4096) with fp32 and fp16 KV, and the 1B's decode products, by default and
 # under each $AB setting ("A=1+B=2" sets both), alternating, twice - a kernel's A/B without a
@@ -441,6 +442,13 @@ if [ "$what" = ncu-lines ]; then
   grep -E "Duration|Registers Per|Achieved Occupancy|No Eligible|Warp Cycles Per Issued" "$OUT/lines-details.txt" |
     sed 's/  */ /g'
   head -2 "$OUT/lines-source.csv" | cut -c1-400
+  # One file back per launch looked at (the device tool returns a handful of files a call): the
+  # report's tables in lines-KERNEL-SKIP.tgz; the report itself only with KEEP_REP=1.
+  name=$(echo "${KERNEL:-attention_split}-${NCU_SKIP:-40}" | tr -c 'A-Za-z0-9_.\n-' '_')
+  [ "${KEEP_REP:-0}" = 1 ] || rm -f "$OUT/lines.ncu-rep"
+  rm -f "$OUT/lines-raw.csv"
+  (cd "$OUT" && tar czf "lines-$name.tgz" lines-details.txt lines-source.csv lines-sass.csv ncu-lines.log &&
+    rm -f lines-details.txt lines-source.csv lines-sass.csv ncu-lines.log)
   echo "total: $(( $(date +%s) - start )) s"
   exit 0
 fi
