@@ -326,6 +326,9 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 constexpr int kTileRows = 64, kTileTokens = 2 * JL_TOKENS, kStages = JL_MMA_STAGES, kThreads = 256;
 constexpr int kWarpTiles = JL_TOKENS / 8, kAccCols = 2 * kWarpTiles;  // a thread: 2 tokens of each mma column
 typedef float Acc[2][kAccCols];  // a thread's sums: rows g, g + 8 of its warp x its kAccCols tokens
+// A token's a and b bytes of a unit are 8 pieces of 16 bytes for both types; a thread stages this
+// many of the block's.
+constexpr int kTokenPieces = kTileTokens * 8 / kThreads;
 static_assert(kThreads == 4 * kTileRows, "staging and prepare() give each row four threads");
 static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
 
@@ -397,7 +400,6 @@ struct MmaTile {
 struct MmaQ4_K {
   static constexpr int kRowBytes = 48, kTokenBytes = 144, kTokensAt = kTileRows * kRowBytes;
   static constexpr int kStageBytes = kTokensAt + kTileTokens * kTokenBytes;
-  static constexpr int kTokenPieces = kTileTokens * 8 / kThreads;  // a token's a and b: 8 pieces of 16 bytes
   // This thread's pieces of every unit: where unit 0's come from and go, computed once (the 64-bit
   // row and token addresses took ~30 instructions a unit and warp when worked out per unit).
   struct Stager {
@@ -505,7 +507,6 @@ struct MmaQ6_K {
   static JL_DEV const u8* alignedDown(const u8* p) {
     return reinterpret_cast<const u8*>(reinterpret_cast<u64>(p) & ~u64(3));
   }
-  static constexpr int kTokenPieces = kTileTokens * 8 / kThreads;  // a token's a and b: 8 pieces of 16 bytes
   // This thread's pieces of every unit, their addresses worked out once (as MmaQ4_K::Stager). Four
   // threads a row (the row prepare() gives them), words part, part + 4, ... of the 19 around the
   // unit's pieces; a token's a and b of the four groups (k order) and their s / 256.
