@@ -82,6 +82,10 @@ struct CudaDeviceOptions {
   // blocks, else a chunk (the fold going in spans either way: the same bits). Unset: twice the
   // multiprocessors unless JITLLM_CUDA_SPAN_BLOCKS=N (tuning).
   std::optional<int> attentionSpanBlocks;
+  // Prefill attention in blocks of this many tokens of one session (attention.cuh: attention_rows;
+  // the same bits as a block per token); 0: a block per token. Unset: JITLLM_CUDA_ATTENTION_ROWS=N,
+  // else kDefaultAttentionRowTokens (8).
+  std::optional<int> attentionRowTokens;
   // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
   // kernel variants chosen by name (attention.cuh's JL_ATTN_PREFETCH=0), for tests and tools.
   std::vector<std::pair<std::string, int64_t>> defines;
@@ -124,6 +128,8 @@ class CudaDevice final : public Device {
   uint64_t tensorCoreProducts() const { return tensorCoreProducts_; }
   // Attention launches whose blocks serve one query head each (few tokens: decode).
   uint64_t perHeadAttentions() const { return perHeadAttentions_; }
+  // Attention launches whose blocks serve several tokens each (prefill: attention_rows; tests).
+  uint64_t rowAttentions() const { return rowAttentions_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -312,6 +318,9 @@ class CudaDevice final : public Device {
   // attention_split of the same module (attention.cuh): a decode token's chunks over many blocks;
   // attention_spans when chunks fold in spans (attentionSpan_).
   CUfunction attentionSplitKernel(int headDim, int group, int pageTokens, bool f16);
+  // attention_rows of the module with attentionRowTokens_ tokens a block, allowed its dynamic shared
+  // memory; null when it does not fit this GPU.
+  CUfunction attentionRowsKernel(int headDim, int group, int pageTokens, bool f16);
   // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
   // work ran; false when it was large enough. Its old contents are gone.
   bool growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what);
@@ -358,6 +367,7 @@ class CudaDevice final : public Device {
   std::unordered_map<uint64_t, CUfunction> attentions_;
   std::unordered_map<uint64_t, CUfunction> intMatmuls_;
   std::unordered_map<uint64_t, CUfunction> attentionSplits_;
+  std::unordered_map<uint64_t, CUfunction> attentionRows_;
   // matmul_int_group by {cols, align, tokens per warp, then per part type * 64 + rows per warp}.
   using GroupKey = std::array<int64_t, 6>;
   std::map<GroupKey, CUfunction> groupMatmuls_;
@@ -367,6 +377,8 @@ class CudaDevice final : public Device {
   // has more than this many positions; 0: never (one block per token and head). The same bits
   // either way. JITLLM_CUDA_ATTENTION_SPLIT=N (tuning; default one chunk, 64).
   int splitPast_ = kAttentionChunk;
+  int attentionRowTokens_ = 0;  // CudaDeviceOptions::attentionRowTokens; 0: off
+  int maxSharedOptIn_ = 0;      // dynamic shared memory a kernel may opt in to (bytes)
   // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
   // batch has few blocks (attention.cuh; the same bits either way).
   bool attentionPerHead_ = true;
@@ -417,7 +429,7 @@ class CudaDevice final : public Device {
   };
   FusableProducer producer_;
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0,
-           tensorCoreProducts_ = 0, perHeadAttentions_ = 0;
+           tensorCoreProducts_ = 0, perHeadAttentions_ = 0, rowAttentions_ = 0;
   // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
   // kernel that adds and normalises (rms_norm's addend).
   struct QueuedAdd {

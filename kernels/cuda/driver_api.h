@@ -54,6 +54,7 @@ struct DriverApi {
   X(cuModuleLoadData)                   \
   X(cuModuleUnload)                     \
   X(cuModuleGetFunction)                \
+  X(cuFuncSetAttribute)                 \
   X(cuLaunchKernel)                     \
   X(cuStreamBeginCapture)               \
   X(cuStreamEndCapture)                 \

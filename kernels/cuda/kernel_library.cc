@@ -128,11 +128,21 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
   return spec;
 }
 
-ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int span) {
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int span, int qTokens) {
   ModuleSpec spec{"attention.cuh",
                   {{"JL_HD", headDim}, {"JL_GROUP", group}, {"JL_PAGE_TOKENS", pageTokens}, {"JL_KV_F16", kvF16}}};
   if (span > 0) spec.defines.emplace_back("JL_SPAN", span);
+  if (qTokens != kDefaultAttentionRowTokens) spec.defines.emplace_back("JL_QTOKENS", qTokens);
   return spec;
+}
+
+bool attentionRowsSupported(int headDim) { return headDim % 4 == 0 && 256 % (headDim / 4) == 0 && headDim <= 256; }
+
+size_t attentionRowsSharedBytes(int headDim, int group, int qTokens) {
+  // attention.cuh: qs[rows][hd] | ks[tile][hd + 4] | vs[tile][hd] | ps[rows][tile + 16] | 5 per row.
+  const size_t tile = size_t(std::min(64, 4096 / headDim)), rows = size_t(qTokens) * size_t(group),
+               hd = size_t(headDim);
+  return 4 * (rows * hd + tile * (hd + 4) + tile * hd + rows * (tile + 16) + 5 * rows);
 }
 
 ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
@@ -192,6 +202,10 @@ std::vector<ModuleSpec> representativeModules() {
     }
   }
   specs.push_back(attentionModule(16, 3, 4, true, kSpan));
+  // attention_rows at other tokens a block (JITLLM_CUDA_ATTENTION_ROWS): more rows than threads
+  // cover, and a third of a warp's worth.
+  specs.push_back(attentionModule(64, 4, 16, false, kSpan, 16));
+  specs.push_back(attentionModule(128, 3, 16, true, kSpan, 3));
   specs.push_back(elementwiseModule());
   specs.push_back(blocksModule());
   return specs;

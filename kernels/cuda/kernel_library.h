@@ -71,9 +71,18 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
 // Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
+// Prefill attention's tokens per block (attention.cuh: attention_rows, JL_QTOKENS' default).
+constexpr int kDefaultAttentionRowTokens = 8;
+// Whether attention_rows exists for a head dim (its threads split evenly over the columns in fours).
+bool attentionRowsSupported(int headDim);
+// The dynamic shared memory attention_rows takes at `qTokens` tokens a block of `group` query heads
+// each (attention.cuh: kRowsSharedFloats * 4).
+size_t attentionRowsSharedBytes(int headDim, int group, int qTokens);
 // span > 0: chunks folded in spans of `span` (attention.cuh: JL_SPAN), which adds the
 // attention_spans kernel; 0: the one-level fold.
-ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int span);
+// qTokens: attention_rows' tokens per block when not kDefaultAttentionRowTokens (a define then).
+ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, int span,
+                           int qTokens = kDefaultAttentionRowTokens);
 // The span a CudaDevice folds attention's chunks in unless told otherwise (2, 4 and 8 measured on
 // an H200 in docs/cuda.md: 2 won at depths 1024-4096 on both Llama-3.2 shapes).
 constexpr int kDefaultAttentionSpan = 2;

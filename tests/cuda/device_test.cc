@@ -230,9 +230,12 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     std::vector<int32_t> positions = {ctx.length() - 1, 0, 63, 64, 500};
     const auto q = randomFloats(positions.size() * heads * size_t(headDim), 7, 0.3f);
     const float scale = float(1.0 / std::sqrt(double(headDim)));
-    const uint64_t perHead = gpu->perHeadAttentions();
+    // The twenty tokens of the copies (one session's page table) take blocks of several tokens
+    // (attention_rows), each row its own context: the same bits once more.
+    const uint64_t perHead = gpu->perHeadAttentions(), rowBlocks = gpu->rowAttentions();
     ctx.expectChunkedAndWholeAgree(q, positions, heads, scale, 4);
     EXPECT_EQ(perHead + 1, gpu->perHeadAttentions()) << "the five tokens' blocks did not serve one query head each";
+    EXPECT_EQ(rowBlocks + 1, gpu->rowAttentions()) << "the twenty tokens did not take blocks of several tokens";
     {
       // A short context (no chunk split): three tokens a block per query head, sixty tokens
       // (480 blocks per KV head, more than any GPU's SMs) a block per KV head.
@@ -361,6 +364,47 @@ TEST(CudaDevices, AttentionFoldedInSpansAgreesAcrossKernelsAndKeepsOneSpansBits)
     const auto got = onSpans.attend(true, q, oneSpan, heads, scale);
     ASSERT_EQ(want.size(), got.size());
     EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+  }
+}
+
+// Prefill attention in blocks of several tokens of one session (attention_rows) against a block
+// per token (attentionRowTokens = 0): bit for bit, at 3 tokens a block (a part-filled last block),
+// the default 8 and 16; a prompt's consecutive positions across several chunks and spans, and
+// tokens of very different contexts in one block; fp32 and fp16 pages, both head dims.
+TEST(CudaDevices, PrefillAttentionInBlocksOfTokensGivesTheBitsOfABlockPerToken) {
+  JITLLM_REQUIRE_CUDA();
+  const auto device = [](int rowTokens) {
+    cuda::CudaDeviceOptions o;
+    o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+    o.attentionRowTokens = rowTokens;
+    return cuda::CudaDevice::create(o);
+  };
+  auto perToken = device(0);
+  auto cpu = makeCpuDevice();
+  for (int headDim : {64, 128}) {
+    for (KvPrecision precision : {KvPrecision::kF32, KvPrecision::kF16}) {
+      SCOPED_TRACE(::testing::Message() << "head dim " << headDim << (precision == KvPrecision::kF16 ? ", fp16" : ""));
+      const int heads = 24;  // 3 query heads a KV head
+      const KvLayout kv{16, 8, headDim, precision};
+      LongContext reference(*perToken, *cpu, kv, 700, 21);
+      std::vector<int32_t> positions;
+      for (int p = 500; p < 700; p++) positions.push_back(p);  // a prompt's tail: chunks 7 .. 10
+      for (int p : {0, 699, 63, 64, 65, 127, 128, 300, 1, 2}) positions.push_back(p);
+      const auto q = randomFloats(positions.size() * heads * size_t(headDim), 22, 0.3f);
+      const float scale = float(1.0 / std::sqrt(double(headDim)));
+      const auto want = reference.attend(true, q, positions, heads, scale);
+      EXPECT_LT(nmse(want, reference.attend(false, q, positions, heads, scale)), 1e-12);
+      EXPECT_EQ(0u, perToken->rowAttentions());
+      for (int rowTokens : {3, 8, 16}) {
+        SCOPED_TRACE(rowTokens);
+        auto rows = device(rowTokens);
+        LongContext ctx(*rows, *cpu, kv, 700, 21);
+        const auto got = ctx.attend(true, q, positions, heads, scale);
+        EXPECT_EQ(1u, rows->rowAttentions()) << "attention_rows did not run";
+        ASSERT_EQ(want.size(), got.size());
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+      }
+    }
   }
 }
 

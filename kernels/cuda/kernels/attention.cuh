@@ -89,15 +89,16 @@ typedef float VTile[kTile][kHd];
 // multiprocessor; a round's registers are what keeps it there). Rows not in whole 16-byte pieces
 // are loaded element by element.
 constexpr int kLoadRound = 4;  // pieces of K and of V a thread has in flight at once
+template <int kT = kThreads>   // the block's threads
 JL_DEV void loadTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int kh, int base, int count) {
   if constexpr (kPieceElems > 0) {
     const int pieces = count * kPieces;
 #pragma unroll 1
-    for (int first = threadIdx.x; first < pieces; first += kLoadRound * kThreads) {
+    for (int first = threadIdx.x; first < pieces; first += kLoadRound * kT) {
       uint4 k[kLoadRound], v[kLoadRound];
 #pragma unroll
       for (int r = 0; r < kLoadRound; r++) {
-        const int i = first + r * kThreads, pos = base + i / kPieces;
+        const int i = first + r * kT, pos = base + i / kPieces;
         if (i < pieces) {
           const KvElement* row = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]) +
                                  i64(pos % kPageTokens) * tokenElems + kh * kHd + (i % kPieces) * kPieceElems;
@@ -107,7 +108,7 @@ JL_DEV void loadTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int
       }
 #pragma unroll
       for (int r = 0; r < kLoadRound; r++) {
-        const int i = first + r * kThreads;
+        const int i = first + r * kT;
         if (i < pieces) {
           const int j = i / kPieces, d = (i % kPieces) * kPieceElems;
           float kf[kPieceElems], vf[kPieceElems];
@@ -122,7 +123,7 @@ JL_DEV void loadTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int
       }
     }
   } else {
-    for (int i = threadIdx.x; i < count * kHd; i += kThreads) {
+    for (int i = threadIdx.x; i < count * kHd; i += kT) {
       const int j = i / kHd, d = i % kHd, pos = base + j;
       const KvElement* row =
           reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]) + i64(pos % kPageTokens) * tokenElems + kh * kHd;
@@ -148,10 +149,10 @@ constexpr bool kAsyncTiles = false;
 #endif
 // Requests the K (vOffset 0) or V (vOffset = a page's K part) rows of positions base .. base +
 // count - 1 into `tile` as one cp.async group of this thread's pieces.
-template <typename Tile>
+template <typename Tile, int kT = kThreads>  // kT: the block's threads
 JL_DEV void requestTile(Tile& tile, const u64* pages, i64 tokenElems, i64 vOffset, int kh, int base, int count) {
   const int pieces = count * kPieces;
-  for (int i = threadIdx.x; i < pieces; i += kThreads) {
+  for (int i = threadIdx.x; i < pieces; i += kT) {
     const int pos = base + i / kPieces;
     const KvElement* row = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]) +
                            i64(pos % kPageTokens) * tokenElems + vOffset + kh * kHd + (i % kPieces) * kPieceElems;
@@ -189,6 +190,27 @@ JL_DEV void foldInSpan(bool opensSpan, bool closesSpan, bool firstSpan, float m,
                        float& spanSum, float& spanO, float& totMax, float& totSum, float& totO) {
   fold(opensSpan, m, l, o, spanMax, spanSum, spanO);
   if (closesSpan) fold(firstSpan, spanMax, spanSum, spanO, totMax, totSum, totO);
+}
+
+// fold() and foldInSpan() for the elements of one head's row, which share its maximum and sum: the
+// row's scalars once (foldRow), then each element (foldElement) - fold()'s operations on fold()'s
+// operands, so its bits.
+struct FoldFactors {
+  bool first;
+  float a, b;
+};
+JL_DEV FoldFactors foldRow(bool first, float m, float l, float& totMax, float& totSum) {
+  FoldFactors f{first, 0.0f, 0.0f};
+  if (first) {
+    totMax = m, totSum = l;
+    return f;
+  }
+  foldFactors(totMax, m, totMax, f.a, f.b);
+  totSum = __fadd_rn(__fmul_rn(totSum, f.a), __fmul_rn(l, f.b));
+  return f;
+}
+JL_DEV void foldElement(const FoldFactors& f, float o, float& totO) {
+  totO = f.first ? o : __fadd_rn(__fmul_rn(totO, f.a), __fmul_rn(o, f.b));
 }
 
 // Block `hb` of a token (hb = 0 .. heads / kGroup - 1) serves query heads hb kGroup .. + kGroup - 1,
@@ -426,6 +448,251 @@ extern "C" __global__ void __launch_bounds__(128)
   attendChunks(q, out, nullptr, heads, kvHeads, scale, t, blockIdx.y, n, 0, (n + kChunk - 1) / kChunk,
                tables + tableOffsets[t], xq, xqStride);
 }
+
+// Prefill: attention_rows, a block per JL_QTOKENS tokens of one session and KV head (all kGroup of
+// its query heads: kRows query rows, token by token). Each K/V tile in shared memory serves every
+// row, and the work is tiled over the block's threads in two dimensions - a thread's scores are
+// kScoreRowsPer rows x kScorePos positions, its outputs kOutRowsPer rows x 4 columns - so a K or V
+// element read from shared memory feeds several rows' sums (the one-token blocks above read each
+// once per score or output; prefill attention ran at ~6 TFLOP/s). Every (row, position) and (row,
+// column) takes the operations of attendChunks in its order: the same four running sums per score,
+// the same softmax by one warp per row (lane l its positions l, l + 32), the same four running sums
+// per output over the tile's positions, the same per-chunk states folded as the one-block kernel
+// folds them (foldRow/foldElement, in spans with JL_SPAN). A row takes part in a tile only as far
+// as its own context goes (rows of one block end at different positions), so its bits are the
+// one-token kernel's, and prefill still agrees with decode exactly. Needs the page table of one
+// session for all of the block's tokens (the host checks) and dynamic shared memory
+// (attentionRowsSharedBytes, kernel_library.cc, computes the same size).
+#ifndef JL_QTOKENS
+#define JL_QTOKENS 8
+#endif
+constexpr int kQTokens = JL_QTOKENS;
+constexpr int kRowThreads = 256;
+constexpr bool kRowsSupported = kQTokens > 0 && kRowThreads % (kHd / 4) == 0 && kTile % 16 == 0;
+#if JL_QTOKENS > 0
+constexpr int kRows = kQTokens * kGroup;  // row tk * kGroup + g: token tk's query head g of the KV head
+constexpr int kScorePosThreads = 16, kScoreRowThreads = kRowThreads / kScorePosThreads;
+constexpr int kScorePos = kTile / kScorePosThreads;                               // positions pj + 16 n
+constexpr int kScoreRowsPer = (kRows + kScoreRowThreads - 1) / kScoreRowThreads;  // rows pr + 16 m
+constexpr int kOutColThreads = kHd / 4, kOutRowThreads = kRowThreads / (kOutColThreads > 0 ? kOutColThreads : 1);
+constexpr int kOutRowsPer = (kRows + kOutRowThreads - 1) / kOutRowThreads;  // rows or + kOutRowThreads m
+constexpr int kPStride = kTile + 16;  // a score row; 16 floats more: the two rows a warp writes hit other banks
+// Dynamic shared memory (floats): qs[kRows][kHd] | ks: KTile | vs: VTile | ps[kRows][kPStride] |
+// runMax, runSum, rescale [kRows] | (ints) contexts, counts [kRows].
+constexpr int kRowsQs = 0, kRowsKs = kRowsQs + kRows * kHd, kRowsVs = kRowsKs + kTile * (kHd + 4),
+              kRowsPs = kRowsVs + kTile * kHd, kRowsState = kRowsPs + kRows * kPStride,
+              kRowsSharedFloats = kRowsState + 5 * kRows;
+
+// Grid (ceil(tokens / kQTokens), kvHeads), kRowThreads threads, kRowsSharedFloats * 4 bytes of
+// dynamic shared memory. xq: null, or where the output's integer form goes (as attention()).
+extern "C" __global__ void __launch_bounds__(kRowThreads)
+    attention_rows(const float* q, float* out, int heads, int kvHeads, float scale, const int* positions,
+                   const int* tableOffsets, const u64* tables, u8* xq, u64 xqStride, int tokens) {
+  awaitPreviousKernel();
+  if constexpr (!kRowsSupported) {
+    __trap();  // the host never picks it then
+  } else {
+    extern __shared__ __align__(16) float rowsShared[];
+    {
+      u32 have;
+      asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
+      if (have < u32(kRowsSharedFloats * 4)) __trap();
+    }
+    float(*qs)[kHd] = reinterpret_cast<float(*)[kHd]>(rowsShared + kRowsQs);
+    KTile& ks = *reinterpret_cast<KTile*>(rowsShared + kRowsKs);
+    VTile& vs = *reinterpret_cast<VTile*>(rowsShared + kRowsVs);
+    float(*ps)[kPStride] = reinterpret_cast<float(*)[kPStride]>(rowsShared + kRowsPs);
+    float* runMax = rowsShared + kRowsState;
+    float* runSum = runMax + kRows;
+    float* rescale = runSum + kRows;
+    int* contexts = reinterpret_cast<int*>(rescale + kRows);  // positions + 1; 0 past the batch
+    int* counts = contexts + kRows;                           // a row's positions in this tile
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t0 = blockIdx.x * kQTokens, kh = blockIdx.y;
+    const u64* pages = tables + tableOffsets[t0];
+    const i64 tokenElems = i64(kvHeads) * kHd;
+    for (int i = tid; i < kRows * kHd; i += kRowThreads) {
+      const int row = i / kHd, t = t0 + row / kGroup;
+      qs[row][i % kHd] = t < tokens ? q[(i64(t) * heads + kh * kGroup + row % kGroup) * kHd + i % kHd] : 0.0f;
+    }
+    if (tid < kRows) contexts[tid] = t0 + tid / kGroup < tokens ? positions[t0 + tid / kGroup] + 1 : 0;
+    __syncthreads();
+    int longest = 0;
+    for (int r = 0; r < kRows; r++) longest = max(longest, contexts[r]);
+
+    // This thread's outputs: rows orow + kOutRowThreads m, columns oc .. oc + 3.
+    const int oc = (tid % kOutColThreads) * 4, orow = tid / kOutColThreads;
+    // (Every row of the batch takes part in chunk 0, whose fold sets the totals: the zeros below are
+    // never read.)
+    float o[kOutRowsPer][4], totO[kOutRowsPer][4] = {}, totMax[kOutRowsPer] = {}, totSum[kOutRowsPer] = {};
+    float spanO[kSpan > 0 ? kOutRowsPer : 1][4] = {}, spanMax[kOutRowsPer] = {}, spanSum[kOutRowsPer] = {};
+    const int chunks = (longest + kChunk - 1) / kChunk;
+    for (int c = 0; c < chunks; c++) {
+      __syncthreads();  // the previous chunk's state is read
+      if (tid < kRows) {
+        runMax[tid] = -__int_as_float(0x7f800000);
+        runSum[tid] = 0.0f;
+      }
+#pragma unroll
+      for (int m = 0; m < kOutRowsPer; m++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[m][e] = 0.0f;
+      const int chunkEnd = min(longest, (c + 1) * kChunk);
+      for (int base = c * kChunk; base < chunkEnd; base += kTile) {
+        const int count = min(kTile, chunkEnd - base);
+        __syncthreads();  // the previous tile is consumed (and the state reset, first time)
+        loadTile<kRowThreads>(ks, vs, pages, tokenElems, kh, base, count);
+        __syncthreads();
+        {  // scores: rows pr + 16 m, positions pj + 16 n; attendChunks' four sums each
+          const int pj = tid % kScorePosThreads, pr = tid / kScorePosThreads;
+          float s4[kScoreRowsPer][kScorePos][4] = {};
+#pragma unroll 2
+          for (int d = 0; d < kHd; d += 4) {
+            float4 k[kScorePos];
+#pragma unroll
+            for (int n = 0; n < kScorePos; n++) k[n] = *reinterpret_cast<const float4*>(&ks[pj + 16 * n][d]);
+#pragma unroll
+            for (int m = 0; m < kScoreRowsPer; m++) {
+              if (kRows % kScoreRowThreads == 0 || pr + kScoreRowThreads * m < kRows) {
+                const float4 qv = *reinterpret_cast<const float4*>(&qs[pr + kScoreRowThreads * m][d]);
+#pragma unroll
+                for (int n = 0; n < kScorePos; n++) {
+                  s4[m][n][0] = fmaf(qv.x, k[n].x, s4[m][n][0]);
+                  s4[m][n][1] = fmaf(qv.y, k[n].y, s4[m][n][1]);
+                  s4[m][n][2] = fmaf(qv.z, k[n].z, s4[m][n][2]);
+                  s4[m][n][3] = fmaf(qv.w, k[n].w, s4[m][n][3]);
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < kScoreRowsPer; m++) {
+            const int row = pr + kScoreRowThreads * m;
+#pragma unroll
+            for (int n = 0; n < kScorePos; n++) {
+              const int j = pj + 16 * n;
+              if ((kRows % kScoreRowThreads == 0 || row < kRows) && j < count) {
+                const float s = __fadd_rn(__fadd_rn(s4[m][n][0], s4[m][n][1]), __fadd_rn(s4[m][n][2], s4[m][n][3]));
+                ps[row][j] = __fmul_rn(s, scale);
+              }
+            }
+          }
+        }
+        __syncthreads();
+        // The softmax, a warp a row, as attendChunks over the row's own positions of the tile.
+        for (int row = warp; row < kRows; row += kRowThreads / 32) {
+          const int n = contexts[row];
+          const int rowCount = base < n ? min(kTile, min(n, (c + 1) * kChunk) - base) : 0;
+          if (lane == 0) counts[row] = rowCount;
+          if (rowCount == 0) continue;
+          float m = -__int_as_float(0x7f800000);
+          for (int j = lane; j < rowCount; j += 32) m = fmaxf(m, ps[row][j]);
+          m = warpMax(m);
+          const float before = runMax[row];
+          const float now = fmaxf(before, m);
+          float sum = 0.0f;
+          for (int j = lane; j < rowCount; j += 32) {
+            const float p = expf(__fsub_rn(ps[row][j], now));
+            ps[row][j] = p;
+            sum += p;
+          }
+          sum = warpSum(sum);
+          __syncwarp();
+          if (lane == 0) {
+            const float a = expf(__fsub_rn(before, now));
+            rescale[row] = a;
+            runSum[row] = __fadd_rn(__fmul_rn(runSum[row], a), sum);
+            runMax[row] = now;
+          }
+        }
+        __syncthreads();
+        {  // outputs: rows orow + kOutRowThreads m, columns oc ..; attendChunks' four sums each
+          int rowCount[kOutRowsPer];
+#pragma unroll
+          for (int m = 0; m < kOutRowsPer; m++) {
+            const int row = orow + kOutRowThreads * m;
+            rowCount[m] = kRows % kOutRowThreads == 0 || row < kRows ? counts[row] : 0;
+          }
+          float u[kOutRowsPer][4][4] = {};  // [row][column][positions 4i + r]
+#pragma unroll 2
+          for (int j = 0; j < count; j += 4) {
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+              if (j + r < count) {
+                const float4 v = *reinterpret_cast<const float4*>(&vs[j + r][oc]);
+#pragma unroll
+                for (int m = 0; m < kOutRowsPer; m++) {
+                  if (j + r < rowCount[m]) {
+                    const float p = ps[orow + kOutRowThreads * m][j + r];
+                    u[m][0][r] = fmaf(p, v.x, u[m][0][r]);
+                    u[m][1][r] = fmaf(p, v.y, u[m][1][r]);
+                    u[m][2][r] = fmaf(p, v.z, u[m][2][r]);
+                    u[m][3][r] = fmaf(p, v.w, u[m][3][r]);
+                  }
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < kOutRowsPer; m++) {
+            if (rowCount[m] > 0) {
+              const float a = rescale[orow + kOutRowThreads * m];
+#pragma unroll
+              for (int e = 0; e < 4; e++) {
+                o[m][e] = __fadd_rn(__fmul_rn(o[m][e], a),
+                                    __fadd_rn(__fadd_rn(u[m][e][0], u[m][e][1]), __fadd_rn(u[m][e][2], u[m][e][3])));
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();  // runMax / runSum final for this chunk
+                        // The chunk's state into each row's total (rows whose context reaches the chunk), as
+                        // attendChunks folds it for a token whose chunks are [0, rowChunks).
+#pragma unroll
+      for (int m = 0; m < kOutRowsPer; m++) {
+        const int row = orow + kOutRowThreads * m;
+        if ((kRows % kOutRowThreads == 0 || row < kRows) && c * kChunk < contexts[row]) {
+          const float rm = runMax[row], rl = runSum[row];
+          if constexpr (kSpan == 0) {
+            const FoldFactors f = foldRow(c == 0, rm, rl, totMax[m], totSum[m]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) foldElement(f, o[m][e], totO[m][e]);
+          } else {
+            const int rowChunks = (contexts[row] + kChunk - 1) / kChunk;
+            const FoldFactors f = foldRow(c % kSpan == 0, rm, rl, spanMax[m], spanSum[m]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) foldElement(f, o[m][e], spanO[m][e]);
+            if (c % kSpan == kSpan - 1 || c == rowChunks - 1) {
+              const FoldFactors g = foldRow(c < kSpan, spanMax[m], spanSum[m], totMax[m], totSum[m]);
+#pragma unroll
+              for (int e = 0; e < 4; e++) foldElement(g, spanO[m][e], totO[m][e]);
+            }
+          }
+        }
+      }
+    }
+    // The outputs through qs (each token's kGroup heads are its kGroup * kHd contiguous columns of
+    // this KV head), then stored a warp per 32 columns (storeOutput quantizes whole 32-blocks).
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < kOutRowsPer; m++) {
+      const int row = orow + kOutRowThreads * m;
+      if ((kRows % kOutRowThreads == 0 || row < kRows) && contexts[row] > 0) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) qs[row][oc + e] = __fmul_rn(totO[m][e], __frcp_rn(totSum[m]));
+      }
+    }
+    __syncthreads();
+    constexpr int kTokenCols = kGroup * kHd;
+    for (int i = tid; i < kRows * kHd; i += kRowThreads) {
+      const int t = t0 + i / kTokenCols;
+      if (t < tokens) storeOutput(out, xq, xqStride, heads, t, kh, i % kTokenCols, rowsShared[kRowsQs + i]);
+    }
+  }
+}
+#endif  // JL_QTOKENS > 0
 
 // Folds token t's chunk states at `base` (chunk c at base + c * kPartialFloats) in order, as
 // attention() does, and writes the output. The states were written by other blocks of this
