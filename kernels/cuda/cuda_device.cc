@@ -206,8 +206,9 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, i
   const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
   attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
   const char* rowTokens = std::getenv("JITLLM_CUDA_ATTENTION_ROWS");
-  attentionRowTokens_ =
-      std::max(0, options.attentionRowTokens.value_or(rowTokens ? std::atoi(rowTokens) : kDefaultAttentionRowTokens));
+  if (options.attentionRowTokens || rowTokens) {
+    attentionRowTokens_ = std::max(0, options.attentionRowTokens.value_or(rowTokens ? std::atoi(rowTokens) : 0));
+  }
   check(api_.cuDeviceGetAttribute(&maxSharedOptIn_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_),
         "cuDeviceGetAttribute");
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
@@ -744,14 +745,14 @@ CUfunction CudaDevice::attentionKernel(int headDim, int group, int pageTokens, b
   return f;
 }
 
-CUfunction CudaDevice::attentionRowsKernel(int headDim, int group, int pageTokens, bool f16) {
-  const uint64_t key = (uint64_t(headDim) << 40) | (uint64_t(group) << 24) | (uint64_t(pageTokens) << 1) | f16;
+CUfunction CudaDevice::attentionRowsKernel(int headDim, int group, int pageTokens, bool f16, int perBlock) {
+  const uint64_t key = (uint64_t(perBlock) << 52) | (uint64_t(headDim) << 40) | (uint64_t(group) << 24) |
+                       (uint64_t(pageTokens) << 1) | f16;
   if (auto it = attentionRows_.find(key); it != attentionRows_.end()) return it->second;
   CUfunction f = nullptr;
-  const size_t bytes = attentionRowsSharedBytes(headDim, group, attentionRowTokens_);
+  const size_t bytes = attentionRowsSharedBytes(headDim, group, perBlock);
   if (bytes <= size_t(maxSharedOptIn_)) {
-    f = function(module(attentionModule(headDim, group, pageTokens, f16, attentionSpan_, attentionRowTokens_)),
-                 "attention_rows");
+    f = function(module(attentionModule(headDim, group, pageTokens, f16, attentionSpan_, perBlock)), "attention_rows");
     check(api_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(bytes)),
           "cuFuncSetAttribute");
   }
@@ -1506,17 +1507,19 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   }
   // Prefill (many blocks, one session): blocks of several tokens over all query heads of a KV
   // head, each K/V tile serving them all - the same bits (attention.cuh: attention_rows).
-  const bool rows = attentionRowTokens_ > 0 && !fewBlocks && tables.size() == 1 && blockGroup == group &&
-                    attentionRowsSupported(kv.headDim);
+  const int perBlock = attentionRowTokens_ >= 0 ? attentionRowTokens_ : defaultAttentionRowTokens(kv.headDim);
+  const bool rows =
+      perBlock > 0 && !fewBlocks && tables.size() == 1 && blockGroup == group && attentionRowsSupported(kv.headDim);
   if (CUfunction rf =
-          rows ? attentionRowsKernel(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16) : nullptr) {
+          rows ? attentionRowsKernel(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16, perBlock)
+               : nullptr) {
     rowAttentions_++;
-    const int perBlock = attentionRowTokens_, tokenCount = int(batch.tokens);
+    const int tokenCount = int(batch.tokens);
     const unsigned gridX = unsigned((batch.tokens + perBlock - 1) / perBlock), kvGrid = unsigned(kvHeads);
     const size_t bytes = attentionRowsSharedBytes(kv.headDim, group, perBlock);
     offer("attention_rows", [=](CUdeviceptr xq, uint64_t stride) {
-      return makeLaunch(rf, gridX, kvGrid, 256, bytes, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq,
-                        stride, tokenCount);
+      return makeLaunch(rf, gridX, kvGrid, unsigned(attentionRowThreads(kv.headDim)), bytes, qp, op, heads, kvHeads,
+                        scale, posPtr, offPtr, pagesPtr, xq, stride, tokenCount);
     });
     return;
   }

@@ -84,7 +84,7 @@ struct CudaDeviceOptions {
   std::optional<int> attentionSpanBlocks;
   // Prefill attention in blocks of this many tokens of one session (attention.cuh: attention_rows;
   // the same bits as a block per token); 0: a block per token. Unset: JITLLM_CUDA_ATTENTION_ROWS=N,
-  // else kDefaultAttentionRowTokens (8).
+  // else defaultAttentionRowTokens(head dim): 8, or 16 for heads of 128 columns and more.
   std::optional<int> attentionRowTokens;
   // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
   // kernel variants chosen by name (attention.cuh's JL_ATTN_PREFETCH=0), for tests and tools.
@@ -318,9 +318,9 @@ class CudaDevice final : public Device {
   // attention_split of the same module (attention.cuh): a decode token's chunks over many blocks;
   // attention_spans when chunks fold in spans (attentionSpan_).
   CUfunction attentionSplitKernel(int headDim, int group, int pageTokens, bool f16);
-  // attention_rows of the module with attentionRowTokens_ tokens a block, allowed its dynamic shared
-  // memory; null when it does not fit this GPU.
-  CUfunction attentionRowsKernel(int headDim, int group, int pageTokens, bool f16);
+  // attention_rows at `perBlock` tokens a block, allowed its dynamic shared memory; null when that
+  // does not fit this GPU (sm_75's 64 KiB: the kernel holds two K/V tiles).
+  CUfunction attentionRowsKernel(int headDim, int group, int pageTokens, bool f16, int perBlock);
   // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
   // work ran; false when it was large enough. Its old contents are gone.
   bool growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what);
@@ -377,8 +377,10 @@ class CudaDevice final : public Device {
   // has more than this many positions; 0: never (one block per token and head). The same bits
   // either way. JITLLM_CUDA_ATTENTION_SPLIT=N (tuning; default one chunk, 64).
   int splitPast_ = kAttentionChunk;
-  int attentionRowTokens_ = 0;  // CudaDeviceOptions::attentionRowTokens; 0: off
-  int maxSharedOptIn_ = 0;      // dynamic shared memory a kernel may opt in to (bytes)
+  // CudaDeviceOptions::attentionRowTokens (or JITLLM_CUDA_ATTENTION_ROWS); 0: off; -1 (neither set):
+  // defaultAttentionRowTokens by head dim.
+  int attentionRowTokens_ = -1;
+  int maxSharedOptIn_ = 0;  // dynamic shared memory a kernel may opt in to (bytes)
   // JITLLM_CUDA_ATTENTION_HEADS=0: a block serves all query heads of its KV head even when the
   // batch has few blocks (attention.cuh; the same bits either way).
   bool attentionPerHead_ = true;

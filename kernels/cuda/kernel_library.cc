@@ -136,13 +136,17 @@ ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, i
   return spec;
 }
 
-bool attentionRowsSupported(int headDim) { return headDim % 4 == 0 && 256 % (headDim / 4) == 0 && headDim <= 256; }
+int defaultAttentionRowTokens(int headDim) { return headDim >= 128 ? 16 : kDefaultAttentionRowTokens; }
+
+bool attentionRowsSupported(int headDim) {
+  return headDim % 4 == 0 && attentionRowThreads(headDim) % (headDim / 4) == 0 && headDim <= 256;
+}
 
 size_t attentionRowsSharedBytes(int headDim, int group, int qTokens) {
-  // attention.cuh: qs[rows][hd] | ks[tile][hd + 4] | vs[tile][hd] | ps[rows][tile + 16] | 5 per row.
+  // attention.cuh: qs[rows][hd] | ks[2][tile][hd + 4] | vs[2][tile][hd] | ps[rows][tile + 16] | 5 per row.
   const size_t tile = size_t(std::min(64, 4096 / headDim)), rows = size_t(qTokens) * size_t(group),
                hd = size_t(headDim);
-  return 4 * (rows * hd + tile * (hd + 4) + tile * hd + rows * (tile + 16) + 5 * rows);
+  return 4 * (rows * hd + 2 * tile * (hd + 4) + 2 * tile * hd + rows * (tile + 16) + 5 * rows);
 }
 
 ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
@@ -206,6 +210,7 @@ std::vector<ModuleSpec> representativeModules() {
   // cover, and a third of a warp's worth.
   specs.push_back(attentionModule(64, 4, 16, false, kSpan, 16));
   specs.push_back(attentionModule(128, 3, 16, true, kSpan, 3));
+  specs.push_back(attentionModule(128, 3, 16, false, kSpan, defaultAttentionRowTokens(128)));  // the 3B's prefill
   specs.push_back(elementwiseModule());
   specs.push_back(blocksModule());
   return specs;

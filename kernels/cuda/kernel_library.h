@@ -73,8 +73,14 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
 // Prefill attention's tokens per block (attention.cuh: attention_rows, JL_QTOKENS' default).
 constexpr int kDefaultAttentionRowTokens = 8;
+// The tokens per block a CudaDevice gives attention_rows unless told otherwise: 8 for head dims up
+// to 64, 16 above (measured on an H200, docs/cuda.md: the 3B shape's 128-column heads 266 -> 197 us
+// a layer at 16, the 1B's 64 no better).
+int defaultAttentionRowTokens(int headDim);
 // Whether attention_rows exists for a head dim (its threads split evenly over the columns in fours).
 bool attentionRowsSupported(int headDim);
+// attention_rows' threads a block (attention.cuh: kRowThreads).
+inline int attentionRowThreads(int headDim) { return headDim >= 128 ? 512 : 256; }
 // The dynamic shared memory attention_rows takes at `qTokens` tokens a block of `group` query heads
 // each (attention.cuh: kRowsSharedFloats * 4).
 size_t attentionRowsSharedBytes(int headDim, int group, int qTokens);

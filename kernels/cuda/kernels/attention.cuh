@@ -467,7 +467,9 @@ extern "C" __global__ void __launch_bounds__(128)
 #define JL_QTOKENS 8
 #endif
 constexpr int kQTokens = JL_QTOKENS;
-constexpr int kRowThreads = 256;
+// 512 threads for heads of 128 columns and more: a thread's outputs (rows x 4 columns, each with
+// its four running sums, running output and fold states) then fit its registers without spills.
+constexpr int kRowThreads = kHd >= 128 ? 512 : 256;
 constexpr bool kRowsSupported = kQTokens > 0 && kRowThreads % (kHd / 4) == 0 && kTile % 16 == 0;
 #if JL_QTOKENS > 0
 constexpr int kRows = kQTokens * kGroup;  // row tk * kGroup + g: token tk's query head g of the KV head
@@ -477,18 +479,30 @@ constexpr int kScoreRowsPer = (kRows + kScoreRowThreads - 1) / kScoreRowThreads;
 constexpr int kOutColThreads = kHd / 4, kOutRowThreads = kRowThreads / (kOutColThreads > 0 ? kOutColThreads : 1);
 constexpr int kOutRowsPer = (kRows + kOutRowThreads - 1) / kOutRowThreads;  // rows or + kOutRowThreads m
 constexpr int kPStride = kTile + 16;  // a score row; 16 floats more: the two rows a warp writes hit other banks
-// Dynamic shared memory (floats): qs[kRows][kHd] | ks: KTile | vs: VTile | ps[kRows][kPStride] |
-// runMax, runSum, rescale [kRows] | (ints) contexts, counts [kRows].
-constexpr int kRowsQs = 0, kRowsKs = kRowsQs + kRows * kHd, kRowsVs = kRowsKs + kTile * (kHd + 4),
-              kRowsPs = kRowsVs + kTile * kHd, kRowsState = kRowsPs + kRows * kPStride,
+// Dynamic shared memory (floats): qs[kRows][kHd] | ks: KTile[2] | vs: VTile[2] | ps[kRows][kPStride]
+// | runMax, runSum, rescale [kRows] | (ints) contexts, counts [kRows]. Two K/V tiles: with
+// kAsyncTiles the next tile comes in (cp.async) while this one is computed - a block holds an SM
+// alone, so a tile loaded in between would leave it idle for the trip to memory; else the second
+// is unused.
+constexpr int kRowsQs = 0, kRowsKs = kRowsQs + kRows * kHd, kRowsVs = kRowsKs + 2 * kTile * (kHd + 4),
+              kRowsPs = kRowsVs + 2 * kTile * kHd, kRowsState = kRowsPs + kRows * kPStride,
               kRowsSharedFloats = kRowsState + 5 * kRows;
+// Blocks an SM attention_rows' registers are fitted to: two where a block's rows x columns are
+// few enough to take no spills at 128 registers (the 1B shape's 32 x 64: 169 -> 115 us a layer on
+// the H200, docs/cuda.md), else one. JL_ROWS_MIN_BLOCKS sets it (a tuning define).
+#ifdef JL_ROWS_MIN_BLOCKS
+constexpr int kRowsMinBlocks = JL_ROWS_MIN_BLOCKS;
+#else
+constexpr int kRowsMinBlocks = kRows * kHd <= 2048 ? 2 : 1;
+#endif
 
 // Grid (ceil(tokens / kQTokens), kvHeads), kRowThreads threads, kRowsSharedFloats * 4 bytes of
 // dynamic shared memory. xq: null, or where the output's integer form goes (as attention()).
-extern "C" __global__ void __launch_bounds__(kRowThreads)
+extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
     attention_rows(const float* q, float* out, int heads, int kvHeads, float scale, const int* positions,
                    const int* tableOffsets, const u64* tables, u8* xq, u64 xqStride, int tokens) {
   awaitPreviousKernel();
+  if (blockDim.x != kRowThreads) __trap();  // attentionRowThreads() on the host
   if constexpr (!kRowsSupported) {
     __trap();  // the host never picks it then
   } else {
@@ -499,8 +513,8 @@ extern "C" __global__ void __launch_bounds__(kRowThreads)
       if (have < u32(kRowsSharedFloats * 4)) __trap();
     }
     float(*qs)[kHd] = reinterpret_cast<float(*)[kHd]>(rowsShared + kRowsQs);
-    KTile& ks = *reinterpret_cast<KTile*>(rowsShared + kRowsKs);
-    VTile& vs = *reinterpret_cast<VTile*>(rowsShared + kRowsVs);
+    KTile* kTiles = reinterpret_cast<KTile*>(rowsShared + kRowsKs);
+    VTile* vTiles = reinterpret_cast<VTile*>(rowsShared + kRowsVs);
     float(*ps)[kPStride] = reinterpret_cast<float(*)[kPStride]>(rowsShared + kRowsPs);
     float* runMax = rowsShared + kRowsState;
     float* runSum = runMax + kRows;
@@ -528,6 +542,14 @@ extern "C" __global__ void __launch_bounds__(kRowThreads)
     float o[kOutRowsPer][4], totO[kOutRowsPer][4] = {}, totMax[kOutRowsPer] = {}, totSum[kOutRowsPer] = {};
     float spanO[kSpan > 0 ? kOutRowsPer : 1][4] = {}, spanMax[kOutRowsPer] = {}, spanSum[kOutRowsPer] = {};
     const int chunks = (longest + kChunk - 1) / kChunk;
+    const i64 vOffset = i64(kPageTokens) * tokenElems;  // a page's V rows after its K rows
+    // Tiles go base = 0, kTile, ... up to the longest context (chunk ends fall on tile ends); tile
+    // number b in kTiles[b % 2], vTiles[b % 2].
+    int buffer = 0;
+    if constexpr (kAsyncTiles) {
+      requestTile<KTile, kRowThreads>(kTiles[0], pages, tokenElems, 0, kh, 0, min(kTile, longest));
+      requestTile<VTile, kRowThreads>(vTiles[0], pages, tokenElems, vOffset, kh, 0, min(kTile, longest));
+    }
     for (int c = 0; c < chunks; c++) {
       __syncthreads();  // the previous chunk's state is read
       if (tid < kRows) {
@@ -541,9 +563,24 @@ extern "C" __global__ void __launch_bounds__(kRowThreads)
       const int chunkEnd = min(longest, (c + 1) * kChunk);
       for (int base = c * kChunk; base < chunkEnd; base += kTile) {
         const int count = min(kTile, chunkEnd - base);
-        __syncthreads();  // the previous tile is consumed (and the state reset, first time)
-        loadTile<kRowThreads>(ks, vs, pages, tokenElems, kh, base, count);
-        __syncthreads();
+        KTile& ks = kTiles[buffer];
+        VTile& vs = vTiles[buffer];
+        if constexpr (kAsyncTiles) {
+          awaitCopies<0>();  // this tile (the only copies in flight)
+          __syncthreads();   // ... for every thread; the previous tile is consumed (and the state reset)
+          const int next = base + kTile;
+          if (next < longest) {
+            requestTile<KTile, kRowThreads>(kTiles[buffer ^ 1], pages, tokenElems, 0, kh, next,
+                                            min(kTile, longest - next));
+            requestTile<VTile, kRowThreads>(vTiles[buffer ^ 1], pages, tokenElems, vOffset, kh, next,
+                                            min(kTile, longest - next));
+          }
+        } else {
+          __syncthreads();  // the previous tile is consumed (and the state reset, first time)
+          loadTile<kRowThreads>(ks, vs, pages, tokenElems, kh, base, count);
+          __syncthreads();
+        }
+        buffer ^= 1;
         {  // scores: rows pr + 16 m, positions pj + 16 n; attendChunks' four sums each
           const int pj = tid % kScorePosThreads, pr = tid / kScorePosThreads;
           float s4[kScoreRowsPer][kScorePos][4] = {};
@@ -580,26 +617,47 @@ extern "C" __global__ void __launch_bounds__(kRowThreads)
           }
         }
         __syncthreads();
-        // The softmax, a warp a row, as attendChunks over the row's own positions of the tile.
-        for (int row = warp; row < kRows; row += kRowThreads / 32) {
-          const int n = contexts[row];
+        // The softmax over each row's own positions of the tile, eight threads a row (all rows at
+        // once rather than a warp a row in turn): thread i of a row takes what lanes i, i + 8, i + 16
+        // and i + 24 of attendChunks' warp take (positions l and l + 32 of lane l), adds them as
+        // that warp's first two butterfly steps do (xor 16, then 8: within the thread), and the
+        // last three steps (xor 4, 2, 1) shuffle between the eight - the same sums in the same tree.
+#pragma unroll 1
+        for (int row0 = 0; row0 < kRows; row0 += kRowThreads / 8) {
+          const int row = row0 + tid / 8, i = tid % 8;
+          const int n = row < kRows ? contexts[row] : 0;
           const int rowCount = base < n ? min(kTile, min(n, (c + 1) * kChunk) - base) : 0;
-          if (lane == 0) counts[row] = rowCount;
-          if (rowCount == 0) continue;
+          if (i == 0 && row < kRows) counts[row] = rowCount;
+          float* pr = ps[row < kRows ? row : 0];
           float m = -__int_as_float(0x7f800000);
-          for (int j = lane; j < rowCount; j += 32) m = fmaxf(m, ps[row][j]);
-          m = warpMax(m);
-          const float before = runMax[row];
-          const float now = fmaxf(before, m);
-          float sum = 0.0f;
-          for (int j = lane; j < rowCount; j += 32) {
-            const float p = expf(__fsub_rn(ps[row][j], now));
-            ps[row][j] = p;
-            sum += p;
+#pragma unroll
+          for (int k = 0; k < 8; k++) {  // lane i + 8 (k % 4), position + 32 (k / 4)
+            const int j = i + 8 * (k % 4) + 32 * (k / 4);
+            if (j < rowCount) m = fmaxf(m, pr[j]);
           }
-          sum = warpSum(sum);
-          __syncwarp();
-          if (lane == 0) {
+#pragma unroll
+          for (int off = 4; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+          const float before = rowCount > 0 ? runMax[row] : 0.0f;
+          const float now = fmaxf(before, m);
+          float lanes[4];
+#pragma unroll
+          for (int k = 0; k < 4; k++) {
+            lanes[k] = 0.0f;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              const int j = i + 8 * k + 32 * h;
+              if (j < rowCount) {
+                const float p = expf(__fsub_rn(pr[j], now));
+                pr[j] = p;
+                lanes[k] += p;
+              }
+            }
+          }
+          float sum = __fadd_rn(__fadd_rn(lanes[0], lanes[2]), __fadd_rn(lanes[1], lanes[3]));
+#pragma unroll
+          for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+          __syncwarp();  // the row's eight threads have read runMax[row]
+          if (i == 0 && rowCount > 0) {
             const float a = expf(__fsub_rn(before, now));
             rescale[row] = a;
             runSum[row] = __fadd_rn(__fmul_rn(runSum[row], a), sum);
@@ -609,26 +667,49 @@ extern "C" __global__ void __launch_bounds__(kRowThreads)
         __syncthreads();
         {  // outputs: rows orow + kOutRowThreads m, columns oc ..; attendChunks' four sums each
           int rowCount[kOutRowsPer];
+          bool whole = count % 4 == 0;  // every row of this thread takes all `count` positions
 #pragma unroll
           for (int m = 0; m < kOutRowsPer; m++) {
             const int row = orow + kOutRowThreads * m;
             rowCount[m] = kRows % kOutRowThreads == 0 || row < kRows ? counts[row] : 0;
+            whole = whole && rowCount[m] == count;
           }
           float u[kOutRowsPer][4][4] = {};  // [row][column][positions 4i + r]
+          if (whole) {                      // (the diagonal and the context's last tile take the loop below)
 #pragma unroll 2
-          for (int j = 0; j < count; j += 4) {
+            for (int j = 0; j < count; j += 4) {
+              float4 v[4];
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-              if (j + r < count) {
-                const float4 v = *reinterpret_cast<const float4*>(&vs[j + r][oc]);
+              for (int r = 0; r < 4; r++) v[r] = *reinterpret_cast<const float4*>(&vs[j + r][oc]);
 #pragma unroll
-                for (int m = 0; m < kOutRowsPer; m++) {
-                  if (j + r < rowCount[m]) {
-                    const float p = ps[orow + kOutRowThreads * m][j + r];
-                    u[m][0][r] = fmaf(p, v.x, u[m][0][r]);
-                    u[m][1][r] = fmaf(p, v.y, u[m][1][r]);
-                    u[m][2][r] = fmaf(p, v.z, u[m][2][r]);
-                    u[m][3][r] = fmaf(p, v.w, u[m][3][r]);
+              for (int m = 0; m < kOutRowsPer; m++) {
+                const float4 p4 = *reinterpret_cast<const float4*>(&ps[orow + kOutRowThreads * m][j]);
+                const float p[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                  u[m][0][r] = fmaf(p[r], v[r].x, u[m][0][r]);
+                  u[m][1][r] = fmaf(p[r], v[r].y, u[m][1][r]);
+                  u[m][2][r] = fmaf(p[r], v[r].z, u[m][2][r]);
+                  u[m][3][r] = fmaf(p[r], v[r].w, u[m][3][r]);
+                }
+              }
+            }
+          } else {
+#pragma unroll 1
+            for (int j = 0; j < count; j += 4) {
+#pragma unroll
+              for (int r = 0; r < 4; r++) {
+                if (j + r < count) {
+                  const float4 v = *reinterpret_cast<const float4*>(&vs[j + r][oc]);
+#pragma unroll
+                  for (int m = 0; m < kOutRowsPer; m++) {
+                    if (j + r < rowCount[m]) {
+                      const float p = ps[orow + kOutRowThreads * m][j + r];
+                      u[m][0][r] = fmaf(p, v.x, u[m][0][r]);
+                      u[m][1][r] = fmaf(p, v.y, u[m][1][r]);
+                      u[m][2][r] = fmaf(p, v.z, u[m][2][r]);
+                      u[m][3][r] = fmaf(p, v.w, u[m][3][r]);
+                    }
                   }
                 }
               }
