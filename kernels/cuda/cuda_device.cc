@@ -1518,8 +1518,8 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     const unsigned gridX = unsigned((batch.tokens + perBlock - 1) / perBlock), kvGrid = unsigned(kvHeads);
     const size_t bytes = attentionRowsSharedBytes(kv.headDim, group, perBlock);
     offer("attention_rows", [=](CUdeviceptr xq, uint64_t stride) {
-      return makeLaunch(rf, gridX, kvGrid, unsigned(attentionRowThreads(kv.headDim)), bytes, qp, op, heads, kvHeads,
-                        scale, posPtr, offPtr, pagesPtr, xq, stride, tokenCount);
+      return makeLaunch(rf, gridX, kvGrid, unsigned(kAttentionRowThreads), bytes, qp, op, heads, kvHeads, scale, posPtr,
+                        offPtr, pagesPtr, xq, stride, tokenCount);
     });
     return;
   }

@@ -139,7 +139,7 @@ ModuleSpec attentionModule(int headDim, int group, int pageTokens, bool kvF16, i
 int defaultAttentionRowTokens(int headDim) { return headDim >= 128 ? 16 : kDefaultAttentionRowTokens; }
 
 bool attentionRowsSupported(int headDim) {
-  return headDim % 4 == 0 && attentionRowThreads(headDim) % (headDim / 4) == 0 && headDim <= 256;
+  return headDim % 4 == 0 && kAttentionRowThreads % (headDim / 4) == 0 && headDim <= 256;
 }
 
 size_t attentionRowsSharedBytes(int headDim, int group, int qTokens) {

@@ -80,7 +80,7 @@ int defaultAttentionRowTokens(int headDim);
 // Whether attention_rows exists for a head dim (its threads split evenly over the columns in fours).
 bool attentionRowsSupported(int headDim);
 // attention_rows' threads a block (attention.cuh: kRowThreads).
-inline int attentionRowThreads(int headDim) { return headDim >= 128 ? 512 : 256; }
+constexpr int kAttentionRowThreads = 256;
 // The dynamic shared memory attention_rows takes at `qTokens` tokens a block of `group` query heads
 // each (attention.cuh: kRowsSharedFloats * 4).
 size_t attentionRowsSharedBytes(int headDim, int group, int qTokens);

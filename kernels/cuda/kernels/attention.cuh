@@ -467,9 +467,9 @@ extern "C" __global__ void __launch_bounds__(128)
 #define JL_QTOKENS 8
 #endif
 constexpr int kQTokens = JL_QTOKENS;
-// 512 threads for heads of 128 columns and more: a thread's outputs (rows x 4 columns, each with
-// its four running sums, running output and fold states) then fit its registers without spills.
-constexpr int kRowThreads = kHd >= 128 ? 512 : 256;
+// (512 threads for heads of 128 columns, fewer registers a thread and no spills, ran the 3B
+// shape's 231 us a layer against 197 at 256: docs/cuda.md.)
+constexpr int kRowThreads = 256;
 constexpr bool kRowsSupported = kQTokens > 0 && kRowThreads % (kHd / 4) == 0 && kTile % 16 == 0;
 #if JL_QTOKENS > 0
 constexpr int kRows = kQTokens * kGroup;  // row tk * kGroup + g: token tk's query head g of the KV head
@@ -502,7 +502,7 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
     attention_rows(const float* q, float* out, int heads, int kvHeads, float scale, const int* positions,
                    const int* tableOffsets, const u64* tables, u8* xq, u64 xqStride, int tokens) {
   awaitPreviousKernel();
-  if (blockDim.x != kRowThreads) __trap();  // attentionRowThreads() on the host
+  if (blockDim.x != kRowThreads) __trap();  // kAttentionRowThreads on the host
   if constexpr (!kRowsSupported) {
     __trap();  // the host never picks it then
   } else {
