@@ -266,9 +266,10 @@ JL_DEV void storeLaneSumsInOrder(const float (&acc)[kRows][kTokens], int sub, in
 
 #ifdef JL_WTYPE
 typedef IntWeightsOf<JL_WTYPE>::Type IntWeights;
+#if JL_MMA  // (productWarp, below, has its own)
 constexpr int kUnits = RowSplit<IntWeights>::kUnits;
 constexpr int kLanes = RowSplit<IntWeights>::kLanes;
-constexpr int kSlots = RowSplit<IntWeights>::kSlots;
+#endif
 #endif
 
 #if JL_MMA
