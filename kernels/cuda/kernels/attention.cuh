@@ -88,9 +88,9 @@ typedef float VTile[kTile][kHd];
 // round instead of one per piece (a decode block is a short chain of such trips, at 6 blocks a
 // multiprocessor; a round's registers are what keeps it there). Rows not in whole 16-byte pieces
 // are loaded element by element.
-constexpr int kLoadRound = 4;  // pieces of K and of V a thread has in flight at once
-template <int kT = kThreads>   // the block's threads
+template <int kT = kThreads>  // the block's threads
 JL_DEV void loadTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int kh, int base, int count) {
+  constexpr int kLoadRound = 4;  // pieces of K and of V a thread has in flight at once
   if constexpr (kPieceElems > 0) {
     const int pieces = count * kPieces;
 #pragma unroll 1
@@ -496,6 +496,35 @@ constexpr int kRowsMinBlocks = JL_ROWS_MIN_BLOCKS;
 constexpr int kRowsMinBlocks = kRows * kHd <= 2048 ? 2 : 1;
 #endif
 
+// requestTile for attention_rows: K and V of positions base .. base + count - 1 as one cp.async
+// group, each piece's page looked up once for its K and its V, all of a thread's lookups issued
+// before its copies (one trip to memory for them, not one a piece).
+template <int kT = kRowThreads>  // the block's threads (a template: only modules with whole pieces use it)
+JL_DEV void requestRowsTile(KTile& ks, VTile& vs, const u64* pages, i64 tokenElems, int kh, int base, int count) {
+  constexpr int kPerThread = (kTile * kPieces + kT - 1) / kT;
+  const int pieces = count * kPieces;
+  const KvElement* from[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; k++) {
+    const int i = threadIdx.x + k * kT, pos = base + i / kPieces;
+    from[k] = nullptr;
+    if (i < pieces) {
+      from[k] = reinterpret_cast<const KvElement*>(pages[pos / kPageTokens]) + i64(pos % kPageTokens) * tokenElems +
+                kh * kHd + (i % kPieces) * kPieceElems;
+    }
+  }
+  const i64 vOffset = i64(kPageTokens) * tokenElems;  // a page's V rows after its K rows
+#pragma unroll
+  for (int k = 0; k < kPerThread; k++) {
+    const int i = threadIdx.x + k * kT;
+    if (i < pieces) {
+      copyAsync16(sharedAddress(&ks[i / kPieces][(i % kPieces) * kPieceElems]), from[k]);
+      copyAsync16(sharedAddress(&vs[i / kPieces][(i % kPieces) * kPieceElems]), from[k] + vOffset);
+    }
+  }
+  commitCopies();
+}
+
 // Grid (ceil(tokens / kQTokens), kvHeads), kRowThreads threads, kRowsSharedFloats * 4 bytes of
 // dynamic shared memory. xq: null, or where the output's integer form goes (as attention()).
 extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
@@ -522,13 +551,28 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
     int* contexts = reinterpret_cast<int*>(rescale + kRows);  // positions + 1; 0 past the batch
     int* counts = contexts + kRows;                           // a row's positions in this tile
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     const int t0 = blockIdx.x * kQTokens, kh = blockIdx.y;
     const u64* pages = tables + tableOffsets[t0];
     const i64 tokenElems = i64(kvHeads) * kHd;
-    for (int i = tid; i < kRows * kHd; i += kRowThreads) {
-      const int row = i / kHd, t = t0 + row / kGroup;
-      qs[row][i % kHd] = t < tokens ? q[(i64(t) * heads + kh * kGroup + row % kGroup) * kHd + i % kHd] : 0.0f;
+    {  // the queries, 16 bytes a piece, every load issued before any store (one trip to memory)
+      constexpr int kPiecesPerRow = kHd / 4, kQPieces = kRows * kPiecesPerRow;
+      constexpr int kPerThread = (kQPieces + kRowThreads - 1) / kRowThreads;
+      float4 piece[kPerThread];
+#pragma unroll
+      for (int k = 0; k < kPerThread; k++) {
+        const int i = tid + k * kRowThreads, row = i / kPiecesPerRow, t = t0 + row / kGroup;
+        piece[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < kQPieces && t < tokens) {
+          piece[k] = *(reinterpret_cast<const float4*>(q + (i64(t) * heads + kh * kGroup + row % kGroup) * kHd) +
+                       i % kPiecesPerRow);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kPerThread; k++) {
+        const int i = tid + k * kRowThreads;
+        if (i < kQPieces) *reinterpret_cast<float4*>(&qs[i / kPiecesPerRow][4 * (i % kPiecesPerRow)]) = piece[k];
+      }
     }
     if (tid < kRows) contexts[tid] = t0 + tid / kGroup < tokens ? positions[t0 + tid / kGroup] + 1 : 0;
     __syncthreads();
@@ -542,13 +586,11 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
     float o[kOutRowsPer][4], totO[kOutRowsPer][4] = {}, totMax[kOutRowsPer] = {}, totSum[kOutRowsPer] = {};
     float spanO[kSpan > 0 ? kOutRowsPer : 1][4] = {}, spanMax[kOutRowsPer] = {}, spanSum[kOutRowsPer] = {};
     const int chunks = (longest + kChunk - 1) / kChunk;
-    const i64 vOffset = i64(kPageTokens) * tokenElems;  // a page's V rows after its K rows
     // Tiles go base = 0, kTile, ... up to the longest context (chunk ends fall on tile ends); tile
     // number b in kTiles[b % 2], vTiles[b % 2].
     int buffer = 0;
     if constexpr (kAsyncTiles) {
-      requestTile<KTile, kRowThreads>(kTiles[0], pages, tokenElems, 0, kh, 0, min(kTile, longest));
-      requestTile<VTile, kRowThreads>(vTiles[0], pages, tokenElems, vOffset, kh, 0, min(kTile, longest));
+      requestRowsTile(kTiles[0], vTiles[0], pages, tokenElems, kh, 0, min(kTile, longest));
     }
     for (int c = 0; c < chunks; c++) {
       __syncthreads();  // the previous chunk's state is read
@@ -570,10 +612,8 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
           __syncthreads();   // ... for every thread; the previous tile is consumed (and the state reset)
           const int next = base + kTile;
           if (next < longest) {
-            requestTile<KTile, kRowThreads>(kTiles[buffer ^ 1], pages, tokenElems, 0, kh, next,
-                                            min(kTile, longest - next));
-            requestTile<VTile, kRowThreads>(vTiles[buffer ^ 1], pages, tokenElems, vOffset, kh, next,
-                                            min(kTile, longest - next));
+            requestRowsTile(kTiles[buffer ^ 1], vTiles[buffer ^ 1], pages, tokenElems, kh, next,
+                            min(kTile, longest - next));
           }
         } else {
           __syncthreads();  // the previous tile is consumed (and the state reset, first time)
