@@ -456,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(128)
 // element read from shared memory feeds several rows' sums (the one-token blocks above read each
 // once per score or output; prefill attention ran at ~6 TFLOP/s). Every (row, position) and (row,
 // column) takes the operations of attendChunks in its order: the same four running sums per score,
-// the same softmax by one warp per row (lane l its positions l, l + 32), the same four running sums
+// the same softmax (its warp's lanes and butterfly, eight threads a row here), the same four running sums
 // per output over the tile's positions, the same per-chunk states folded as the one-block kernel
 // folds them (foldRow/foldElement, in spans with JL_SPAN). A row takes part in a tile only as far
 // as its own context goes (rows of one block end at different positions), so its bits are the
@@ -475,15 +475,15 @@ constexpr bool kRowsSupported = kQTokens > 0 && kRowThreads % (kHd / 4) == 0 && 
 constexpr int kRows = kQTokens * kGroup;  // row tk * kGroup + g: token tk's query head g of the KV head
 constexpr int kScorePosThreads = 16, kScoreRowThreads = kRowThreads / kScorePosThreads;
 constexpr int kScorePos = kTile / kScorePosThreads;                               // positions pj + 16 n
-constexpr int kScoreRowsPer = (kRows + kScoreRowThreads - 1) / kScoreRowThreads;  // rows pr + 16 m
+constexpr int kScoreRowsPer = (kRows + kScoreRowThreads - 1) / kScoreRowThreads;  // rows pr + 16 m (256 threads)
 constexpr int kOutColThreads = kHd / 4, kOutRowThreads = kRowThreads / (kOutColThreads > 0 ? kOutColThreads : 1);
 constexpr int kOutRowsPer = (kRows + kOutRowThreads - 1) / kOutRowThreads;  // rows or + kOutRowThreads m
 constexpr int kPStride = kTile + 16;  // a score row; 16 floats more: the two rows a warp writes hit other banks
 // Dynamic shared memory (floats): qs[kRows][kHd] | ks: KTile[2] | vs: VTile[2] | ps[kRows][kPStride]
 // | runMax, runSum, rescale [kRows] | (ints) contexts, counts [kRows]. Two K/V tiles: with
-// kAsyncTiles the next tile comes in (cp.async) while this one is computed - a block holds an SM
-// alone, so a tile loaded in between would leave it idle for the trip to memory; else the second
-// is unused.
+// kAsyncTiles the next tile comes in (cp.async) while this one is computed - a block has an SM to
+// itself or shares it with one other, so a tile loaded in between would leave it mostly idle for
+// the trip to memory; else the second is unused.
 constexpr int kRowsQs = 0, kRowsKs = kRowsQs + kRows * kHd, kRowsVs = kRowsKs + 2 * kTile * (kHd + 4),
               kRowsPs = kRowsVs + 2 * kTile * kHd, kRowsState = kRowsPs + kRows * kPStride,
               kRowsSharedFloats = kRowsState + 5 * kRows;
@@ -574,7 +574,9 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
         if (i < kQPieces) *reinterpret_cast<float4*>(&qs[i / kPiecesPerRow][4 * (i % kPiecesPerRow)]) = piece[k];
       }
     }
-    if (tid < kRows) contexts[tid] = t0 + tid / kGroup < tokens ? positions[t0 + tid / kGroup] + 1 : 0;
+    for (int r = tid; r < kRows; r += kRowThreads) {
+      contexts[r] = t0 + r / kGroup < tokens ? positions[t0 + r / kGroup] + 1 : 0;
+    }
     __syncthreads();
     int longest = 0;
     for (int r = 0; r < kRows; r++) longest = max(longest, contexts[r]);
@@ -594,9 +596,9 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
     }
     for (int c = 0; c < chunks; c++) {
       __syncthreads();  // the previous chunk's state is read
-      if (tid < kRows) {
-        runMax[tid] = -__int_as_float(0x7f800000);
-        runSum[tid] = 0.0f;
+      for (int r = tid; r < kRows; r += kRowThreads) {
+        runMax[r] = -__int_as_float(0x7f800000);
+        runSum[r] = 0.0f;
       }
 #pragma unroll
       for (int m = 0; m < kOutRowsPer; m++)
@@ -621,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
           __syncthreads();
         }
         buffer ^= 1;
-        {  // scores: rows pr + 16 m, positions pj + 16 n; attendChunks' four sums each
+        {  // scores: rows pr + kScoreRowThreads m, positions pj + 16 n; attendChunks' four sums each
           const int pj = tid % kScorePosThreads, pr = tid / kScorePosThreads;
           float s4[kScoreRowsPer][kScorePos][4] = {};
 #pragma unroll 2
