@@ -97,6 +97,27 @@ int attentionSpanOf(const CudaDeviceOptions& options) {
   return text[0] - '0';
 }
 
+// CudaDeviceOptions::attentionRowTokens, or JITLLM_CUDA_ATTENTION_ROWS: 0 .. kMaxAttentionRowTokens
+// (0 turns attention_rows off); -1 when neither is set (defaultAttentionRowTokens by head dim).
+// Checked before anything is made.
+constexpr int kMaxAttentionRowTokens = 64;
+int attentionRowTokensOf(const CudaDeviceOptions& options) {
+  const char* env = std::getenv("JITLLM_CUDA_ATTENTION_ROWS");
+  if (options.attentionRowTokens || env == nullptr) {
+    const int tokens = options.attentionRowTokens.value_or(-1);
+    JITLLM_REQUIRE(tokens >= -1 && tokens <= kMaxAttentionRowTokens,
+                   "attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): ", tokens, " is not 0 to ",
+                   kMaxAttentionRowTokens);
+    return tokens;
+  }
+  char* rest = nullptr;
+  const long value = std::strtol(env, &rest, 10);
+  JITLLM_REQUIRE(rest != env && *rest == '\0' && value >= 0 && value <= kMaxAttentionRowTokens,
+                 "attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): '", env, "' is not 0 to ",
+                 kMaxAttentionRowTokens);
+  return int(value);
+}
+
 }  // namespace
 
 int CudaDevice::count() {
@@ -123,14 +144,15 @@ std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options)
     JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s");
   }
   // Bad settings fail here, not halfway through the constructor (which would leave what it made).
-  const int span = attentionSpanOf(options);
-  return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options, span, moduleDefinesOf(options)));
+  const int span = attentionSpanOf(options), rowTokens = attentionRowTokensOf(options);
+  return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options, span, rowTokens, moduleDefinesOf(options)));
 }
 
 CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, int attentionSpan,
-                       std::vector<std::pair<std::string, int64_t>> moduleDefines)
+                       int attentionRowTokens, std::vector<std::pair<std::string, int64_t>> moduleDefines)
     : api_(api),
       cache_(options.cacheRoot.value_or(KernelCache::defaultRoot())),
+      attentionRowTokens_(attentionRowTokens),
       attentionSpan_(attentionSpan),
       tuningDefines_(std::move(moduleDefines)) {
   info_.id = "cuda:" + std::to_string(options.index);
@@ -205,10 +227,6 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, i
       std::max(0, options.attentionSpanBlocks.value_or(spanBlocks ? std::atoi(spanBlocks) : 2 * multiprocessors_));
   const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
   attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
-  const char* rowTokens = std::getenv("JITLLM_CUDA_ATTENTION_ROWS");
-  if (options.attentionRowTokens || rowTokens) {
-    attentionRowTokens_ = std::max(0, options.attentionRowTokens.value_or(rowTokens ? std::atoi(rowTokens) : 0));
-  }
   check(api_.cuDeviceGetAttribute(&maxSharedOptIn_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_),
         "cuDeviceGetAttribute");
   // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.

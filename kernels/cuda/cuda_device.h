@@ -83,8 +83,9 @@ struct CudaDeviceOptions {
   // multiprocessors unless JITLLM_CUDA_SPAN_BLOCKS=N (tuning).
   std::optional<int> attentionSpanBlocks;
   // Prefill attention in blocks of this many tokens of one session (attention.cuh: attention_rows;
-  // the same bits as a block per token); 0: a block per token. Unset: JITLLM_CUDA_ATTENTION_ROWS=N,
-  // else defaultAttentionRowTokens(head dim): 8, or 16 for heads of 128 columns and more.
+  // the same bits as a block per token), 0 to 64; 0: a block per token. Unset:
+  // JITLLM_CUDA_ATTENTION_ROWS=N, else defaultAttentionRowTokens(head dim): 8, or 16 for heads of
+  // 128 columns and more. A block too large for the GPU's shared memory takes a block per token.
   std::optional<int> attentionRowTokens;
   // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
   // kernel variants chosen by name (attention.cuh's JL_ATTN_PREFETCH=0), for tests and tools.
@@ -184,8 +185,9 @@ class CudaDevice final : public Device {
     size_t bytes;
   };
 
-  // attentionSpan and moduleDefines: the options' with the environment's, checked by create().
-  CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, int attentionSpan,
+  // attentionSpan, attentionRowTokens and moduleDefines: the options' with the environment's,
+  // checked by create().
+  CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, int attentionSpan, int attentionRowTokens,
              std::vector<std::pair<std::string, int64_t>> moduleDefines);
   void check(CUresult r, const char* what) const;
   void makeCurrent() const;

@@ -437,6 +437,17 @@ TEST(CudaDevices, BadKernelSettingsAreRefusedByName) {
   const std::string defines = refusal(o);
   unsetenv("JITLLM_CUDA_DEFINES");
   EXPECT_NE(defines.find("JITLLM_CUDA_DEFINES: 'JL_X' is not NAME=VALUE"), std::string::npos) << defines;
+  o.attentionRowTokens = 65;
+  const std::string rows = refusal(o);
+  EXPECT_NE(rows.find("attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): 65 is not 0 to 64"), std::string::npos)
+      << rows;
+  o.attentionRowTokens.reset();
+  ASSERT_EQ(0, setenv("JITLLM_CUDA_ATTENTION_ROWS", "8x", 1));
+  const std::string rowsEnv = refusal(o);
+  unsetenv("JITLLM_CUDA_ATTENTION_ROWS");
+  EXPECT_NE(rowsEnv.find("attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): '8x' is not 0 to 64"),
+            std::string::npos)
+      << rowsEnv;
 }
 
 }  // namespace
