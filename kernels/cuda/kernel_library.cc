@@ -206,8 +206,9 @@ std::vector<ModuleSpec> representativeModules() {
     }
   }
   specs.push_back(attentionModule(16, 3, 4, true, kSpan));
-  // attention_rows at other tokens a block (JITLLM_CUDA_ATTENTION_ROWS): more rows than threads
-  // cover, and a third of a warp's worth.
+  // attention_rows at other tokens a block (JITLLM_CUDA_ATTENTION_ROWS): 16 (64 rows of 64
+  // columns), 3 (9 rows: blocks' rows not a multiple of the threads' row split), and the 3B shape's
+  // default.
   specs.push_back(attentionModule(64, 4, 16, false, kSpan, 16));
   specs.push_back(attentionModule(128, 3, 16, true, kSpan, 3));
   specs.push_back(attentionModule(128, 3, 16, false, kSpan, defaultAttentionRowTokens(128)));  // the 3B's prefill
