@@ -771,8 +771,9 @@ extern "C" __global__ void __launch_bounds__(kRowThreads, kRowsMinBlocks)
         }
       }
       __syncthreads();  // runMax / runSum final for this chunk
-                        // The chunk's state into each row's total (rows whose context reaches the chunk), as
-                        // attendChunks folds it for a token whose chunks are [0, rowChunks).
+
+      // The chunk's state into each row's total (rows whose context reaches the chunk), as
+      // attendChunks folds it for a token whose chunks are [0, rowChunks).
 #pragma unroll
       for (int m = 0; m < kOutRowsPer; m++) {
         const int row = orow + kOutRowThreads * m;
