@@ -1479,7 +1479,6 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   }
   commit(s);
   if (blockGroup != group) perHeadAttentions_++;
-  CUfunction f = attentionKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
   CUdeviceptr qp = dptr(q), op = dptr(out), posPtr = s.device, offPtr = s.device + intBytes,
               pagesPtr = s.device + 2 * intBytes;
   int heads = batch.heads, kvHeads = kv.kvHeads;
@@ -1541,6 +1540,9 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
     });
     return;
   }
+  // (Looked up only here: attention_rows at 16 tokens a block comes from another module, and this
+  // one's compile would be wasted on it.)
+  CUfunction f = attentionKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
   offer("attention", [=](CUdeviceptr xq, uint64_t stride) {
     return makeLaunch(f, tokens, gridY, 128, 0, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq, stride);
   });

@@ -420,6 +420,13 @@ TEST(CudaDevices, BadKernelSettingsAreRefusedByName) {
     }
     return "(made a device)";
   };
+  // The refusal with the environment variable `name` set to `value` for the call alone.
+  const auto refusalWith = [&](const cuda::CudaDeviceOptions& o, const char* name, const char* value) {
+    EXPECT_EQ(0, setenv(name, value, 1));
+    const std::string refused = refusal(o);
+    unsetenv(name);
+    return refused;
+  };
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
   o.attentionSpan = 3;
@@ -427,24 +434,18 @@ TEST(CudaDevices, BadKernelSettingsAreRefusedByName) {
   EXPECT_NE(option.find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"), std::string::npos)
       << option;
   o.attentionSpan.reset();
-  ASSERT_EQ(0, setenv("JITLLM_CUDA_ATTENTION_SPAN", "four", 1));
-  const std::string span = refusal(o);
-  unsetenv("JITLLM_CUDA_ATTENTION_SPAN");
+  const std::string span = refusalWith(o, "JITLLM_CUDA_ATTENTION_SPAN", "four");
   EXPECT_NE(span.find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 'four' is not 0, 2, 4 or 8"), std::string::npos)
       << span;
   o.attentionSpan = 4;
-  ASSERT_EQ(0, setenv("JITLLM_CUDA_DEFINES", "JL_UNROLL=2,JL_X", 1));
-  const std::string defines = refusal(o);
-  unsetenv("JITLLM_CUDA_DEFINES");
+  const std::string defines = refusalWith(o, "JITLLM_CUDA_DEFINES", "JL_UNROLL=2,JL_X");
   EXPECT_NE(defines.find("JITLLM_CUDA_DEFINES: 'JL_X' is not NAME=VALUE"), std::string::npos) << defines;
   o.attentionRowTokens = 65;
   const std::string rows = refusal(o);
   EXPECT_NE(rows.find("attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): 65 is not 0 to 64"), std::string::npos)
       << rows;
   o.attentionRowTokens.reset();
-  ASSERT_EQ(0, setenv("JITLLM_CUDA_ATTENTION_ROWS", "8x", 1));
-  const std::string rowsEnv = refusal(o);
-  unsetenv("JITLLM_CUDA_ATTENTION_ROWS");
+  const std::string rowsEnv = refusalWith(o, "JITLLM_CUDA_ATTENTION_ROWS", "8x");
   EXPECT_NE(rowsEnv.find("attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): '8x' is not 0 to 64"),
             std::string::npos)
       << rowsEnv;
