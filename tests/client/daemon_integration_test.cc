@@ -308,13 +308,32 @@ TEST_F(DaemonIntegration, SigtermLetsARunningGenerationFinishThenExitsZero) {
   request.model = "stories";
   request.prompt = kPrompt;
   request.maxTokens = 200;
-  int chunks = 0;
-  const auto r = c.generate(request, [&](std::span<const int32_t>, std::string_view) {
-    if (++chunks == 5) ::kill(daemon_->pid(), SIGTERM);  // mid-reply
+  // SIGTERM at the first chunk, and this reader waits in it until the daemon says it is stopping:
+  // the daemon throttles the session at 64 unread tokens, so the reply is surely unfinished then.
+  // (Counting chunks to pick the moment failed on a fast machine: a busy reader gets the 200
+  // tokens in fewer chunks than that count, and no SIGTERM was ever sent.)
+  size_t tokensWhenStopping = 0;
+  bool stopping = false;
+  const auto r = c.generate(request, [&](std::span<const int32_t> tokens, std::string_view) {
+    if (tokensWhenStopping == 0) {
+      tokensWhenStopping = tokens.size();
+      ::kill(daemon_->pid(), SIGTERM);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!(stopping = daemon_->log().find("daemon.stopping") != std::string::npos) &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
     return true;
   });
+  ASSERT_TRUE(stopping) << "no daemon.stopping 20 s after SIGTERM:\n" << daemon_->log();
+  EXPECT_LT(tokensWhenStopping, 200u);
   EXPECT_FALSE(r.cancelled);
-  EXPECT_GE(r.tokens.size(), 5u);
+  // The grace period lets the reply run to its own end, past the moment the daemon began stopping.
+  EXPECT_TRUE(r.stats.stopReason == client::StopReason::kMaxTokens ||
+              r.stats.stopReason == client::StopReason::kEndOfGeneration)
+      << int(r.stats.stopReason);
+  EXPECT_GT(r.tokens.size(), tokensWhenStopping);
   EXPECT_EQ(daemon_->stop(0, kStopTimeout), 0) << "jitllmd did not exit 0 after SIGTERM:\n" << daemon_->log();
   try {
     Client::connect(socket_);
