@@ -312,10 +312,11 @@ TEST_F(DaemonIntegration, SigtermLetsARunningGenerationFinishThenExitsZero) {
   // the daemon throttles the session at 64 unread tokens, so the reply is surely unfinished then.
   // (Counting chunks to pick the moment failed on a fast machine: a busy reader gets the 200
   // tokens in fewer chunks than that count, and no SIGTERM was ever sent.)
+  bool signalled = false, stopping = false;
   size_t tokensWhenStopping = 0;
-  bool stopping = false;
   const auto r = c.generate(request, [&](std::span<const int32_t> tokens, std::string_view) {
-    if (tokensWhenStopping == 0) {
+    if (!signalled) {
+      signalled = true;
       tokensWhenStopping = tokens.size();
       ::kill(daemon_->pid(), SIGTERM);
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
