@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -81,42 +82,28 @@ std::vector<std::pair<std::string, int64_t>> moduleDefinesOf(const CudaDeviceOpt
   return defines;
 }
 
-// CudaDeviceOptions::attentionSpan, or JITLLM_CUDA_ATTENTION_SPAN, or kDefaultAttentionSpan;
-// checked before anything is made.
-int attentionSpanOf(const CudaDeviceOptions& options) {
-  const char* env = std::getenv("JITLLM_CUDA_ATTENTION_SPAN");
-  if (options.attentionSpan || env == nullptr) {
-    const int span = options.attentionSpan.value_or(kDefaultAttentionSpan);
-    JITLLM_REQUIRE(span == 0 || span == 2 || span == 4 || span == 8,
-                   "attention span (JITLLM_CUDA_ATTENTION_SPAN): ", span, " is not 0, 2, 4 or 8");
-    return span;
+// A whole-number setting: `option` when set, else the environment variable `envName` when set
+// (written as the number alone: no sign but '-', no spaces, no leading zeros), else `fallback`.
+// A value that `valid` refuses fails by name - "LABEL (ENV): VALUE is not EXPECTED" - before
+// anything is made.
+int wholeNumberSetting(std::optional<int> option, const char* envName, const char* label, int fallback,
+                       bool (*valid)(long long), const std::string& expected) {
+  if (option) {
+    JITLLM_REQUIRE(valid(*option), label, " (", envName, "): ", *option, " is not ", expected);
+    return *option;
   }
+  const char* env = std::getenv(envName);
+  if (env == nullptr) return fallback;
   const std::string_view text(env);
-  JITLLM_REQUIRE(text == "0" || text == "2" || text == "4" || text == "8",
-                 "attention span (JITLLM_CUDA_ATTENTION_SPAN): '", text, "' is not 0, 2, 4 or 8");
-  return text[0] - '0';
-}
-
-// CudaDeviceOptions::attentionRowTokens, or JITLLM_CUDA_ATTENTION_ROWS: 0 .. kMaxAttentionRowTokens
-// (0 turns attention_rows off); -1 when neither is set (defaultAttentionRowTokens by head dim).
-// Checked before anything is made.
-constexpr int kMaxAttentionRowTokens = 64;
-int attentionRowTokensOf(const CudaDeviceOptions& options) {
-  const char* env = std::getenv("JITLLM_CUDA_ATTENTION_ROWS");
-  if (options.attentionRowTokens || env == nullptr) {
-    const int tokens = options.attentionRowTokens.value_or(-1);
-    JITLLM_REQUIRE(tokens >= -1 && tokens <= kMaxAttentionRowTokens,
-                   "attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): ", tokens, " is not 0 to ",
-                   kMaxAttentionRowTokens);
-    return tokens;
-  }
-  char* rest = nullptr;
-  const long value = std::strtol(env, &rest, 10);
-  JITLLM_REQUIRE(rest != env && *rest == '\0' && value >= 0 && value <= kMaxAttentionRowTokens,
-                 "attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): '", env, "' is not 0 to ",
-                 kMaxAttentionRowTokens);
+  long long value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value);  // value stays 0 when it fails
+  JITLLM_REQUIRE(text == std::to_string(value) && valid(value), label, " (", envName, "): '", text, "' is not ",
+                 expected);
   return int(value);
 }
+
+// The most tokens a block CudaDeviceOptions::attentionRowTokens may ask for.
+constexpr int kMaxAttentionRowTokens = 64;
 
 }  // namespace
 
@@ -144,7 +131,14 @@ std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options)
     JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s");
   }
   // Bad settings fail here, not halfway through the constructor (which would leave what it made).
-  const int span = attentionSpanOf(options), rowTokens = attentionRowTokensOf(options);
+  const int span = wholeNumberSetting(
+      options.attentionSpan, "JITLLM_CUDA_ATTENTION_SPAN", "attention span", kDefaultAttentionSpan,
+      [](long long v) { return v == 0 || v == 2 || v == 4 || v == 8; }, "0, 2, 4 or 8");
+  // -1 when neither is set: defaultAttentionRowTokens by head dim.
+  const int rowTokens = wholeNumberSetting(
+      options.attentionRowTokens, "JITLLM_CUDA_ATTENTION_ROWS", "attention tokens a block", -1,
+      [](long long v) { return v >= 0 && v <= kMaxAttentionRowTokens; },
+      "0 to " + std::to_string(kMaxAttentionRowTokens));
   return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options, span, rowTokens, moduleDefinesOf(options)));
 }
 
