@@ -5,7 +5,7 @@
 #   into <build>/fuzz (ExternalProject, built as part of `all`) and registers each fuzzer as a ctest
 #   test labelled `fuzz` that runs for JITLLM_FUZZ_SECONDS. Without clang it says so and skips.
 # - In that second build (JITLLM_FUZZ_ONLY): instruments every library for libFuzzer with
-#   ASan+UBSan and builds only kernels/, daemon/ and the targets in tests/fuzz/.
+#   ASan+UBSan and builds only base/, kernels/, engine/ and the targets in tests/fuzz/.
 #
 # A fuzz test passes when its fuzzer runs out its time without finding anything; a crash, a
 # sanitizer report, a leak, an input slower than 10 s or a 2 GiB RSS fails it, and the input that
@@ -27,8 +27,9 @@ if(JITLLM_FUZZ_ONLY)
   # std::vector<uint8_t> members, the linker may pick those, and ASan then reports false overflows.
   add_link_options(-fsanitize=address,undefined)
   # EXCLUDE_FROM_ALL: only the libraries some fuzz target links are built.
+  add_subdirectory(base EXCLUDE_FROM_ALL)
   add_subdirectory(kernels EXCLUDE_FROM_ALL)
-  add_subdirectory(daemon EXCLUDE_FROM_ALL)
+  add_subdirectory(engine EXCLUDE_FROM_ALL)
   add_subdirectory(tests/fuzz)
   return()
 endif()
@@ -84,7 +85,7 @@ endif()
 # the real vocabularies it loads at start-up (tests/fuzz/CMakeLists.txt checks the same files).
 set(fuzzers gguf_fuzz)
 set(with_tokenizer_fuzz OFF)
-if(EXISTS ${PROJECT_SOURCE_DIR}/daemon/tokenizer/CMakeLists.txt AND EXISTS ${fuzz_src}/tokenizer.cmake
+if(EXISTS ${PROJECT_SOURCE_DIR}/engine/tokenizer/CMakeLists.txt AND EXISTS ${fuzz_src}/tokenizer.cmake
    AND EXISTS ${fuzz_src}/tokenizer_fuzz.cc)
   list(APPEND fuzzers tokenizer_fuzz)
   set(with_tokenizer_fuzz ON)

@@ -1,11 +1,13 @@
 // load and unload.
 #include <ostream>
 
+#include "base/byte_size.h"
+#include "base/device_id.h"
+#include "base/error.h"
 #include "ctl/commands.h"
 #include "ctl/json_views.h"
 #include "ctl/progress_bar.h"
 #include "ctl/text_format.h"
-#include "daemon/runtime/byte_size.h"
 
 namespace jitllm::ctl {
 
@@ -14,13 +16,27 @@ int runLoad(Context& c) {
   client::LoadOptions options;
   options.name = c.args.value("--name");
   options.contextSize = c.args.number<uint32_t>("--ctx", 0);
-  options.devices = c.args.value("--devices");
-  options.kvPrecision = c.args.value("--kv");
-  if (!options.kvPrecision.empty() && options.kvPrecision != "f32" && options.kvPrecision != "f16") {
-    throw UsageError("--kv takes f32 or f16, not '" + options.kvPrecision + "'", "load");
+  if (c.args.has("--devices")) {
+    // The daemon's grammar (base/device_id.h), checked here so a typo fails before the model is sent.
+    try {
+      for (const DeviceRequest& r : parseDeviceList(c.args.value("--devices"))) {
+        if (r.memoryCap) throw UsageError("--devices names devices only (cap a model with --max-vram)", "load");
+        options.devices.push_back(r.id.str());
+      }
+    } catch (const Error& e) {
+      throw UsageError(std::string("--devices: ") + e.what(), "load");
+    }
+  }
+  const std::string kv = c.args.value("--kv");
+  if (kv == "f32") {
+    options.kvPrecision = client::KvPrecision::kF32;
+  } else if (kv == "f16") {
+    options.kvPrecision = client::KvPrecision::kF16;
+  } else if (!kv.empty()) {
+    throw UsageError("--kv takes f32 or f16, not '" + kv + "'", "load");
   }
   if (c.args.has("--max-vram")) {
-    const auto cap = runtime::parseByteSize(c.args.value("--max-vram"));
+    const auto cap = parseByteSize(c.args.value("--max-vram"));
     if (!cap || *cap == 0) throw UsageError("--max-vram takes a size such as 512M or 2G", "load");
     options.maxDeviceBytes = *cap;
   }

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <thread>
 
+#include "base/error.h"
 #include "daemon/scheduler/nvml_telemetry.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/scheduler/scripted_telemetry.h"
@@ -26,7 +27,6 @@
 #include "daemon/server/logging.h"
 #include "daemon/server/loop_bridge.h"
 #include "daemon/server/rpc_listener.h"
-#include "kernels/error.h"
 
 using namespace jitllm;
 using namespace jitllm::server;
@@ -252,7 +252,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
         jitllm::scheduler::ScriptedTelemetry::load(config.telemetryScript));
   } else {
     std::map<std::string, std::string> uuids;
-    for (jitllm::Device* d : core.devices()) uuids[d->info().id] = d->info().uuid;
+    for (jitllm::Device* d : core.devices()) uuids[d->info().id.str()] = d->info().uuid;
     std::string why;
     auto nvml = jitllm::scheduler::NvmlTelemetry::open(uuids, &why);
     if (nvml) {

@@ -5,18 +5,18 @@
 #include <cstdlib>
 #include <vector>
 
+#include "base/error.h"
+
 namespace jitllm {
 
-const char* backendName(Backend backend) {
-  switch (backend) {
-    case Backend::kCpu:
-      return "cpu";
-    case Backend::kCuda:
-      return "cuda";
-    case Backend::kVulkan:
-      return "vulkan";
-  }
-  return "unknown";
+void Device::reserveMemory(size_t bytes) {
+  size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > info_.memoryBudget || used > info_.memoryBudget - bytes) {
+      JITLLM_FAIL(kOverloaded, info_.id.str(), ": out of memory: ", bytes, " bytes requested, ",
+                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget, " free");
+    }
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
 }
 
 namespace {

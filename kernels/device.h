@@ -26,16 +26,25 @@
 #include <string>
 #include <vector>
 
+#include "base/device_id.h"
 #include "kernels/quant/tensor_type.h"
 
 namespace jitllm {
 
-enum class Backend { kCpu, kCuda, kVulkan };
-const char* backendName(Backend backend);
+// What a device can do that callers plan around, stated by the device rather than inferred from
+// its backend's name.
+struct DeviceCapabilities {
+  // Its memory is host memory: it reads weights in the mapped file in place (adoptHostBytes is a
+  // view, outside the budget), bytes move to and from it with memcpy, and a migration between two
+  // such devices copies just the KV bytes written since its pre-copy.
+  bool hostMemory = false;
+  // Its kernels are compiled into the program: running a unit's ops once before its first real
+  // step (the warm-up a migration does on a GPU, whose kernels compile on first use) gains nothing.
+  bool kernelsCompiledIn = false;
+};
 
 struct DeviceInfo {
-  std::string id;  // "cpu:0": backend name and index, unique on this machine
-  Backend backend = Backend::kCpu;
+  DeviceId id;              // "cpu:0": backend name and index, unique on this machine
   std::string name;         // human-readable: model name and the kernel variant chosen
   size_t memoryBudget = 0;  // bytes this device will hand out, in total
   int threads = 1;          // CPU: worker threads; GPU: 0
@@ -43,6 +52,7 @@ struct DeviceInfo {
   // The GPU's UUID, 8-4-4-4-12 hex as nvidia-smi prints it (without "GPU-"); the same for one GPU
   // seen through CUDA and Vulkan, and how NVML's readings are matched to devices. Empty: none (CPU).
   std::string uuid;
+  DeviceCapabilities caps;
 };
 
 // 16 UUID bytes as DeviceInfo::uuid spells them.
@@ -136,8 +146,9 @@ class Device {
  public:
   virtual ~Device() = default;
 
-  virtual const DeviceInfo& info() const = 0;
-  virtual size_t memoryUsed() const = 0;
+  const DeviceInfo& info() const { return info_; }
+  // Bytes handed out now, against info().memoryBudget. Any thread.
+  size_t memoryUsed() const { return used_.load(std::memory_order_relaxed); }
   // What the driver says of the device's memory now, where it can tell more than our own
   // accounting (Vulkan with VK_EXT_memory_budget): what this process uses, and what it may use in
   // all - which shrinks when other programs take memory. Unset elsewhere (NVML covers NVIDIA GPUs).
@@ -186,9 +197,6 @@ class Device {
   // an op failed with DISCONNECTED, to know which device to re-place models from. May be called
   // from any thread. Default: a device that cannot vanish (the CPU).
   virtual bool responsive() { return true; }
-  // Whether running a unit's ops once before its first real step pays: kernels compiled or loaded
-  // on first use (GPUs). The CPU's kernels are compiled in, so a migration to it skips that.
-  virtual bool warmUpPays() const { return true; }
 
   // Streaming weights through device memory (a model larger than the device): a transfer queue
   // beside the ops, ordered by tickets.
@@ -230,7 +238,22 @@ class Device {
   // take turns through this mutex, with DeviceLocks.
   std::mutex& executorMutex() { return executorMutex_; }
 
+ protected:
+  // Takes `bytes` of the budget for an allocation, or throws Error(OVERLOADED) saying how much is
+  // free - before the backend asks its driver, so a full device refuses at once and alike on every
+  // backend. Any thread.
+  void reserveMemory(size_t bytes);
+  // Gives back what reserveMemory took (the allocation was freed, or failed after all). Any thread.
+  void releaseMemory(size_t bytes) noexcept { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // Counts memory an op must have to run at all (a GPU's scratch growing for a larger batch)
+  // without refusing it: failing there would fail a step the budget already admitted. Any thread.
+  void chargeMemory(size_t bytes) noexcept { used_.fetch_add(bytes, std::memory_order_relaxed); }
+
+  // Set by the backend while it is made; read-only afterwards.
+  DeviceInfo info_;
+
  private:
+  std::atomic<size_t> used_{0};
   std::mutex executorMutex_;
   std::atomic<uint64_t> busyNs_{0};
 };

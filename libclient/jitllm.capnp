@@ -18,7 +18,8 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("jitllm::rpc");
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;
+# 2: LoadOptions.devices is a list of ids and kvPrecision an enum (both were Text).
 
 struct Version {
   major @0 :UInt32;
@@ -36,8 +37,9 @@ struct Telemetry {
 }
 
 struct DeviceInfo {
-  id @0 :Text;                  # "cpu:0", "cuda:1", "vulkan:0"
-  backend @1 :Text;             # "cpu" | "cuda" | "vulkan"
+  id @0 :Text;                  # "cpu:0", "cuda:1", "vulkan:0": BACKEND:N (docs/api.md, "Device ids")
+  backend @1 :Text;             # "cpu" | "cuda" | "vulkan": the backends are a registry, open-ended,
+                                # so a new backend needs no protocol change
   name @2 :Text;
   memoryTotal @3 :UInt64;       # bytes this device may hand out
   memoryUsed @4 :UInt64;        # bytes handed out now
@@ -118,9 +120,16 @@ struct LayerState {
 struct LoadOptions {
   name @0 :Text;                # default: the file's general.name, made unique
   contextSize @1 :UInt32;       # default session limit; 0: min(trained, daemon's default)
-  devices @2 :Text;             # placement hint: "cpu:0" or "cpu:0,cpu:1" (layers spread in order)
-  kvPrecision @3 :Text;         # "f32" (default) | "f16"
+  devices @2 :List(Text);       # placement hint: ["cpu:0"] or ["cpu:0", "cpu:1"] (layers spread in
+                                # order); empty: the daemon places it
+  kvPrecision @3 :KvPrecision;
   maxDeviceBytes @4 :UInt64;    # cap on the model's bytes per GPU (weights + KV); 0: none
+}
+
+enum KvPrecision {
+  default @0;                   # the daemon's default: f32
+  f32 @1;
+  f16 @2;                       # half the KV memory and migration bytes; ~1e-4 relative error
 }
 
 struct ModelSource {

@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include "daemon/runtime/device_spec.h"
-#include "daemon/runtime/model.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/devices/builtin_backends.h"
+#include "engine/runtime/model.h"
 #include "tools/command_line.h"
 
 using namespace jitllm;
@@ -43,7 +43,7 @@ std::vector<int> fitPlacement(const std::vector<size_t>& weights, size_t kvPerTo
                               std::vector<bool>& streamed) {
   const size_t units = weights.size();
   const int last = int(devices.size()) - 1;
-  const bool hasCpu = devices.back()->info().backend == Backend::kCpu && last > 0;
+  const bool hasCpu = devices.back()->info().caps.hostMemory && last > 0;
   if (!stream && !hasCpu) throw tools::UsageError("--fit cpu needs a CPU device last in --device");
   size_t largest = 0;
   for (size_t u = 1; u + 1 < units; u++) largest = std::max(largest, weights[u]);
@@ -161,14 +161,15 @@ int run(int argc, char** argv) {
       }
     }
     std::printf("fit %s: %d blocks resident on %s, %d streamed through it, %d on %s\n", fit.c_str(), resident,
-                devices[0]->info().id.c_str(), streamedBlocks, elsewhere, devices.back()->info().id.c_str());
+                devices[0]->info().id.str().c_str(), streamedBlocks, elsewhere,
+                devices.back()->info().id.str().c_str());
   }
   const auto& c = model->config();
   std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d, kv %s\n",
               modelPath.c_str(), runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding,
               (long long)c.vocabSize, deviceSpec.c_str(), devices.front()->info().threads,
               kvPrecision == KvPrecision::kF16 ? "f16" : "f32");
-  for (auto& d : devices) std::printf("device %s: %s\n", d->info().id.c_str(), d->info().name.c_str());
+  for (auto& d : devices) std::printf("device %s: %s\n", d->info().id.str().c_str(), d->info().name.c_str());
 
   using Clock = std::chrono::steady_clock;
   std::vector<std::pair<std::string, Result>> results;
@@ -217,7 +218,7 @@ int run(int argc, char** argv) {
   }
   for (const auto& [name, r] : results)
     std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, reps);
-  std::printf("# %s memory in use: %.0f MiB of %.0f MiB\n", devices[0]->info().id.c_str(),
+  std::printf("# %s memory in use: %.0f MiB of %.0f MiB\n", devices[0]->info().id.str().c_str(),
               double(devices[0]->memoryUsed()) / (1 << 20), double(devices[0]->info().memoryBudget) / (1 << 20));
   for (const auto& [name, r] : results) std::printf("%s %.2f\n", name.c_str(), r.mean);
   return 0;

@@ -13,10 +13,10 @@
 #include <random>
 #include <sstream>
 
-#include "daemon/runtime/device_spec.h"
-#include "daemon/runtime/live_migration.h"
-#include "daemon/runtime/model.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/devices/builtin_backends.h"
+#include "engine/runtime/live_migration.h"
+#include "engine/runtime/model.h"
 #include "tools/command_line.h"
 
 using namespace jitllm;

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "tools/command_line.h"
 #include "tools/random_model.h"
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/runtime/device_spec.h"
+#include "base/error.h"
+#include "engine/devices/builtin_backends.h"
 #include "kernels/device.h"
-#include "kernels/error.h"
 #include "kernels/quant/quantize.h"
 #include "kernels/quant/tensor_type.h"
 #include "tools/command_line.h"
@@ -161,7 +161,7 @@ void benchAttention(Device& device, const AttentionShape& s, int reps, std::mt19
       device.attention(reinterpret_cast<const float*>(q->data()), reinterpret_cast<float*>(out->data()), batch);
     });
     std::printf("attention %s heads %d/%d dim %d kv %s tokens %d context %d: %.2f us a call (%d calls, %d cop%s)\n",
-                device.info().id.c_str(), s.heads, s.kvHeads, s.headDim,
+                device.info().id.str().c_str(), s.heads, s.kvHeads, s.headDim,
                 s.precision == KvPrecision::kF16 ? "f16" : "f32", s.tokens, context, seconds * 1e6, reps, copies,
                 copies == 1 ? "y" : "ies");
   }
@@ -204,7 +204,7 @@ void benchMatmul(Device& device, const MatmulShape& s, int reps, std::mt19937& r
                   reinterpret_cast<float*>(y->data()), nullptr);
   });
   std::printf("matmul %s %s %lldx%lld tokens %d: %.2f us a call, %.3f TB/s of weights (%d calls, %d cop%s)\n",
-              device.info().id.c_str(), std::string(quant::typeName(s.type)).c_str(), (long long)s.rows,
+              device.info().id.str().c_str(), std::string(quant::typeName(s.type)).c_str(), (long long)s.rows,
               (long long)s.cols, s.tokens, seconds * 1e6, double(matrixBytes) / seconds / 1e12, reps, copies,
               copies == 1 ? "y" : "ies");
 }
@@ -264,7 +264,7 @@ int run(int argc, char** argv) {
   auto devices = runtime::createDevices(deviceSpec, deviceOptions);
   if (devices.size() != 1) throw tools::UsageError("--device names one device");
   Device& device = *devices.front();
-  std::printf("device %s: %s\n", device.info().id.c_str(), device.info().name.c_str());
+  std::printf("device %s: %s\n", device.info().id.str().c_str(), device.info().name.c_str());
   std::mt19937 rng(seed);
   if (op == "attention") {
     benchAttention(device, attention, reps, rng);

@@ -12,11 +12,11 @@
 #include <iostream>
 #include <memory>
 
-#include "daemon/runtime/device_spec.h"
-#include "daemon/runtime/generation.h"
-#include "daemon/runtime/model.h"
-#include "daemon/tokenizer/streaming_detokenizer.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/devices/builtin_backends.h"
+#include "engine/runtime/generation.h"
+#include "engine/runtime/model.h"
+#include "engine/tokenizer/streaming_detokenizer.h"
 #include "tools/command_line.h"
 
 using namespace jitllm;

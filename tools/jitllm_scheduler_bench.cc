@@ -17,10 +17,10 @@
 #include <sstream>
 #include <thread>
 
+#include "base/error.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/daemon_core.h"
-#include "kernels/error.h"
 #include "tools/command_line.h"
 
 using namespace jitllm;
@@ -89,7 +89,7 @@ std::shared_ptr<server::ModelHost> load(server::DaemonCore& core, const std::str
   server::LoadRequest r;
   r.path = path;
   r.name = "bench";
-  r.devices = devices;
+  for (const DeviceRequest& d : parseDeviceList(devices)) r.devices.push_back(d.id);
   r.contextSize = context + 256;
   return core.load(r, nullptr);
 }

@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/gguf/gguf_file.h"
-#include "daemon/gguf/gguf_writer.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
 #include "kernels/quant/quantize.h"
 
 namespace jitllm::tools {

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <set>
 
-#include "daemon/runtime/unit_range.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/runtime/unit_range.h"
 
 namespace jitllm::scheduler {
 namespace {
@@ -54,8 +54,8 @@ Scheduler::Readings Scheduler::readAll(int64_t nowMs) {
   for (const server::DeviceStatus& status : core_.deviceTable().all()) {
     Device& d = *status.device;
     // Found since the source was made (re-enumeration): it may need to look the device up.
-    if (known_.insert(&d).second) telemetry_->deviceAdded(d.info().id, d.info().uuid);
-    DeviceTelemetry t = telemetry_->read(d.info().id, nowMs);
+    if (known_.insert(&d).second) telemetry_->deviceAdded(d.info().id.str(), d.info().uuid);
+    DeviceTelemetry t = telemetry_->read(d.info().id.str(), nowMs);
     // Where the source does not know the memory, the driver may (VK_EXT_memory_budget): the
     // device is as full as the larger of our accounting and its figure, out of the smaller of
     // our cap and what the driver lets this process have now (other programs take their share).
@@ -75,7 +75,7 @@ Scheduler::Readings Scheduler::readAll(int64_t nowMs) {
       if (wall > 0) t.utilization = std::min(1.0, double(busy - last->second.first) / wall);
     }
     lastBusy_[&d] = {busy, wallNow};
-    readings[d.info().id] = t;
+    readings[d.info().id.str()] = t;
   }
   return readings;
 }
@@ -88,13 +88,13 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
   for (const auto& d : core_.devices()) {
     policies::DeviceState state;
     const DeviceInfo& info = d->info();
-    state.id = info.id;
+    state.id = info.id.str();
     state.software = info.software;
     state.memoryTotal = info.memoryBudget;
     state.memoryUsed = d->memoryUsed();
     state.speed = core_.deviceTable().speed(*d);
-    state.promised = core_.promised(info.id);
-    const auto found = readings.find(info.id);
+    state.promised = core_.promised(state.id);
+    const auto found = readings.find(state.id);
     const DeviceTelemetry t = found == readings.end() ? DeviceTelemetry{} : found->second;  // added since
     state.temperatureC = t.temperatureC;
     if (t.memoryUsed) state.memoryUsed = *t.memoryUsed;
@@ -155,10 +155,10 @@ void Scheduler::execute(const policies::Action& action) {
       request.target = core_.pageOutTarget();
       JITLLM_REQUIRE(request.target != nullptr, "no CPU device to page ", action.model, " out to");
       request.pageOut = true;
-      what = "paging " + action.model + " out to " + request.target->info().id;
+      what = "paging " + action.model + " out to " + request.target->info().id.str();
     }
     host->migrate(request);
-    events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, request.target->info().id, 0,
+    events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, request.target->info().id.str(), 0,
                  what + ": " + action.reason});
   } catch (const Error& e) {
     events.emit({0, server::EventKind::kMigration, "scheduler.skipped", action.model, action.target, 0,
@@ -168,8 +168,8 @@ void Scheduler::execute(const policies::Action& action) {
 
 void Scheduler::followDevices(const Readings& readings) {
   for (const server::DeviceStatus& status : core_.deviceTable().all()) {
-    const std::string& id = status.device->info().id;
-    const auto found = readings.find(id);
+    const DeviceId& id = status.device->info().id;
+    const auto found = readings.find(id.str());
     if (found == readings.end()) continue;  // added since the readings were taken: next tick
     const DeviceTelemetry& t = found->second;
     if (t.present && !*t.present && status.online) {

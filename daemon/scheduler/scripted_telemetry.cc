@@ -8,7 +8,7 @@
 #include <optional>
 #include <sstream>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::scheduler {
 namespace {

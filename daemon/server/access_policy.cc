@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::server {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::server {
 namespace {

@@ -9,10 +9,9 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon/runtime/device_discovery.h"
-#include "daemon/runtime/device_spec.h"
-#include "daemon/runtime/speed_probe.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/devices/builtin_backends.h"
+#include "engine/devices/speed_probe.h"
 #include "policies/placement.h"
 
 namespace jitllm::server {
@@ -20,14 +19,13 @@ namespace jitllm::server {
 namespace {
 
 std::vector<std::unique_ptr<Device>> openDevices(const DaemonConfig& config) {
+  runtime::BackendRegistry backends = runtime::builtinBackends();
   if (config.devices == "auto") {
-    runtime::AllDevices all = runtime::openAllDevices(config.cpuThreads);
+    runtime::AllDevices all = backends.openAll(config.cpuThreads);
     for (const std::string& s : all.skipped) spdlog::warn("device {} (left out)", s);
     return std::move(all.devices);
   }
-  runtime::DeviceSpecOptions o;
-  o.cpuThreads = config.cpuThreads;
-  return runtime::createDevices(config.devices, o);
+  return backends.open(config.devices, config.cpuThreads);
 }
 
 std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
@@ -57,10 +55,10 @@ bool idleAndUnpinned(const ModelSnapshot& snap) {
 policies::PlacementDevice placementView(const Device& d, size_t promised, double speed) {
   policies::PlacementDevice p;
   const DeviceInfo& info = d.info();
-  p.id = info.id;
+  p.id = info.id.str();
   p.speed = speed;
   p.software = info.software;
-  p.weightsInMemory = info.backend != Backend::kCpu;  // the CPU reads weights from the mapped file
+  p.weightsInMemory = !info.caps.hostMemory;  // the CPU reads weights from the mapped file
   p.memoryTotal = info.memoryBudget;
   const size_t used = d.memoryUsed();
   p.memoryFree = used + promised < info.memoryBudget ? info.memoryBudget - used - promised : 0;
@@ -72,11 +70,11 @@ policies::PlacementDevice placementView(const Device& d, size_t promised, double
 DaemonCore::DaemonCore(DaemonConfig config)
     : config_(std::move(config)), access_(config_.adminGroup), devices_(openDevices(config_)) {
   for (Device* d : devices_.online()) {
-    events_.emit({0, EventKind::kDevice, "device.added", "", d->info().id, 0, describe(*d) + probeSpeed(*d)});
+    events_.emit({0, EventKind::kDevice, "device.added", "", d->info().id.str(), 0, describe(*d) + probeSpeed(*d)});
   }
   // With `devices = auto` the daemon owns what is plugged in later too (CUDA's devices are fixed
   // per process; a new GPU comes through Vulkan).
-  if (config_.devices == "auto") enumerator_ = [] { return runtime::enumerateVulkan(); };
+  if (config_.devices == "auto") enumerator_ = [] { return runtime::builtinBackends().enumerateArrivals(); };
 }
 
 std::string DaemonCore::describe(const Device& d) {
@@ -114,9 +112,9 @@ DaemonCore::Rescan DaemonCore::rescanDevices() {
   std::lock_guard lock(rescanMutex_);
   Rescan outcome;
   if (!enumerator_) return outcome;
-  std::unique_ptr<runtime::Enumeration> now = enumerator_();
+  Enumeration now = enumerator_();
   std::set<std::string> seen;
-  for (const runtime::FoundDevice& f : now->devices()) {
+  for (const FoundDevice& f : now.devices) {
     seen.insert(f.uuid);
     Device* known = devices_.findByUuid(f.uuid);
     if (known && devices_.isOnline(known->info().id)) continue;
@@ -125,28 +123,31 @@ DaemonCore::Rescan DaemonCore::rescanDevices() {
     // through CUDA and is found through Vulkan, which makes it a new Vulkan device (CUDA cannot
     // open it again in this process).
     const bool answers = known && known->responsive();
-    if (known && !answers && known->info().backend != f.backend) known = nullptr;
-    const std::string prefix = f.backend == Backend::kVulkan ? "vulkan:"
-                               : f.backend == Backend::kCuda ? "cuda:"
-                                                             : "cpu:";
+    if (known && !answers && known->info().id.backend != f.backend) known = nullptr;
     try {
       if (known) {
-        const std::string id = known->info().id;
+        const DeviceId id = known->info().id;
         if (answers) {
           deviceArrived(id, "found again by re-enumeration (" + f.name + ")");
         } else {
-          devices_.replace(id, now->open(f, std::stoi(id.substr(prefix.size()))));
+          DeviceOpenOptions o;
+          o.id = id;
+          o.hostThreads = config_.cpuThreads;
+          devices_.replace(id, now.open(f, o));
           probeSpeed(*devices_.find(id));
           deviceArrivedAlready(id, "found again by re-enumeration (" + f.name + ")");
         }
         outcome.back.push_back(id);
       } else {
-        std::unique_ptr<Device> d = now->open(f, devices_.freeIndex(prefix));
+        DeviceOpenOptions o;
+        o.id = {f.backend, devices_.freeIndex(f.backend)};
+        o.hostThreads = config_.cpuThreads;
+        std::unique_ptr<Device> d = now.open(f, o);
         Device* added = d.get();
         devices_.add(std::move(d));
-        events_.emit({0, EventKind::kDevice, "device.added", "", added->info().id, 0,
+        events_.emit({0, EventKind::kDevice, "device.added", "", added->info().id.str(), 0,
                       describe(*added) + probeSpeed(*added) + ", found by re-enumeration"});
-        spdlog::info("device {} arrived: {}", added->info().id, describe(*added));
+        spdlog::info("device {} arrived: {}", added->info().id.str(), describe(*added));
         outcome.added.push_back(added->info().id);
       }
     } catch (const Error& e) {
@@ -155,7 +156,7 @@ DaemonCore::Rescan DaemonCore::rescanDevices() {
   }
   for (const DeviceStatus& s : devices_.all()) {
     const DeviceInfo& info = s.device->info();
-    if (!s.online || info.uuid.empty() || !now->complete(info.backend) || seen.count(info.uuid)) continue;
+    if (!s.online || info.uuid.empty() || !now.isComplete(info.id.backend) || seen.count(info.uuid)) continue;
     if (deviceLost(info.id, "it is no longer enumerated")) outcome.lost.push_back(info.id);
   }
   return outcome;
@@ -254,8 +255,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
     options.devices = devices();
     JITLLM_REQUIRE(!options.devices.empty(), "the daemon has no device online to place '", name, "' on");
   } else {
-    std::stringstream in(request.devices);
-    for (std::string id; std::getline(in, id, ',');) options.devices.push_back(&device(id));
+    for (const DeviceId& id : request.devices) options.devices.push_back(&device(id));
   }
   // One device named, or none: placement chooses. Several named: blocks spread over them in order.
   const bool evenSpread = options.devices.size() > 1 && !request.devices.empty();
@@ -266,9 +266,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
     return placeNewModel(name, options.devices, evenSpread, weightBytes, kvPerToken, kvContext, workspace,
                          request.maxDeviceBytes, options.streamed);
   };
-  JITLLM_REQUIRE(request.kvPrecision.empty() || request.kvPrecision == "f32" || request.kvPrecision == "f16",
-                 "kv precision must be f32 or f16, not '", request.kvPrecision, "'");
-  if (request.kvPrecision == "f16") options.kvPrecision = KvPrecision::kF16;
+  if (request.kvPrecision) options.kvPrecision = *request.kvPrecision;
   std::unique_ptr<runtime::Model> model;
   try {
     model = runtime::Model::fromFile(std::move(file), options);
@@ -329,14 +327,14 @@ PolicyControl& DaemonCore::policyControl() const {
   return *policyControl_;
 }
 
-Device& DaemonCore::device(const std::string& id) const {
+Device& DaemonCore::device(const DeviceId& id) const {
   std::string known;
   for (const DeviceStatus& s : devices_.all()) {
     if (s.device->info().id == id) {
       JITLLM_REQUIRE(s.online, "device '", id, "' is offline (", s.offlineReason, ")");
       return *s.device;
     }
-    if (s.online) known += (known.empty() ? "" : ", ") + s.device->info().id;
+    if (s.online) known += (known.empty() ? "" : ", ") + s.device->info().id.str();
   }
   JITLLM_FAIL(kFailed, "no device '", id, "' in this daemon; it has ", known.empty() ? "none online" : known,
               " (jitllmctl devices)");
@@ -376,7 +374,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
       }
       if (first >= 0) {
         where += (where.empty() ? "" : ", ") + std::to_string(first) + "-" + std::to_string(last) + " on " +
-                 candidates[d]->info().id + " (" + mib(bytes[d]) + ")";
+                 candidates[d]->info().id.str() + " (" + mib(bytes[d]) + ")";
       }
     }
     events_.emit({0, EventKind::kModel, "model.placed", name, "", 0, "units " + where});
@@ -430,7 +428,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
       events_.emit({0, EventKind::kModel, "model.placed", name, "", 0,
                     std::to_string(std::count(s.streamed.begin(), s.streamed.end(), true)) + " of " +
                         std::to_string(units - 2) + " blocks stream through " +
-                        candidates[size_t(s.unitDevice[1])]->info().id + " each step (spill = stream)"});
+                        candidates[size_t(s.unitDevice[1])]->info().id.str() + " each step (spill = stream)"});
       return s.unitDevice;
     }
   }
@@ -442,7 +440,7 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
 }
 
 policies::PlacementDevice DaemonCore::view(const Device& device) const {
-  return placementView(device, promised(device.info().id), devices_.speed(device));
+  return placementView(device, promised(device.info().id.str()), devices_.speed(device));
 }
 
 size_t DaemonCore::promised(const std::string& device) const {
@@ -453,7 +451,7 @@ size_t DaemonCore::promised(const std::string& device) const {
 
 Device* DaemonCore::pageOutTarget(const Device* except) const {
   for (Device* d : devices()) {
-    if (d->info().backend == Backend::kCpu && d != except) return d;
+    if (d->info().caps.hostMemory && d != except) return d;
   }
   return nullptr;
 }
@@ -470,7 +468,7 @@ size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& for
   for (const auto& m : models()) {
     const ModelSnapshot snap = m->snapshot();
     const bool onDevice = std::any_of(snap.units.begin(), snap.units.end(),
-                                      [&](const UnitSnapshot& u) { return u.device == device.info().id; });
+                                      [&](const UnitSnapshot& u) { return u.device == device.info().id.str(); });
     if (onDevice && idleAndUnpinned(snap)) idle.push_back({m, snap.lastActiveMs});
   }
   std::sort(idle.begin(), idle.end(), [](const Idle& a, const Idle& b) { return a.lastActiveMs < b.lastActiveMs; });
@@ -479,29 +477,31 @@ size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& for
     MigrationRequest request;
     request.target = host;
     request.pageOut = true;
-    request.reason = device.info().id + " has " + mib(freeNow()) + " free and '" + forModel + "' needs " + mib(bytes);
+    request.reason =
+        device.info().id.str() + " has " + mib(freeNow()) + " free and '" + forModel + "' needs " + mib(bytes);
     try {
       auto ticket = i.model->migrate(request);
-      events_.emit({0, EventKind::kMigration, "scheduler.acted", i.model->name(), host->info().id, 0,
-                    "paging " + i.model->name() + " out to " + host->info().id + ": " + request.reason});
+      events_.emit({0, EventKind::kMigration, "scheduler.acted", i.model->name(), host->info().id.str(), 0,
+                    "paging " + i.model->name() + " out to " + host->info().id.str() + ": " + request.reason});
       ticket->wait(std::chrono::minutes(5));
       if (auto e = ticket->error()) {
-        events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id, 0,
+        events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id.str(), 0,
                       "could not page " + i.model->name() + " out: " + e->what()});
       }
     } catch (const Error& e) {
-      events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id, 0,
+      events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id.str(), 0,
                     "could not page " + i.model->name() + " out: " + e.what()});
     }
   }
   return freeNow();
 }
 
-bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
+bool DaemonCore::deviceLost(const DeviceId& id, const std::string& why) {
   Device* lost = devices_.find(id);
   if (!lost || !devices_.setOnline(id, false, why)) return false;
-  events_.emit({0, EventKind::kDevice, "device.removed", "", id, 0, id + " went away: " + why});
-  spdlog::warn("device {} went away: {}", id, why);
+  const std::string name = id.str();
+  events_.emit({0, EventKind::kDevice, "device.removed", "", name, 0, name + " went away: " + why});
+  spdlog::warn("device {} went away: {}", name, why);
   const std::vector<Device*> left = devices();
   // Every model hears of it: those with units there are re-placed, and one migrating to it (its
   // units not there yet) fails that migration.
@@ -509,7 +509,7 @@ bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
   if (affected.empty()) return true;
   if (left.empty()) {
     for (const auto& host : affected) {
-      events_.emit({0, EventKind::kModel, "model.replace_failed", host->name(), id, 0,
+      events_.emit({0, EventKind::kModel, "model.replace_failed", host->name(), name, 0,
                     "no device is left to run " + host->name() + " on; unloading it"});
     }
     for (const auto& host : affected) unload(host->name());
@@ -520,7 +520,7 @@ bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
   std::vector<std::pair<std::shared_ptr<ModelHost>, Device*>> plans;
   for (const auto& host : affected) {
     size_t weights = 0;
-    for (const UnitSnapshot& u : host->snapshot().units) weights += u.device == id ? u.weightBytes : 0;
+    for (const UnitSnapshot& u : host->snapshot().units) weights += u.device == name ? u.weightBytes : 0;
     std::vector<policies::PlacementDevice> v;
     for (Device* d : left) v.push_back(view(*d));
     Device* fallback = left.front();
@@ -547,15 +547,15 @@ bool DaemonCore::deviceLost(const std::string& id, const std::string& why) {
   return true;
 }
 
-bool DaemonCore::deviceArrived(const std::string& id, const std::string& why) {
+bool DaemonCore::deviceArrived(const DeviceId& id, const std::string& why) {
   if (!devices_.setOnline(id, true, "")) return false;
   deviceArrivedAlready(id, why);
   return true;
 }
 
-void DaemonCore::deviceArrivedAlready(const std::string& id, const std::string& why) {
-  events_.emit({0, EventKind::kDevice, "device.added", "", id, 0, id + " is online: " + why});
-  spdlog::info("device {} is online: {}", id, why);
+void DaemonCore::deviceArrivedAlready(const DeviceId& id, const std::string& why) {
+  events_.emit({0, EventKind::kDevice, "device.added", "", id.str(), 0, id.str() + " is online: " + why});
+  spdlog::info("device {} is online: {}", id.str(), why);
 }
 
 void DaemonCore::deviceFault(const std::string& model) {
@@ -566,7 +566,7 @@ void DaemonCore::deviceFault(const std::string& model) {
     return;  // unloaded meanwhile
   }
   for (Device* d : devices()) {
-    if (!used.count(d->info().id) || d->responsive()) continue;
+    if (!used.count(d->info().id.str()) || d->responsive()) continue;
     // Re-placing runs on the model's worker, which is the thread calling: hand it to another.
     std::lock_guard lock(mutex_);
     faultThreads_.emplace_back([this, id = d->info().id] { deviceLost(id, "it stopped answering"); });

@@ -15,17 +15,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "daemon/runtime/device_discovery.h"
 #include "daemon/server/access_policy.h"
 #include "daemon/server/daemon_config.h"
 #include "daemon/server/device_table.h"
 #include "daemon/server/event_hub.h"
 #include "daemon/server/model_host.h"
 #include "daemon/server/policy_control.h"
+#include "engine/devices/builtin_backends.h"
+#include "kernels/backend.h"
 #include "kernels/device.h"
 #include "policies/placement.h"
 
@@ -36,9 +38,9 @@ struct LoadRequest {
   int fd = -1;       // an open descriptor the client passed (still owned by the caller)
   std::string name;  // empty: from the file
   int64_t contextSize = 0;
-  std::string devices;        // placement hint, e.g. "cpu:0,cpu:1"; empty: all the daemon's devices
-  std::string kvPrecision;    // "", "f32", "f16"
-  size_t maxDeviceBytes = 0;  // cap on this model's bytes per GPU (--max-vram); 0: none
+  std::vector<DeviceId> devices;           // placement hint, e.g. cpu:0, cpu:1; empty: all the daemon's devices
+  std::optional<KvPrecision> kvPrecision;  // unset: the default (f32)
+  size_t maxDeviceBytes = 0;               // cap on this model's bytes per GPU (--max-vram); 0: none
 };
 
 using LoadProgress = std::function<void(const std::string& stage, uint64_t done, uint64_t total)>;
@@ -60,24 +62,26 @@ class DaemonCore final {
   DeviceTable& deviceTable() { return devices_; }
   // An online device; Error(FAILED) naming the devices there are when none is called `id`, or
   // saying why it is offline.
-  Device& device(const std::string& id) const;
+  Device& device(const DeviceId& id) const;
+  // The same for an id as text: DeviceId::parse's grammar, its errors.
+  Device& device(std::string_view id) const { return device(DeviceId::parse(id)); }
 
   // Hot-plug. A device went away: it goes offline, and every model with units on it is re-placed
   // (ModelHost::deviceLost) on the best device left. Returns once every model has been re-placed;
   // false when the device was already offline (or unknown).
-  bool deviceLost(const std::string& id, const std::string& why);
+  bool deviceLost(const DeviceId& id, const std::string& why);
   // A device (back) online: placement and the scheduler's policies may use it again.
-  bool deviceArrived(const std::string& id, const std::string& why);
+  bool deviceArrived(const DeviceId& id, const std::string& why);
   // Re-enumeration (hot-plug of devices the daemon did not have): compares what is plugged in now
   // with the table - a device new to it is opened, probed and added (device.added); one that
   // went away and is there again comes back online (opened again unless it still answers); an
   // online one its backend no longer lists is lost (deviceLost). Devices match by UUID. Without
   // an enumerator (the default unless `devices = auto`) it does nothing.
   struct Rescan {
-    std::vector<std::string> added, back, lost;  // device ids
+    std::vector<DeviceId> added, back, lost;
   };
   Rescan rescanDevices();
-  using DeviceEnumerator = std::function<std::unique_ptr<runtime::Enumeration>()>;
+  using DeviceEnumerator = std::function<Enumeration()>;
   void setDeviceEnumerator(DeviceEnumerator enumerator);
   bool rescans() const;
   // A step of `model` failed with DISCONNECTED: the devices it uses that stopped answering are lost.
@@ -142,7 +146,7 @@ class DaemonCore final {
   // Measures (or reads from the cache) the device's decode speed for placement; the text for its
   // device.added event (", decode probe 19.2 GB/s"). Identical devices share one measurement.
   std::string probeSpeed(Device& d);
-  void deviceArrivedAlready(const std::string& id, const std::string& why);  // the event and log line
+  void deviceArrivedAlready(const DeviceId& id, const std::string& why);  // the event and log line
   // `device` as placement sees it: its speed and what is free there, less what is promised.
   policies::PlacementDevice view(const Device& device) const;
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::server {
 
@@ -24,7 +24,7 @@ std::vector<DeviceStatus> DeviceTable::all() const {
   return status_;
 }
 
-Device* DeviceTable::find(const std::string& id) const {
+Device* DeviceTable::find(const DeviceId& id) const {
   std::lock_guard lock(mutex_);
   for (const auto& s : status_) {
     if (s.device->info().id == id) return s.device;
@@ -32,7 +32,7 @@ Device* DeviceTable::find(const std::string& id) const {
   return nullptr;
 }
 
-bool DeviceTable::isOnline(const std::string& id) const {
+bool DeviceTable::isOnline(const DeviceId& id) const {
   std::lock_guard lock(mutex_);
   for (const auto& s : status_) {
     if (s.device->info().id == id) return s.online;
@@ -40,7 +40,7 @@ bool DeviceTable::isOnline(const std::string& id) const {
   return false;
 }
 
-bool DeviceTable::setOnline(const std::string& id, bool online, const std::string& reason) {
+bool DeviceTable::setOnline(const DeviceId& id, bool online, const std::string& reason) {
   std::lock_guard lock(mutex_);
   for (auto& s : status_) {
     if (s.device->info().id != id || s.online == online) continue;
@@ -60,7 +60,7 @@ void DeviceTable::add(std::unique_ptr<Device> device) {
   status_.push_back(s);
 }
 
-void DeviceTable::replace(const std::string& id, std::unique_ptr<Device> device) {
+void DeviceTable::replace(const DeviceId& id, std::unique_ptr<Device> device) {
   std::lock_guard lock(mutex_);
   for (size_t i = 0; i < status_.size(); i++) {
     if (status_[i].device->info().id != id) continue;
@@ -83,10 +83,10 @@ Device* DeviceTable::findByUuid(const std::string& uuid) const {
   return nullptr;
 }
 
-int DeviceTable::freeIndex(const std::string& prefix) const {
+int DeviceTable::freeIndex(const std::string& backend) const {
   std::lock_guard lock(mutex_);
   for (int n = 0;; n++) {
-    const std::string id = prefix + std::to_string(n);
+    const DeviceId id{backend, n};
     if (std::none_of(status_.begin(), status_.end(), [&](const auto& s) { return s.device->info().id == id; })) {
       return n;
     }
@@ -95,7 +95,7 @@ int DeviceTable::freeIndex(const std::string& prefix) const {
 
 double DeviceTable::nominalSpeed(const DeviceInfo& d) {
   if (d.software) return 1;
-  return d.backend == Backend::kCpu ? 10 : 1000;
+  return d.caps.hostMemory ? 10 : 1000;
 }
 
 double DeviceTable::speed(const Device& device) const {
@@ -106,14 +106,14 @@ double DeviceTable::speed(const Device& device) const {
   return nominalSpeed(device.info());
 }
 
-void DeviceTable::setMeasuredSpeed(const std::string& id, double gbPerSecond) {
+void DeviceTable::setMeasuredSpeed(const DeviceId& id, double gbPerSecond) {
   std::lock_guard lock(mutex_);
   for (auto& s : status_) {
     if (s.device->info().id == id) s.measuredSpeed = gbPerSecond;
   }
 }
 
-void DeviceTable::setReadings(const std::string& id, const DeviceReadings& readings) {
+void DeviceTable::setReadings(const DeviceId& id, const DeviceReadings& readings) {
   std::lock_guard lock(mutex_);
   for (auto& s : status_) {
     if (s.device->info().id == id) s.readings = readings;

@@ -43,25 +43,25 @@ class DeviceTable final {
   std::vector<Device*> online() const;
   std::vector<DeviceStatus> all() const;
   // Any state; null when the table has no such id.
-  Device* find(const std::string& id) const;
-  bool isOnline(const std::string& id) const;
+  Device* find(const DeviceId& id) const;
+  bool isOnline(const DeviceId& id) const;
   // False when it already was in that state (or there is no such device).
-  bool setOnline(const std::string& id, bool online, const std::string& reason);
+  bool setOnline(const DeviceId& id, bool online, const std::string& reason);
   void add(std::unique_ptr<Device> device);
   // A device that came back is opened again: `device` takes the place of the one called `id`
   // (which must be offline), online; the old object stays alive with the table, since models may
   // still point at it.
-  void replace(const std::string& id, std::unique_ptr<Device> device);
+  void replace(const DeviceId& id, std::unique_ptr<Device> device);
   // Any state; null when no device has that UUID (or it is empty).
   Device* findByUuid(const std::string& uuid) const;
-  // The lowest N no device of the table is called "<prefix>N" ("vulkan:").
-  int freeIndex(const std::string& prefix) const;
-  void setReadings(const std::string& id, const DeviceReadings& readings);
+  // The lowest N no device of the table is called "<backend>:N".
+  int freeIndex(const std::string& backend) const;
+  void setReadings(const DeviceId& id, const DeviceReadings& readings);
 
   // Relative throughput for placement: the probe's GB/s (runtime/speed_probe.h) once measured,
   // until then nominal: GPUs 1000, the CPU 10, software devices 1.
   double speed(const Device& device) const;
-  void setMeasuredSpeed(const std::string& id, double gbPerSecond);
+  void setMeasuredSpeed(const DeviceId& id, double gbPerSecond);
   static double nominalSpeed(const DeviceInfo& device);
 
  private:

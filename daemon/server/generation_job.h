@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/runtime/sampler.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/runtime/sampler.h"
 
 namespace jitllm::server {
 

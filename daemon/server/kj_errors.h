@@ -12,7 +12,7 @@
 #include <exception>
 #include <functional>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::server {
 

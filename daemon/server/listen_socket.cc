@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::server {
 namespace {

@@ -17,8 +17,8 @@
 #include <optional>
 #include <string>
 
-#include "daemon/runtime/live_migration.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/runtime/live_migration.h"
 
 namespace jitllm::server {
 

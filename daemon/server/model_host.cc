@@ -6,10 +6,10 @@
 #include <optional>
 #include <set>
 
-#include "daemon/runtime/host_kv.h"
-#include "daemon/runtime/stop_strings.h"
-#include "daemon/runtime/unit_range.h"
-#include "daemon/tokenizer/streaming_detokenizer.h"
+#include "engine/chat/stop_strings.h"
+#include "engine/kv/host_kv.h"
+#include "engine/runtime/unit_range.h"
+#include "engine/tokenizer/streaming_detokenizer.h"
 
 namespace jitllm::server {
 
@@ -172,7 +172,7 @@ std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
   identity.model = name_;
   identity.firstName = runtime::unitName(range.first, layers);
   identity.lastName = runtime::unitName(range.last, layers);
-  identity.to = request.target->info().id;
+  identity.to = request.target->info().id.str();
   std::shared_ptr<MigrationTicket> ticket;
   {
     std::lock_guard lock(mutex_);
@@ -234,7 +234,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
   }
   const int layers = int(model_->config().layers);
   for (LostDevice& l : requests) {
-    const std::string id = l.lost->info().id;
+    const std::string id = l.lost->info().id.str();
     const std::string cause = id + " went away (" + l.why + ")";
     // A migration to or from the device cannot finish; the model stays where it was, less the device.
     if (running_) {
@@ -299,8 +299,8 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
     try {
       for (int u : units) model_->rebindUnit(u, *l.fallback);
       model_->releaseDevice(*l.lost);
-      outcome =
-          "re-placed " + moved + " of " + name_ + " on " + l.fallback->info().id + " from the file after " + cause;
+      outcome = "re-placed " + moved + " of " + name_ + " on " + l.fallback->info().id.str() + " from the file after " +
+                cause;
     } catch (const Error& e) {
       outcome = "could not re-place " + moved + " of " + name_ + " after " + cause + ": " + e.what();
       spdlog::error("model '{}': {}", name_, outcome);
@@ -311,10 +311,10 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
         if (pin == id) pin.clear();  // a pin to a device that is gone cannot win
       }
       for (std::string& h : home_) {
-        if (h == id) h = l.fallback->info().id;
+        if (h == id) h = l.fallback->info().id.str();
       }
     }
-    events_.emit({0, EventKind::kModel, "model.replaced", name_, l.fallback->info().id, 0,
+    events_.emit({0, EventKind::kModel, "model.replaced", name_, l.fallback->info().id.str(), 0,
                   outcome + "; " + std::to_string(ended) + " session(s) ended with DISCONNECTED"});
     spdlog::warn("model '{}': {}; {} session(s) ended", name_, outcome, ended);
     if (l.done) replaced_.push_back(std::move(l.done));  // once ps shows it
@@ -348,7 +348,7 @@ void ModelHost::serviceMigration() {
     o.stageBudgetMs = 2;  // a few units per step: the replies' steps wait a couple of ms at most
     auto started = std::make_unique<RunningMigration>();
     started->ticket = ticket;
-    for (int u = 0; u < model_->unitCount(); u++) started->before.push_back(model_->unitDevice(u).info().id);
+    for (int u = 0; u < model_->unitCount(); u++) started->before.push_back(model_->unitDevice(u).info().id.str());
     try {
       started->migration = std::make_unique<runtime::LiveMigration>(*model_, o);
     } catch (const Error& e) {
@@ -358,12 +358,12 @@ void ModelHost::serviceMigration() {
     }
     running_ = std::move(started);
     const auto& st = running_->migration->stats();
-    events_.emit({0, EventKind::kMigration, "migration.preparing", name_, o.target->info().id, 0,
+    events_.emit({0, EventKind::kMigration, "migration.preparing", name_, o.target->info().id.str(), 0,
                   "migration " + std::to_string(ticket->id()) + ": " + running_->migration->describe() + " (" +
                       std::to_string(st.units) + " units to move" + (r.precopy ? ", pre-copying KV" : "") + ")"});
   }
   RunningMigration& m = *running_;
-  const std::string target = m.ticket->request().target->info().id;
+  const std::string target = m.ticket->request().target->info().id.str();
   if (m.ticket->cancelled()) {
     m.ticket->fail(Error(ErrorKind::kFailed, "migration " + std::to_string(m.ticket->id()) + " was cancelled"));
     events_.emit({0, EventKind::kMigration, "migration.cancelled", name_, target, 0,
@@ -458,11 +458,11 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     const runtime::UnitInfo info = model_->unitInfo(u);
     UnitSnapshot& s = units[size_t(u)];
     s.name = model_->unitName(u);
-    s.device = info.device->info().id;
+    s.device = info.device->info().id.str();
     s.residency = info.streamed ? "streamed" : info.inDeviceMemory ? "device" : "file";
     s.weightBytes = info.weightBytes;
     s.kernelsReady = info.kernelsReady;
-    if (running_ && running_->migration->staged(u)) s.stagedOn = running_->migration->options().target->info().id;
+    if (running_ && running_->migration->staged(u)) s.stagedOn = running_->migration->options().target->info().id.str();
     if (u == 0 || u + 1 == model_->unitCount()) continue;
     for (const auto& a : active) {
       const size_t pages = a->session->layerPageCount(u - 1);

@@ -35,11 +35,11 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/runtime/chat_template.h"
-#include "daemon/runtime/model.h"
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
 #include "daemon/server/migration_ticket.h"
+#include "engine/chat/chat_template.h"
+#include "engine/runtime/model.h"
 
 namespace jitllm::server {
 

@@ -10,8 +10,8 @@
 #include <deque>
 #include <set>
 
-#include "daemon/runtime/chat_template.h"
 #include "daemon/server/kj_errors.h"
+#include "engine/chat/chat_template.h"
 #include "policies/policy.h"
 
 namespace jitllm::server {
@@ -321,8 +321,8 @@ kj::Promise<void> DaemonService::devices(DevicesContext context) {
     const DeviceStatus& s = devices[i];
     const DeviceInfo& d = s.device->info();
     auto b = list[uint32_t(i)];
-    b.setId(text(d.id));
-    b.setBackend(backendName(d.backend));
+    b.setId(text(d.id.str()));
+    b.setBackend(text(d.id.backend));
     b.setName(text(d.name));
     b.setMemoryTotal(d.memoryBudget);
     b.setMemoryUsed(s.device->memoryUsed());
@@ -354,8 +354,19 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
     auto request = std::make_shared<LoadRequest>();
     request->name = options.getName();
     request->contextSize = options.getContextSize();
-    request->devices = options.getDevices();
-    request->kvPrecision = options.getKvPrecision();
+    for (capnp::Text::Reader id : options.getDevices()) request->devices.push_back(DeviceId::parse(id.cStr()));
+    switch (options.getKvPrecision()) {
+      case rpc::KvPrecision::DEFAULT:
+        break;
+      case rpc::KvPrecision::F32:
+        request->kvPrecision = KvPrecision::kF32;
+        break;
+      case rpc::KvPrecision::F16:
+        request->kvPrecision = KvPrecision::kF16;
+        break;
+      default:
+        JITLLM_FAIL(kFailed, "unknown KV precision ", uint16_t(options.getKvPrecision()));
+    }
     request->maxDeviceBytes = options.getMaxDeviceBytes();
     auto progress = params.hasProgress() ? kj::Maybe<rpc::ProgressSink::Client>(params.getProgress())
                                          : kj::Maybe<rpc::ProgressSink::Client>(nullptr);
@@ -595,7 +606,7 @@ kj::Promise<void> DaemonService::migrate(MigrateContext context) {
     auto host = core_.find(r.getModel());
     MigrationRequest request;
     request.layers = r.getLayers();
-    request.target = &core_.device(r.getDevice());
+    request.target = &core_.device(std::string_view(r.getDevice().cStr()));
     request.precopy = r.getPrecopy();
     request.force = r.getForce();
     auto ticket = host->migrate(request);
@@ -618,7 +629,7 @@ kj::Promise<void> DaemonService::pin(PinContext context) {
     auto host = core_.find(params.getModel());
     MigrationRequest request;
     request.layers = params.getLayers();
-    request.target = &core_.device(params.getDevice());
+    request.target = &core_.device(std::string_view(params.getDevice().cStr()));
     request.force = true;  // pinning somewhere is the explicit word that overrides older pins
     request.pinAfter = true;
     return whenDone(host->migrate(request))

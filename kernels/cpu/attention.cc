@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/error.h"
 #include "kernels/cpu/vector_math.h"
-#include "kernels/error.h"
 #include "kernels/quant/half.h"
 
 namespace jitllm::cpu {

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm/matmul.h"
-#include "kernels/error.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/half.h"
 
@@ -95,8 +95,9 @@ constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options)
     : isa_(options.isa.value_or(bestIsa())), pool_(options.threads > 0 ? options.threads : onlineCores()) {
-  info_.id = "cpu:" + std::to_string(options.index);
-  info_.backend = Backend::kCpu;
+  info_.id = {"cpu", options.index};
+  info_.caps.hostMemory = true;
+  info_.caps.kernelsCompiledIn = true;
   info_.name = std::string("CPU (") + isaName(isa_) + ")";
   info_.memoryBudget = options.memoryBudget ? options.memoryBudget : physicalMemory();
   info_.threads = pool_.threads();
@@ -106,19 +107,13 @@ CpuDevice::~CpuDevice() = default;
 
 std::unique_ptr<DeviceBuffer> CpuDevice::allocate(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-  size_t used = used_.load(std::memory_order_relaxed);
-  do {
-    if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
-      JITLLM_FAIL(kOverloaded, info_.id, ": out of memory: ", rounded, " bytes requested, ",
-                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget, " free");
-    }
-  } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
+  reserveMemory(rounded);
   const bool mapped = rounded >= kMapThreshold;
   void* p = mapped ? ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
                    : std::aligned_alloc(kBufferAlignment, rounded);
   if (p == nullptr || p == MAP_FAILED) {
-    used_.fetch_sub(rounded, std::memory_order_relaxed);
-    JITLLM_FAIL(kOverloaded, info_.id, ": the host could not allocate ", rounded, " bytes");
+    releaseMemory(rounded);
+    JITLLM_FAIL(kOverloaded, info_.id.str(), ": the host could not allocate ", rounded, " bytes");
   }
   return std::make_unique<CpuBuffer>(*this, static_cast<uint8_t*>(p), rounded,
                                      mapped ? CpuBuffer::Origin::kMapped : CpuBuffer::Origin::kHeap);

@@ -33,9 +33,6 @@ class CpuDevice final : public Device {
   explicit CpuDevice(const CpuDeviceOptions& options = {});
   ~CpuDevice() override;
 
-  const DeviceInfo& info() const override { return info_; }
-  size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
-  bool warmUpPays() const override { return false; }
   Isa isa() const { return isa_; }
   ThreadPool& pool() { return pool_; }
 
@@ -59,16 +56,14 @@ class CpuDevice final : public Device {
 
  private:
   friend class CpuBuffer;
-  void release(size_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  void release(size_t bytes) { releaseMemory(bytes); }
 
   // Whether w's rows stream from memory: the distinct weight matrices this device has multiplied
   // with add up to more than the caches hold. A model's first step counts as it goes.
   bool streamsFromMemory(const WeightRef& w);
 
-  DeviceInfo info_;
   Isa isa_;
   ThreadPool pool_;
-  std::atomic<size_t> used_{0};
   std::unordered_map<const void*, size_t> weightBytes_;  // executor thread only
   PreparedActivations prepared_;                         // executor thread only; reused by each matmul
   size_t weightBytesTotal_ = 0;

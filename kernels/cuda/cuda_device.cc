@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::cuda {
 
@@ -149,8 +149,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, i
       attentionRowTokens_(attentionRowTokens),
       attentionSpan_(attentionSpan),
       tuningDefines_(std::move(moduleDefines)) {
-  info_.id = "cuda:" + std::to_string(options.index);
-  info_.backend = Backend::kCuda;
+  info_.id = {"cuda", options.index};
   info_.threads = 0;
   check(api_.cuDeviceGet(&device_, options.index), "cuDeviceGet");
   check(api_.cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
@@ -237,7 +236,8 @@ CudaDevice::~CudaDevice() {
   if (profile_ || timeGraphs_) {
     double total = 0;
     for (const auto& [op, t] : profileTimes_) total += t.seconds;
-    std::fprintf(stderr, "%s kernel time by op (GPU time between events around each launch):\n", info_.id.c_str());
+    std::fprintf(stderr, "%s kernel time by op (GPU time between events around each launch):\n",
+                 info_.id.str().c_str());
     for (const auto& [op, t] : profileTimes_) {
       std::fprintf(stderr, "  %-28s %8lld calls %10.3f ms %8.2f us/call %5.1f%%\n", op.c_str(), (long long)t.calls,
                    t.seconds * 1e3, t.seconds * 1e6 / double(t.calls), 100.0 * t.seconds / total);
@@ -248,7 +248,7 @@ CudaDevice::~CudaDevice() {
     std::fprintf(stderr,
                  "%s host per read-back (%lld): its flush %.2f us, waiting for the GPU %.2f us, the copy %.2f us; "
                  "from a read-back to the next flush (%lld): %.2f us\n",
-                 info_.id.c_str(), (long long)hostTimes_.reads, hostTimes_.flush * 1e6 / reads,
+                 info_.id.str().c_str(), (long long)hostTimes_.reads, hostTimes_.flush * 1e6 / reads,
                  hostTimes_.waitGpu * 1e6 / reads, hostTimes_.copy * 1e6 / reads, (long long)hostTimes_.builds,
                  hostTimes_.build * 1e6 / builds);
   }
@@ -292,7 +292,7 @@ CudaDevice::~CudaDevice() {
   if (context_) api_.cuDevicePrimaryCtxRelease(device_);
 }
 
-void CudaDevice::check(CUresult r, const char* what) const { cuda::check(api_, r, what, info_.id); }
+void CudaDevice::check(CUresult r, const char* what) const { cuda::check(api_, r, what, info_.id.str()); }
 
 void CudaDevice::makeCurrent() const { check(api_.cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
 
@@ -364,18 +364,12 @@ void CudaDevice::synchronize() {
 
 std::unique_ptr<DeviceBuffer> CudaDevice::allocate(size_t bytes) {
   const size_t rounded = roundUp(std::max<size_t>(bytes, 1), kAllocationGranule);
-  size_t used = used_.load(std::memory_order_relaxed);
-  do {
-    if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
-      JITLLM_FAIL(kOverloaded, info_.id, ": out of memory: ", rounded, " bytes requested, ",
-                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget, " free");
-    }
-  } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
+  reserveMemory(rounded);
   makeCurrent();
   CUdeviceptr ptr = 0;
   const CUresult r = api_.cuMemAlloc(&ptr, rounded);
   if (r != CUDA_SUCCESS) {
-    used_.fetch_sub(rounded, std::memory_order_relaxed);
+    releaseMemory(rounded);
     check(r, "cuMemAlloc");  // OUT_OF_MEMORY becomes OVERLOADED
   }
   {
@@ -403,7 +397,7 @@ void CudaDevice::release(CUdeviceptr ptr, size_t bytes) {
     api_.cuStreamSynchronize(stream_);
     api_.cuMemFree(ptr);
   }
-  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  releaseMemory(bytes);
 }
 
 void CudaDevice::requireOwned(const void* p, size_t bytes, const char* what) const {
@@ -555,7 +549,7 @@ void CudaDevice::enablePeerAccess(const CudaDevice& peer) {
 
 bool CudaDevice::moveBlocksTo(Device& target, const uint8_t* const* from, uint8_t* const* to, size_t count,
                               size_t blockBytes) {
-  if (target.info().backend != Backend::kCuda || !blockKernels_) return false;
+  if (dynamic_cast<CudaDevice*>(&target) == nullptr || !blockKernels_) return false;
   auto& peer = static_cast<CudaDevice&>(target);
   if (!peer.blockKernels_) return false;
   if (count == 0 || blockBytes == 0) return true;
@@ -582,7 +576,7 @@ bool CudaDevice::moveBlocksTo(Device& target, const uint8_t* const* from, uint8_
 }
 
 void CudaDevice::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) {
-  if (target.info().backend != Backend::kCuda) {
+  if (dynamic_cast<CudaDevice*>(&target) == nullptr) {
     Device::copyToDevice(target, dst, src, bytes);
     return;
   }
@@ -1219,14 +1213,14 @@ bool CudaDevice::growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, co
   dropGraphs();
   if (buffer) {
     api_.cuMemFree(buffer);
-    used_ -= bytes;
+    releaseMemory(bytes);
     buffer = 0;
     bytes = 0;
   }
   const size_t rounded = (need + (size_t(1) << 20) - 1) & ~((size_t(1) << 20) - 1);
   check(api_.cuMemAlloc(&buffer, rounded), what);
   bytes = rounded;
-  used_ += rounded;
+  chargeMemory(rounded);
   return true;
 }
 

@@ -34,10 +34,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/cuda/driver_api.h"
 #include "kernels/cuda/kernel_library.h"
 #include "kernels/device.h"
-#include "kernels/error.h"
 #include "kernels/quantized_input.h"
 
 namespace jitllm::cuda {
@@ -101,8 +101,6 @@ class CudaDevice final : public Device {
   static std::unique_ptr<CudaDevice> create(const CudaDeviceOptions& options = {});
   ~CudaDevice() override;
 
-  const DeviceInfo& info() const override { return info_; }
-  size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
   bool responsive() override;
   std::unique_ptr<HostBuffer> allocateStreamSource(size_t bytes) override;
   uint64_t markOps() override;
@@ -330,14 +328,12 @@ class CudaDevice final : public Device {
   static constexpr unsigned kNormThreads = 1024;  // elementwise.cuh's rms_norm block
 
   const DriverApi& api_;
-  DeviceInfo info_;
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   CUstream stream_ = nullptr;
   int arch_ = 0;
   int multiprocessors_ = 0;
   KernelCache cache_;
-  std::atomic<size_t> used_{0};
 
   mutable std::mutex allocationsMutex_;
   std::map<uintptr_t, size_t> allocations_;  // base address -> bytes

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::cuda {
 namespace {

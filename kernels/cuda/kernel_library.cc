@@ -11,9 +11,9 @@
 #include <fstream>
 #include <tuple>
 
+#include "base/error.h"
 #include "kernels/cuda/kernel_sources.h"
 #include "kernels/device.h"
-#include "kernels/error.h"
 
 namespace jitllm::cuda {
 namespace {

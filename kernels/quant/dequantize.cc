@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "kernels/quant/blocks.h"
 #include "kernels/quant/half.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "kernels/quant/blocks.h"
 #include "kernels/quant/half.h"
 

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::quant {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::vulkan {
 

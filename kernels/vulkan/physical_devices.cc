@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/error.h"
 #include "kernels/device.h"
-#include "kernels/error.h"
 
 namespace jitllm::vulkan {
 namespace {

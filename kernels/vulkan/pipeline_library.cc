@@ -5,7 +5,7 @@
 #include <shaderc/shaderc.hpp>
 #include <sstream>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "kernels/vulkan/shader_sources.h"
 
 namespace jitllm::vulkan {

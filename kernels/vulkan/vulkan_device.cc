@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "kernels/quant/tensor_type.h"
 
 namespace jitllm::vulkan {
@@ -179,8 +179,7 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
                  ": no memory type for storage buffers with device addresses");
 
   const uint64_t heap = phys.deviceLocalBytes();
-  d->info_.id = ctx.id;
-  d->info_.backend = Backend::kVulkan;
+  d->info_.id = {"vulkan", options.idIndex >= 0 ? options.idIndex : options.index};
   d->info_.memoryBudget = options.memoryBudget ? options.memoryBudget : size_t(heap - heap / kHeapReserveDivisor);
   d->info_.threads = 0;
   d->info_.software = phys.software;
@@ -279,17 +278,11 @@ std::optional<Device::MemoryReading> VulkanDevice::driverMemory() const {
 std::unique_ptr<DeviceBuffer> VulkanDevice::allocate(size_t bytes) {
   const size_t rounded =
       (std::max<size_t>(bytes, 1) + MemoryPool::kAlignment - 1) / MemoryPool::kAlignment * MemoryPool::kAlignment;
-  size_t used = used_.load(std::memory_order_relaxed);
-  do {
-    if (rounded > info_.memoryBudget || used > info_.memoryBudget - rounded) {
-      JITLLM_FAIL(kOverloaded, info_.id, ": out of memory: ", rounded, " bytes requested, ",
-                  info_.memoryBudget - std::min(used, info_.memoryBudget), " of ", info_.memoryBudget, " free");
-    }
-  } while (!used_.compare_exchange_weak(used, used + rounded, std::memory_order_relaxed));
+  reserveMemory(rounded);
   try {
     return std::make_unique<VulkanBuffer>(*this, pool_->allocate(rounded), rounded);
   } catch (...) {
-    used_.fetch_sub(rounded, std::memory_order_relaxed);
+    releaseMemory(rounded);
     throw;
   }
 }
@@ -301,7 +294,7 @@ void VulkanDevice::release(const Allocation& allocation) {
     // The device is lost: nothing runs any more, so the memory is free to go.
   }
   pool_->free(allocation);
-  used_.fetch_sub(size_t(allocation.size), std::memory_order_relaxed);
+  releaseMemory(size_t(allocation.size));
 }
 
 std::unique_ptr<DeviceBuffer> VulkanDevice::adoptHostBytes(const uint8_t* bytes, size_t size) {

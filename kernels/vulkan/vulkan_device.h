@@ -69,8 +69,6 @@ class VulkanDevice final : public Device {
   static std::unique_ptr<VulkanDevice> create(const VulkanDeviceOptions& options = {});
   ~VulkanDevice() override;
 
-  const DeviceInfo& info() const override { return info_; }
-  size_t memoryUsed() const override { return used_.load(std::memory_order_relaxed); }
   bool responsive() override;
   std::optional<MemoryReading> driverMemory() const override;
 
@@ -135,12 +133,10 @@ class VulkanDevice final : public Device {
   MatmulTuner::Shape tuneMatmul(const KernelSpec& variant, int tt, const WeightRef& w, int64_t tokens,
                                 const Push& push);
 
-  DeviceInfo info_;
   DeviceContext ctx_;
   std::unique_ptr<MemoryPool> pool_;
   std::unique_ptr<CommandStream> stream_;
   std::unique_ptr<PipelineLibrary> pipelines_;
-  std::atomic<size_t> used_{0};
 
   // RoPE's cos/sin table for the last (positions, params) seen: every layer of a step rotates
   // the same positions, so it is computed once per step and re-uploaded only when the arena

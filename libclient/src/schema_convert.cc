@@ -154,8 +154,11 @@ MigrationStats fromSchema(rpc::MigrationStats::Reader r) {
 void toSchema(const LoadOptions& in, rpc::LoadOptions::Builder out) {
   out.setName(in.name);
   out.setContextSize(in.contextSize);
-  out.setDevices(in.devices);
-  out.setKvPrecision(in.kvPrecision);
+  auto devices = out.initDevices(uint32_t(in.devices.size()));
+  for (size_t i = 0; i < in.devices.size(); i++) devices.set(uint32_t(i), in.devices[i]);
+  out.setKvPrecision(in.kvPrecision == KvPrecision::kF16   ? rpc::KvPrecision::F16
+                     : in.kvPrecision == KvPrecision::kF32 ? rpc::KvPrecision::F32
+                                                           : rpc::KvPrecision::DEFAULT);
   out.setMaxDeviceBytes(in.maxDeviceBytes);
 }
 

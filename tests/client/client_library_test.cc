@@ -36,13 +36,15 @@ class ClientLibrary : public ::testing::Test {
 };
 
 TEST_F(ClientLibrary, ConnectRefusesADaemonOfAnotherProtocolVersionWithWhatToDo) {
-  FakeDaemon daemon(socket(), {.protocol = 2});
+  FakeDaemon daemon(socket(), {.protocol = kProtocolVersion + 1});
   try {
     Client::connect(socket());
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kFailed);
-    EXPECT_NE(e.message().find("speaks protocol 2 but this client"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("speaks protocol " + std::to_string(kProtocolVersion + 1) + " but this client"),
+              std::string::npos)
+        << e.message();
   }
 }
 

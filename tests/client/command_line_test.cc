@@ -165,9 +165,11 @@ TEST(Jitllmctl, EveryCommandHasHelpThatExitsZero) {
 TEST(Jitllmctl, VersionPrintsTheClientVersionAndProtocolWithoutADaemon) {
   std::string out;
   EXPECT_EQ(runCtl({"--version"}, &out), 0);
-  EXPECT_EQ(out, std::string("jitllmctl ") + client::libraryVersion() + " (protocol 1)\n");
+  EXPECT_EQ(out, std::string("jitllmctl ") + client::libraryVersion() + " (protocol " +
+                     std::to_string(client::kProtocolVersion) + ")\n");
   EXPECT_EQ(runCtl({"--version", "--json"}, &out), 0);
-  EXPECT_EQ(out, std::string(R"({"version":")") + client::libraryVersion() + R"(","protocol":1})" + "\n");
+  EXPECT_EQ(out, std::string(R"({"version":")") + client::libraryVersion() + R"(","protocol":)" +
+                     std::to_string(client::kProtocolVersion) + "}" + "\n");
 }
 
 }  // namespace

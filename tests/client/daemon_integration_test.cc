@@ -401,7 +401,7 @@ TEST_F(DaemonMigrationIntegration, APinnedUnitStaysUntilUnpinnedOrForced) {
   auto c = connect();
   client::LoadOptions options;
   options.name = "stories";
-  options.devices = "cpu:0";
+  options.devices = {"cpu:0"};
   c.load(kStories, options);
   const auto pinned = ctl({"pin", "stories:output", "cpu:1"});
   ASSERT_EQ(pinned.exitCode, 0) << pinned.err;

@@ -122,7 +122,7 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
     v.setMajor(0);
     v.setMinor(1);
     v.setPatch(0);
-    v.setProtocol(options_.protocol);
+    v.setProtocol(options_.protocol ? options_.protocol : rpc::PROTOCOL_VERSION);
     v.setBuild("fake daemon for tests");
     return kj::READY_NOW;
   }

@@ -72,7 +72,7 @@ struct FakeDaemonRecord {
 class FakeDaemon final {
  public:
   struct Options {
-    uint32_t protocol = 1;
+    uint32_t protocol = 0;  // 0: the schema's protocolVersion
     std::chrono::milliseconds tokenDelay{0};
     bool migration = true;  // false: migrate, pin and unpin are unimplemented (an older daemon)
   };

@@ -57,11 +57,11 @@ TEST_F(JitllmctlCommands, StatusSaysTheDaemonRunsWithItsVersionAndWhatItHolds) {
   load();
   const auto r = ctl({"status"});
   EXPECT_EQ(r.exitCode, 0) << r.err;
-  EXPECT_EQ(r.out, "jitllmd 0.1.0 (protocol 1) is running at " + socket() +
-                       "\nbuild: fake daemon for tests\n1 device, 1 model, 0 sessions\n");
+  EXPECT_EQ(r.out, "jitllmd 0.1.0 (protocol " + std::to_string(client::kProtocolVersion) + ") is running at " +
+                       socket() + "\nbuild: fake daemon for tests\n1 device, 1 model, 0 sessions\n");
   const auto j = JsonReader::parse(ctl({"status", "--json"}).out);
   EXPECT_TRUE(j["running"].boolean);
-  EXPECT_EQ(j["daemon"]["protocol"].number, 1);
+  EXPECT_EQ(j["daemon"]["protocol"].number, client::kProtocolVersion);
   EXPECT_EQ(j["models"].number, 1);
 }
 

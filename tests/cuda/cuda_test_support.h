@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/cpu/cpu_device.h"
-#include "tests/gpu/gpu_test_support.h"
 #include "kernels/cuda/cuda_device.h"
-#include "kernels/error.h"
+#include "tests/gpu/gpu_test_support.h"
 
 namespace jitllm::testing {
 
@@ -25,10 +25,10 @@ inline std::unique_ptr<cuda::CudaDevice> makeCudaDevice(int index = 0) {
 }
 
 // Skips the calling test (visibly) when there is no CUDA device.
-#define JITLLM_REQUIRE_CUDA()                                                   \
-  do {                                                                          \
-    const std::string why = ::jitllm::cuda::CudaDevice::unavailableReason();   \
-    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;                \
+#define JITLLM_REQUIRE_CUDA()                                                \
+  do {                                                                       \
+    const std::string why = ::jitllm::cuda::CudaDevice::unavailableReason(); \
+    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;             \
   } while (0)
 
 }  // namespace jitllm::testing

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <limits>
 
-#include "daemon/runtime/device_spec.h"
-#include "daemon/runtime/model.h"
+#include "engine/devices/builtin_backends.h"
+#include "engine/runtime/model.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 #include "tests/cuda/cuda_test_support.h"
@@ -26,8 +26,8 @@ TEST(CudaDevices, DeviceSpecCreatesCudaDevicesAndRejectsMissingOnes) {
   JITLLM_REQUIRE_CUDA();
   auto devices = runtime::createDevices("cpu:0,cuda:0", {});
   ASSERT_EQ(devices.size(), 2u);
-  EXPECT_EQ(devices[1]->info().id, "cuda:0");
-  EXPECT_EQ(devices[1]->info().backend, Backend::kCuda);
+  EXPECT_EQ(devices[1]->info().id.str(), "cuda:0");
+  EXPECT_FALSE(devices[1]->info().caps.hostMemory);
   std::printf("cuda:0: %s, budget %.1f GiB\n", devices[1]->info().name.c_str(),
               double(devices[1]->info().memoryBudget) / double(1 << 30));
   const int n = cuda::CudaDevice::count();

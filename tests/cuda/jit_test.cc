@@ -12,11 +12,11 @@
 #include <fstream>
 #include <thread>
 
-#include "daemon/runtime/device_spec.h"
+#include "base/error.h"
+#include "engine/devices/builtin_backends.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/kernel_library.h"
 #include "kernels/cuda/kernel_sources.h"
-#include "kernels/error.h"
 
 namespace jitllm::testing {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "daemon/runtime/device_spec.h"
 #include "daemon/scheduler/nvml_telemetry.h"
+#include "engine/devices/builtin_backends.h"
 #include "tests/cuda/cuda_test_support.h"
 
 namespace jitllm::testing {

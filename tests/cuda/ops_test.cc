@@ -435,7 +435,7 @@ TEST_F(CudaOps, GatherAndScatterMoveScatteredBlocksInOneTransfer) {
 // path: moveBlocksTo says false and touches nothing.
 TEST_F(CudaOps, BlocksMoveBetweenCudaDevicesInOneGatherPeerCopyAndScatter) {
   auto other = makeCudaDevice(cuda::CudaDevice::count() > 1 ? 1 : 0);
-  std::printf("target: %s (%s)\n", other->info().id.c_str(), other->info().name.c_str());
+  std::printf("target: %s (%s)\n", other->info().id.str().c_str(), other->info().name.c_str());
   for (size_t blockBytes : {size_t(1) << 20, size_t(4099)}) {
     SCOPED_TRACE(blockBytes);
     constexpr size_t kPool = 24, kCount = 20;

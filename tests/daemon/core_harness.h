@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
 #include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/daemon_core.h"
-#include "kernels/error.h"
 
 namespace jitllm::scheduler {
 
@@ -116,7 +116,9 @@ inline std::shared_ptr<server::ModelHost> load(server::DaemonCore& core, const s
   server::LoadRequest r;
   r.path = kStories;
   r.name = name;
-  r.devices = devices;
+  if (!devices.empty()) {
+    for (const DeviceRequest& d : parseDeviceList(devices)) r.devices.push_back(d.id);
+  }
   return core.load(r, nullptr);
 }
 

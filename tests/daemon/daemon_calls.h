@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "base/device_id.h"
 #include "tests/daemon/daemon_harness.h"
 
 namespace jitllm::testing {
@@ -26,7 +27,11 @@ inline void loadStories(kj::AsyncIoContext& io, RpcConnection& c, const std::str
   ASSERT_GE(fd, 0);
   req.initSource().setFile(kj::heap<FdFile>(fd));
   req.initOptions().setName(name);
-  req.getOptions().setDevices(devices);
+  if (!devices.empty()) {
+    const std::vector<DeviceRequest> list = parseDeviceList(devices);
+    auto ids = req.getOptions().initDevices(uint32_t(list.size()));
+    for (size_t i = 0; i < list.size(); i++) ids.set(uint32_t(i), list[i].id.str());
+  }
   auto resp = req.send().wait(io.waitScope);
   EXPECT_EQ(std::string(resp.getModel().getName().cStr()), name);
   EXPECT_EQ(resp.getModel().getLayers(), 5u);

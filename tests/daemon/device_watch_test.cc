@@ -6,41 +6,46 @@
 
 #include <filesystem>
 
-#include "daemon/runtime/device_discovery.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/server/device_watcher.h"
+#include "engine/devices/builtin_backends.h"
 #include "tests/daemon/core_harness.h"
 
 namespace jitllm::scheduler {
 namespace {
 
-// What an enumerator reports while the devices are unplugged: no Vulkan device at all.
-class NothingPluggedIn final : public runtime::Enumeration {
- public:
-  const std::vector<runtime::FoundDevice>& devices() const override { return none_; }
-  bool complete(Backend b) const override { return b == Backend::kVulkan; }
-  std::unique_ptr<Device> open(const runtime::FoundDevice&, int) override { return nullptr; }
+// What an enumerator reports while the devices are unplugged: no Vulkan device at all, and that
+// list is complete (a device missing from it is gone).
+Enumeration nothingPluggedIn() {
+  Enumeration e;
+  e.complete.push_back("vulkan");
+  return e;
+}
 
- private:
-  std::vector<runtime::FoundDevice> none_;
-};
+// The machine's Vulkan devices now, as the daemon's enumerator sees them.
+Enumeration vulkanNow(std::string* why = nullptr) {
+  runtime::BackendRegistry backends = runtime::builtinBackends();
+  Backend* vulkan = backends.find("vulkan");
+  if (vulkan == nullptr) {
+    if (why) *why = "this build has no Vulkan backend";
+    return {};
+  }
+  return vulkan->enumerate(why);  // the enumeration keeps its own instance: it outlives the registry
+}
 
 TEST(ReEnumeration, AGpuFoundAfterStartIsAddedOnceLostWhenItVanishesAndBackWhenItReturns) {
   if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
   std::string why;
-  if (runtime::enumerateVulkan(&why)->devices().empty()) GTEST_SKIP() << "no Vulkan device here: " << why;
+  if (vulkanNow(&why).devices.empty()) GTEST_SKIP() << "no Vulkan device here: " << why;
   auto core = makeCore("cpu:0");
   bool plugged = true;
-  core->setDeviceEnumerator([&]() -> std::unique_ptr<runtime::Enumeration> {
-    if (plugged) return runtime::enumerateVulkan();
-    return std::make_unique<NothingPluggedIn>();
-  });
+  core->setDeviceEnumerator([&] { return plugged ? vulkanNow() : nothingPluggedIn(); });
   ASSERT_TRUE(core->rescans());
   ASSERT_EQ(core->devices().size(), 1u);
 
   // Plugged in after start: opened, probed and added, under the first free vulkan:N.
   auto r = core->rescanDevices();
-  ASSERT_EQ(r.added, std::vector<std::string>{"vulkan:0"});
+  ASSERT_EQ(r.added, std::vector<DeviceId>({DeviceId{"vulkan", 0}}));
   EXPECT_TRUE(r.lost.empty());
   ASSERT_EQ(core->devices().size(), 2u);
   EXPECT_FALSE(core->device("vulkan:0").info().uuid.empty());
@@ -55,7 +60,7 @@ TEST(ReEnumeration, AGpuFoundAfterStartIsAddedOnceLostWhenItVanishesAndBackWhenI
   ASSERT_FALSE(before.error);
   plugged = false;
   r = core->rescanDevices();
-  EXPECT_EQ(r.lost, std::vector<std::string>{"vulkan:0"});
+  EXPECT_EQ(r.lost, std::vector<DeviceId>({DeviceId{"vulkan", 0}}));
   EXPECT_TRUE(everyUnitOn(placement(*host), "cpu:0"));
   EXPECT_EQ(core->devices().size(), 1u);
   const Outcome after = finish(*start(*host, 16));
@@ -65,7 +70,7 @@ TEST(ReEnumeration, AGpuFoundAfterStartIsAddedOnceLostWhenItVanishesAndBackWhenI
   // Back: the same device (it still answers), online again under its id.
   plugged = true;
   r = core->rescanDevices();
-  EXPECT_EQ(r.back, std::vector<std::string>{"vulkan:0"});
+  EXPECT_EQ(r.back, std::vector<DeviceId>({DeviceId{"vulkan", 0}}));
   EXPECT_TRUE(r.added.empty());
   EXPECT_EQ(core->devices().size(), 2u);
   EXPECT_EQ(core->deviceTable().all().size(), 2u);
@@ -78,7 +83,7 @@ TEST(ReEnumeration, AGpuFoundAfterStartIsAddedOnceLostWhenItVanishesAndBackWhenI
 // A telemetry source that matches devices by UUID (NVML) hears of a device found after it was made.
 TEST(ReEnumeration, TheTelemetrySourceHearsOfADeviceFoundLater) {
   std::string why;
-  if (runtime::enumerateVulkan(&why)->devices().empty()) GTEST_SKIP() << "no Vulkan device here: " << why;
+  if (vulkanNow(&why).devices.empty()) GTEST_SKIP() << "no Vulkan device here: " << why;
   struct Recording final : TelemetrySource {
     std::vector<std::pair<std::string, std::string>>* added;
     explicit Recording(std::vector<std::pair<std::string, std::string>>* a) : added(a) {}
@@ -87,11 +92,11 @@ TEST(ReEnumeration, TheTelemetrySourceHearsOfADeviceFoundLater) {
   };
   std::vector<std::pair<std::string, std::string>> added;
   auto core = makeCore("cpu:0");
-  core->setDeviceEnumerator([] { return runtime::enumerateVulkan(); });
+  core->setDeviceEnumerator([] { return vulkanNow(); });
   Scheduler s(*core, std::make_unique<Recording>(&added), policies::PolicyConfig{}, "balanced");
   s.tick(0);
   EXPECT_TRUE(added.empty()) << "cpu:0 was there when the source was made";
-  ASSERT_EQ(core->rescanDevices().added, std::vector<std::string>{"vulkan:0"});
+  ASSERT_EQ(core->rescanDevices().added, std::vector<DeviceId>({DeviceId{"vulkan", 0}}));
   s.tick(1);
   s.tick(2);
   ASSERT_EQ(added.size(), 1u) << "told once";

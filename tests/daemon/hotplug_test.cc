@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/error.h"
 #include "daemon/scheduler/scheduler.h"
-#include "kernels/error.h"
 #include "tests/daemon/core_harness.h"
 
 namespace jitllm::scheduler {

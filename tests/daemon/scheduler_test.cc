@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/error.h"
 #include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/daemon_core.h"
-#include "kernels/error.h"
 
 namespace jitllm::scheduler {
 namespace {
@@ -46,7 +46,7 @@ class SchedulerTest : public ::testing::Test {
     server::LoadRequest r;
     r.path = kModels + "/stories260K.gguf";
     r.name = "stories";
-    r.devices = "cpu:0";
+    r.devices = {DeviceId{"cpu", 0}};
     host_ = core_->load(r, nullptr);
   }
   std::unique_ptr<server::DaemonCore> core_;

@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "daemon/runtime/chat_template.h"
-#include "daemon/runtime/stop_strings.h"
+#include "base/error.h"
 #include "daemon/server/access_policy.h"
 #include "daemon/server/daemon_config.h"
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
-#include "kernels/error.h"
+#include "engine/chat/chat_template.h"
+#include "engine/chat/stop_strings.h"
 
 namespace jitllm::server {
 namespace {

@@ -19,15 +19,15 @@
 #include <typeinfo>
 #include <vector>
 
-#include "daemon/gguf/gguf_file.h"
-#include "daemon/gguf/gguf_writer.h"
-#include "daemon/runtime/model_config.h"
-#include "daemon/runtime/model_tensors.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/runtime/model_config.h"
+#include "engine/runtime/model_tensors.h"
 #include "kernels/quant/tensor_type.h"
 #if JITLLM_FUZZ_TOKENIZER
-#include "daemon/tokenizer/tokenizer.h"
-#include "daemon/tokenizer/vocab_from_gguf.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/vocab_from_gguf.h"
 #endif
 
 namespace {
@@ -39,13 +39,12 @@ using jitllm::gguf::Value;
 using jitllm::gguf::ValueType;
 
 // Stops the run with a message; libFuzzer reports the abort and saves the input.
-#define FUZZ_CHECK(cond)                                                                \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
-      std::fprintf(stderr, "gguf_fuzz: check failed at %s:%d: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                              \
-      std::abort();                                                                     \
-    }                                                                                   \
+#define FUZZ_CHECK(cond)                                                                         \
+  do {                                                                                           \
+    if (!(cond)) [[unlikely]] {                                                                  \
+      std::fprintf(stderr, "gguf_fuzz: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                              \
+    }                                                                                            \
   } while (0)
 
 // Runs one call that may refuse the input with jitllm::Error; returns whether it succeeded.

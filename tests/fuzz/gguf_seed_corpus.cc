@@ -18,15 +18,15 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/gguf/gguf_file.h"
-#include "daemon/gguf/gguf_writer.h"
-#include "daemon/runtime/model_config.h"
-#include "daemon/runtime/model_tensors.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/runtime/model_config.h"
+#include "engine/runtime/model_tensors.h"
 #include "kernels/quant/tensor_type.h"
 #if JITLLM_FUZZ_TOKENIZER
-#include "daemon/tokenizer/tokenizer.h"
-#include "daemon/tokenizer/vocab_from_gguf.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/vocab_from_gguf.h"
 #endif
 
 namespace {
@@ -70,8 +70,7 @@ size_t tensorBytes(TensorType type, const std::vector<int64_t>& dims) {
   return *jitllm::quant::rowBytes(type, dims[0]) * size_t(rows);
 }
 
-void addFilled(GgufWriter& w, const std::string& name, TensorType type, std::vector<int64_t> dims,
-               uint32_t seed) {
+void addFilled(GgufWriter& w, const std::string& name, TensorType type, std::vector<int64_t> dims, uint32_t seed) {
   const size_t n = tensorBytes(type, dims);
   w.addTensor(name, type, std::move(dims), type == TensorType::kF32 ? floats(n / 4, seed) : pattern(n, seed));
 }
@@ -135,8 +134,22 @@ void addEveryTensorType(GgufWriter& w) {
 }
 
 std::vector<std::string> spmTokens() {
-  return {"<unk>", "<s>", "</s>", "<0x0A>", "<0xE2>", "\xe2\x96\x81", "\xe2\x96\x81H", "e", "l", "o",
-          "\xe2\x96\x81Hello", "\xe2\x96\x81w", "r", "d", ",", "!"};
+  return {"<unk>",
+          "<s>",
+          "</s>",
+          "<0x0A>",
+          "<0xE2>",
+          "\xe2\x96\x81",
+          "\xe2\x96\x81H",
+          "e",
+          "l",
+          "o",
+          "\xe2\x96\x81Hello",
+          "\xe2\x96\x81w",
+          "r",
+          "d",
+          ",",
+          "!"};
 }
 
 // A two-block llama whose every tensor is what ModelTensors::find asks for, with a SentencePiece
@@ -202,9 +215,10 @@ GgufWriter tinyQwen2() {
   GgufWriter w(3, 64);
   constexpr int64_t kEmbd = 32, kHeads = 4, kKvHeads = 2, kFf = 64;
   constexpr int64_t headDim = kEmbd / kHeads, kvDim = kKvHeads * headDim;
-  const std::vector<std::string> tokens = {"!", ",", "H", "e", "l", "o", "\xc4\xa0", "w", "r", "d",
-                                           "ll", "llo", "\xc4\xa0w", "He", "<|endoftext|>",
-                                           "<|im_start|>", "<|im_end|>", "123"};
+  const std::vector<std::string> tokens = {
+      "!",          ",",  "H",  "e",   "l",         "o",  "\xc4\xa0",      "w",
+      "r",          "d",  "ll", "llo", "\xc4\xa0w", "He", "<|endoftext|>", "<|im_start|>",
+      "<|im_end|>", "123"};
   const int64_t vocab = int64_t(tokens.size());
   w.set("general.architecture", Value::string("qwen2"));
   w.set("qwen2.context_length", Value::u32(128));
@@ -248,16 +262,14 @@ GgufWriter tinyQwen2() {
 struct Seed {
   std::string name;
   std::vector<uint8_t> bytes;
-  bool valid = true;     // the reader accepts it
-  bool model = false;    // ModelConfig and ModelTensors accept it
-  bool vocab = false;    // vocabFromGguf and Tokenizer accept it
+  bool valid = true;   // the reader accepts it
+  bool model = false;  // ModelConfig and ModelTensors accept it
+  bool vocab = false;  // vocabFromGguf and Tokenizer accept it
 };
 
 std::vector<Seed> seeds() {
   std::vector<Seed> out;
-  auto add = [&](std::string name, const GgufWriter& w) {
-    out.push_back({std::move(name), w.serialize()});
-  };
+  auto add = [&](std::string name, const GgufWriter& w) { out.push_back({std::move(name), w.serialize()}); };
   for (uint32_t version : {2u, 3u}) {
     GgufWriter w(version);
     setEveryValueType(w);
@@ -334,22 +346,53 @@ bool check(const Seed& seed) {
 // Dictionary entries: the magic, versions, and every key and tensor name the readers look up, both
 // bare and with the u64 length prefix the file format puts before a string.
 std::vector<std::string> dictionaryWords() {
-  std::vector<std::string> words = {
-      "general.alignment", "general.architecture", "general.name", "llama", "qwen2", "gpt2", "linear",
-      "llama3", "none", "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
-      "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
-      "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
-      "tokenizer.ggml.padding_token_id", "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.eot_token_id",
-      "tokenizer.ggml.eom_token_id", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
-      "tokenizer.ggml.add_space_prefix", "token_embd.weight", "output_norm.weight", "output.weight",
-      "rope_freqs.weight", "blk.0.", "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-      "attn_output.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias", "ffn_norm.weight",
-      "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+  std::vector<std::string> words = {"general.alignment",
+                                    "general.architecture",
+                                    "general.name",
+                                    "llama",
+                                    "qwen2",
+                                    "gpt2",
+                                    "linear",
+                                    "llama3",
+                                    "none",
+                                    "tokenizer.ggml.model",
+                                    "tokenizer.ggml.pre",
+                                    "tokenizer.ggml.tokens",
+                                    "tokenizer.ggml.scores",
+                                    "tokenizer.ggml.token_type",
+                                    "tokenizer.ggml.merges",
+                                    "tokenizer.ggml.bos_token_id",
+                                    "tokenizer.ggml.eos_token_id",
+                                    "tokenizer.ggml.unknown_token_id",
+                                    "tokenizer.ggml.padding_token_id",
+                                    "tokenizer.ggml.seperator_token_id",
+                                    "tokenizer.ggml.eot_token_id",
+                                    "tokenizer.ggml.eom_token_id",
+                                    "tokenizer.ggml.add_bos_token",
+                                    "tokenizer.ggml.add_eos_token",
+                                    "tokenizer.ggml.add_space_prefix",
+                                    "token_embd.weight",
+                                    "output_norm.weight",
+                                    "output.weight",
+                                    "rope_freqs.weight",
+                                    "blk.0.",
+                                    "attn_norm.weight",
+                                    "attn_q.weight",
+                                    "attn_k.weight",
+                                    "attn_v.weight",
+                                    "attn_output.weight",
+                                    "attn_q.bias",
+                                    "attn_k.bias",
+                                    "attn_v.bias",
+                                    "ffn_norm.weight",
+                                    "ffn_gate.weight",
+                                    "ffn_up.weight",
+                                    "ffn_down.weight"};
   for (const char* arch : {"llama.", "qwen2."}) {
-    for (const char* key : {"context_length", "embedding_length", "block_count", "feed_forward_length",
-                            "attention.head_count", "attention.head_count_kv", "attention.key_length",
-                            "rope.dimension_count", "rope.freq_base", "rope.scaling.type",
-                            "rope.scaling.factor", "attention.layer_norm_rms_epsilon"}) {
+    for (const char* key :
+         {"context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
+          "attention.head_count_kv", "attention.key_length", "rope.dimension_count", "rope.freq_base",
+          "rope.scaling.type", "rope.scaling.factor", "attention.layer_norm_rms_epsilon"}) {
       words.push_back(std::string(arch) + key);
     }
   }
@@ -406,8 +449,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (const Seed& seed : seeds()) {
     if (seed.bytes.size() > kMaxSeedBytes) {
-      std::fprintf(stderr, "%s: %zu bytes, over the %zu limit\n", seed.name.c_str(), seed.bytes.size(),
-                   kMaxSeedBytes);
+      std::fprintf(stderr, "%s: %zu bytes, over the %zu limit\n", seed.name.c_str(), seed.bytes.size(), kMaxSeedBytes);
       ok = false;
     }
     if (!check(seed)) ok = false;

@@ -12,11 +12,11 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/gguf/gguf_file.h"
-#include "daemon/tokenizer/streaming_detokenizer.h"
-#include "daemon/tokenizer/tokenizer.h"
-#include "daemon/tokenizer/utf8.h"
-#include "daemon/tokenizer/vocab_from_gguf.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/streaming_detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
+#include "engine/tokenizer/vocab_from_gguf.h"
 
 namespace {
 
@@ -34,8 +34,7 @@ const Tokenizer& load(const char* name) {
   std::abort();
 }
 
-void exercise(const Tokenizer& tokenizer, std::string_view text, bool addSpecial,
-              bool parseSpecial) {
+void exercise(const Tokenizer& tokenizer, std::string_view text, bool addSpecial, bool parseSpecial) {
   const std::vector<int32_t> ids = tokenizer.encode(text, addSpecial, parseSpecial);
   for (int32_t id : ids) {
     if (id < 0 || id >= tokenizer.vocabSize()) bug("an id outside the vocabulary");

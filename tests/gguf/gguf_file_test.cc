@@ -1,14 +1,14 @@
 // The GGUF reader and writer: every value type round-trips, real files parse, and every kind of
 // malformed file is refused with an Error naming the file and the problem.
-#include "daemon/gguf/gguf_file.h"
+#include "engine/gguf/gguf_file.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 
-#include "daemon/gguf/gguf_writer.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/gguf/gguf_writer.h"
 
 namespace jitllm::gguf {
 namespace {

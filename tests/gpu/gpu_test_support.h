@@ -11,26 +11,26 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/device.h"
-#include "kernels/error.h"
 
 namespace jitllm::testing {
 
 struct GpuBackend {
-  const char* name;                     // "vulkan", "cuda": the device spec's backend
-  std::string (*unavailableReason)();   // empty when a device can be made here
+  const char* name;                            // "vulkan", "cuda": the device spec's backend
+  std::string (*unavailableReason)();          // empty when a device can be made here
   std::unique_ptr<Device> (*make)(int index);  // the backend's device `index`
-  int (*deviceCount)();                 // usable devices of the backend here
+  int (*deviceCount)();                        // usable devices of the backend here
 };
 
 // Defined once in each GPU test binary (tests/vulkan/vulkan_backend.cc, tests/cuda/cuda_backend.cc).
 const GpuBackend& testedBackend();
 
 // Skips the calling test (visibly) when the tested backend has no device here.
-#define JITLLM_REQUIRE_GPU()                                                                          \
-  do {                                                                                                \
-    const std::string why = ::jitllm::testing::testedBackend().unavailableReason();                  \
+#define JITLLM_REQUIRE_GPU()                                                                                  \
+  do {                                                                                                        \
+    const std::string why = ::jitllm::testing::testedBackend().unavailableReason();                           \
     if (!why.empty()) GTEST_SKIP() << "no " << ::jitllm::testing::testedBackend().name << " device: " << why; \
   } while (0)
 

@@ -1,6 +1,6 @@
 // Whole models on the tested GPU backend's device 0 (testedBackend()) against the CPU backend and
 // llama.cpp's goldens. Compiled into each GPU test binary, which instantiates the suites.
-#include "daemon/runtime/model.h"
+#include "engine/runtime/model.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/runtime/generation.h"
-#include "daemon/runtime/host_kv.h"
+#include "engine/kv/host_kv.h"
+#include "engine/runtime/generation.h"
 #include "policies/pressure_policy.h"
 #include "tests/gpu/gpu_model_tests.h"
 #include "tests/runtime/migration_harness.h"
@@ -397,14 +397,14 @@ TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
   const size_t fill = budget / 100 * 97 - std::min(gpu0.memoryUsed(), budget / 100 * 97);
   const auto filled = std::chrono::steady_clock::now();
   auto filler = gpu0.allocate(fill);
-  std::printf("%s: filled %.1f GiB of %.1f GiB in %.0f ms\n", gpu0.info().id.c_str(), double(fill) / (1 << 30),
+  std::printf("%s: filled %.1f GiB of %.1f GiB in %.0f ms\n", gpu0.info().id.str().c_str(), double(fill) / (1 << 30),
               double(budget) / (1 << 30),
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - filled).count());
 
   policies::Snapshot s;
   for (Device* d : {&gpu0, &gpu1}) {
     policies::DeviceState state;
-    state.id = d->info().id;
+    state.id = d->info().id.str();
     state.memoryTotal = d->info().memoryBudget;
     state.memoryUsed = d->memoryUsed();
     state.speed = 10;
@@ -415,15 +415,15 @@ TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
   model.activeSessions = int(prompts.size());  // busy: its layers move rather than page out
   for (int u = 0; u < m.model->unitCount(); u++) {
     const runtime::UnitInfo info = m.model->unitInfo(u);
-    model.units.push_back({m.model->unitName(u), info.device->info().id, info.weightBytes, "", info.weightBytes});
+    model.units.push_back({m.model->unitName(u), info.device->info().id.str(), info.weightBytes, "", info.weightBytes});
   }
   s.models.push_back(model);
   policies::PressurePolicy pressure({});
   const std::vector<policies::Action> plan = pressure.plan(s);
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].kind, policies::ActionKind::kMigrate);
-  EXPECT_EQ(plan[0].target, gpu1.info().id);
-  EXPECT_NE(plan[0].reason.find(gpu0.info().id + " at 9"), std::string::npos) << plan[0].reason;
+  EXPECT_EQ(plan[0].target, gpu1.info().id.str());
+  EXPECT_NE(plan[0].reason.find(gpu0.info().id.str() + " at 9"), std::string::npos) << plan[0].reason;
   std::printf("plan: %s units %d-%d -> %s (%s)\n", plan[0].model.c_str(), plan[0].first, plan[0].last,
               plan[0].target.c_str(), plan[0].reason.c_str());
 
@@ -435,8 +435,8 @@ TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
   EXPECT_EQ(got.tokens, want.tokens);
   expectBitwiseSameLogits(got, want);
   for (int u = 0; u < m.model->unitCount(); u++) EXPECT_EQ(&m.model->unitDevice(u), &gpu1) << u;
-  std::printf("%s -> %s under pressure: pause %.3f ms, %zu B in the pause\n", gpu0.info().id.c_str(),
-              gpu1.info().id.c_str(), got.stats[0].pauseMs, got.stats[0].bytesInPause);
+  std::printf("%s -> %s under pressure: pause %.3f ms, %zu B in the pause\n", gpu0.info().id.str().c_str(),
+              gpu1.info().id.str().c_str(), got.stats[0].pauseMs, got.stats[0].bytesInPause);
 }
 
 TEST_P(GpuModels, TinyQ4KMLayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAToken) {

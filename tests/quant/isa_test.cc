@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::cpu {
 namespace {

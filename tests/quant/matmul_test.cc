@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 

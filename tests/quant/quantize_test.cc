@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "kernels/quant/blocks.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/half.h"

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "kernels/quant/blocks.h"
 
 namespace jitllm::quant {

@@ -1,32 +1,31 @@
 // Device specs as users write them (--devices, `devices =`): memory caps with "@SIZE", and sizes
 // parsed the same everywhere (device specs, --max-vram, telemetry scripts).
-#include "daemon/runtime/device_spec.h"
-
 #include <gtest/gtest.h>
 
-#include "daemon/runtime/byte_size.h"
-#include "kernels/error.h"
+#include "base/byte_size.h"
+#include "base/error.h"
+#include "engine/devices/builtin_backends.h"
 
 namespace jitllm::testing {
 namespace {
 
 TEST(ByteSize, SuffixesArePowersOf1024AndAnythingElseIsRefused) {
-  EXPECT_EQ(runtime::parseByteSize("512"), 512u);
-  EXPECT_EQ(runtime::parseByteSize("64K"), 64u << 10);
-  EXPECT_EQ(runtime::parseByteSize("256M"), 256u << 20);
-  EXPECT_EQ(runtime::parseByteSize("2G"), size_t(2) << 30);
-  EXPECT_EQ(runtime::parseByteSize("2GiB"), size_t(2) << 30);
-  EXPECT_EQ(runtime::parseByteSize("64MB"), 64u << 20);
-  EXPECT_EQ(runtime::parseByteSize("1T"), size_t(1) << 40);
+  EXPECT_EQ(parseByteSize("512"), 512u);
+  EXPECT_EQ(parseByteSize("64K"), 64u << 10);
+  EXPECT_EQ(parseByteSize("256M"), 256u << 20);
+  EXPECT_EQ(parseByteSize("2G"), size_t(2) << 30);
+  EXPECT_EQ(parseByteSize("2GiB"), size_t(2) << 30);
+  EXPECT_EQ(parseByteSize("64MB"), 64u << 20);
+  EXPECT_EQ(parseByteSize("1T"), size_t(1) << 40);
   for (const char* bad : {"", "M", "-1", "1.5G", "2X", "2 G", "99999999999999999999", "20000000000T"}) {
-    EXPECT_FALSE(runtime::parseByteSize(bad).has_value()) << bad;
+    EXPECT_FALSE(parseByteSize(bad).has_value()) << bad;
   }
 }
 
 TEST(DeviceSpec, AnAtSizeCapsWhatADeviceHandsOut) {
   auto devices = runtime::createDevices("cpu:0@64M,cpu:1", {});
   ASSERT_EQ(devices.size(), 2u);
-  EXPECT_EQ(devices[0]->info().id, "cpu:0");
+  EXPECT_EQ(devices[0]->info().id.str(), "cpu:0");
   EXPECT_EQ(devices[0]->info().memoryBudget, 64u << 20);
   EXPECT_GT(devices[1]->info().memoryBudget, 64u << 20);
   auto fits = devices[0]->allocate(32u << 20);

@@ -2,8 +2,8 @@
 // (tests/goldens/make_goldens.sh says how each was made).
 #include <gtest/gtest.h>
 
-#include "daemon/runtime/generation.h"
-#include "daemon/tokenizer/streaming_detokenizer.h"
+#include "engine/runtime/generation.h"
+#include "engine/tokenizer/streaming_detokenizer.h"
 #include "tests/runtime/test_support.h"
 #include "tools/random_model.h"
 
@@ -128,8 +128,8 @@ TEST_P(MicroFidelity, LogitsAreAtLeastAsCloseToTheFloat64TruthAsLlamaCpps) {
   const auto b = compareLogits(llamacpp, truth, 512);
   RecordProperty("jitllm_nmse", std::to_string(a.nmse));
   RecordProperty("llamacpp_nmse", std::to_string(b.nmse));
-  std::printf("micro %-7s jitllm nmse %.3e top1 %.4f | llama.cpp nmse %.3e top1 %.4f\n", type.c_str(), a.nmse,
-              a.top1, b.nmse, b.top1);
+  std::printf("micro %-7s jitllm nmse %.3e top1 %.4f | llama.cpp nmse %.3e top1 %.4f\n", type.c_str(), a.nmse, a.top1,
+              b.nmse, b.top1);
   EXPECT_LE(a.nmse, std::max(1.1 * b.nmse, 1e-6));
   EXPECT_GE(a.top1, b.top1);
 }

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/runtime/live_migration.h"
-#include "daemon/runtime/model.h"
+#include "engine/runtime/live_migration.h"
+#include "engine/runtime/model.h"
 
 namespace jitllm::testing {
 

@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <random>
 
-#include "daemon/runtime/host_kv.h"
-#include "daemon/runtime/live_migration.h"
-#include "daemon/runtime/unit_range.h"
+#include "base/error.h"
+#include "engine/kv/host_kv.h"
+#include "engine/runtime/live_migration.h"
+#include "engine/runtime/unit_range.h"
 #include "kernels/cpu/cpu_device.h"
-#include "kernels/error.h"
 #include "tests/runtime/migration_harness.h"
 #include "tests/runtime/test_support.h"
 #include "tools/random_model.h"
@@ -231,11 +231,10 @@ class VanishingDevice final : public Device {
     o.index = index;
     o.threads = 2;
     inner_ = std::make_unique<cpu::CpuDevice>(o);
+    info_ = inner_->info();  // its id, budget and capabilities; the inner device keeps the accounts
   }
   void vanish() { gone_ = true; }
 
-  const DeviceInfo& info() const override { return inner_->info(); }
-  size_t memoryUsed() const override { return inner_->memoryUsed(); }
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return check().allocate(bytes); }
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override {
     return check().adoptHostBytes(bytes, size);
@@ -264,7 +263,7 @@ class VanishingDevice final : public Device {
 
  private:
   Device& check() {
-    if (gone_) throw Error(ErrorKind::kDisconnected, info().id + " has gone away");
+    if (gone_) throw Error(ErrorKind::kDisconnected, info().id.str() + " has gone away");
     return *inner_;
   }
   std::unique_ptr<cpu::CpuDevice> inner_;

@@ -1,13 +1,13 @@
 // The model runtime's guarantees: batching, placement, prefill/decode equivalence, KV paging,
 // limits and errors.
-#include "daemon/runtime/model.h"
+#include "engine/runtime/model.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-#include "daemon/gguf/gguf_writer.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "engine/gguf/gguf_writer.h"
 #include "tests/runtime/test_support.h"
 
 namespace jitllm::testing {

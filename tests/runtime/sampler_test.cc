@@ -1,11 +1,11 @@
 // Sampling: greedy ties, seeds, and that each filter keeps exactly the tokens it should.
-#include "daemon/runtime/sampler.h"
+#include "engine/runtime/sampler.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace jitllm::runtime {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/runtime/model.h"
+#include "engine/runtime/model.h"
 #include "kernels/cpu/cpu_device.h"
 
 namespace jitllm::testing {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/gguf/gguf_file.h"
-#include "daemon/tokenizer/tokenizer.h"
-#include "daemon/tokenizer/vocab_from_gguf.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/vocab_from_gguf.h"
 #include "llama.h"
 
 namespace {
@@ -42,8 +42,7 @@ std::string llamaPiece(const llama_vocab* v, int32_t id, bool special) {
 
 std::string llamaDetokenize(const llama_vocab* v, const Ids& ids, bool remove, bool unparse) {
   std::vector<char> buf(ids.size() * 64 + 64);
-  const int n = llama_detokenize(v, ids.data(), int(ids.size()), buf.data(), int(buf.size()),
-                                 remove, unparse);
+  const int n = llama_detokenize(v, ids.data(), int(ids.size()), buf.data(), int(buf.size()), remove, unparse);
   return std::string(buf.data(), size_t(n < 0 ? 0 : n));
 }
 
@@ -221,24 +220,22 @@ int main(int argc, char** argv) {
           }
           const Ids got = ours.encode(text, add, parse);
           if (got != expected) {
-            report("encode add=" + std::to_string(add) + " parse=" + std::to_string(parse) +
-                   " of [" + hex(text) + "]");
+            report("encode add=" + std::to_string(add) + " parse=" + std::to_string(parse) + " of [" + hex(text) + "]");
             continue;
           }
           for (bool remove : {false, true}) {
             for (bool unparse : {false, true}) {
-              if (llamaDetokenize(v, expected, remove, unparse) !=
-                  ours.detokenize(got, remove, unparse)) {
-                report("detokenize remove=" + std::to_string(remove) +
-                       " unparse=" + std::to_string(unparse) + " of [" + hex(text) + "]");
+              if (llamaDetokenize(v, expected, remove, unparse) != ours.detokenize(got, remove, unparse)) {
+                report("detokenize remove=" + std::to_string(remove) + " unparse=" + std::to_string(unparse) + " of [" +
+                       hex(text) + "]");
               }
             }
           }
         }
       }
     }
-    std::printf("%s: %d mismatches over %d inputs (%d encodings llama.cpp threw on, skipped)\n",
-                name, bad, inputs, skipped);
+    std::printf("%s: %d mismatches over %d inputs (%d encodings llama.cpp threw on, skipped)\n", name, bad, inputs,
+                skipped);
     totalBad += bad;
     llama_model_free(model);
   }

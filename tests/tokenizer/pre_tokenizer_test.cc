@@ -1,11 +1,11 @@
-#include "daemon/tokenizer/pre_tokenizer.h"
+#include "engine/tokenizer/pre_tokenizer.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "daemon/tokenizer/utf8.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace jitllm::tokenizer {
 namespace {
@@ -56,8 +56,7 @@ TEST(PreTokenizer, NonAsciiLettersNumbersAndWhitespaceFollowUnicodeCategories) {
 }
 
 TEST(PreTokenizer, TheDefaultChainSplitsPunctuationRunsAndDigitTriples) {
-  EXPECT_EQ(words(PreTokenizerKind::kDefault, "a+=b 12345"),
-            (Words{"a", "+=", "b", " ", "123", "45"}));
+  EXPECT_EQ(words(PreTokenizerKind::kDefault, "a+=b 12345"), (Words{"a", "+=", "b", " ", "123", "45"}));
 }
 
 }  // namespace

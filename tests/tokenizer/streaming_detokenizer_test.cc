@@ -1,4 +1,4 @@
-#include "daemon/tokenizer/streaming_detokenizer.h"
+#include "engine/tokenizer/streaming_detokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/tokenizer/utf8.h"
+#include "engine/tokenizer/utf8.h"
 #include "tests/tokenizer/test_vocab.h"
 
 namespace jitllm::tokenizer {
@@ -107,8 +107,7 @@ std::vector<std::string> vocabTestInputs(const std::string& name) {
   static constexpr std::string_view kSeparator = "\n__ggml_vocab_test__\n";
   std::vector<std::string> inputs;
   size_t pos = 0;
-  for (size_t hit; (hit = text.find(kSeparator, pos)) != std::string::npos;
-       pos = hit + kSeparator.size()) {
+  for (size_t hit; (hit = text.find(kSeparator, pos)) != std::string::npos; pos = hit + kSeparator.size()) {
     inputs.push_back(text.substr(pos, hit - pos));
   }
   return inputs;
@@ -118,8 +117,7 @@ std::vector<std::string> vocabTestInputs(const std::string& name) {
 // streaming their tokens must give only valid chunks that add up to the whole text.
 TEST(StreamingDetokenizer, NeverEmitsInvalidUtf8WhileStreamingEveryVocabularysTestInputs) {
   for (const char* name : {"llama-spm", "llama-bpe", "qwen2", "gpt-2"}) {
-    const Tokenizer tokenizer =
-        loadTokenizer(sharedPath(std::string("vocab/ggml-vocab-") + name + ".gguf"));
+    const Tokenizer tokenizer = loadTokenizer(sharedPath(std::string("vocab/ggml-vocab-") + name + ".gguf"));
     size_t splitCharacters = 0;
     for (const std::string& input : vocabTestInputs(name)) {
       const std::vector<int32_t> ids = tokenizer.encode(input, false, false);
@@ -135,8 +133,7 @@ TEST(StreamingDetokenizer, NeverEmitsInvalidUtf8WhileStreamingEveryVocabularysTe
       streamed += stream.flush();
       EXPECT_EQ(streamed, pieces) << name;
     }
-    EXPECT_GT(splitCharacters, 0u)
-        << name << ": no token split a character; the test tests nothing";
+    EXPECT_GT(splitCharacters, 0u) << name << ": no token split a character; the test tests nothing";
   }
 }
 

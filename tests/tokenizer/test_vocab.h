@@ -3,15 +3,13 @@
 
 #include <string>
 
-#include "daemon/gguf/gguf_file.h"
-#include "daemon/tokenizer/tokenizer.h"
-#include "daemon/tokenizer/vocab_from_gguf.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/vocab_from_gguf.h"
 
 namespace jitllm::tokenizer::test_support {
 
-inline std::string sharedPath(const std::string& relative) {
-  return std::string(JITLLM_SHARED_DIR) + "/" + relative;
-}
+inline std::string sharedPath(const std::string& relative) { return std::string(JITLLM_SHARED_DIR) + "/" + relative; }
 
 inline Tokenizer loadTokenizer(const std::string& path) {
   auto file = gguf::GgufFile::open(path);

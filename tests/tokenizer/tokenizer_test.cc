@@ -1,11 +1,11 @@
-#include "daemon/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
+#include "base/error.h"
 #include "tests/tokenizer/test_vocab.h"
 
 namespace jitllm::tokenizer {
@@ -37,11 +37,10 @@ const Tokenizer& gpt2() {
 }
 
 // The ids llama.cpp's llama-greedy generates from BOS + "Once upon a time" (shared/models/README).
-const Ids kStoriesGreedy = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401,
-                            396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433,
-                            426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388,
-                            426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267,
-                            414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
+const Ids kStoriesGreedy = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+                            410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,
+                            261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432,
+                            398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
 constexpr std::string_view kStoriesGreedyText =
     ", there was a little girl named Lily. She loved to play outside in the park. One day, she "
     "saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said";
@@ -99,8 +98,7 @@ TEST(SentencePiece, PiecesTurnTheSpaceMarkerIntoASpaceAndRenderControlTokensOnly
 }
 
 TEST(SentencePiece, DetokenizeStripsThePrefixSpaceOnlyFromTheFirstTokenAsLlamaCppDoes) {
-  EXPECT_EQ(llamaSpm().detokenize(llamaSpm().encode("Hello world", false, false), false, false),
-            "Hello world");
+  EXPECT_EQ(llamaSpm().detokenize(llamaSpm().encode("Hello world", false, false), false, false), "Hello world");
   // llama.cpp only ever strips the first token's piece; after a BOS, the space stays - whether the
   // BOS was removed, rendered or silently skipped.
   const Ids withBos = llamaSpm().encode("Hello world", true, false);
@@ -144,8 +142,7 @@ TEST(ByteLevelBpe, UserDefinedTokensAreMatchedEvenWithoutParsingSpecialTokens) {
   ASSERT_NE(pad, kNoToken);
   ASSERT_TRUE(qwen2().isUserDefined(pad));
   const Ids ids = qwen2().encode("a[PAD151934]b", false, false);
-  EXPECT_EQ(ids,
-            (Ids{qwen2().encode("a", false, false)[0], pad, qwen2().encode("b", false, false)[0]}));
+  EXPECT_EQ(ids, (Ids{qwen2().encode("a", false, false)[0], pad, qwen2().encode("b", false, false)[0]}));
   // Control tokens, though, are text unless parsing is asked for.
   const Ids literal = qwen2().encode("<|im_end|>", false, false);
   EXPECT_GT(literal.size(), 1u);
@@ -163,8 +160,7 @@ TEST(ByteLevelBpe, PiecesMapTheByteAlphabetBackToBytes) {
 TEST(ByteLevelBpe, DetokenizeCleansSpacesBeforePunctuationOnlyWhereTheModelDoes) {
   // GPT-2 and Llama 3 clean up " ," like Hugging Face; Qwen 2 keeps text as it was.
   EXPECT_EQ(gpt2().detokenize(gpt2().encode("a , b", false, false), false, false), "a, b");
-  EXPECT_EQ(gpt2().detokenize(gpt2().encode("a ' b it 's", false, false), false, false),
-            "a'b it's");
+  EXPECT_EQ(gpt2().detokenize(gpt2().encode("a ' b it 's", false, false), false, false), "a'b it's");
   EXPECT_EQ(qwen2().detokenize(qwen2().encode("a , b", false, false), false, false), "a , b");
 }
 

@@ -1,11 +1,11 @@
-#include "daemon/tokenizer/utf8.h"
+#include "engine/tokenizer/utf8.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "daemon/tokenizer/codepoint_class.h"
-#include "daemon/tokenizer/gpt2_byte_map.h"
+#include "engine/tokenizer/codepoint_class.h"
+#include "engine/tokenizer/gpt2_byte_map.h"
 
 namespace jitllm::tokenizer {
 namespace {

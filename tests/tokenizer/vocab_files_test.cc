@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/tokenizer/utf8.h"
+#include "engine/tokenizer/utf8.h"
 #include "tests/tokenizer/test_vocab.h"
 
 namespace jitllm::tokenizer {
@@ -35,8 +35,7 @@ std::vector<std::string> readInputs(const fs::path& path) {
   const std::string all = readFile(path);
   std::vector<std::string> inputs;
   size_t pos = 0;
-  for (size_t hit; (hit = all.find(kSeparator, pos)) != std::string::npos;
-       pos = hit + kSeparator.size()) {
+  for (size_t hit; (hit = all.find(kSeparator, pos)) != std::string::npos; pos = hit + kSeparator.size()) {
     inputs.push_back(all.substr(pos, hit - pos));
   }
   return inputs;
@@ -86,8 +85,7 @@ std::vector<std::string> vocabNames() {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string file = entry.path().filename().string();
     static constexpr std::string_view kPrefix = "ggml-vocab-", kSuffix = ".gguf";
-    if (file.size() > kPrefix.size() + kSuffix.size() && file.starts_with(kPrefix) &&
-        file.ends_with(kSuffix)) {
+    if (file.size() > kPrefix.size() + kSuffix.size() && file.starts_with(kPrefix) && file.ends_with(kSuffix)) {
       names.push_back(file.substr(kPrefix.size(), file.size() - kPrefix.size() - kSuffix.size()));
     }
   }
@@ -121,8 +119,7 @@ TEST_P(VocabFileTest, EveryTestInputTokenizesToLlamaCppsIds) {
       if (got != outputs[i]) {
         ++mismatches;
         ADD_FAILURE() << GetParam() << " input " << i << " \"" << escaped(inputs[i])
-                      << "\" parseSpecial=" << parseSpecial
-                      << "\n  expected:" << idsToString(outputs[i])
+                      << "\" parseSpecial=" << parseSpecial << "\n  expected:" << idsToString(outputs[i])
                       << "\n  got:     " << idsToString(got);
       }
     }

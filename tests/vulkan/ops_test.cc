@@ -176,7 +176,7 @@ TEST_F(VulkanOps, IntegerProductsMatchTheFloatKernelsAndRequantizeAWrittenInput)
   o.integerMatmul = true;
   o.integerDotProduct = false;
   auto spelt = vulkan::VulkanDevice::create(o);
-  std::printf("%s: integer dot product instructions: %s\n", gpu->info().id.c_str(),
+  std::printf("%s: integer dot product instructions: %s\n", gpu->info().id.str().c_str(),
               gpu->usesIntegerDotProduct() ? "yes" : "no (spelt out)");
   constexpr int64_t kRows = 64, kCols = 512;
   for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
@@ -330,7 +330,7 @@ TEST_F(VulkanOps, ProductShapesAreTunedOnceRememberedOnDiskAndKeepTheBits) {
 // 32-wide GPU the shuffles do it all.
 TEST_F(VulkanOps, SubgroupShufflesGiveTheBitsOfTheSharedMemoryTree) {
   if (!gpu->physical().subgroupShuffle) GTEST_SKIP() << gpu->info().id << " has no subgroup shuffles";
-  std::printf("%s: subgroups of %u\n", gpu->info().id.c_str(), gpu->physical().subgroupSize);
+  std::printf("%s: subgroups of %u\n", gpu->info().id.str().c_str(), gpu->physical().subgroupSize);
   vulkan::VulkanDeviceOptions options;
   options.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
   options.subgroupShuffle = false;

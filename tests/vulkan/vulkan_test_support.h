@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/cpu/cpu_device.h"
-#include "tests/gpu/gpu_test_support.h"
-#include "kernels/error.h"
 #include "kernels/vulkan/vulkan_device.h"
+#include "tests/gpu/gpu_test_support.h"
 
 namespace jitllm::testing {
 
@@ -40,10 +40,10 @@ inline std::unique_ptr<vulkan::VulkanDevice> makeVulkanDevice(int index = 0) {
 }
 
 // Skips the calling test (visibly) when there is no Vulkan device.
-#define JITLLM_REQUIRE_VULKAN()                                                \
-  do {                                                                         \
-    const std::string why = ::jitllm::testing::vulkanUnavailableReason();     \
-    if (!why.empty()) GTEST_SKIP() << "no Vulkan device: " << why;             \
+#define JITLLM_REQUIRE_VULKAN()                                           \
+  do {                                                                    \
+    const std::string why = ::jitllm::testing::vulkanUnavailableReason(); \
+    if (!why.empty()) GTEST_SKIP() << "no Vulkan device: " << why;        \
   } while (0)
 
 }  // namespace jitllm::testing

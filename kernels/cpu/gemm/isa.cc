@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include "base/error.h"
 #include "kernels/cpu/gemm/matmul_variants.h"
-#include "kernels/error.h"
 
 namespace jitllm::cpu {
 

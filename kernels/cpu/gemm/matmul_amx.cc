@@ -25,13 +25,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
+#include "base/error.h"
 #include "kernels/cpu/gemm/matmul_variants.h"
-#include "kernels/error.h"
 #include "kernels/quant/blocks.h"
 
 #if defined(__clang__)

@@ -20,9 +20,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "kernels/cpu/gemm/matmul_variants.h"
@@ -46,12 +46,11 @@ using quant::block_q8_0;
 // Decode rows computed together, sharing each activation load: kRowTile for matrices in the
 // caches, one for those that stream from memory (WeightView::streamed). A thread reading its rows
 // one after the other makes one sequential stream, which the prefetches below and the hardware
-// keep ahead of; in the caches, sharing the activation loads is what counts. Measured on 2
-// threads (jitllm-bench -p 0, decode tok/s; 1B Q4_K_M, 807 MB, and the tiny Q4_K_M, 15 MB):
-// 4 rows everywhere 14.3 / 2875, 2 rows 18.2 / 2469, one row 20.6 / 2417; by matrix size instead
-// of by the weights' total (4 rows below 1, 2, 8 and 64 MB, one above) 20.6 / 2598, 21.3 / 2625,
-// 19.1 / 2806 and 15.1 / 2722: the tiny model's 6.7 MB head is in the caches, the 1B's 2.4 MB
-// matrices are not.
+// keep ahead of; in the caches, sharing the activation loads is what counts. End to end on 2
+// threads one row was ~1.4x faster than four for the 1B shape (807 MB of weights) and four ~1.2x
+// faster than one for the tiny model (15 MB). A threshold on a matrix's own size cannot tell the
+// two apart (the tiny model's 6.7 MB head is in the caches, the 1B's 2.4 MB matrices are not), so
+// the device decides by its weights' total (WeightView::streamed; docs/cpu-kernels.md).
 constexpr int kRowTile = 4;
 // Prefill tiles (each kernel's kTileRows x kTileTokens): rows x tokens sharing each weight
 // extraction (rows) and activation load (tokens), their float accumulators and the extracted
@@ -73,14 +72,12 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
   const int64_t units = w.cols / K::kUnit;
   // Decode streams the weights once from memory: every cache line of each row about 4 KB ahead
   // is requested into L2 (prefetcht1: L2's own request queue, leaving L1's line fill buffers,
-  // which the hardware's L1 prefetcher fills from L2, to the loads). Measured end to end on 2
-  // threads (jitllm-bench 1B, -p 0 -n 32, alternating binaries; docs/cpu-kernels.md): one line per
-  // unit 576 bytes ahead into L1 and 4 rows at a time gave q4_K_M 13.1, q6_K 14.2, q8_0 15.5 tok/s;
-  // every line 2 KB ahead into L1 with streamed rows one at a time 21.6, 24.1, 21.4 (1.2-3 KB within
-  // 3 %, 4.6 KB 10 % slower); then, on a slower hour, into L2 at 4 KB q4_K_M 20.2 -> 24.6,
-  // q6_K 21.0 -> 23.4, q8_0 14.8 -> 15.1 (at 2 KB 23.3, 21.3, 15.8; at 1 KB 20.5 and 14.1): hence
-  // each kernel's kPrefetchBytes. Rows are contiguous, so near a row's end this fetches the start
-  // of the next.
+  // which the hardware's L1 prefetcher fills from L2, to the loads): prefetching into L1 filled its
+  // line fill buffers and made the prefetches themselves the hot spot. The distance is in bytes and
+  // matters both ways: 4 KB was best for the K-quants (+11-23 % decode over 2 KB into L1), 2 KB for
+  // q8_0, and much shorter or longer distances were slower (docs/cpu-kernels.md; the timings are in
+  // docs/benchmarks.md). Rows are contiguous, so near a row's end this fetches the start of the
+  // next.
   constexpr size_t kAhead = std::max<size_t>(1, K::kPrefetchBytes / K::kUnitBytes) * K::kUnitBytes;
   for (int64_t u = 0; u < units; u++) {
     for (int i = 0; i < NR; i++) {

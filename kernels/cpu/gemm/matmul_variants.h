@@ -27,7 +27,7 @@ void matmulRowsAvx512Amx(const WeightView& w, const float* x, int64_t xStride, i
 // The AMX kernels' activations, laid out in tiles of kAmxTile tokens (matmul_amx.cc):
 constexpr int64_t kAmxTile = 16;
 // Fewer tokens take the VNNI kernels: a padded tile costs what a full one does, and one token is
-// decode, which streams the weights instead (measured: docs/cpu-kernels.md).
+// decode, which streams the weights instead (docs/cpu-kernels.md).
 constexpr int64_t kAmxMinTokens = 8;
 // Whether the AMX kernels multiply this weight type.
 bool amxMultiplies(quant::TensorType type);

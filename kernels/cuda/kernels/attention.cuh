@@ -44,7 +44,7 @@ static_assert(kChunk % kTile == 0, "chunks hold whole tiles");
 // a block a whole span (attention_spans) and leaves its last block only the spans to fold. For
 // contexts of one span (S * 64 positions) that is the one-level fold, bit for bit; past it a
 // different order, taken by every kernel of the module alike. 0: the one-level fold.
-// (docs/cuda.md, "Decode attention in spans": +9 % decode after 4096 tokens on an H200.)
+// (Spans of 2, with the cp.async tiles below, made decode after 4096 tokens ~9 % faster: docs/cuda.md.)
 #ifndef JL_SPAN
 #define JL_SPAN 0
 #endif
@@ -467,8 +467,8 @@ extern "C" __global__ void __launch_bounds__(128)
 #define JL_QTOKENS 8
 #endif
 constexpr int kQTokens = JL_QTOKENS;
-// (512 threads for heads of 128 columns, fewer registers a thread and no spills, ran the 3B
-// shape's 231 us a layer against 197 at 256: docs/cuda.md.)
+// (512 threads for heads of 128 columns - fewer registers a thread, no spills - took the 3B shape's
+// layer 17 % longer than 256.)
 constexpr int kRowThreads = 256;
 constexpr bool kRowsSupported = kQTokens > 0 && kRowThreads % (kHd / 4) == 0 && kTile % 16 == 0;
 #if JL_QTOKENS > 0
@@ -488,8 +488,8 @@ constexpr int kRowsQs = 0, kRowsKs = kRowsQs + kRows * kHd, kRowsVs = kRowsKs + 
               kRowsPs = kRowsVs + 2 * kTile * kHd, kRowsState = kRowsPs + kRows * kPStride,
               kRowsSharedFloats = kRowsState + 5 * kRows;
 // Blocks an SM attention_rows' registers are fitted to: two where a block's rows x columns are
-// few enough to take no spills at 128 registers (the 1B shape's 32 x 64: 169 -> 115 us a layer on
-// the H200, docs/cuda.md), else one. JL_ROWS_MIN_BLOCKS sets it (a tuning define).
+// few enough to take no spills at 128 registers (the 1B shape's 32 x 64: a tenth less time a layer
+// than at one block), else one. JL_ROWS_MIN_BLOCKS sets it (a tuning define).
 #ifdef JL_ROWS_MIN_BLOCKS
 constexpr int kRowsMinBlocks = JL_ROWS_MIN_BLOCKS;
 #else

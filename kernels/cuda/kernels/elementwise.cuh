@@ -131,8 +131,7 @@ JL_DEV void storeKvRow(const float* k, const float* v, u64 page, int slot, int w
 // rotates it (ropeAngle, as ropeAngles does); a pair of k is stored into the page as soon as
 // it is rotated - or an element of v (and of k past the rotary dims). No item waits for another,
 // so a decode step's token costs one trip to memory and back, not the chain of them (angles, q,
-// k, store) that one block per token took: 5.8 us of a 1B step's layer, measured inside the
-// graph (docs/cuda.md).
+// k, store) that one block per token walked.
 extern "C" __global__ void __launch_bounds__(256) rope_store(float* q, float* k, const float* v, int heads, int kvHeads,
                                                              int headDim, const int* positions, const double* invFreq,
                                                              int half, double freqScale, int neox, const u64* pages,

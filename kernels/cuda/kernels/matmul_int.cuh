@@ -1,7 +1,7 @@
 // Matrix products on integer dot products (dp4a): q4_K and q6_K weights against activations in
 // the ~15-bit integer form of quantize_x.cuh. The float kernels (matmul.cuh) decode every weight
-// to float first, ~15 instructions per element, and decode ran at a quarter of the H200's
-// bandwidth on instruction issue and load latency (docs/cuda.md); here a weight costs about one
+// to float first, ~15 instructions per element, which leaves decode bound by instruction issue and
+// load latency far below the memory bandwidth (docs/cuda.md); here a weight costs about one
 // instruction: 4 weights x 4 activation bytes per dp4a, two dp4a (a and b) per 4 weights, and a
 // few float operations per 16-64 weights.
 //
@@ -134,9 +134,9 @@ struct IntQ6_K {
   // A row's unit u (block u / 4, half h = u / 2 % 2, j = u % 2): for the quarters qt = 0..3 the 16
   // elements 128h + 32qt + 16j .. + 15 of the block - each exactly one of its 16-element scale
   // groups (8h + 2qt + j) - as 6-bit quants 0..63 in bytes (q[qt]), and d * scale of each group.
-  // A group's integer sums come first and its float steps once per 16 weights (before 2026-12-02
-  // units were 8 elements of each quarter, and the float steps came once per 8: a third more
-  // instructions for the prefill products, where they dominate).
+  // A group's integer sums come first and its float steps once per 16 weights (units of 8 elements
+  // of each quarter would take the float steps once per 8: a third more instructions for the
+  // prefill products, where they dominate).
   struct Unit {
     u32 q[4][4];
     float ds[4];
@@ -237,8 +237,8 @@ struct RowSplit {
 // kLanes lanes that hold it in lane order, starting from -0 (so the first lane's value comes
 // through unchanged, -0 included). The warp's values pass through shared memory, 32 (row, token)
 // pairs at a time: lane l writes its value of each, then one lane per pair reads the kLanes values
-// and adds them in order. (Shuffles instead, for decode's one or two pairs, cost the 1B's decode
-// 3.5 % on the H200.) Called by whole warps of a 128-thread block.
+// and adds them in order. (Shuffles instead, for decode's one or two pairs, made decode 3.5 %
+// slower.) Called by whole warps of a 128-thread block.
 template <int kLanes, int kRows, int kTokens>
 JL_DEV void storeLaneSumsInOrder(const float (&acc)[kRows][kTokens], int sub, int r0, int t0, int rows, int tokens,
                                  float* __restrict__ y, const float* __restrict__ bias) {
@@ -311,10 +311,8 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 // Blocks per SM the registers must allow (a tuning define, both types): q4_K 3 at 16 tokens a warp
 // (80 registers, no spills) and 2 at 32 (122), q6_K 2 (128; at 32 tokens a warp it spills ~40
 // bytes, and one block an SM without spills was slower); with the butterfly's stack
-// (JL_LANE_CHAIN=0) 2 for both, as before.
-// Measured on the H200 (2026-12-02, docs/cuda.md "One running total per slot"): q4_K 8192 x 2048
-// x 512 tokens 272 / 250 / 248 us at 2 / 3 / 4 blocks; q6_K 2048 x 8192 443 / 499 / 496 us (it
-// spills at 3 and 4).
+// (JL_LANE_CHAIN=0) 2 for both. q4_K gains from a third block an SM and nothing from a fourth; q6_K
+// spills at three and four and loses more than a tenth (timings in docs/benchmarks.md).
 #ifndef JL_MMA_MIN_BLOCKS_Q6  // q6_K's alone
 #define JL_MMA_MIN_BLOCKS_Q6 2
 #endif
@@ -366,7 +364,7 @@ JL_DEV constexpr int onesIn(int i) { return i == 0 ? 0 : (i & 1) + onesIn(i >> 1
 // order for the butterfly's stack, in order for JL_LANE_CHAIN - units slot, slot + kLanes, ... of
 // each. Entry n is the n-th unit visited, with kSlotEnd set where it is its slot's last. A table
 // in constant memory (one uniform load a unit) rather than a walk of slots and units on each
-// visit, which took ~25 of the loop's ~410 instructions a unit and warp (SASS, 2026-12-02).
+// visit, which took ~25 of the loop's ~410 instructions a unit and warp (SASS).
 struct VisitOrder {
   static constexpr u16 kSlotEnd = 0x8000;
   u16 entry[kUnits];

@@ -108,7 +108,7 @@ JL_DEV void scaleMinK4(const u32 sw[3], int s, u32* sc, u32* mn) {
 // there (the tensor-core prefill's prepare() stored and reloaded them every unit), while in decode,
 // where s depends only on the unit, the array form takes fewer registers (56 against 62, ptxas).
 // Selects rather than branches: per thread and unit in prepare(), where branches cost ~25
-// instructions a unit and warp (SASS, 2026-12-02).
+// instructions a unit and warp (SASS).
 JL_DEV u32 scaleOrMinK4(u32 low, u32 mid, u32 high, int s, bool wantMin) {
   const u32 first = wantMin ? mid : low;  // s < 4: the value's 6 bits; else its top 2 bits, 6 up
   const u32 upper = ((high >> (wantMin ? 4 : 0)) & 0xF) | ((first >> 6) << 4);

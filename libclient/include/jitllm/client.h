@@ -39,7 +39,7 @@
 namespace jitllm::client {
 
 // The protocol this library speaks (jitllm::rpc::PROTOCOL_VERSION in the schema it was built from).
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // The library's own version, "MAJOR.MINOR.PATCH".
 JITLLM_CLIENT_API const char* libraryVersion();
@@ -78,8 +78,7 @@ class JITLLM_CLIENT_API Client final {
   // Loads a model (admin only). The client opens `path` itself and passes the descriptor, unless
   // options.sendPath asks to send the path for the daemon to open. `progress` (optional) is
   // called as the daemon reports stages. Returns the loaded model.
-  ModelInfo load(const std::string& path, const LoadOptions& options = {},
-                 const ProgressCallback& progress = {});
+  ModelInfo load(const std::string& path, const LoadOptions& options = {}, const ProgressCallback& progress = {});
   // Loads from a descriptor the caller opened; the caller keeps `fd` (it is duplicated).
   ModelInfo loadFd(int fd, const LoadOptions& options = {}, const ProgressCallback& progress = {});
   // Unloads a model (admin only); its running sessions end with Error(kDisconnected).

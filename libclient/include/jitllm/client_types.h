@@ -99,17 +99,20 @@ struct ModelInfo {
   std::vector<SessionInfo> sessions;
   std::string chatTemplate;  // "llama3" | "chatml" | "llama2"
   int64_t loadedUnixMs = 0;
-  std::vector<LayerState> layerStates;  // one per unit, in order (schema: ModelInfo.layerStates)
-  std::string migration;                // the migration in progress, one line; empty when none
+  std::vector<LayerState> layerStates;    // one per unit, in order (schema: ModelInfo.layerStates)
+  std::string migration;                  // the migration in progress, one line; empty when none
   std::vector<SessionInfo> idleSessions;  // kept after their reply for a follow-up to continue
   uint64_t parkedKvBytes = 0;             // idle sessions' KV parked in host RAM
 };
 
+// What the KV cache stores (schema: KvPrecision).
+enum class KvPrecision { kDefault, kF32, kF16 };
+
 struct LoadOptions {
-  std::string name;         // empty: the file's general.name, made unique by the daemon
-  uint32_t contextSize = 0; // default session limit; 0: min(trained, the daemon's default)
-  std::string devices;      // placement hint: "cpu:0" or "cpu:0,cpu:1"; empty: the daemon decides
-  std::string kvPrecision;  // "f32" | "f16"; empty: the daemon's default (f32)
+  std::string name;                  // empty: the file's general.name, made unique by the daemon
+  uint32_t contextSize = 0;          // default session limit; 0: min(trained, the daemon's default)
+  std::vector<std::string> devices;  // placement hint: {"cpu:0"} or {"cpu:0", "cpu:1"}; empty: the daemon decides
+  KvPrecision kvPrecision = KvPrecision::kDefault;
   uint64_t maxDeviceBytes = 0;  // cap on the model's bytes per GPU (weights + KV); 0: none
   // Client::load(path) normally opens the file here and passes the descriptor, so the daemon
   // reads exactly what this process may read. With sendPath the path is sent instead and the

@@ -1,0 +1,107 @@
+// The weights of one model unit as one device sees them: what Model binds at load and what a
+// LiveMigration stages on its target before the flip. Internal to the runtime.
+//
+// Ownership: its buffers keep device copies (or, on the CPU, views of the file mapping, which
+// must outlive them) alive for as long as the binding lives.
+// Thread-safety: the model's step-loop thread.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "engine/gguf/gguf_file.h"
+#include "kernels/device.h"
+
+namespace jitllm::runtime {
+
+// The weights of one unit as its device sees them. Buffers keep device copies (or, on the CPU,
+// views of the mapping) alive for as long as the unit stays bound there.
+struct BoundUnit {
+  Device* device = nullptr;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  size_t weightBytes = 0;
+  bool inDeviceMemory = false;
+  bool kernelsReady = false;
+  // Embedding and head.
+  WeightRef table;
+  const float* norm = nullptr;
+  // Blocks.
+  const float* attnNorm = nullptr;
+  const float* ffnNorm = nullptr;
+  WeightRef wq, wk, wv, wo, gate, up, down;
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+
+  // Streamed (a block of a model larger than its device): the weights wait in `streamSource`
+  // (pinned host memory) laid out as they will be in a device slot, and the pointers above point
+  // at where they are now - into the source until the first upload, then into the slot the block
+  // was last uploaded to (rebase()).
+  bool streamed = false;
+  std::unique_ptr<HostBuffer> streamSource;
+  size_t streamBytes = 0;
+  const uint8_t* streamBase = nullptr;
+
+  static constexpr size_t kStreamAlignment = 256;
+
+  // One tensor of a streamed block and the field that will point at it.
+  struct StreamedTensor {
+    const gguf::TensorInfo* tensor;  // may be null (qwen2's biases on a llama model)
+    WeightRef* matrix;               // exactly one of these
+    const float** vector;
+  };
+  // The whole block, copied once into one stream source; binds every tensor in it.
+  void bindStreamed(const std::vector<StreamedTensor>& tensors) {
+    auto aligned = [](size_t n) { return (n + kStreamAlignment - 1) / kStreamAlignment * kStreamAlignment; };
+    streamed = true;
+    streamBytes = 0;
+    for (const auto& s : tensors) streamBytes += s.tensor ? aligned(s.tensor->nbytes) : 0;
+    streamSource = device->allocateStreamSource(streamBytes);
+    streamBase = streamSource->data();
+    size_t offset = 0;
+    for (const auto& s : tensors) {
+      const gguf::TensorInfo* t = s.tensor;
+      if (!t) continue;
+      uint8_t* at = streamSource->data() + offset;
+      std::memcpy(at, t->data, t->nbytes);
+      weightBytes += t->nbytes;
+      offset += aligned(t->nbytes);
+      if (s.matrix) {
+        *s.matrix = WeightRef{t->type, at, t->rows(), t->dims[0], t->nbytes / size_t(t->rows())};
+      } else {
+        *s.vector = reinterpret_cast<const float*>(at);
+      }
+    }
+  }
+  // Points every weight at the copy that starts at `base` (a device slot the block was uploaded to).
+  void rebase(const uint8_t* base) {
+    auto move = [&](auto& p) {
+      if (p)
+        p = reinterpret_cast<std::remove_reference_t<decltype(p)>>(base +
+                                                                   (reinterpret_cast<const uint8_t*>(p) - streamBase));
+    };
+    for (WeightRef* w : {&wq, &wk, &wv, &wo, &gate, &up, &down}) move(w->data);
+    for (const float** v : {&attnNorm, &ffnNorm, &bq, &bk, &bv}) move(*v);
+    streamBase = base;
+  }
+
+  uint8_t* adopt(const gguf::TensorInfo* t) {
+    buffers.push_back(device->adoptHostBytes(t->data, t->nbytes));
+    weightBytes += t->nbytes;
+    if (buffers.back()->data() != t->data) inDeviceMemory = true;
+    return buffers.back()->data();
+  }
+  WeightRef bindMatrix(const gguf::TensorInfo* t) {
+    const uint8_t* data = adopt(t);
+    const size_t rowStride = t->nbytes / size_t(t->rows());
+    return WeightRef{t->type, data, t->rows(), t->dims[0], rowStride};
+  }
+  const float* bindVector(const gguf::TensorInfo* t) {
+    if (t == nullptr) return nullptr;
+    return reinterpret_cast<const float*>(adopt(t));
+  }
+};
+
+}  // namespace jitllm::runtime

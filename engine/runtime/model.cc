@@ -1,0 +1,533 @@
+#include "engine/runtime/model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
+
+#include "engine/runtime/bound_unit.h"
+#include "engine/runtime/unit_range.h"
+#include "engine/tokenizer/vocab_from_gguf.h"
+#include "base/error.h"
+
+namespace jitllm::runtime {
+
+// Activation buffers on one device, sized for the largest microbatch seen so far.
+struct Model::Workspace {
+  Device* device = nullptr;
+  int64_t capacity = 0;
+  int64_t logitsCapacity = 0;  // rows; decode needs one per session, scoring one per token
+  std::unique_ptr<DeviceBuffer> x, normed, q, k, v, attn, gate, up, logits;
+  // Streamed blocks visit two slots in turn: while one block runs from one, the next uploads into
+  // the other. slotFree[s]: the mark after the ops of the block that last used slot s.
+  std::unique_ptr<DeviceBuffer> slots[2];
+  size_t slotBytes = 0;
+  uint64_t slotFree[2] = {0, 0};
+  int nextSlot = 0;
+  std::map<int, std::pair<int, uint64_t>> inFlight;  // unit -> (slot, upload ticket)
+
+  float* f(const std::unique_ptr<DeviceBuffer>& b) { return reinterpret_cast<float*>(b->data()); }
+};
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& options) {
+  return fromFile(gguf::GgufFile::open(path), options);
+}
+
+std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, const ModelLoadOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  m->config_ = ModelConfig::fromGguf(*m->file_);
+  m->tensors_ = ModelTensors::find(*m->file_, m->config_);
+  if (m->file_->find("tokenizer.ggml.model")) {
+    m->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::vocabFromGguf(*m->file_));
+    JITLLM_REQUIRE(m->tokenizer_->vocabSize() == m->config_.vocabSize, m->file_->name(), ": the tokenizer has ",
+                   m->tokenizer_->vocabSize(), " tokens but the embedding has ", m->config_.vocabSize, " rows");
+  }
+  if (m->tensors_.ropeFreqs) {
+    const auto* f = reinterpret_cast<const float*>(m->tensors_.ropeFreqs->data);
+    m->ropeFactors_.assign(f, f + m->config_.rotaryDims / 2);
+    for (float v : m->ropeFactors_) {
+      JITLLM_REQUIRE(std::isfinite(v) && v > 0, m->file_->name(), ": tensor 'rope_freqs.weight' holds ", v,
+                     ", not a positive factor");
+    }
+  }
+  JITLLM_REQUIRE(options.kvPageTokens > 0 && options.kvPageTokens <= 4096, "KV page size ", options.kvPageTokens,
+                 " tokens is out of range");
+  m->kvLayout_ = KvLayout{options.kvPageTokens, int(m->config_.kvHeads), int(m->config_.headDim), options.kvPrecision};
+  m->bind(options);
+  return m;
+}
+
+Model::~Model() = default;
+
+const tokenizer::Tokenizer& Model::tokenizer() const {
+  JITLLM_REQUIRE(tokenizer_ != nullptr, file_->name(), ": the file has no tokenizer (tokenizer.ggml.* keys)");
+  return *tokenizer_;
+}
+
+std::vector<int> evenPlacement(int layers, int devices) {
+  std::vector<int> placement(size_t(layers + 2));
+  for (int l = 0; l < layers; l++) placement[size_t(l + 1)] = int(int64_t(l) * devices / layers);
+  placement.front() = placement[1];
+  placement.back() = placement[size_t(layers)];
+  return placement;
+}
+
+int Model::unitCount() const { return int(units_.size()); }
+
+std::vector<Device*> Model::devices() const {
+  std::vector<Device*> out;
+  for (const BoundUnit& u : units_) out.push_back(u.device);
+  for (const auto& [device, pool] : pools_) out.push_back(device);
+  for (const auto& [device, ws] : workspaces_) out.push_back(device);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+Device& Model::unitDevice(int unit) const { return *units_.at(size_t(unit)).device; }
+
+UnitInfo Model::unitInfo(int unit) const {
+  const BoundUnit& b = units_.at(size_t(unit));
+  return {b.device, b.inDeviceMemory, b.weightBytes, b.kernelsReady, b.streamed};
+}
+
+std::string Model::unitName(int unit) const { return runtime::unitName(unit, int(config_.layers)); }
+
+std::vector<const KvPagePool*> Model::kvPools() const {
+  std::vector<const KvPagePool*> out;
+  for (const auto& [device, pool] : pools_) out.push_back(pool.get());
+  return out;
+}
+
+void Model::bind(const ModelLoadOptions& options) {
+  JITLLM_REQUIRE(!options.devices.empty(), "a model needs at least one device");
+  const int layers = int(config_.layers);
+  const int units = layers + 2;
+  std::vector<int> placement = options.placement;
+  if (placement.empty() && options.placer) {
+    std::vector<size_t> weightBytes;
+    for (int u = 0; u < units; u++) {
+      size_t bytes = 0;
+      auto add = [&](const gguf::TensorInfo* t) { bytes += t ? t->nbytes : 0; };
+      if (u == 0) {
+        add(tensors_.tokenEmbedding);
+      } else if (u == units - 1) {
+        add(tensors_.outputNorm);
+        // A tied head reads the embedding table: the device running it holds a copy.
+        add(tensors_.output);
+      } else {
+        bytes = tensors_.blocks[size_t(u - 1)].bytes();
+      }
+      weightBytes.push_back(bytes);
+    }
+    const size_t kvPerToken = 2 * size_t(kvLayout_.kvHeads) * size_t(kvLayout_.headDim) * kvLayout_.elementBytes();
+    placement = options.placer(weightBytes, kvPerToken, config_.contextLength, workspaceBytesEstimate());
+  }
+  if (placement.empty()) placement = evenPlacement(layers, int(options.devices.size()));
+  JITLLM_REQUIRE(int(placement.size()) == units, "placement names ", placement.size(), " units, the model has ", units);
+  // Other threads may drive these devices (other models' workers): uploads take turns with them.
+  DeviceLocks locks(options.devices);
+  units_.reserve(size_t(units));
+  for (int u = 0; u < units; u++) {
+    const int d = placement[size_t(u)];
+    JITLLM_REQUIRE(d >= 0 && d < int(options.devices.size()), "placement of ", unitName(u), " names device #", d,
+                   ", not one of the ", options.devices.size(), " given");
+    const bool streamed = u < int(options.streamed.size()) && options.streamed[size_t(u)];
+    JITLLM_REQUIRE(!streamed || (u > 0 && u < units - 1), "only blocks can be streamed, not ", unitName(u));
+    units_.push_back(bindUnit(u, *options.devices[size_t(d)], streamed));
+    if (u > 0 && u < units - 1) kvPool(*units_.back().device);
+  }
+}
+
+BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
+  BoundUnit b;
+  b.device = &device;
+  const int units = int(config_.layers) + 2;
+  if (streamed) {
+    const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
+    b.bindStreamed({{t.attnNorm, nullptr, &b.attnNorm},
+                    {t.ffnNorm, nullptr, &b.ffnNorm},
+                    {t.wq, &b.wq, nullptr},
+                    {t.wk, &b.wk, nullptr},
+                    {t.wv, &b.wv, nullptr},
+                    {t.wo, &b.wo, nullptr},
+                    {t.gate, &b.gate, nullptr},
+                    {t.up, &b.up, nullptr},
+                    {t.down, &b.down, nullptr},
+                    {t.bq, nullptr, &b.bq},
+                    {t.bk, nullptr, &b.bk},
+                    {t.bv, nullptr, &b.bv}});
+    return b;
+  }
+  if (u == 0) {
+    b.table = b.bindMatrix(tensors_.tokenEmbedding);
+  } else if (u == units - 1) {
+    b.norm = b.bindVector(tensors_.outputNorm);
+    b.table = b.bindMatrix(tensors_.output);
+  } else {
+    const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
+    b.attnNorm = b.bindVector(t.attnNorm);
+    b.ffnNorm = b.bindVector(t.ffnNorm);
+    b.wq = b.bindMatrix(t.wq);
+    b.wk = b.bindMatrix(t.wk);
+    b.wv = b.bindMatrix(t.wv);
+    b.wo = b.bindMatrix(t.wo);
+    b.gate = b.bindMatrix(t.gate);
+    b.up = b.bindMatrix(t.up);
+    b.down = b.bindMatrix(t.down);
+    b.bq = b.bindVector(t.bq);
+    b.bk = b.bindVector(t.bk);
+    b.bv = b.bindVector(t.bv);
+  }
+  return b;
+}
+
+void Model::warmUp(int u, BoundUnit& b) {
+  if (b.streamed) return;  // its weights are not on the device between steps; the first step compiles
+  Device& d = *b.device;
+  Workspace& ws = workspace(d, 1);
+  if (d.info().caps.kernelsCompiledIn) {
+    if (u > 0 && u < unitCount() - 1) kvPool(d);  // what a step there needs, minus running it
+    b.kernelsReady = true;                        // compiled in
+    return;
+  }
+  const int64_t E = config_.embedding;
+  const std::vector<float> zeros(static_cast<size_t>(E), 0.0f);
+  if (u == 0) {
+    const int32_t id = 0;
+    d.getRows(b.table, &id, 1, ws.f(ws.x));
+  } else if (u == unitCount() - 1) {
+    d.copyFromHost(ws.x->data(), zeros.data(), zeros.size() * sizeof(float));
+    d.rmsNorm(ws.f(ws.x), b.norm, ws.f(ws.normed), 1, E, config_.rmsEps);
+    if (ws.logitsCapacity < 1) {
+      ws.logits = d.allocate(size_t(config_.vocabSize) * sizeof(float));
+      ws.logitsCapacity = 1;
+    }
+    d.matmul(b.table, ws.f(ws.normed), 1, ws.f(ws.logits), nullptr);
+  } else {
+    // One token at position 0 through the block, its KV written to a scratch page.
+    KvPagePool& pool = kvPool(d);
+    const PageId page = pool.allocate();
+    struct FreePage {
+      KvPagePool& pool;
+      PageId page;
+      ~FreePage() { pool.free(page); }
+    } release{pool, page};
+    uint8_t* address = pool.address(page);
+    const uint8_t* table[1] = {address};
+    const uint8_t* const* tables[1] = {table};
+    const KvSlot slot{address, 0};
+    const int32_t position = 0;
+    d.copyFromHost(ws.x->data(), zeros.data(), zeros.size() * sizeof(float));
+    runBlock(b, ws, 1, &position, &slot, tables);
+  }
+  std::vector<float> sink(1);
+  d.copyToHost(sink.data(), ws.x->data(), sizeof(float));  // waits for the queued ops (GPU)
+  b.kernelsReady = true;
+}
+
+void Model::streamIn(int unit, Workspace& ws) {
+  Device& d = *ws.device;
+  // Slots as large as the largest block streamed here.
+  size_t largest = 0;
+  for (const BoundUnit& b : units_) {
+    if (b.streamed && b.device == &d) largest = std::max(largest, b.streamBytes);
+  }
+  if (ws.slotBytes < largest) {
+    ws.inFlight.clear();
+    for (auto& s : ws.slots) {
+      s.reset();
+      s = d.allocate(largest);
+    }
+    ws.slotBytes = largest;
+    ws.slotFree[0] = ws.slotFree[1] = 0;
+  }
+  auto issue = [&](int u) {
+    const int slot = ws.nextSlot;
+    ws.nextSlot ^= 1;
+    BoundUnit& b = units_[size_t(u)];
+    const uint64_t ticket =
+        d.uploadAsync(ws.slots[slot]->data(), b.streamSource->data(), b.streamBytes, ws.slotFree[slot]);
+    ws.inFlight[u] = {slot, ticket};
+  };
+  if (!ws.inFlight.count(unit)) issue(unit);
+  // The next block, if it streams through this device too, starts uploading now and so overlaps
+  // this block's ops.
+  const int next = unit + 1;
+  if (next < unitCount() - 1 && units_[size_t(next)].streamed && units_[size_t(next)].device == &d &&
+      !ws.inFlight.count(next)) {
+    issue(next);
+  }
+  const auto [slot, ticket] = ws.inFlight.at(unit);
+  d.waitForUpload(ticket);
+  units_[size_t(unit)].rebase(ws.slots[slot]->data());
+}
+
+void Model::releaseIdleWorkspaces() {
+  std::erase_if(workspaces_, [&](const auto& entry) {
+    for (const BoundUnit& u : units_) {
+      if (u.device == entry.first) return false;
+    }
+    return true;
+  });
+}
+
+size_t Model::workspaceBytesEstimate() const {
+  const ModelConfig& c = config_;
+  const int64_t widths = 2 * std::max(c.embedding, c.heads * c.headDim) + 2 * c.heads * c.headDim +
+                         2 * c.kvHeads * c.headDim + 2 * c.feedForward;
+  return size_t(kMaxStepTokens * widths + 64 * c.vocabSize) * sizeof(float);
+}
+
+void Model::rebindUnit(int unit, Device& device) {
+  JITLLM_REQUIRE(unit >= 0 && unit < unitCount(), "no unit ", unit, " in a model of ", unitCount());
+  if (unit > 0 && unit < unitCount() - 1) {
+    for (const Session* s : sessions_.all()) {
+      JITLLM_REQUIRE(s->layerPageCount(unit - 1) == 0, "session ", s->id(), " still holds KV of ", unitName(unit),
+                     "; it must end before the unit is re-placed");
+    }
+  }
+  BoundUnit fresh = bindUnit(unit, device);
+  warmUp(unit, fresh);
+  units_[size_t(unit)] = std::move(fresh);
+  if (unit > 0 && unit < unitCount() - 1) {
+    kvPool(device);
+    // Sessions that hold no KV of the layer yet (checked above) take their pages from the new pool.
+    for (Session* s : sessions_.all()) {
+      std::vector<PageId> none;
+      std::vector<uint8_t*> noAddresses;
+      s->rebindLayer(unit - 1, kvPool(device), none, noAddresses);
+    }
+  }
+}
+
+void Model::releaseDevice(Device& device) {
+  for (int u = 0; u < unitCount(); u++) {
+    JITLLM_REQUIRE(units_[size_t(u)].device != &device, unitName(u), " still runs on ", device.info().id);
+  }
+  auto it = pools_.find(&device);
+  if (it != pools_.end()) {
+    JITLLM_REQUIRE(it->second->pagesInUse() == 0, it->second->pagesInUse(), " KV pages are still in use on ",
+                   device.info().id);
+    pools_.erase(it);
+  }
+  workspaces_.erase(&device);
+}
+
+KvPagePool& Model::kvPool(Device& device) {
+  auto& pool = pools_[&device];
+  if (!pool) pool = std::make_unique<KvPagePool>(device, kvLayout_);
+  return *pool;
+}
+
+std::unique_ptr<Session> Model::createSession(int64_t contextLimit) {
+  if (contextLimit == 0) contextLimit = config_.contextLength;
+  JITLLM_REQUIRE(contextLimit > 0, "context limit must be positive, not ", contextLimit);
+  std::vector<KvPagePool*> layerPools;
+  for (int l = 0; l < config_.layers; l++) layerPools.push_back(&kvPool(*units_[size_t(l + 1)].device));
+  return std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools), &sessions_);
+}
+
+Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
+  auto& ws = workspaces_[&device];
+  if (!ws) {
+    ws = std::make_unique<Workspace>();
+    ws->device = &device;
+  }
+  if (ws->capacity < tokens) {
+    const ModelConfig& c = config_;
+    const size_t t = size_t(tokens);
+    auto alloc = [&](int64_t width) { return device.allocate(t * size_t(width) * sizeof(float)); };
+    Workspace fresh;
+    fresh.device = &device;
+    fresh.x = alloc(c.embedding);
+    fresh.normed = alloc(std::max(c.embedding, c.heads * c.headDim));
+    fresh.q = alloc(c.heads * c.headDim);
+    fresh.k = alloc(c.kvHeads * c.headDim);
+    fresh.v = alloc(c.kvHeads * c.headDim);
+    fresh.attn = alloc(c.heads * c.headDim);
+    fresh.gate = alloc(c.feedForward);
+    fresh.up = alloc(c.feedForward);
+    fresh.capacity = tokens;
+    fresh.logits = std::move(ws->logits);
+    fresh.logitsCapacity = ws->logitsCapacity;
+    *ws = std::move(fresh);
+  }
+  return *ws;
+}
+
+void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t* positions, const KvSlot* slots,
+                     const uint8_t* const* const* pageTables) {
+  const ModelConfig& c = config_;
+  Device& d = *u.device;
+  float* x = ws.f(ws.x);
+  float* normed = ws.f(ws.normed);
+  float* q = ws.f(ws.q);
+  float* k = ws.f(ws.k);
+  float* v = ws.f(ws.v);
+  float* attn = ws.f(ws.attn);
+  float* gate = ws.f(ws.gate);
+  float* up = ws.f(ws.up);
+
+  d.rmsNorm(x, u.attnNorm, normed, T, c.embedding, c.rmsEps);
+  const MatmulTarget qkv[] = {{u.wq, q, u.bq}, {u.wk, k, u.bk}, {u.wv, v, u.bv}};
+  d.matmuls(qkv, normed, T);
+  RopeParams rope;
+  rope.rotaryDims = int(c.rotaryDims);
+  rope.freqBase = c.ropeFreqBase;
+  rope.freqScale = c.ropeFreqScale;
+  rope.freqFactors = ropeFactors_.empty() ? nullptr : ropeFactors_.data();
+  rope.neox = c.ropeNeox;
+  d.ropeAndStore(q, k, v, T, int(c.heads), int(c.kvHeads), positions, rope, slots, kvLayout_);
+  AttentionBatch batch;
+  batch.tokens = T;
+  batch.heads = int(c.heads);
+  batch.kv = kvLayout_;
+  batch.scale = float(1.0 / std::sqrt(double(c.headDim)));
+  batch.positions = positions;
+  batch.pageTables = pageTables;
+  d.attention(q, attn, batch);
+  d.matmul(u.wo, attn, T, normed, nullptr);
+  d.add(x, normed, T * c.embedding);
+
+  d.rmsNorm(x, u.ffnNorm, normed, T, c.embedding, c.rmsEps);
+  const MatmulTarget gateUp[] = {{u.gate, gate, nullptr}, {u.up, up, nullptr}};
+  d.matmuls(gateUp, normed, T);
+  d.swiglu(gate, up, gate, T * c.feedForward);
+  d.matmul(u.down, gate, T, normed, nullptr);
+  d.add(x, normed, T * c.embedding);
+}
+
+void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  // Validate the whole batch before touching any session.
+  std::set<Session*> seen;
+  int64_t total = 0;
+  for (const SequenceInput& in : inputs) {
+    JITLLM_REQUIRE(in.session != nullptr, "forward: input without a session");
+    JITLLM_REQUIRE(seen.insert(in.session).second, "forward: session ", in.session->id(),
+                   " appears twice in one batch");
+    JITLLM_REQUIRE(!in.tokens.empty(), "forward: session ", in.session->id(), " was given no tokens");
+    for (int32_t id : in.tokens) {
+      JITLLM_REQUIRE(id >= 0 && id < c.vocabSize, "token id ", id, " is outside the vocabulary (", c.vocabSize,
+                     " tokens)");
+    }
+    const int64_t after = in.session->length() + int64_t(in.tokens.size());
+    JITLLM_REQUIRE(after <= in.session->contextLimit(), "context limit exceeded: session ", in.session->id(), " holds ",
+                   in.session->length(), " tokens, ", in.tokens.size(), " more would pass its limit of ",
+                   in.session->contextLimit());
+    total += int64_t(in.tokens.size());
+  }
+  for (const SequenceInput& in : inputs) in.session->reserve(int64_t(in.tokens.size()));
+
+  // Flatten (input, token) pairs; microbatches take consecutive runs of them.
+  struct TokenRef {
+    Session* session;
+    int32_t id;
+    int32_t position;
+    bool wantLogits;
+  };
+  std::vector<TokenRef> flat;
+  flat.reserve(size_t(total));
+  for (const SequenceInput& in : inputs) {
+    const int64_t base = in.session->length();
+    for (size_t j = 0; j < in.tokens.size(); j++) {
+      flat.push_back({in.session, in.tokens[j], int32_t(base + int64_t(j)), in.allLogits || j + 1 == in.tokens.size()});
+    }
+  }
+
+  const int64_t E = c.embedding;
+  std::vector<float> hostRows;
+  for (int64_t t0 = 0; t0 < total; t0 += kMaxStepTokens) {
+    const int64_t T = std::min(kMaxStepTokens, total - t0);
+    std::vector<int32_t> ids(static_cast<size_t>(T)), positions(static_cast<size_t>(T));
+    std::vector<Session*> sessions(static_cast<size_t>(T));
+    std::vector<KvSlot> slots(static_cast<size_t>(T));
+    std::vector<const uint8_t* const*> pageTables(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; t++) {
+      const TokenRef& r = flat[size_t(t0 + t)];
+      ids[size_t(t)] = r.id;
+      positions[size_t(t)] = r.position;
+      sessions[size_t(t)] = r.session;
+    }
+
+    Workspace* ws = &workspace(*units_[0].device, T);
+    // Each device's share of the step, waits for it included (Device::addBusyTime).
+    auto busySince = std::chrono::steady_clock::now();
+    auto busyUntilNow = [&busySince](Device& device) {
+      const auto now = std::chrono::steady_clock::now();
+      device.addBusyTime(now - busySince);
+      busySince = now;
+    };
+    ws->device->getRows(units_[0].table, ids.data(), T, ws->f(ws->x));
+    units_[0].kernelsReady = true;
+    for (int unit = 1; unit < unitCount(); unit++) {
+      Device& d = *units_[size_t(unit)].device;
+      if (&d != ws->device) {
+        // A device boundary: the hidden state crosses once, through host memory.
+        Workspace& next = workspace(d, T);
+        hostRows.resize(size_t(T * E));
+        ws->device->copyToHost(hostRows.data(), ws->x->data(), hostRows.size() * sizeof(float));
+        busyUntilNow(*ws->device);
+        d.copyFromHost(next.x->data(), hostRows.data(), hostRows.size() * sizeof(float));
+        ws = &next;
+      }
+      if (unit < unitCount() - 1) {
+        const int layer = unit - 1;
+        for (int64_t t = 0; t < T; t++) {
+          slots[size_t(t)] = sessions[size_t(t)]->slotFor(layer, positions[size_t(t)]);
+          pageTables[size_t(t)] = sessions[size_t(t)]->pageAddresses(layer).data();
+        }
+        BoundUnit& b = units_[size_t(unit)];
+        if (b.streamed) streamIn(unit, *ws);
+        runBlock(b, *ws, T, positions.data(), slots.data(), pageTables.data());
+        if (b.streamed) ws->slotFree[ws->inFlight.at(unit).first] = d.markOps();
+        if (b.streamed) ws->inFlight.erase(unit);
+        b.kernelsReady = true;
+      }
+    }
+
+    // The head: only rows whose logits were asked for.
+    BoundUnit& head = units_.back();
+    Device& d = *head.device;
+    std::vector<int64_t> rows;
+    for (int64_t t = 0; t < T; t++) {
+      if (flat[size_t(t0 + t)].wantLogits) rows.push_back(t);
+    }
+    if (rows.empty()) {
+      busyUntilNow(*ws->device);
+      continue;
+    }
+    float* x = ws->f(ws->x);
+    float* normed = ws->f(ws->normed);
+    const int64_t n = int64_t(rows.size());
+    const bool contiguous = rows.back() - rows.front() + 1 == n;
+    const float* src = x + rows.front() * E;
+    if (!contiguous) {
+      hostRows.resize(size_t(n * E));
+      for (int64_t i = 0; i < n; i++) {
+        d.copyToHost(hostRows.data() + i * E, reinterpret_cast<const uint8_t*>(x + rows[size_t(i)] * E),
+                     size_t(E) * sizeof(float));
+      }
+      d.copyFromHost(ws->normed->data(), hostRows.data(), hostRows.size() * sizeof(float));
+      src = normed;
+    }
+    d.rmsNorm(src, head.norm, normed, n, E, c.rmsEps);
+    if (ws->logitsCapacity < n) {
+      ws->logits.reset();
+      ws->logits = d.allocate(size_t(n * c.vocabSize) * sizeof(float));
+      ws->logitsCapacity = n;
+    }
+    float* out = ws->f(ws->logits);
+    d.matmul(head.table, normed, n, out, nullptr);
+    units_.back().kernelsReady = true;
+    const size_t before = logits.size();
+    logits.resize(before + size_t(n * c.vocabSize));
+    d.copyToHost(logits.data() + before, reinterpret_cast<const uint8_t*>(out),
+                 size_t(n * c.vocabSize) * sizeof(float));
+    busyUntilNow(d);
+  }
+  for (const SequenceInput& in : inputs) in.session->advance(int64_t(in.tokens.size()));
+}
+
+}  // namespace jitllm::runtime

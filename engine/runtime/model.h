@@ -1,0 +1,165 @@
+// A loaded model: its file, config and tensors, its layers bound to devices, the KV page pools
+// those devices give it, and the forward pass over a batch of sessions.
+//
+// The schedulable units are the embedding (unit 0), the transformer blocks (units 1..L) and the
+// output head (unit L+1). Each is bound to one Device; a forward step walks the units in order
+// and moves the hidden state across a device boundary only where two neighbours differ. On the
+// CPU, weights are read in place from the mmapped file (no copy).
+//
+// forward() batches any number of sessions (prefill and decode mixed): all their tokens run
+// through each layer together, in microbatches of at most kMaxStepTokens, and each session's
+// result is exactly what it would get alone (every kernel computes a token's row independently of
+// the others in the batch).
+//
+// A unit's device changes only through a LiveMigration (live_migration.h), which stages the unit
+// on its target between steps and flips it at a token boundary.
+//
+// Ownership: owns the file mapping, the bound weights and the KV pools; sessions it creates
+// borrow its pools and must be destroyed first. Devices are borrowed and must outlive the model.
+// Thread-safety: forward(), createSession() and migrations from one thread at a time (the
+// model's step loop).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf_file.h"
+#include "engine/kv/kv_page_pool.h"
+#include "engine/runtime/model_config.h"
+#include "engine/runtime/model_tensors.h"
+#include "engine/runtime/session.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "kernels/device.h"
+
+namespace jitllm::runtime {
+
+struct BoundUnit;  // bound_unit.h (internal)
+
+// The placement a device list has always meant: blocks spread over `devices` in order, the
+// embedding with the first block and the head with the last. One index per unit (layers + 2).
+std::vector<int> evenPlacement(int layers, int devices);
+
+struct ModelLoadOptions {
+  std::vector<Device*> devices;  // at least one; blocks are spread over them in order
+  // Optional explicit placement: one index into `devices` per unit (layers + 2). Empty: blocks
+  // split evenly in order, the embedding with the first block, the head with the last.
+  std::vector<int> placement;
+  // Or a placer that chooses it once the file's unit sizes are known (the daemon's placement on
+  // load): given each unit's weight bytes, the KV bytes one token takes in one block, the model's
+  // trained context and the activation memory a device running part of it needs (a full
+  // microbatch), it returns one index into `devices` per unit. Used when `placement` is empty.
+  std::function<std::vector<int>(const std::vector<size_t>& unitWeightBytes, size_t kvBytesPerTokenPerBlock,
+                                 int64_t trainedContext, size_t workspaceBytes)>
+      placer;
+  // Optional, per unit: stream this block's weights through its device's memory instead of
+  // keeping them there (a model larger than the device; see Model::forward). Blocks on GPUs only.
+  std::vector<bool> streamed;
+  int kvPageTokens = 16;
+  // fp32 by default: attention then stays as exact as the rest of the pass (see KvPrecision).
+  KvPrecision kvPrecision = KvPrecision::kF32;
+};
+
+// One session's share of a step: tokens to feed and which logits to return.
+// Where one unit stands (jitllmctl ps -l).
+struct UnitInfo {
+  Device* device = nullptr;
+  bool inDeviceMemory = false;  // weights copied into device memory; false: read in place from the file
+  size_t weightBytes = 0;
+  bool kernelsReady = false;  // its ops have run on `device` (kernels compiled, buffers sized)
+  bool streamed = false;      // weights wait in pinned host memory and visit `device` each step
+};
+
+struct SequenceInput {
+  Session* session = nullptr;
+  std::span<const int32_t> tokens;
+  bool allLogits = false;  // every position's logits (scoring); else only the last token's
+};
+
+class Model final {
+ public:
+  // Tokens per microbatch: bounds activation memory (a few MB per device for 1B-class models)
+  // while keeping the matrix kernels' tiles full.
+  static constexpr int64_t kMaxStepTokens = 512;
+
+  static std::unique_ptr<Model> load(const std::string& path, const ModelLoadOptions& options);
+  static std::unique_ptr<Model> fromFile(std::unique_ptr<gguf::GgufFile> file, const ModelLoadOptions& options);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::GgufFile& file() const { return *file_; }
+  const ModelTensors& tensors() const { return tensors_; }
+  // The tokenizer from the file's tokenizer.ggml.* keys; Error(FAILED) naming the file when it
+  // has none (a weights-only file can still run on token ids).
+  const tokenizer::Tokenizer& tokenizer() const;
+  bool hasTokenizer() const { return tokenizer_ != nullptr; }
+
+  int unitCount() const;
+  // Every device the model touches: its units' and its KV pools' (a step, or freeing sessions).
+  std::vector<Device*> devices() const;
+  Device& unitDevice(int unit) const;
+  UnitInfo unitInfo(int unit) const;
+  std::string unitName(int unit) const;  // "token_embd", "blk.3", "output"
+  const KvLayout& kvLayout() const { return kvLayout_; }
+  // Activation memory a device running part of the model needs at most (a full microbatch, and the
+  // logits of a decode step of a few dozen sessions): what placement reserves for it.
+  size_t workspaceBytesEstimate() const;
+  KvPagePool& kvPool(Device& device);
+  // Every KV pool the model has made, with its device (also those no layer uses any more).
+  std::vector<const KvPagePool*> kvPools() const;
+  const SessionRegistry& sessions() const { return sessions_; }
+
+  // Binds `unit` again on `device` from the file's weights and warms its kernels there: how a
+  // model is re-placed after the device it ran on went away. For a block, no session may hold
+  // KV pages of it any more (Error(FAILED) otherwise). Not during a migration.
+  void rebindUnit(int unit, Device& device);
+  // Forgets `device`: its KV pools (which must be empty) and its workspace. Error(FAILED) while a
+  // unit still runs there.
+  void releaseDevice(Device& device);
+
+  // contextLimit 0: the model's trained context length.
+  std::unique_ptr<Session> createSession(int64_t contextLimit = 0);
+
+  // Runs the inputs through the model and appends logits (vocabSize floats per returned
+  // position, inputs in order) to `logits`. Validates everything (token ids, context limits,
+  // duplicate sessions) before any session changes; on an exception no session has advanced.
+  void forward(std::span<const SequenceInput> inputs, std::vector<float>& logits);
+
+ private:
+  friend class LiveMigration;
+  struct Workspace;
+
+  Model() = default;
+  void bind(const ModelLoadOptions& options);
+  // The unit's weights made usable on `device` (copied there, or viewed in place on the CPU).
+  BoundUnit bindUnit(int unit, Device& device, bool streamed = false);
+  // Uploads the streamed units' weights into `ws`'s slots one block ahead of the one that runs:
+  // returns the device pointer unit `unit` will find its weights at once waitForUpload ran.
+  void streamIn(int unit, Workspace& ws);
+  // Runs the unit's ops once on its device with one dummy token, so the kernels are compiled and
+  // the workspace sized before the first real step there.
+  void warmUp(int unit, BoundUnit& bound);
+  // Drops workspaces of devices no unit runs on any more.
+  void releaseIdleWorkspaces();
+  Workspace& workspace(Device& device, int64_t tokens);
+  void runBlock(const BoundUnit& unit, Workspace& ws, int64_t tokens, const int32_t* positions, const KvSlot* slots,
+                const uint8_t* const* const* pageTables);
+
+  std::unique_ptr<gguf::GgufFile> file_;
+  ModelConfig config_;
+  ModelTensors tensors_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  KvLayout kvLayout_;
+  std::vector<BoundUnit> units_;
+  std::map<Device*, std::unique_ptr<KvPagePool>> pools_;
+  std::map<Device*, std::unique_ptr<Workspace>> workspaces_;
+  std::vector<float> ropeFactors_;
+  SessionRegistry sessions_;
+  uint64_t nextSessionId_ = 1;
+};
+
+}  // namespace jitllm::runtime

@@ -1,0 +1,87 @@
+#include "engine/runtime/model_config.h"
+
+#include "engine/gguf/gguf_file.h"
+#include "base/error.h"
+
+namespace jitllm::runtime {
+
+const char* architectureName(Architecture arch) {
+  switch (arch) {
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kQwen2:
+      return "qwen2";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Bounds far above any real model that keep sizes computed from them far from overflow.
+constexpr int64_t kMaxDim = int64_t(1) << 20;
+constexpr int64_t kMaxLayers = 4096;
+
+int64_t requireInt(const gguf::GgufFile& f, const std::string& key, int64_t lo, int64_t hi) {
+  auto v = f.getInt(key);
+  JITLLM_REQUIRE(v.has_value(), f.name(), ": missing metadata key '", key, "'");
+  JITLLM_REQUIRE(*v >= lo && *v <= hi, f.name(), ": metadata key '", key, "' is ", *v, ", outside [", lo, ", ", hi,
+                 "]");
+  return *v;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
+  ModelConfig c;
+  auto arch = f.getString("general.architecture");
+  JITLLM_REQUIRE(arch.has_value(), f.name(), ": missing metadata key 'general.architecture'");
+  if (*arch == "llama") {
+    c.arch = Architecture::kLlama;
+  } else if (*arch == "qwen2") {
+    c.arch = Architecture::kQwen2;
+    c.ropeNeox = true;
+    c.qkvBias = true;
+  } else {
+    JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch, "' (supported: llama, qwen2)");
+  }
+  c.archKey = *arch;
+  const std::string p = c.archKey + ".";
+  c.name = f.getString("general.name").value_or(f.name());
+  c.embedding = requireInt(f, p + "embedding_length", 1, kMaxDim);
+  c.layers = requireInt(f, p + "block_count", 1, kMaxLayers);
+  c.heads = requireInt(f, p + "attention.head_count", 1, kMaxDim);
+  c.kvHeads =
+      f.find(p + "attention.head_count_kv") ? requireInt(f, p + "attention.head_count_kv", 1, c.heads) : c.heads;
+  c.feedForward = requireInt(f, p + "feed_forward_length", 1, kMaxDim * 4);
+  c.contextLength = f.find(p + "context_length") ? requireInt(f, p + "context_length", 1, int64_t(1) << 24) : 2048;
+  JITLLM_REQUIRE(c.embedding % c.heads == 0, f.name(), ": embedding_length ", c.embedding,
+                 " is not a multiple of head_count ", c.heads);
+  JITLLM_REQUIRE(c.heads % c.kvHeads == 0, f.name(), ": head_count ", c.heads, " is not a multiple of head_count_kv ",
+                 c.kvHeads);
+  c.headDim = c.embedding / c.heads;
+  if (f.find(p + "attention.key_length")) {
+    const int64_t kl = requireInt(f, p + "attention.key_length", 1, kMaxDim);
+    JITLLM_REQUIRE(kl == c.headDim, f.name(), ": attention.key_length ", kl, " differs from embedding/heads ",
+                   c.headDim, " (unsupported)");
+  }
+  c.rotaryDims =
+      f.find(p + "rope.dimension_count") ? requireInt(f, p + "rope.dimension_count", 2, c.headDim) : c.headDim;
+  JITLLM_REQUIRE(c.rotaryDims % 2 == 0, f.name(), ": rope.dimension_count ", c.rotaryDims, " is odd");
+  c.ropeFreqBase = float(f.getFloat(p + "rope.freq_base").value_or(10000.0));
+  JITLLM_REQUIRE(c.ropeFreqBase > 0, f.name(), ": rope.freq_base must be positive");
+  if (auto type = f.getString(p + "rope.scaling.type")) {
+    if (*type == "linear") {
+      const double factor = f.getFloat(p + "rope.scaling.factor").value_or(1.0);
+      JITLLM_REQUIRE(factor > 0, f.name(), ": rope.scaling.factor must be positive");
+      c.ropeFreqScale = float(1.0 / factor);
+    } else if (*type != "none" && *type != "llama3") {
+      // llama3 scaling is carried by the rope_freqs tensor; others (yarn) change the math.
+      JITLLM_FAIL(kUnimplemented, f.name(), ": rope scaling type '", *type, "' is not supported");
+    }
+  }
+  c.rmsEps = float(f.getFloat(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  JITLLM_REQUIRE(c.rmsEps > 0 && c.rmsEps < 1, f.name(), ": layer_norm_rms_epsilon out of range");
+  return c;
+}
+
+}  // namespace jitllm::runtime

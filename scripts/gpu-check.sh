@@ -1,0 +1,234 @@
+#!/bin/bash
+# One call on the lent GPU machine (the device tool's `run`): build jitllm with CUDA, then MODE.
+# `bash scripts/gpu-check.sh -h` lists the modes and the environment it reads.
+set -uo pipefail
+
+usage() {
+  cat << 'EOF'
+usage: bash scripts/gpu-check.sh [--dry-run] MODE      (one call of the device tool's `run`)
+Builds jitllm (CUDA, Release) in /tmp/jitllm-build, then runs MODE; a summary on stdout, the logs
+in $OUT/logs/, packed into $OUT/logs.tgz at the end (a call brings back 8 files at most). Carry
+.devshared, and .peer for llama.cpp (both made by scripts/prepare-gpu-carry.sh), e.g.
+  run(command="bash scripts/gpu-check.sh all", carry=[".devshared", ".peer"], timeout_s=600)
+Modes:
+  tests     all CUDA tests (cuda_tests), then runtime_tests and migration_tests
+  sanitize  compute-sanitizer memcheck, then racecheck, of cuda_tests, each stopped after SANITIZE_LIMIT
+  bench     tools/bench/run CASES: jitllm-bench, llama-bench (built from .peer meanwhile) alternating
+  profile   GPU time per op (JITLLM_CUDA_PROFILE=1) of pp512 and tg64; with NCU_KERNEL, Nsight Compute
+  migrate   migration tests; jitllm-migrate-bench cuda:0<->cuda:1 (two GPUs) and cuda:0<->cpu:0
+  vulkan    carried binaries (.carry, .gl; see vulkan()): vulkan_tests, then vulkan:0 beside cuda:0
+  all       tests, sanitize and bench
+Options: -h, --help: this text; --dry-run: print the settings and MODE's steps, run nothing.
+Environment (all optional):
+  OUT               where the logs go (default /tmp/jitllm-gpu-out)
+  TEST_FILTER       tests: cuda_tests' --gtest_filter (default *)
+  MEMCHECK_FILTER   sanitize: memcheck's tests (default CudaOps.*:*Attention*:*TensorCore*:*Gather*:*BlocksMove*)
+  RACECHECK_FILTER  sanitize: racecheck's tests (default *Attention*:*TensorCore*)
+  SANITIZE_LIMIT    sanitize: seconds for each tool; a timeout is reported, not a failure (default 150)
+  CASES             bench: tools/bench/run's cases or patterns (default "cuda-1b-q4km cuda-3b-q4km")
+  REPS              bench: repetitions of each measurement instead of each case's REPS
+  PROFILE_MODEL     profile: 1b or 3b, the Llama-3.2 shape in Q4_K_M with random weights (default 1b)
+  NCU_KERNEL        profile: a regex of kernel names for Nsight Compute's full set (default: no ncu)
+  NCU_SKIP          profile: launches of that kernel skipped first (default 0)
+  NCU_ARGS          profile: jitllm-bench's arguments under Nsight Compute (default "-p 0 -n 4")
+  BUILT_AT          vulkan: the checkout path the carried binaries were built at (default /work/main)
+EOF
+}
+
+mode="" dry=0
+for arg in "$@"; do
+  case $arg in
+    -h | --help) usage; exit 0 ;;
+    --dry-run) dry=1 ;;
+    -* | *\ *) usage >&2; exit 2 ;;
+    *) [ -z "$mode" ] || { echo "gpu-check.sh: one mode at a time" >&2; exit 2; }; mode=$arg ;;
+  esac
+done
+[ -n "$mode" ] || { usage >&2; exit 2; }
+cd "$(dirname "$0")/.." || exit 1
+
+OUT=${OUT:-/tmp/jitllm-gpu-out} SHARED=$PWD/.devshared B=/tmp/jitllm-build MODELS=/tmp/jitllm-bench-models PEER=/tmp/peer
+LOGS=$OUT/logs BIN=$B/bin
+MEMCHECK_FILTER=${MEMCHECK_FILTER:-CudaOps.*:*Attention*:*TensorCore*:*Gather*:*BlocksMove*}
+RACECHECK_FILTER=${RACECHECK_FILTER:-*Attention*:*TensorCore*}
+SANITIZE_LIMIT=${SANITIZE_LIMIT:-150}
+CASES=${CASES:-cuda-1b-q4km cuda-3b-q4km}
+PROFILE_MODEL=${PROFILE_MODEL:-1b}
+export JITLLM_CACHE_DIR=/tmp/jitllm-cache
+start=$SECONDS peer="" failed=()
+
+# build TARGET...: configure once, build the targets; a failed build ends the call.
+build() {
+  if ! cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DJITLLM_FUZZ=OFF -DJITLLM_VULKAN=OFF \
+    -DJITLLM_SHARED_DIR="$SHARED" -DCMAKE_CXX_FLAGS="-include cstdint" > "$LOGS/build.log" 2>&1 ||
+    ! cmake --build $B -j"$(nproc)" --target "$@" >> "$LOGS/build.log" 2>&1; then
+    tail -40 "$LOGS/build.log"
+    exit 1
+  fi
+}
+
+# llama.cpp (CUDA, sm_90) from the carried bundle into $PEER, in the background ($peer).
+startLlamaCpp() {
+  [ -f .peer/llama.cpp.bundle ] || { echo "no .peer/llama.cpp.bundle carried: bench runs jitllm alone"; return 0; }
+  (
+    JITLLM_PEER_DIR=$PEER JITLLM_PEER_BUNDLE=$PWD/.peer/llama.cpp.bundle PEER_TARGETS=llama-bench \
+      PEER_CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" bash "$SHARED/peer/setup" > "$LOGS/peer-setup.log" 2>&1
+    echo "exit $?" >> "$LOGS/peer-setup.log"
+  ) &
+  peer=$!
+}
+
+# makeModel SHAPE TYPE: a random-weight model, made once; prints its path (tools/bench/run's cache).
+makeModel() {
+  local f=$MODELS/$1-$2.gguf
+  mkdir -p $MODELS
+  [ -f "$f" ] || "$BIN/jitllm-mkmodel" "$1" "$2" "$f" --shared "$SHARED" > /dev/null || echo "mkmodel $1 $2 failed" >&2
+  echo "$f"
+}
+
+# gtest NAME [ARGS...]: the test binary NAME, its log in $LOGS/NAME.log, its verdict and failures.
+gtest() {
+  local name=$1 rc=0
+  shift
+  timeout 480 "$BIN/$name" "$@" > "$LOGS/$name.log" 2>&1 || rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is" "$LOGS/$name.log" | head -40
+  echo "$name: exit $rc"
+  return $rc
+}
+
+runTests() {
+  local rc=0
+  gtest cuda_tests --gtest_filter="${TEST_FILTER:-*}" || rc=1
+  gtest runtime_tests || rc=1
+  gtest migration_tests || rc=1
+  return $rc
+}
+
+# sanitize TOOL FILTER: compute-sanitizer's TOOL over the cuda_tests matching FILTER.
+sanitize() {
+  local tool=$1 rc=0
+  timeout "$SANITIZE_LIMIT" compute-sanitizer --tool "$tool" --error-exitcode 3 --print-limit 10 \
+    "$BIN/cuda_tests" --gtest_filter="$2" > "$LOGS/$tool.log" 2>&1 || rc=$?
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds|hazard" "$LOGS/$tool.log" | head -8
+  [ $rc = 124 ] && { echo "$tool: stopped after $SANITIZE_LIMIT s, $(grep -c '^\[       OK \]' "$LOGS/$tool.log") tests done"; return 0; }
+  echo "$tool: exit $rc"
+  return $rc
+}
+
+bench() {
+  local args=(--logs "$LOGS/bench") cases
+  [ -n "${REPS:-}" ] && args+=(-r "$REPS")
+  if [ -n "$peer" ]; then
+    wait "$peer"
+    echo "llama.cpp: $(tail -1 "$LOGS/peer-setup.log") at $((SECONDS - start)) s"
+  fi
+  [ -x $PEER/bin/llama-bench ] || args+=(--jitllm-only)
+  read -ra cases <<< "$CASES"
+  JITLLM_BIN=$BIN JITLLM_SHARED_DIR=$SHARED JITLLM_BENCH_MODELS=$MODELS LLAMA_BENCH=$PEER/bin/llama-bench \
+    tools/bench/run "${args[@]}" "${cases[@]}" | tee "$OUT/bench.md"
+}
+
+# The ops' lines of a JITLLM_CUDA_PROFILE log, most GPU time first.
+topOps() { awk '{ for (i = 2; i < NF; i++) if ($i == "calls") print $(i + 1) "\t" $0 }' "$1" | sort -rn | cut -f2 | head -"$2"; }
+
+profile() {
+  local m model ncu args
+  m=$PROFILE_MODEL
+  model=$(makeModel "llama-3.2-$m" q4_k_m)
+  echo "$m pp512, each launch timed alone:"
+  JITLLM_CUDA_PROFILE=1 timeout 120 "$BIN/jitllm-bench" "$model" --device cuda:0 -p 512 -n 0 -r 2 > "$LOGS/profile-pp-$m.txt" 2>&1
+  topOps "$LOGS/profile-pp-$m.txt" 20
+  echo "$m tg64, each launch timed alone:"
+  JITLLM_CUDA_PROFILE=1 timeout 120 "$BIN/jitllm-bench" "$model" --device cuda:0 -p 0 -n 64 -r 1 > "$LOGS/profile-tg-$m.txt" 2>&1
+  topOps "$LOGS/profile-tg-$m.txt" 20
+  [ -n "${NCU_KERNEL:-}" ] || return 0
+  ncu=$(command -v ncu || find /opt/nvidia/nsight-compute -maxdepth 2 -name ncu -type f 2> /dev/null | head -1)
+  read -ra args <<< "${NCU_ARGS:--p 0 -n 4}"
+  JITLLM_CUDA_GRAPHS=0 timeout 300 "$ncu" --set full --import-source yes --clock-control none -k "regex:$NCU_KERNEL" \
+    --launch-skip "${NCU_SKIP:-0}" --launch-count 1 -o "$LOGS/ncu" "$BIN/jitllm-bench" "$model" --device cuda:0 "${args[@]}" -r 1 \
+    > "$LOGS/ncu.log" 2>&1 || { tail -5 "$LOGS/ncu.log"; return 1; }
+  "$ncu" --import "$LOGS/ncu.ncu-rep" --page details > "$LOGS/ncu-details.txt" 2>&1
+  grep -E "^  [A-Za-z_]+.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit|Mem Busy" \
+    "$LOGS/ncu-details.txt" | sed 's/  */ /g' | head -40
+}
+
+migrate() {
+  local rc=0 tiny one
+  gtest cuda_tests --gtest_filter='*Migrat*:*BlocksMove*:*Gather*:*TwoDevicesOfOneGpu*:*TwoGpus*' || rc=1
+  gtest migration_tests || rc=1
+  tiny=$(makeModel tiny q4_k_m)
+  one=$(makeModel llama-3.2-1b q4_k_m)
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    timeout 150 "$BIN/jitllm-migrate-bench" "$one" --devices cuda:0,cuda:1 --sessions 1 --repeat 2 --contexts 512,2048,8192 2>&1 |
+      tee "$LOGS/migrate-1b-cuda-cuda.txt"
+  fi
+  timeout 100 "$BIN/jitllm-migrate-bench" "$tiny" --devices cuda:0,cpu:0 --sessions 4 --repeat 2 --contexts 512,2048,8192 2>&1 |
+    tee "$LOGS/migrate-tiny-cuda-cpu.txt"
+  return $rc
+}
+
+# The Vulkan backend on NVIDIA's driver, with no build here (no Vulkan SDK on this machine): where it
+# is built with Vulkan and CUDA (docs/vulkan.md, "Running elsewhere"), carry .carry/ (`strip -o .carry/X
+# build-vk/bin/X` for X in jitllm-bench jitllm-mkmodel vulkan_tests) and .gl/ (Debian's libvulkan1).
+vulkan() {
+  local f m round dev rc=0 built=${BUILT_AT:-/work/main}
+  BIN=$PWD/.carry
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  [ -e /usr/share/vulkan/icd.d/nvidia_icd.json ] || [ -e /etc/vulkan/icd.d/nvidia_icd.json ] ||
+    export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+  # The test binaries hold their checkout's absolute paths (../shared, tests/goldens): link both here.
+  [ "$(readlink -f "$built")" = "$PWD" ] || { mkdir -p "$(dirname "$built")" && ln -sfn "$PWD" "$built"; }
+  [ -e "$(dirname "$PWD")/shared" ] || ln -sfn "$SHARED" "$(dirname "$PWD")/shared"
+  mkdir -p build-vk
+  gtest vulkan_tests || rc=1
+  for m in 1b 3b; do
+    f=$(makeModel "llama-3.2-$m" q4_k_m)
+    for round in 1 2; do
+      for dev in vulkan:0 cuda:0; do
+        timeout 200 "$BIN/jitllm-bench" "$f" --device $dev -p 512 -n 128 -r 3 2>&1 | tee -a "$LOGS/vulkan-bench.txt" |
+          grep -E "^# (pp|tg)|error" | sed "s/^/$m $dev r$round: /"
+      done
+    done
+  done
+  return $rc
+}
+
+case $mode in
+  tests) steps=("build cuda_tests runtime_tests migration_tests" runTests) ;;
+  sanitize) steps=("build cuda_tests" "sanitize memcheck $MEMCHECK_FILTER" "sanitize racecheck $RACECHECK_FILTER") ;;
+  bench) steps=(startLlamaCpp "build jitllm-bench jitllm-mkmodel" bench) ;;
+  profile) steps=("build jitllm-bench jitllm-mkmodel" profile) ;;
+  migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
+  vulkan) steps=(vulkan) ;;
+  all) steps=(startLlamaCpp "build cuda_tests runtime_tests migration_tests jitllm-bench jitllm-mkmodel" runTests
+    "sanitize memcheck $MEMCHECK_FILTER" "sanitize racecheck $RACECHECK_FILTER" bench) ;;
+  *) echo "gpu-check.sh: unknown mode: $mode" >&2; usage >&2; exit 2 ;;
+esac
+
+# What a step needs, checked before a build spends minutes: the carried files, bench's case names.
+[ -d "$SHARED/vocab" ] || echo "warning: no .devshared/vocab (carry .devshared: scripts/prepare-gpu-carry.sh)" >&2
+if [[ " ${steps[*]} " == *" bench "* ]]; then
+  read -ra cases <<< "$CASES"
+  tools/bench/run --dry-run --jitllm-only "${cases[@]}" > /dev/null 2>&1 ||
+    { echo "gpu-check.sh: CASES: unknown case in \"$CASES\" (tools/bench/run --list)" >&2; exit 2; }
+fi
+if ((dry)); then
+  for v in OUT TEST_FILTER MEMCHECK_FILTER RACECHECK_FILTER SANITIZE_LIMIT CASES REPS PROFILE_MODEL NCU_KERNEL NCU_SKIP \
+    NCU_ARGS BUILT_AT; do echo "$v=${!v:-}"; done
+  for step in "${steps[@]}"; do echo "step: $step"; done
+  exit 0
+fi
+
+mkdir -p "$LOGS"
+packLogs() { tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"; }
+trap packLogs EXIT
+trap 'exit 143' TERM
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee "$LOGS/gpu.txt"
+for step in "${steps[@]}"; do
+  read -ra words <<< "$step"  # (no glob: a test filter's * stays as it is)
+  echo "== $step ($((SECONDS - start)) s)"
+  "${words[@]}" || failed+=("$step")
+done
+echo "== $mode done in $((SECONDS - start)) s; ${#failed[@]} step(s) failed${failed[*]:+: ${failed[*]}}"
+[ ${#failed[@]} = 0 ]
