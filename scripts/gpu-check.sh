@@ -136,16 +136,16 @@ profile() {
   m=$PROFILE_MODEL
   model=$(makeModel "llama-3.2-$m" q4_k_m)
   echo "$m pp512, each launch timed alone:"
-  JITLLM_CUDA_PROFILE=1 timeout 120 "$BIN/jitllm-bench" "$model" --device cuda:0 -p 512 -n 0 -r 2 > "$LOGS/profile-pp-$m.txt" 2>&1
+  JITLLM_CUDA_PROFILE=1 timeout 120 "$BIN/jitllm-bench" "$model" --devices cuda:0 -p 512 -n 0 -r 2 > "$LOGS/profile-pp-$m.txt" 2>&1
   topOps "$LOGS/profile-pp-$m.txt" 20
   echo "$m tg64, each launch timed alone:"
-  JITLLM_CUDA_PROFILE=1 timeout 120 "$BIN/jitllm-bench" "$model" --device cuda:0 -p 0 -n 64 -r 1 > "$LOGS/profile-tg-$m.txt" 2>&1
+  JITLLM_CUDA_PROFILE=1 timeout 120 "$BIN/jitllm-bench" "$model" --devices cuda:0 -p 0 -n 64 -r 1 > "$LOGS/profile-tg-$m.txt" 2>&1
   topOps "$LOGS/profile-tg-$m.txt" 20
   [ -n "${NCU_KERNEL:-}" ] || return 0
   ncu=$(command -v ncu || find /opt/nvidia/nsight-compute -maxdepth 2 -name ncu -type f 2> /dev/null | head -1)
   read -ra args <<< "${NCU_ARGS:--p 0 -n 4}"
   JITLLM_CUDA_GRAPHS=0 timeout 300 "$ncu" --set full --import-source yes --clock-control none -k "regex:$NCU_KERNEL" \
-    --launch-skip "${NCU_SKIP:-0}" --launch-count 1 -o "$LOGS/ncu" "$BIN/jitllm-bench" "$model" --device cuda:0 "${args[@]}" -r 1 \
+    --launch-skip "${NCU_SKIP:-0}" --launch-count 1 -o "$LOGS/ncu" "$BIN/jitllm-bench" "$model" --devices cuda:0 "${args[@]}" -r 1 \
     > "$LOGS/ncu.log" 2>&1 || { tail -5 "$LOGS/ncu.log"; return 1; }
   "$ncu" --import "$LOGS/ncu.ncu-rep" --page details > "$LOGS/ncu-details.txt" 2>&1
   grep -E "^  [A-Za-z_]+.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit|Mem Busy" \
@@ -186,7 +186,7 @@ vulkan() {
     f=$(makeModel "llama-3.2-$m" q4_k_m)
     for round in 1 2; do
       for dev in vulkan:0 cuda:0; do
-        timeout 200 "$BIN/jitllm-bench" "$f" --device $dev -p 512 -n 128 -r 3 2>&1 | tee -a "$LOGS/vulkan-bench.txt" |
+        timeout 200 "$BIN/jitllm-bench" "$f" --devices $dev -p 512 -n 128 -r 3 2>&1 | tee -a "$LOGS/vulkan-bench.txt" |
           grep -E "^# (pp|tg)|error" | sed "s/^/$m $dev r$round: /"
       done
     done

@@ -20,16 +20,16 @@ using namespace jitllm;
 namespace {
 
 constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-p N] [-n N] [-r REPS] [-d N]
-                    [--device SPEC] [--kv f32|f16] [--fit MODE]
+                    [--devices SPEC] [--kv f32|f16] [--fit MODE]
   -t THREADS   CPU threads per CPU device (default: all cores)
   -p N         prompt tokens for the prefill test (default 128; 0 skips it)
   -n N         tokens for the decode test (default 64; 0 skips it)
   -r REPS      repetitions after one warm-up (default 5)
   -d N         context already in the session before each test, untimed (default 0), as
                llama-bench's -d: decode speed at depth N (attention over N + i positions)
-  --device S   devices, e.g. cpu:0 (default), cpu:0,cpu:1, vulkan:0 or cpu:0,vulkan:0
+  --devices S  devices, e.g. cpu:0 (default), cpu:0,cpu:1, vulkan:0 or cpu:0,vulkan:0
   --kv f32|f16 KV cache precision (default f32, as jitllm-run; llama.cpp's default is f16)
-  --fit MODE   a model larger than the first device (e.g. --device cuda:0@2G,cpu:0): the blocks
+  --fit MODE   a model larger than the first device (e.g. --devices cuda:0@2G,cpu:0): the blocks
                that do not fit are `stream`ed through its memory each step, or run on the `cpu`
                (the last device); the head stays on the first device, the embedding goes to
                the CPU when there is one. Default: blocks spread evenly over the devices.
@@ -44,7 +44,7 @@ std::vector<int> fitPlacement(const std::vector<size_t>& weights, size_t kvPerTo
   const size_t units = weights.size();
   const int last = int(devices.size()) - 1;
   const bool hasCpu = devices.back()->info().caps.hostMemory && last > 0;
-  if (!stream && !hasCpu) throw tools::UsageError("--fit cpu needs a CPU device last in --device");
+  if (!stream && !hasCpu) throw tools::UsageError("--fit cpu needs a CPU device last in --devices");
   size_t largest = 0;
   for (size_t u = 1; u + 1 < units; u++) largest = std::max(largest, weights[u]);
   const size_t kvPerBlock = kvPerToken * size_t(contextTokens);
@@ -116,7 +116,7 @@ int run(int argc, char** argv) {
       reps = cl.number<int>(a);
     else if (a == "-d")
       depth = cl.number<int64_t>(a);
-    else if (a == "--device")
+    else if (a == "--devices")
       deviceSpec = cl.value(a);
     else if (a == "--fit")
       fit = cl.oneOf(a, {"stream", "cpu"});

@@ -31,7 +31,7 @@ using namespace jitllm;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: jitllm-opbench OP [options] [--device SPEC] [-r REPS] [--seed N]
+constexpr const char* kUsage = R"(usage: jitllm-opbench OP [options] [--devices SPEC] [-r REPS] [--seed N]
   OP attention  decode attention over paged KV:
        --heads H --kv-heads K --head-dim D   the model's shape (default 32 8 64: Llama-3.2-1B)
        --context N[,N...]                    positions attended to (default 128,1024,4096)
@@ -41,7 +41,7 @@ constexpr const char* kUsage = R"(usage: jitllm-opbench OP [options] [--device S
        --type T --rows R --cols C            W's type (q4_K, q6_K, q8_0, f16, ...) and shape
                                              (default q4_K 8192 2048: the 1B's gate)
        --tokens T                            columns of x (default 1: decode)
-  --device S   the device (default cpu:0; e.g. cuda:0, vulkan:0)
+  --devices S  the device (default cpu:0; e.g. cuda:0, vulkan:0)
   -t THREADS   CPU threads (default: all cores)
   --copies N   copies of the inputs the calls take turns over (default: as many as make 256 MiB,
                at most 64)
@@ -226,7 +226,7 @@ int run(int argc, char** argv) {
   };
   while (!cl.done()) {
     const std::string a = cl.take();
-    if (a == "--device") {
+    if (a == "--devices") {
       deviceSpec = cl.value(a);
     } else if (a == "-t") {
       deviceOptions.cpuThreads = int(positive(a, cl.number<int>(a)));
@@ -262,7 +262,7 @@ int run(int argc, char** argv) {
     }
   }
   auto devices = runtime::createDevices(deviceSpec, deviceOptions);
-  if (devices.size() != 1) throw tools::UsageError("--device names one device");
+  if (devices.size() != 1) throw tools::UsageError("--devices names one device");
   Device& device = *devices.front();
   std::printf("device %s: %s\n", device.info().id.str().c_str(), device.info().name.c_str());
   std::mt19937 rng(seed);

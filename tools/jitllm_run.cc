@@ -28,7 +28,7 @@ constexpr const char* kUsage = R"(usage: jitllm-run MODEL.gguf (-p TEXT | -t "ID
   -t "1 2 3"            prompt as token ids
   -n N                  tokens to generate (default 32); stops early at end-of-generation tokens
   --threads N           CPU threads per CPU device (default: all cores)
-  --device SPEC         devices to spread the layers over, e.g. cpu:0, cpu:0,cpu:1, vulkan:0, cpu:0,vulkan:0
+  --devices SPEC        devices to spread the layers over, e.g. cpu:0, cpu:0,cpu:1, vulkan:0, cpu:0,vulkan:0
                         (default cpu:0; vulkan:N counts real GPUs first, software ones last)
   --ctx N               session context limit (default: prompt + n)
   --kv f32|f16          KV cache precision (default f32: exact attention; f16 halves its memory)
@@ -62,7 +62,7 @@ int run(int argc, char** argv) {
       nPredict = cl.number<int32_t>(a);
     else if (a == "--threads")
       deviceOptions.cpuThreads = cl.number<int>(a);
-    else if (a == "--device")
+    else if (a == "--devices")
       deviceSpec = cl.value(a);
     else if (a == "--ctx")
       ctx = cl.number<int64_t>(a);

@@ -19,15 +19,19 @@ Backend* BackendRegistry::find(std::string_view name) const {
   return nullptr;
 }
 
-std::string BackendRegistry::names() const {
-  std::string out;
-  for (const auto& b : backends_) out += (out.empty() ? "" : ", ") + b->name();
+std::vector<std::string> BackendRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& b : backends_) out.push_back(b->name());
   return out;
 }
 
 Backend& BackendRegistry::require(const DeviceId& id) const {
   Backend* b = find(id.backend);
-  JITLLM_REQUIRE(b != nullptr, "device '", id, "': unknown backend '", id.backend, "' (this build has ", names(), ")");
+  if (b == nullptr) {
+    std::string known;
+    for (const auto& backend : backends_) known += (known.empty() ? "" : ", ") + backend->name();
+    JITLLM_FAIL(kFailed, "device '", id, "': unknown backend '", id.backend, "' (this build has ", known, ")");
+  }
   return *b;
 }
 

@@ -31,8 +31,8 @@ class BackendRegistry final {
   void add(std::unique_ptr<Backend> backend);
   // Null when there is none of that name.
   Backend* find(std::string_view name) const;
-  // "cpu, cuda, vulkan": for messages.
-  std::string names() const;
+  // The backends' names, in registration order.
+  std::vector<std::string> names() const;
 
   // The devices a list names ("cpu:0,cpu:1", "cuda:0@2G"), opened in order; "auto" is openAll()'s
   // devices. Error(FAILED) for a bad list or a backend this build lacks (naming those it has), else

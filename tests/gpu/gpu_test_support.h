@@ -45,6 +45,22 @@ inline std::unique_ptr<cpu::CpuDevice> makeCpuDevice(int index = 0) {
   return std::make_unique<cpu::CpuDevice>(o);
 }
 
+// A fixture with device 0 of a GPU backend - skipping, visibly, where there is none - and the CPU
+// reference. Traits: DeviceType, kName, unavailableReason() (empty: a device can be made) and
+// make(index).
+template <typename Traits>
+class GpuOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = Traits::unavailableReason();
+    if (!why.empty()) GTEST_SKIP() << "no " << Traits::kName << " device: " << why;
+    gpu = Traits::make(0);
+    cpu = makeCpuDevice();
+  }
+  std::unique_ptr<typename Traits::DeviceType> gpu;
+  std::unique_ptr<cpu::CpuDevice> cpu;
+};
+
 inline std::vector<float> randomFloats(size_t n, uint32_t seed, float scale = 1.0f, float offset = 0.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/backends/op_inputs.h"
 #include "tests/gpu/gpu_test_support.h"
 
 namespace jitllm::testing {
@@ -56,5 +57,56 @@ inline void expectWrittenInputsQuantizedAgain(Device& gpu, const WeightRef& w, c
   const auto twice = download<float>(gpu, *xa.buffer, size_t(cols));
   EXPECT_EQ(0, std::memcmp(twice.data(), alone(square, mid).data(), twice.size() * 4));
 }
+
+// What the producer-quantization tests share (an op that writes the integer form of its output
+// for the products after it): a q4_K product of kTokens x kCols inputs, an input x, a norm's
+// weight, the producer's output `out` and room for two products' results in `y`.
+template <typename GpuDevice>
+struct ProducerCheck {
+  static constexpr int64_t kRows = 96, kCols = 512, kTokens = 3;
+
+  ProducerCheck(GpuDevice& device, uint32_t seed)
+      : gpu(device),
+        m(randomMatrix(quant::TensorType::kQ4_K, kRows, kCols, seed + 21)),
+        w(gpu.adoptHostBytes(m.bytes.data(), m.bytes.size())),
+        gw{quant::TensorType::kQ4_K, w->data(), kRows, kCols, m.stride},
+        x(upload(gpu, randomFloats(size_t(kTokens * kCols), seed + 22, 3.0f))),
+        norm(upload(gpu, randomFloats(size_t(kCols), seed + 24, 0.2f, 1.0f))),
+        out(gpu.allocate(size_t(kTokens * kCols) * 4)),
+        y(gpu.allocate(size_t(2 * kTokens * kRows) * 4)) {}
+
+  float* o() { return reinterpret_cast<float*>(out->data()); }
+  float* ys() { return reinterpret_cast<float*>(y->data()); }
+
+  // The product of a copy of `produced`, which only the separate quantization can quantize.
+  std::vector<float> separately(const DeviceBuffer& produced) {
+    Uploaded copy = upload(gpu, download<float>(gpu, produced, size_t(kTokens * kCols)));
+    const uint64_t before = gpu.separateQuantizations();
+    gpu.matmul(gw, copy.as<float>(), kTokens, ys(), nullptr);
+    EXPECT_EQ(before + 1, gpu.separateQuantizations());
+    return download<float>(gpu, *y, size_t(kTokens * kRows));
+  }
+
+  // Two products read `out` (as q, k and v do) after its producer ran: one fused quantization
+  // since the counters read `fused` and `separate` (where a backend counts it: at the producer or
+  // at the product), none apart, and the bits of the product of a copy.
+  void expectProductsReadTheProducersForm(uint64_t fused, uint64_t separate) {
+    gpu.matmul(gw, o(), kTokens, ys(), nullptr);
+    gpu.matmul(gw, o(), kTokens, ys() + kTokens * kRows, nullptr);
+    EXPECT_EQ(fused + 1, gpu.fusedQuantizations());
+    EXPECT_EQ(separate, gpu.separateQuantizations());
+    const auto got = download<float>(gpu, *y, size_t(2 * kTokens * kRows));
+    const auto want = separately(*out);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+    EXPECT_EQ(0, std::memcmp(got.data() + want.size(), want.data(), want.size() * 4));
+  }
+
+  GpuDevice& gpu;
+  Matrix m;
+  std::unique_ptr<DeviceBuffer> w;
+  WeightRef gw;
+  Uploaded x, norm;
+  std::unique_ptr<DeviceBuffer> out, y;
+};
 
 }  // namespace jitllm::testing

@@ -53,7 +53,7 @@ TEST(JitllmRun, GivesTheSameTokensWithLayersSpreadOverTwoCpuDevices) {
   if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
   auto one = run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1");
   auto two =
-      run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1 --device cpu:0,cpu:1");
+      run(bin("jitllm-run") + " " + stories() + " -t '1 403 407 261 378' -n 24 --threads 1 --devices cpu:0,cpu:1");
   ASSERT_EQ(two.status, 0) << two.out;
   EXPECT_EQ(line(one.out, "greedy_tokens: "), line(two.out, "greedy_tokens: "));
 }
@@ -88,7 +88,7 @@ TEST(JitllmRun, BadUsageExitsTwoAndBadInputExitsOneWithAClearMessage) {
     auto badId = run(bin("jitllm-run") + " " + stories() + " -t '1 99999'");
     EXPECT_EQ(badId.status, 1);
     EXPECT_NE(badId.out.find("outside the vocabulary"), std::string::npos) << badId.out;
-    auto badDevice = run(bin("jitllm-run") + " " + stories() + " -p hi --device gpu:0");
+    auto badDevice = run(bin("jitllm-run") + " " + stories() + " -p hi --devices gpu:0");
     EXPECT_EQ(badDevice.status, 1);
     EXPECT_NE(badDevice.out.find("unknown backend 'gpu'"), std::string::npos) << badDevice.out;
   }
