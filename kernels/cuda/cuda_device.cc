@@ -53,58 +53,6 @@ int commonAlignment(uint64_t a, uint64_t b) {
   return int(both & (~both + 1));
 }
 
-// The items of an environment variable's comma-separated list, in order (an item between two
-// commas is empty; nothing follows a trailing comma).
-std::vector<std::string> commaSeparated(const std::string& list) {
-  std::vector<std::string> items;
-  for (size_t at = 0; at < list.size();) {
-    const size_t end = std::min(list.find(',', at), list.size());
-    items.push_back(list.substr(at, end - at));
-    at = end + 1;
-  }
-  return items;
-}
-
-// CudaDeviceOptions::defines, then those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."); checked before
-// anything is made.
-std::vector<std::pair<std::string, int64_t>> moduleDefinesOf(const CudaDeviceOptions& options) {
-  std::vector<std::pair<std::string, int64_t>> defines = options.defines;
-  if (const char* d = std::getenv("JITLLM_CUDA_DEFINES")) {
-    for (const std::string& item : commaSeparated(d)) {
-      const size_t eq = item.find('=');
-      char* rest = nullptr;
-      const long long value = eq == std::string::npos ? 0 : std::strtoll(item.c_str() + eq + 1, &rest, 10);
-      JITLLM_REQUIRE(eq != std::string::npos && eq > 0 && rest != item.c_str() + eq + 1 && *rest == '\0',
-                     "JITLLM_CUDA_DEFINES: '", item, "' is not NAME=VALUE");
-      defines.emplace_back(item.substr(0, eq), int64_t(value));
-    }
-  }
-  return defines;
-}
-
-// A whole-number setting: `option` when set, else the environment variable `envName` when set
-// (written as the number alone: no sign but '-', no spaces, no leading zeros), else `fallback`.
-// A value that `valid` refuses fails by name - "LABEL (ENV): VALUE is not EXPECTED" - before
-// anything is made.
-int wholeNumberSetting(std::optional<int> option, const char* envName, const char* label, int fallback,
-                       bool (*valid)(long long), const std::string& expected) {
-  if (option) {
-    JITLLM_REQUIRE(valid(*option), label, " (", envName, "): ", *option, " is not ", expected);
-    return *option;
-  }
-  const char* env = std::getenv(envName);
-  if (env == nullptr) return fallback;
-  const std::string_view text(env);
-  long long value = 0;
-  std::from_chars(text.data(), text.data() + text.size(), value);  // value stays 0 when it fails
-  JITLLM_REQUIRE(text == std::to_string(value) && valid(value), label, " (", envName, "): '", text, "' is not ",
-                 expected);
-  return int(value);
-}
-
-// The most tokens a block CudaDeviceOptions::attentionRowTokens may ask for.
-constexpr int kMaxAttentionRowTokens = 64;
-
 }  // namespace
 
 int CudaDevice::count() {
@@ -131,24 +79,15 @@ std::unique_ptr<CudaDevice> CudaDevice::create(const CudaDeviceOptions& options)
     JITLLM_FAIL(kUnimplemented, "cuda:", options.index, ": this machine has ", n, " CUDA device", n == 1 ? "" : "s");
   }
   // Bad settings fail here, not halfway through the constructor (which would leave what it made).
-  const int span = wholeNumberSetting(
-      options.attentionSpan, "JITLLM_CUDA_ATTENTION_SPAN", "attention span", kDefaultAttentionSpan,
-      [](long long v) { return v == 0 || v == 2 || v == 4 || v == 8; }, "0, 2, 4 or 8");
-  // -1 when neither is set: defaultAttentionRowTokens by head dim.
-  const int rowTokens = wholeNumberSetting(
-      options.attentionRowTokens, "JITLLM_CUDA_ATTENTION_ROWS", "attention tokens a block", -1,
-      [](long long v) { return v >= 0 && v <= kMaxAttentionRowTokens; },
-      "0 to " + std::to_string(kMaxAttentionRowTokens));
-  return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options, span, rowTokens, moduleDefinesOf(options)));
+  return std::unique_ptr<CudaDevice>(new CudaDevice(*api, options, resolveSettings(options.settings)));
 }
 
-CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, int attentionSpan,
-                       int attentionRowTokens, std::vector<std::pair<std::string, int64_t>> moduleDefines)
+CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, ResolvedCudaSettings settings)
     : api_(api),
       cache_(options.cacheRoot.value_or(KernelCache::defaultRoot())),
-      attentionRowTokens_(attentionRowTokens),
-      attentionSpan_(attentionSpan),
-      tuningDefines_(std::move(moduleDefines)) {
+      attentionRowTokens_(settings.attentionRowTokens),
+      attentionSpan_(settings.attentionSpan),
+      tuningDefines_(std::move(settings.defines)) {
   info_.id = {"cuda", options.index};
   info_.threads = 0;
   check(api_.cuDeviceGet(&device_, options.index), "cuDeviceGet");
@@ -184,52 +123,43 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, i
   check(api_.cuMemGetInfo(&freeBytes, &totalBytes), "cuMemGetInfo");
   const size_t reserve = std::max(kReserveMin, totalBytes / 20);
   info_.memoryBudget = options.memoryBudget ? options.memoryBudget : (freeBytes > reserve ? freeBytes - reserve : 0);
-  const char* profile = std::getenv("JITLLM_CUDA_PROFILE");
-  profile_ = profile && *profile && *profile != '0';
-  const char* graphTimes = std::getenv("JITLLM_CUDA_GRAPH_TIMES");
-  timeGraphs_ = graphTimes && *graphTimes && *graphTimes != '0';
-  const char* early = std::getenv("JITLLM_CUDA_EARLY_SUBMIT");
-  const size_t partCommands = early ? size_t(std::max(0ll, std::atoll(early))) : kEarlySubmitCommands;
-  earlySubmitCommands_ = options.earlySubmit.value_or(partCommands > 0) ? std::max<size_t>(partCommands, 1) : 0;
-  if (const char* growth = std::getenv("JITLLM_CUDA_EARLY_GROWTH")) {
-    earlySubmitGrowth_ = size_t(std::max(1ll, std::atoll(growth)));
-  }
+  profile_ = settings.profile;
+  timeGraphs_ = settings.timeGraphs;
+  earlySubmitCommands_ = settings.earlySubmitCommands;
+  earlySubmitGrowth_ = settings.earlySubmitGrowth;
   nextPartCommands_ = earlySubmitCommands_;
-  const char* graphs = std::getenv("JITLLM_CUDA_GRAPHS");
-  graphsEnabled_ = options.graphs.value_or(!(graphs && std::strcmp(graphs, "0") == 0));
-  const char* intdot = std::getenv("JITLLM_CUDA_INTDOT");
-  integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
-  const char* mma = std::getenv("JITLLM_CUDA_MMA");
-  tensorCores_ = options.tensorCores.value_or(!(mma && std::strcmp(mma, "0") == 0)) && arch_ >= 80;
-  const char* mmaTokens = std::getenv("JITLLM_CUDA_MMA_TOKENS");
-  tensorCoreTokens_ = options.tensorCoreTokens.value_or(mmaTokens ? std::atoi(mmaTokens) : kDefaultTensorCoreTokens);
-  tensorCoreTokensChosen_ = options.tensorCoreTokens || mmaTokens;
-  JITLLM_REQUIRE(tensorCoreTokens_ == 32 || tensorCoreTokens_ == 64,
-                 "tensor-core tokens per block (JITLLM_CUDA_MMA_TOKENS) must be 32 or 64, not ", tensorCoreTokens_);
-  const char* fuse = std::getenv("JITLLM_CUDA_FUSE");
-  fuse_ = options.fuse.value_or(!(fuse && std::strcmp(fuse, "0") == 0));
-  const char* gather = std::getenv("JITLLM_CUDA_GATHER");
-  blockKernels_ = options.blockKernels.value_or(!(gather && std::strcmp(gather, "0") == 0));
-  const char* pdl = std::getenv("JITLLM_CUDA_PDL");
-  programmaticLaunch_ = options.programmaticLaunch.value_or(!(pdl && std::strcmp(pdl, "0") == 0)) && arch_ >= 90 &&
-                        api_.cuLaunchKernelEx != nullptr;
-  const char* split = std::getenv("JITLLM_CUDA_ATTENTION_SPLIT");
-  splitPast_ = split ? std::max(0, std::atoi(split)) : kAttentionChunk;
-  const char* spanBlocks = std::getenv("JITLLM_CUDA_SPAN_BLOCKS");
-  spanBlocks_ =
-      std::max(0, options.attentionSpanBlocks.value_or(spanBlocks ? std::atoi(spanBlocks) : 2 * multiprocessors_));
-  const char* perHead = std::getenv("JITLLM_CUDA_ATTENTION_HEADS");
-  attentionPerHead_ = !(perHead && std::strcmp(perHead, "0") == 0);
+  graphsEnabled_ = settings.graphs;
+  integerMatmul_ = settings.integerMatmul;
+  tensorCores_ = settings.tensorCores && arch_ >= 80;
+  tensorCoreTokens_ = settings.tensorCoreTokens.value_or(kDefaultTensorCoreTokens);
+  tensorCoreTokensChosen_ = settings.tensorCoreTokens.has_value();
+  fuse_ = settings.fuse;
+  blockKernels_ = settings.blockKernels;
+  programmaticLaunch_ = settings.programmaticLaunch && arch_ >= 90 && api_.cuLaunchKernelEx != nullptr;
+  splitPast_ = settings.attentionSplit;
+  spanBlocks_ = std::max(0, settings.attentionSpanBlocks.value_or(2 * multiprocessors_));
+  attentionPerHead_ = settings.attentionPerHead;
   check(api_.cuDeviceGetAttribute(&maxSharedOptIn_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_),
         "cuDeviceGetAttribute");
-  // Tuning experiments only (docs/cuda.md): rows per warp of the integer kernels.
-  if (const char* r = std::getenv("JITLLM_CUDA_INT_DECODE_ROWS")) intDecodeRows_ = std::atoi(r);
-  if (const char* r = std::getenv("JITLLM_CUDA_INT_PREFILL_ROWS")) intPrefillRows_ = std::atoi(r);
-  if (const char* skip = std::getenv("JITLLM_CUDA_SKIP")) {
-    for (std::string& prefix : commaSeparated(skip)) {
-      if (!prefix.empty()) skipOps_.push_back(std::move(prefix));
-    }
-  }
+  intDecodeRows_ = settings.intDecodeRows;
+  intPrefillRows_ = settings.intPrefillRows;
+  skipOps_ = std::move(settings.skipOps);
+}
+
+CudaStats CudaDevice::stats() const {
+  CudaStats s;
+  s.graphLaunches = graphLaunches_.load();
+  s.graphsCaptured = graphsCaptured_.load();
+  s.earlySubmits = earlySubmits_.load();
+  s.separateQuantizations = separateQuantizations_;
+  s.fusedQuantizations = fusedQuantizations_;
+  s.fusedAdds = fusedAdds_;
+  s.groupedProducts = groupedProducts_;
+  s.tensorCoreProducts = tensorCoreProducts_;
+  s.perHeadAttentions = perHeadAttentions_;
+  s.rowAttentions = rowAttentions_;
+  s.peerBlockMoves = peerBlockMoves_;
+  return s;
 }
 
 CudaDevice::~CudaDevice() {

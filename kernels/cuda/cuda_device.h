@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cuda/cuda_settings.h"
 #include "kernels/cuda/driver_api.h"
 #include "kernels/cuda/kernel_library.h"
 #include "kernels/device.h"
@@ -46,50 +47,22 @@ struct CudaDeviceOptions {
   int index = 0;
   size_t memoryBudget = 0;               // 0: the GPU's free memory at start, less a reserve
   std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
-  std::optional<bool> graphs;            // repeated op queues as CUDA graphs; unset: on unless JITLLM_CUDA_GRAPHS=0
-  // q4_K / q6_K products on integer dot products (matmul_int.cuh) rather than float decoding;
-  // unset: on unless JITLLM_CUDA_INTDOT=0.
-  std::optional<bool> integerMatmul;
-  // q4_K prefill (16 tokens or more) on int8 tensor cores (matmul_int.cuh's JL_MMA, sm_80 and
-  // later; the same bits as the dp4a kernels); unset: on unless JITLLM_CUDA_MMA=0.
-  std::optional<bool> tensorCores;
-  // Tokens a tensor-core block computes (32 or 64: 16 or 32 per warp, matmul_int.cuh) in products
-  // of more than 32 tokens; the bits do not depend on it. Unset: JITLLM_CUDA_MMA_TOKENS=N, else
-  // kDefaultTensorCoreTokens for the products whose blocks that wide still number at least the
-  // multiprocessors, 32 for the others.
-  std::optional<int> tensorCoreTokens;
-  // Kernels launched with programmatic dependent launch (sm_90 and later, a driver with
-  // cuLaunchKernelEx): each may be scheduled while the one before it runs and waits on the GPU
-  // (common.cuh: awaitPreviousKernel) - the launch latency between a decode step's ~200 kernels
-  // is hidden. Unset: on unless JITLLM_CUDA_PDL=0.
-  std::optional<bool> programmaticLaunch;
-  // Ops merged into fewer launches - the residual add into the next norm, quantization into the
-  // op producing the activations, matmuls() as one launch, ropeAndStore as one; the same bits
-  // either way. Unset: on unless JITLLM_CUDA_FUSE=0.
-  std::optional<bool> fuse;
-  // gatherToHost / scatterFromHost as one kernel and one pipelined transfer through pinned memory
-  // (blocks.cuh) rather than a copy per block; unset: on unless JITLLM_CUDA_GATHER=0.
-  std::optional<bool> blockKernels;
-  // Decode queues handed to the GPU in parts while the host still queues the rest of the step
-  // (CudaDevice::submitEarly); unset: on unless JITLLM_CUDA_EARLY_SUBMIT=0 (=N: parts of N launches).
-  std::optional<bool> earlySubmit;
-  // Attention's chunks folded in spans of this many (2, 4 or 8; 0: in one level), a decode block
-  // taking a whole span over long contexts (attention.cuh: JL_SPAN, attention_spans). The order of
-  // the folds past one span, prefill and decode alike (so devices a model migrates between must
-  // agree on it). Unset: JITLLM_CUDA_ATTENTION_SPAN=N, else kDefaultAttentionSpan (2).
-  std::optional<int> attentionSpan;
-  // With attentionSpan: a decode block takes a whole span where that still makes at least this many
-  // blocks, else a chunk (the fold going in spans either way: the same bits). Unset: twice the
-  // multiprocessors unless JITLLM_CUDA_SPAN_BLOCKS=N (tuning).
-  std::optional<int> attentionSpanBlocks;
-  // Prefill attention in blocks of this many tokens of one session (attention.cuh: attention_rows;
-  // the same bits as a block per token), 0 to 64; 0: a block per token. Unset:
-  // JITLLM_CUDA_ATTENTION_ROWS=N, else defaultAttentionRowTokens(head dim): 8, or 16 for heads of
-  // 128 columns and more. A block too large for the GPU's shared memory takes a block per token.
-  std::optional<int> attentionRowTokens;
-  // #defines added to every kernel module, before those of JITLLM_CUDA_DEFINES ("NAME=VALUE,..."):
-  // kernel variants chosen by name (attention.cuh's JL_ATTN_PREFETCH=0), for tests and tools.
-  std::vector<std::pair<std::string, int64_t>> defines;
+  CudaSettings settings;                 // the knobs (cuda_settings.h); unset ones from the environment
+};
+
+// What a CudaDevice has done, for tests and tools. Counters since the device was made.
+struct CudaStats {
+  uint64_t graphLaunches = 0;  // op queues that ran as a captured graph
+  uint64_t graphsCaptured = 0;
+  uint64_t earlySubmits = 0;           // parts of decode queues submitted before the step's end
+  uint64_t separateQuantizations = 0;  // activations quantized for integer products by quantize_x
+  uint64_t fusedQuantizations = 0;     // ... by the op that produced them
+  uint64_t fusedAdds = 0;              // residual adds done by the rmsNorm after them
+  uint64_t groupedProducts = 0;        // matmuls() calls that ran as one launch
+  uint64_t tensorCoreProducts = 0;     // products on the tensor-core prefill kernels
+  uint64_t perHeadAttentions = 0;      // attention launches with a block per query head (decode)
+  uint64_t rowAttentions = 0;          // attention launches with blocks of several tokens (prefill)
+  uint64_t peerBlockMoves = 0;         // moveBlocksTo calls that moved blocks GPU to GPU
 };
 
 class CudaDevice final : public Device {
@@ -110,25 +83,8 @@ class CudaDevice final : public Device {
   const std::string& cacheDirectory() const { return cache_.directory(); }
   // Waits for everything queued so far.
   void synchronize();
-  // How many op queues ran as a captured graph, and how many graphs were captured (tests, tools).
-  uint64_t graphLaunches() const { return graphLaunches_.load(); }
-  uint64_t graphsCaptured() const { return graphsCaptured_.load(); }
-  // Parts of decode queues submitted before the step's end (submitEarly).
-  uint64_t earlySubmits() const { return earlySubmits_.load(); }
-  // Activations quantized for the integer products: by quantize_x, or by the op that produced
-  // them (fused). Executor thread (tests).
-  uint64_t separateQuantizations() const { return separateQuantizations_; }
-  uint64_t fusedQuantizations() const { return fusedQuantizations_; }
-  // Residual adds done by the rmsNorm after them (tests).
-  uint64_t fusedAdds() const { return fusedAdds_; }
-  // matmuls() calls that ran as one launch (tests).
-  uint64_t groupedProducts() const { return groupedProducts_; }
-  // Products that ran on the tensor-core prefill kernels (tests).
-  uint64_t tensorCoreProducts() const { return tensorCoreProducts_; }
-  // Attention launches whose blocks serve one query head each (few tokens: decode).
-  uint64_t perHeadAttentions() const { return perHeadAttentions_; }
-  // Attention launches whose blocks serve several tokens each (prefill: attention_rows; tests).
-  uint64_t rowAttentions() const { return rowAttentions_; }
+  // What it has done so far (tests, tools). Executor thread.
+  CudaStats stats() const;
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
   std::unique_ptr<DeviceBuffer> adoptHostBytes(const uint8_t* bytes, size_t size) override;
@@ -148,8 +104,6 @@ class CudaDevice final : public Device {
                     size_t blockBytes) override;
   // Device to device between CUDA devices by one peer copy; else Device's (through the host).
   void copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) override;
-  // Block moves that went device to device (tests).
-  uint64_t peerBlockMoves() const { return peerBlockMoves_; }
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
@@ -185,8 +139,7 @@ class CudaDevice final : public Device {
 
   // attentionSpan, attentionRowTokens and moduleDefines: the options' with the environment's,
   // checked by create().
-  CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, int attentionSpan, int attentionRowTokens,
-             std::vector<std::pair<std::string, int64_t>> moduleDefines);
+  CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, ResolvedCudaSettings settings);
   void check(CUresult r, const char* what) const;
   void makeCurrent() const;
   void release(CUdeviceptr ptr, size_t bytes);

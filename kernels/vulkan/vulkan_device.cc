@@ -136,7 +136,8 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   f12.bufferDeviceAddress = VK_TRUE;
   f12.timelineSemaphore = VK_TRUE;
-  const bool dot4 = phys.integerDotProduct && options.integerDotProduct;
+  const VulkanSettings settings = resolveSettings(options.settings);
+  const bool dot4 = phys.integerDotProduct && settings.integerDotProduct;
   if (dot4) f12.pNext = &dot;
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.pNext = &f12;
@@ -197,26 +198,18 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   };
   if (phys.shaderFloat64) deviceDefines.emplace_back("HAVE_FP64", "1");
   if (dot4) deviceDefines.emplace_back("HAVE_DOT4", "1");
-  const char* shuffle = std::getenv("JITLLM_VULKAN_SUBGROUP");
-  if (phys.subgroupShuffle && options.subgroupShuffle.value_or(!(shuffle && std::strcmp(shuffle, "0") == 0))) {
-    deviceDefines.emplace_back("HAVE_SUBGROUP_SHUFFLE", "1");
-  }
+  if (phys.subgroupShuffle && *settings.subgroupShuffle) deviceDefines.emplace_back("HAVE_SUBGROUP_SHUFFLE", "1");
   d->usesDot4_ = dot4;
-  const char* intdot = std::getenv("JITLLM_VULKAN_INTDOT");
-  d->integerMatmul_ = options.integerMatmul.value_or(!(intdot && std::strcmp(intdot, "0") == 0));
-  const char* split = std::getenv("JITLLM_VULKAN_ATTENTION_SPLIT");
-  d->splitAttention_ = !(split && std::strcmp(split, "0") == 0);
-  // Tuning experiments only (docs/vulkan.md): decode's row groups per workgroup and rows per group.
-  if (const char* rows = std::getenv("JITLLM_VULKAN_DECODE_ROWS")) {
-    int wr = 0, nr = 0;
-    if (std::sscanf(rows, "%d,%d", &wr, &nr) == 2 && wr >= 1 && nr >= 1 && wr * nr <= 16 &&
-        wr * kMatmulLanes <= int(phys.maxWorkgroupInvocations)) {
+  d->integerMatmul_ = *settings.integerMatmul;
+  d->splitAttention_ = *settings.splitAttention;
+  if (settings.decodeRowGroups && settings.decodeRowsPerGroup) {
+    const int wr = *settings.decodeRowGroups, nr = *settings.decodeRowsPerGroup;
+    if (wr >= 1 && nr >= 1 && wr * nr <= 16 && wr * kMatmulLanes <= int(phys.maxWorkgroupInvocations)) {
       d->decodeRowGroups_ = wr;
       d->decodeRowsPerGroup_ = nr;
     }
   }
-  const char* profile = std::getenv("JITLLM_VULKAN_PROFILE");
-  if (profile && *profile && std::strcmp(profile, "0") != 0) {
+  if (*settings.profile) {
     if (phys.timestampPeriodNs > 0) {
       d->stream_->enableProfile();
     } else {
@@ -226,9 +219,7 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   const KernelCache cache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys);
   d->pipelines_ = std::make_unique<PipelineLibrary>(ctx, cache, std::move(deviceDefines));
   d->tuner_ = std::make_unique<MatmulTuner>(cache);
-  const char* tune = std::getenv("JITLLM_VULKAN_TUNE");
-  const bool tuneByDefault = tune && *tune ? std::strcmp(tune, "0") != 0 : !phys.software;
-  d->tune_ = options.tune.value_or(tuneByDefault) && phys.timestampPeriodNs > 0;
+  d->tune_ = settings.tune.value_or(!phys.software) && phys.timestampPeriodNs > 0;
   return d;
 }
 

@@ -38,6 +38,7 @@
 #include "kernels/vulkan/memory_pool.h"
 #include "kernels/vulkan/physical_devices.h"
 #include "kernels/vulkan/pipeline_library.h"
+#include "kernels/vulkan/vulkan_settings.h"
 
 namespace jitllm::vulkan {
 
@@ -46,20 +47,17 @@ struct VulkanDeviceOptions {
   size_t memoryBudget = 0;               // 0: the device-local heap's budget (VK_EXT_memory_budget) or size, less 1/16
   std::optional<std::string> cacheRoot;  // unset: KernelCache::defaultRoot(); "": no disk cache
   std::shared_ptr<VulkanInstance> instance;  // devices made together share one; null: a new one
-  int idIndex = -1;  // N of its id "vulkan:N" where that is not `index` (a device found after start); -1: index
-  // q4_K / q6_K products on integer dot products (shaders/matmul_int.comp) rather than float
-  // decoding; unset: on unless JITLLM_VULKAN_INTDOT=0.
-  std::optional<bool> integerMatmul;
-  // Use VK_KHR_shader_integer_dot_product where the device has it (default); false spells the
-  // dot products out in integer arithmetic (the same integers, so the same bits: tests).
-  bool integerDotProduct = true;
-  // Reductions' narrower levels as subgroup shuffles where the device has them (shaders/
-  // lane_sums.glsl: the same bits either way); unset: on unless JITLLM_VULKAN_SUBGROUP=0.
-  std::optional<bool> subgroupShuffle;
-  // Time each matrix product shape's dispatch candidates once and remember the fastest
-  // (matmul_tuner.h); unset: on for devices that are not software ones and have timestamps,
-  // unless JITLLM_VULKAN_TUNE=0 (=1 turns it on for software devices too).
-  std::optional<bool> tune;
+  int idIndex = -1;         // N of its id "vulkan:N" where that is not `index` (a device found after start); -1: index
+  VulkanSettings settings;  // the knobs (vulkan_settings.h); unset ones from the environment
+};
+
+// What a VulkanDevice has done, for tests and tools. Counters since the device was made.
+struct VulkanStats {
+  // Inputs of integer products quantized by a quantize_x dispatch of their own, and by the op
+  // that produced them (rmsNorm, attention).
+  uint64_t separateQuantizations = 0;
+  uint64_t fusedQuantizations = 0;
+  uint64_t matmulTunings = 0;  // product shapes this device timed (not found in its tuning file)
 };
 
 class VulkanDevice final : public Device {
@@ -95,12 +93,8 @@ class VulkanDevice final : public Device {
   const KernelStats& kernelStats() const { return pipelines_->stats(); }
   const std::string& cacheDirectory() const { return pipelines_->cache().directory(); }
   PipelineLibrary& pipelines() { return *pipelines_; }
-  // Inputs of integer products quantized by a quantize_x dispatch of their own, and by the op
-  // that produced them (rmsNorm): for tests that check which path ran.
-  uint64_t separateQuantizations() const { return separateQuantizations_; }
-  uint64_t fusedQuantizations() const { return fusedQuantizations_; }
-  // Product shapes this device timed (not found in its tuning file).
-  uint64_t matmulTunings() const { return matmulTunings_; }
+  // What it has done so far (tests, tools). Executor thread.
+  VulkanStats stats() const { return {separateQuantizations_, fusedQuantizations_, matmulTunings_}; }
 
  private:
   friend class VulkanBuffer;

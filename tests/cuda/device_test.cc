@@ -68,7 +68,7 @@ TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
   auto run = [&](bool graphs, uint64_t* launches) {
     cuda::CudaDeviceOptions o;
     o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-    o.graphs = graphs;
+    o.settings.graphs = graphs;
     auto gpu = cuda::CudaDevice::create(o);
     runtime::ModelLoadOptions lo;
     lo.devices = {gpu.get()};
@@ -99,7 +99,7 @@ TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
       }
       all.insert(all.end(), logits.begin(), logits.end());
     }
-    *launches = gpu->graphLaunches();
+    *launches = gpu->stats().graphLaunches;
     return all;
   };
   uint64_t withGraphs = 0, without = 0;
@@ -128,7 +128,7 @@ TEST(CudaDevices, EveryLaunchSavingPathGivesTheBitsOfPlainLaunches) {
   const auto run = [&](bool fast) {
     cuda::CudaDeviceOptions o;
     o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-    o.graphs = o.fuse = o.programmaticLaunch = o.earlySubmit = fast;
+    o.settings.graphs = o.settings.fuse = o.settings.programmaticLaunch = o.settings.earlySubmit = fast;
     auto gpu = cuda::CudaDevice::create(o);
     runtime::ModelLoadOptions lo;
     lo.devices = {gpu.get()};
@@ -146,12 +146,12 @@ TEST(CudaDevices, EveryLaunchSavingPathGivesTheBitsOfPlainLaunches) {
       all.insert(all.end(), logits.begin(), logits.end());
     }
     if (fast) {
-      EXPECT_GT(gpu->groupedProducts(), 0u);
-      EXPECT_GT(gpu->graphLaunches(), 0u);
-      EXPECT_GT(gpu->earlySubmits(), 0u) << "decode steps were not submitted in parts";
+      EXPECT_GT(gpu->stats().groupedProducts, 0u);
+      EXPECT_GT(gpu->stats().graphLaunches, 0u);
+      EXPECT_GT(gpu->stats().earlySubmits, 0u) << "decode steps were not submitted in parts";
     } else {
-      EXPECT_EQ(gpu->groupedProducts(), 0u);
-      EXPECT_EQ(gpu->earlySubmits(), 0u);
+      EXPECT_EQ(gpu->stats().groupedProducts, 0u);
+      EXPECT_EQ(gpu->stats().earlySubmits, 0u);
     }
     return all;
   };
@@ -171,7 +171,7 @@ TEST(CudaDevices, MatmulInModelShapesMatchesTheCpuAndIsBatchInvariant) {
   for (bool integer : {true, false}) {
     cuda::CudaDeviceOptions options;
     options.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-    options.integerMatmul = integer;
+    options.settings.integerMatmul = integer;
     auto gpu = cuda::CudaDevice::create(options);
     for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ8_0, TensorType::kF16}) {
       if (!integer && !cuda::cudaIntegerMatmulType(type, 2048)) continue;
@@ -232,19 +232,20 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
     const float scale = float(1.0 / std::sqrt(double(headDim)));
     // The twenty tokens of the copies (one session's page table) take blocks of several tokens
     // (attention_rows), each row its own context: the same bits once more.
-    const uint64_t perHead = gpu->perHeadAttentions(), rowBlocks = gpu->rowAttentions();
+    const uint64_t perHead = gpu->stats().perHeadAttentions, rowBlocks = gpu->stats().rowAttentions;
     ctx.expectChunkedAndWholeAgree(q, positions, heads, scale, 4);
-    EXPECT_EQ(perHead + 1, gpu->perHeadAttentions()) << "the five tokens' blocks did not serve one query head each";
-    EXPECT_EQ(rowBlocks + 1, gpu->rowAttentions()) << "the twenty tokens did not take blocks of several tokens";
+    EXPECT_EQ(perHead + 1, gpu->stats().perHeadAttentions)
+        << "the five tokens' blocks did not serve one query head each";
+    EXPECT_EQ(rowBlocks + 1, gpu->stats().rowAttentions) << "the twenty tokens did not take blocks of several tokens";
     {
       // A short context (no chunk split): three tokens a block per query head, sixty tokens
       // (480 blocks per KV head, more than any GPU's SMs) a block per KV head.
       SCOPED_TRACE("short context");
       const std::vector<int32_t> shortPositions = {0, 10, 63};
       const auto shortQ = randomFloats(shortPositions.size() * heads * size_t(headDim), 8, 0.3f);
-      const uint64_t before = gpu->perHeadAttentions();
+      const uint64_t before = gpu->stats().perHeadAttentions;
       ctx.expectChunkedAndWholeAgree(shortQ, shortPositions, heads, scale, 20);
-      EXPECT_EQ(before + 1, gpu->perHeadAttentions());
+      EXPECT_EQ(before + 1, gpu->stats().perHeadAttentions);
     }
     std::vector<int32_t> many;
     std::vector<float> manyQ;
@@ -272,10 +273,10 @@ TEST(CudaDevices, AttentionOverAThousandPositionsMatchesTheCpu) {
       const std::vector<int32_t> at(many.begin(), many.begin() + n);  // `many` starts with `positions`
       auto y = gpu->allocate(size_t(n * rows) * 4);
       gpu->matmul(wo, reinterpret_cast<float*>(manyOut->data()), n, reinterpret_cast<float*>(y->data()), nullptr);
-      const uint64_t fused = gpu->fusedQuantizations();
+      const uint64_t fused = gpu->stats().fusedQuantizations;
       ctx.attendOnGpu(gManyQ.as<float>(), reinterpret_cast<float*>(manyOut->data()), at, heads, scale);
       gpu->matmul(wo, reinterpret_cast<float*>(manyOut->data()), n, reinterpret_cast<float*>(y->data()), nullptr);
-      EXPECT_EQ(fused + 1, gpu->fusedQuantizations());
+      EXPECT_EQ(fused + 1, gpu->stats().fusedQuantizations);
       const auto got = download<float>(*gpu, *y, size_t(n * rows));
       auto copy = upload(*gpu, download<float>(*gpu, *manyOut, size_t(n * cols)));
       gpu->matmul(wo, copy.as<float>(), n, reinterpret_cast<float*>(y->data()), nullptr);
@@ -294,7 +295,7 @@ TEST(CudaDevices, AttentionWithTilesRequestedAheadGivesTheBitsOfPlainLoads) {
   auto ahead = makeCudaDevice();
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  o.defines = {{"JL_ATTN_PREFETCH", 0}};
+  o.settings.defines = {{"JL_ATTN_PREFETCH", 0}};
   auto plain = cuda::CudaDevice::create(o);
   auto cpu = makeCpuDevice();
   for (int headDim : {64, 128}) {
@@ -330,15 +331,15 @@ TEST(CudaDevices, AttentionFoldedInSpansAgreesAcrossKernelsAndKeepsOneSpansBits)
   JITLLM_REQUIRE_CUDA();
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  o.attentionSpan = 0;
+  o.settings.attentionSpan = 0;
   auto plain = cuda::CudaDevice::create(o);
   auto cpu = makeCpuDevice();
   for (const auto& [span, headDim] : {std::pair{2, 64}, std::pair{2, 128}, std::pair{4, 64}, std::pair{4, 128}}) {
     SCOPED_TRACE("span " + std::to_string(span) + ", head dim " + std::to_string(headDim));
-    o.attentionSpan = span;
-    o.attentionSpanBlocks = 0;  // a span a block wherever there is a whole span
+    o.settings.attentionSpan = span;
+    o.settings.attentionSpanBlocks = 0;  // a span a block wherever there is a whole span
     auto spans = cuda::CudaDevice::create(o);
-    o.attentionSpanBlocks = std::numeric_limits<int>::max();  // a chunk a block, always
+    o.settings.attentionSpanBlocks = std::numeric_limits<int>::max();  // a chunk a block, always
     auto chunks = cuda::CudaDevice::create(o);
     const int heads = 32;
     const KvLayout kv{16, 8, headDim, KvPrecision::kF32};
@@ -376,7 +377,7 @@ TEST(CudaDevices, PrefillAttentionInBlocksOfTokensGivesTheBitsOfABlockPerToken) 
   const auto device = [](int rowTokens) {
     cuda::CudaDeviceOptions o;
     o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-    o.attentionRowTokens = rowTokens;
+    o.settings.attentionRowTokens = rowTokens;
     return cuda::CudaDevice::create(o);
   };
   auto perToken = device(0);
@@ -394,13 +395,13 @@ TEST(CudaDevices, PrefillAttentionInBlocksOfTokensGivesTheBitsOfABlockPerToken) 
       const float scale = float(1.0 / std::sqrt(double(headDim)));
       const auto want = reference.attend(true, q, positions, heads, scale);
       EXPECT_LT(nmse(want, reference.attend(false, q, positions, heads, scale)), 1e-12);
-      EXPECT_EQ(0u, perToken->rowAttentions());
+      EXPECT_EQ(0u, perToken->stats().rowAttentions);
       for (int rowTokens : {3, 8, 16}) {
         SCOPED_TRACE(rowTokens);
         auto rows = device(rowTokens);
         LongContext ctx(*rows, *cpu, kv, 700, 21);
         const auto got = ctx.attend(true, q, positions, heads, scale);
-        EXPECT_EQ(1u, rows->rowAttentions()) << "attention_rows did not run";
+        EXPECT_EQ(1u, rows->stats().rowAttentions) << "attention_rows did not run";
         ASSERT_EQ(want.size(), got.size());
         EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
       }
@@ -429,22 +430,22 @@ TEST(CudaDevices, BadKernelSettingsAreRefusedByName) {
   };
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  o.attentionSpan = 3;
+  o.settings.attentionSpan = 3;
   const std::string option = refusal(o);
   EXPECT_NE(option.find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 3 is not 0, 2, 4 or 8"), std::string::npos)
       << option;
-  o.attentionSpan.reset();
+  o.settings.attentionSpan.reset();
   const std::string span = refusalWith(o, "JITLLM_CUDA_ATTENTION_SPAN", "four");
   EXPECT_NE(span.find("attention span (JITLLM_CUDA_ATTENTION_SPAN): 'four' is not 0, 2, 4 or 8"), std::string::npos)
       << span;
-  o.attentionSpan = 4;
+  o.settings.attentionSpan = 4;
   const std::string defines = refusalWith(o, "JITLLM_CUDA_DEFINES", "JL_UNROLL=2,JL_X");
   EXPECT_NE(defines.find("JITLLM_CUDA_DEFINES: 'JL_X' is not NAME=VALUE"), std::string::npos) << defines;
-  o.attentionRowTokens = 65;
+  o.settings.attentionRowTokens = 65;
   const std::string rows = refusal(o);
   EXPECT_NE(rows.find("attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): 65 is not 0 to 64"), std::string::npos)
       << rows;
-  o.attentionRowTokens.reset();
+  o.settings.attentionRowTokens.reset();
   const std::string rowsEnv = refusalWith(o, "JITLLM_CUDA_ATTENTION_ROWS", "8x");
   EXPECT_NE(rowsEnv.find("attention tokens a block (JITLLM_CUDA_ATTENTION_ROWS): '8x' is not 0 to 64"),
             std::string::npos)

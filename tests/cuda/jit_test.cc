@@ -1,5 +1,5 @@
-// The CUDA JIT without a GPU: every kernel variant family compiles with NVRTC for each
-// architecture we support, and the on-disk cache gives back exactly what it was given.
+// The CUDA JIT without a GPU: NVRTC, the source cache keys, the on-disk cache giving back exactly
+// what it was given (every variant for every architecture: jit_architectures_test.cc).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,47 +28,6 @@ TEST(CudaJit, NvrtcLoadsAndNamesItsVersionAndArchitectures) {
   const auto archs = cuda::nvrtcArchitectures();
   for (int arch : {75, 86, 89, 90}) EXPECT_NE(std::find(archs.begin(), archs.end(), arch), archs.end()) << arch;
 }
-
-class CudaJitArchitectures : public ::testing::TestWithParam<int> {};
-
-TEST_P(CudaJitArchitectures, EveryKernelVariantCompilesToACubin) {
-  const int arch = GetParam();
-  const auto specs = cuda::representativeModules();
-  const auto start = std::chrono::steady_clock::now();
-  // NVRTC programs are independent: compile on every core.
-  std::vector<std::string> failures(specs.size());
-  std::vector<cuda::CompiledModule> modules(specs.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> workers;
-  for (unsigned w = 0; w < std::max(1u, std::thread::hardware_concurrency()); w++) {
-    workers.emplace_back([&] {
-      for (size_t i; (i = next.fetch_add(1)) < specs.size();) {
-        try {
-          modules[i] = cuda::compileModule(specs[i], arch);
-        } catch (const Error& e) {
-          failures[i] = e.what();
-        }
-      }
-    });
-  }
-  for (auto& w : workers) w.join();
-  for (size_t i = 0; i < specs.size(); i++) {
-    SCOPED_TRACE(specs[i].key());
-    ASSERT_TRUE(failures[i].empty()) << failures[i];
-    EXPECT_TRUE(modules[i].cubin);
-    // An ELF file: the driver loads it as it is.
-    ASSERT_GE(modules[i].image.size(), 1000u);
-    EXPECT_EQ(0, std::memcmp(modules[i].image.data(),
-                             "\x7f"
-                             "ELF",
-                             4));
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("sm_%d: %zu kernel variants in %.1f s\n", arch, specs.size(), s);
-}
-
-INSTANTIATE_TEST_SUITE_P(Architectures, CudaJitArchitectures, ::testing::Values(75, 86, 89, 90),
-                         [](const auto& info) { return "sm_" + std::to_string(info.param); });
 
 // Profiling runs (JITLLM_CUDA_SOURCE_DIR): line info in the cubin, naming a file that holds the
 // module's whole source; without the variable, neither (the options are part of the cache key,

@@ -9,8 +9,8 @@
 
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
-#include "tests/cuda/cuda_test_support.h"
 #include "tests/backends/op_inputs.h"
+#include "tests/cuda/cuda_test_support.h"
 #include "tests/gpu/integer_product_checks.h"
 
 namespace jitllm::testing {
@@ -33,14 +33,14 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
   if (gpu->computeCapability() < 80) GTEST_SKIP() << gpu->info().name << ": int8 mma needs sm_80 or later";
   cuda::CudaDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  o.tensorCores = false;
+  o.settings.tensorCores = false;
   auto dp4a = cuda::CudaDevice::create(o);
   // Both block widths of the tensor-core kernel (tokens > 32 take the wider; 37 tokens: a partial
   // block either way).
-  o.tensorCores = true;
-  o.tensorCoreTokens = 64;
+  o.settings.tensorCores = true;
+  o.settings.tensorCoreTokens = 64;
   auto wideMma = cuda::CudaDevice::create(o);
-  o.tensorCoreTokens = 32;
+  o.settings.tensorCoreTokens = 32;
   auto narrowMma = cuda::CudaDevice::create(o);
   // 101 rows: a partial tile of rows; the copy on the GPU ends with the last row (no reads past
   // it). q4_K rows padded to stay 16-byte aligned, which its kernel needs; q6_K rows 2 bytes apart
@@ -66,16 +66,16 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
                      reinterpret_cast<float*>(y->data()), bias.as<float>());
           return download<float>(dev, *y, size_t(n * kRows));
         };
-        const uint64_t before = gpu->tensorCoreProducts();
+        const uint64_t before = gpu->stats().tensorCoreProducts;
         const auto mma = product(*gpu, 0, tokens);
-        ASSERT_EQ(before + 1, gpu->tensorCoreProducts()) << "the tensor-core kernel did not run";
+        ASSERT_EQ(before + 1, gpu->stats().tensorCoreProducts) << "the tensor-core kernel did not run";
         const auto want = product(*dp4a, 0, tokens);
-        ASSERT_EQ(0u, dp4a->tensorCoreProducts());
+        ASSERT_EQ(0u, dp4a->stats().tensorCoreProducts);
         EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
         for (cuda::CudaDevice* other : {wideMma.get(), narrowMma.get()}) {
-          const uint64_t otherBefore = other->tensorCoreProducts();
+          const uint64_t otherBefore = other->stats().tensorCoreProducts;
           const auto same = product(*other, 0, tokens);
-          ASSERT_EQ(otherBefore + 1, other->tensorCoreProducts());
+          ASSERT_EQ(otherBefore + 1, other->stats().tensorCoreProducts);
           EXPECT_EQ(0, std::memcmp(same.data(), want.data(), want.size() * 4))
               << (other == wideMma.get() ? "64" : "32") << " tokens a block";
         }
@@ -126,10 +126,10 @@ TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfte
       // the norm is of the sum.
       const auto x0 = download<float>(*gpu, *x.buffer, size_t(kTokens * kCols));
       const auto u0 = download<float>(*gpu, *u.buffer, size_t(kTokens * kCols));
-      const uint64_t adds = gpu->fusedAdds();
+      const uint64_t adds = gpu->stats().fusedAdds;
       gpu->add(x.as<float>(), u.as<float>(), kTokens * kCols);
       gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
-      EXPECT_EQ(adds + 1, gpu->fusedAdds());
+      EXPECT_EQ(adds + 1, gpu->stats().fusedAdds);
       {
         std::vector<float> sum(x0.size());
         for (size_t i = 0; i < sum.size(); i++) sum[i] = x0[i] + u0[i];
@@ -144,9 +144,9 @@ TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfte
       // Again, now with the product after it.
       gpu->add(x.as<float>(), u.as<float>(), kTokens * kCols);
       gpu->rmsNorm(x.as<float>(), norm.as<float>(), o, kTokens, kCols, 1e-5f);
-      EXPECT_EQ(adds + 2, gpu->fusedAdds());
+      EXPECT_EQ(adds + 2, gpu->stats().fusedAdds);
     }
-    p.expectProductsReadTheProducersForm(gpu->fusedQuantizations(), gpu->separateQuantizations());
+    p.expectProductsReadTheProducersForm(gpu->stats().fusedQuantizations, gpu->stats().separateQuantizations);
   }
 }
 
@@ -181,9 +181,9 @@ TEST_F(CudaOps, BlocksMoveBetweenCudaDevicesInOneGatherPeerCopyAndScatter) {
       std::memcpy(want.data() + order[kPool - 1 - i] * blockBytes, sourceHost.data() + order[i] * blockBytes,
                   blockBytes);
     }
-    const uint64_t before = gpu->peerBlockMoves();
+    const uint64_t before = gpu->stats().peerBlockMoves;
     ASSERT_TRUE(gpu->moveBlocksTo(*other, from.data(), to.data(), kCount, blockBytes));
-    EXPECT_EQ(before + 1, gpu->peerBlockMoves());
+    EXPECT_EQ(before + 1, gpu->stats().peerBlockMoves);
     EXPECT_EQ(0, std::memcmp(download<uint8_t>(*other, *target, want.size()).data(), want.data(), want.size()));
     EXPECT_EQ(0, std::memcmp(download<uint8_t>(*gpu, *source, sourceHost.size()).data(), sourceHost.data(),
                              sourceHost.size()))
@@ -227,9 +227,9 @@ TEST_F(CudaOps, DecodeProductsOfOneInputAreOneLaunch) {
     auto yq = gpu->allocate(size_t(tokens * 96) * 4), yv = gpu->allocate(size_t(tokens * 40) * 4);
     const MatmulTarget targets[] = {{q, reinterpret_cast<float*>(yq->data()), nullptr},
                                     {v, reinterpret_cast<float*>(yv->data()), nullptr}};
-    const uint64_t before = gpu->groupedProducts();
+    const uint64_t before = gpu->stats().groupedProducts;
     gpu->matmuls(targets, x.as<float>(), tokens);
-    EXPECT_EQ(gpu->groupedProducts(), before + (tokens <= 8 ? 1 : 0)) << tokens << " tokens";
+    EXPECT_EQ(gpu->stats().groupedProducts, before + (tokens <= 8 ? 1 : 0)) << tokens << " tokens";
   }
 }
 

@@ -81,9 +81,9 @@ struct ProducerCheck {
   // The product of a copy of `produced`, which only the separate quantization can quantize.
   std::vector<float> separately(const DeviceBuffer& produced) {
     Uploaded copy = upload(gpu, download<float>(gpu, produced, size_t(kTokens * kCols)));
-    const uint64_t before = gpu.separateQuantizations();
+    const uint64_t before = gpu.stats().separateQuantizations;
     gpu.matmul(gw, copy.as<float>(), kTokens, ys(), nullptr);
-    EXPECT_EQ(before + 1, gpu.separateQuantizations());
+    EXPECT_EQ(before + 1, gpu.stats().separateQuantizations);
     return download<float>(gpu, *y, size_t(kTokens * kRows));
   }
 
@@ -93,8 +93,8 @@ struct ProducerCheck {
   void expectProductsReadTheProducersForm(uint64_t fused, uint64_t separate) {
     gpu.matmul(gw, o(), kTokens, ys(), nullptr);
     gpu.matmul(gw, o(), kTokens, ys() + kTokens * kRows, nullptr);
-    EXPECT_EQ(fused + 1, gpu.fusedQuantizations());
-    EXPECT_EQ(separate, gpu.separateQuantizations());
+    EXPECT_EQ(fused + 1, gpu.stats().fusedQuantizations);
+    EXPECT_EQ(separate, gpu.stats().separateQuantizations);
     const auto got = download<float>(gpu, *y, size_t(2 * kTokens * kRows));
     const auto want = separately(*out);
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));

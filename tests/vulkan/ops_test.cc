@@ -39,12 +39,12 @@ class VulkanOps : public GpuOpsTest<VulkanTraits> {};
 TEST_F(VulkanOps, IntegerProductsMatchTheFloatKernelsAndRequantizeAWrittenInput) {
   vulkan::VulkanDeviceOptions o;
   o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  o.integerMatmul = false;
+  o.settings.integerMatmul = false;
   auto floats = vulkan::VulkanDevice::create(o);
   // And the integer kernels with their dot products spelt out, where the device has instructions:
   // the same integers, so the same bits.
-  o.integerMatmul = true;
-  o.integerDotProduct = false;
+  o.settings.integerMatmul = true;
+  o.settings.integerDotProduct = false;
   auto spelt = vulkan::VulkanDevice::create(o);
   std::printf("%s: integer dot product instructions: %s\n", gpu->info().id.str().c_str(),
               gpu->usesIntegerDotProduct() ? "yes" : "no (spelt out)");
@@ -89,7 +89,7 @@ TEST_F(VulkanOps, ProducersQuantizeTheirOutputForTheProductsAfterItWithQuantizeX
   float* ys = p.ys();
   // `produce` writes `o`; then two products read it.
   const auto check = [&](const std::function<void()>& produce) {
-    const uint64_t fused = gpu->fusedQuantizations(), separate = gpu->separateQuantizations();
+    const uint64_t fused = gpu->stats().fusedQuantizations, separate = gpu->stats().separateQuantizations;
     produce();  // the fused quantization counts here
     p.expectProductsReadTheProducersForm(fused, separate);
   };
@@ -108,10 +108,10 @@ TEST_F(VulkanOps, ProducersQuantizeTheirOutputForTheProductsAfterItWithQuantizeX
 
   // In place: not fused, and the product still reads the norm's output.
   gpu->rmsNorm(x.as<float>(), norm.as<float>(), x.as<float>(), kTokens, kCols, 1e-5f);
-  const uint64_t fusedBefore = gpu->fusedQuantizations(), separateBefore = gpu->separateQuantizations();
+  const uint64_t fusedBefore = gpu->stats().fusedQuantizations, separateBefore = gpu->stats().separateQuantizations;
   gpu->matmul(p.gw, x.as<float>(), kTokens, ys, nullptr);
-  EXPECT_EQ(fusedBefore, gpu->fusedQuantizations());
-  EXPECT_EQ(separateBefore + 1, gpu->separateQuantizations());
+  EXPECT_EQ(fusedBefore, gpu->stats().fusedQuantizations);
+  EXPECT_EQ(separateBefore + 1, gpu->stats().separateQuantizations);
   const auto inPlace = download<float>(*gpu, *p.y, size_t(kTokens * kRows));
   EXPECT_EQ(0, std::memcmp(inPlace.data(), p.separately(*x.buffer).data(), inPlace.size() * 4));
 }
@@ -125,7 +125,7 @@ TEST_F(VulkanOps, ProductShapesAreTunedOnceRememberedOnDiskAndKeepTheBits) {
   const auto device = [&](bool tune) {
     vulkan::VulkanDeviceOptions o;
     o.cacheRoot = tune ? root.string() : JITLLM_TEST_KERNEL_CACHE;
-    o.tune = tune;
+    o.settings.tune = tune;
     return vulkan::VulkanDevice::create(o);
   };
   if (device(true)->physical().timestampPeriodNs == 0) GTEST_SKIP() << gpu->info().id << " has no timestamps";
@@ -159,10 +159,10 @@ TEST_F(VulkanOps, ProductShapesAreTunedOnceRememberedOnDiskAndKeepTheBits) {
   };
   auto untuned = device(false);
   const auto want = products(*untuned);
-  EXPECT_EQ(0u, untuned->matmulTunings());
+  EXPECT_EQ(0u, untuned->stats().matmulTunings);
   auto first = device(true);
   const auto tuned = products(*first);
-  EXPECT_EQ(5u, first->matmulTunings());
+  EXPECT_EQ(5u, first->stats().matmulTunings);
   EXPECT_EQ(0, std::memcmp(tuned.data(), want.data(), want.size() * 4));
   std::ifstream file(first->cacheDirectory() + "/" + vulkan::MatmulTuner::kFile);
   std::string line;
@@ -171,7 +171,7 @@ TEST_F(VulkanOps, ProductShapesAreTunedOnceRememberedOnDiskAndKeepTheBits) {
   EXPECT_EQ(5, lines);
   auto second = device(true);
   const auto again = products(*second);
-  EXPECT_EQ(0u, second->matmulTunings());
+  EXPECT_EQ(0u, second->stats().matmulTunings);
   EXPECT_EQ(0, std::memcmp(again.data(), want.data(), want.size() * 4));
   std::filesystem::remove_all(root);
 }
@@ -184,7 +184,7 @@ TEST_F(VulkanOps, SubgroupShufflesGiveTheBitsOfTheSharedMemoryTree) {
   std::printf("%s: subgroups of %u\n", gpu->info().id.str().c_str(), gpu->physical().subgroupSize);
   vulkan::VulkanDeviceOptions options;
   options.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  options.subgroupShuffle = false;
+  options.settings.subgroupShuffle = false;
   auto tree = vulkan::VulkanDevice::create(options);
   constexpr int64_t kRows = 37, kCols = 512, kTokens = 5;
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K}) {
@@ -205,7 +205,6 @@ TEST_F(VulkanOps, SubgroupShufflesGiveTheBitsOfTheSharedMemoryTree) {
     }
   }
 }
-
 
 // A long context with few (head, token) workgroups spreads each token's 64-position chunks over
 // workgroups and folds them after (attention.comp MODE 1 + 2); with many tokens one workgroup

@@ -1,0 +1,2 @@
+// Planted by tests/architecture: the device layer must not use Cap'n Proto.
+#include <capnp/message.h>
