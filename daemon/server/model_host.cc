@@ -382,7 +382,12 @@ void ModelHost::serviceMigration() {
       return;
     }
     m.migration->commit();
-  } catch (const Error& e) {
+  } catch (const std::exception& thrown) {
+    // A bug of ours (anything but an Error) fails the migration, not the daemon: the model stays
+    // where it was, every other client is served on, and the log says what broke.
+    const auto* error = dynamic_cast<const Error*>(&thrown);
+    const Error e = error ? *error : Error(ErrorKind::kFailed, std::string("internal error: ") + thrown.what());
+    if (!error) spdlog::error("model '{}': migration {}: {}", name_, m.ticket->id(), e.what());
     spdlog::warn("model '{}': migration {} failed: {}", name_, m.ticket->id(), e.what());
     m.ticket->fail(e);
     events_.emit({0, EventKind::kMigration, "migration.failed", name_, target, 0,

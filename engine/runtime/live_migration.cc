@@ -215,7 +215,10 @@ void LiveMigration::commit() {
     std::vector<uint8_t*> to;
   };
   std::map<Device*, Transfer> transfers;
-  for (Session* s : model_.sessions_.all()) {
+  // Sessions have KV only in blocks: a migration that moves none (the embedding or the head, or
+  // units already on the target) has no pages to move - reconcileSessions() tracks none.
+  const std::vector<Session*> sessions = movingLayers_.empty() ? std::vector<Session*>{} : model_.sessions_.all();
+  for (Session* s : sessions) {
     SessionCopy& c = copies_.at(s->id());
     const int64_t length = s->length();
     for (size_t i = 0; i < movingLayers_.size(); i++) {
@@ -276,7 +279,7 @@ void LiveMigration::commit() {
     retiredUnits_.push_back(std::move(holder));
   }
   staged_.clear();
-  for (Session* s : model_.sessions_.all()) {
+  for (Session* s : sessions) {
     SessionCopy& c = copies_.at(s->id());
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       KvPagePool& from = s->layerPool(movingLayers_[i]);

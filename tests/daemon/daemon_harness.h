@@ -151,6 +151,14 @@ class DaemonProcess {
   }
 
   bool ready() const { return ready_; }
+  // Whether the daemon is still alive (it has not exited or crashed).
+  bool running() {
+    if (exited_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_) return true;
+    exited_ = true;
+    return false;
+  }
   pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
   NotifySocket& notify() { return *notify_; }

@@ -183,6 +183,49 @@ TEST(DaemonMigration, PinnedLayersStayUnlessForcedAndBadRequestsAreClearErrors) 
   EXPECT_EQ(generate(c, "Once upon a time", 10).wait(io.waitScope).ids.size(), 10u);
 }
 
+// Every finished reply leaves an idle session; a migration or pin that moves no transformer block
+// - the model already on the target, the head, the embedding - must commit as what it is (no KV
+// to move) and the daemon serve on. These once aborted jitllmd (std::out_of_range).
+TEST(DaemonMigration, MigrationsAndPinsThatMoveNoBlockCommitWithIdleSessionsAndTheDaemonServesOn) {
+  auto d = startTwoCpuDaemon();
+  ASSERT_TRUE(d->ready()) << d->log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d->socket());
+  loadStories(io, c, "stories", "cpu:0");
+  const GenerateResult before = generate(c, "Once upon a time", 12).wait(io.waitScope);
+  ASSERT_EQ(before.ids.size(), 12u);
+
+  const Migrated nothing = migrate(io, c, "", "cpu:0");
+  EXPECT_EQ(nothing.error, "");
+  EXPECT_TRUE(nothing.committed);
+  EXPECT_EQ(nothing.units, 0u);
+  EXPECT_EQ(nothing.sessions, 0u);
+  const Migrated head = migrate(io, c, "output", "cpu:1");
+  EXPECT_EQ(head.error, "");
+  EXPECT_EQ(head.units, 1u);
+  auto pin = c.daemon().pinRequest();
+  pin.setModel("stories");
+  pin.setLayers("token_embd");
+  pin.setDevice("cpu:1");
+  EXPECT_EQ(pin.send().wait(io.waitScope).getStats().getUnits(), 1u);
+  auto again = c.daemon().pinRequest();
+  again.setModel("stories");
+  again.setLayers("token_embd");
+  again.setDevice("cpu:1");
+  auto repinned = again.send().wait(io.waitScope).getStats();
+  EXPECT_TRUE(repinned.getCommitted());
+  EXPECT_EQ(repinned.getUnits(), 0u) << "pinned where it is: nothing moves";
+  // Two admins alternating whole-model migrations, idle sessions all along.
+  for (int i = 0; i < 6; i++) {
+    const Migrated m = migrate(io, c, "1-4", i % 2 ? "cpu:0" : "cpu:1");
+    EXPECT_EQ(m.error, "") << i;
+    EXPECT_EQ(generate(c, "Lily wanted to", 4).wait(io.waitScope).ids.size(), 4u) << i;
+  }
+  // Still serving, and the same reply as before anything moved.
+  EXPECT_EQ(generate(c, "Once upon a time", 12).wait(io.waitScope).ids, before.ids);
+  EXPECT_TRUE(d->running()) << d->log();
+}
+
 TEST(DaemonMigration, ASecondMigrationOfAModelWhileOneRunsIsRefused) {
   auto d = startTwoCpuDaemon();
   ASSERT_TRUE(d->ready()) << d->log();

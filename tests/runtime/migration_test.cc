@@ -467,6 +467,49 @@ TEST_F(LiveMigrationFailures, UnitsAlreadyOnTheTargetDoNotMove) {
   EXPECT_EQ(migration.stats().weightBytes, 0u);
 }
 
+// With live sessions (every finished reply leaves one in the daemon), a migration that moves no
+// block - units already on the target, or only the embedding or the head - has no KV to move: it
+// commits, and the replies go on bitwise. (It once threw std::out_of_range from its session table
+// and took jitllmd down.)
+TEST_F(LiveMigrationFailures, AMigrationThatMovesNoBlockCommitsWhileSessionsLive) {
+  LoadedModel ref = loadOnCpu0(sharedPath("models/stories260K.gguf"));
+  LoadedModel m = loadOnCpu0(sharedPath("models/stories260K.gguf"));
+  const auto p = prompts(m.model->config().vocabSize);
+  std::vector<std::unique_ptr<runtime::Session>> sessions, refSessions;
+  for (size_t i = 0; i < 2; i++) {
+    sessions.push_back(m.model->createSession(256));
+    refSessions.push_back(ref.model->createSession(256));
+  }
+  std::vector<std::vector<int32_t>> tokens{p[0], p[1]}, refTokens = tokens;
+  for (int i = 0; i < 5; i++) EXPECT_EQ(stepAll(*m.model, sessions, tokens), stepAll(*ref.model, refSessions, refTokens));
+  const int layers = int(m.model->config().layers);
+  struct Case {
+    const char* units;
+    Device* target;
+    int moved;
+  };
+  for (const Case& c : {Case{"", m.devices[0].get(), 0}, Case{"output", m.devices[1].get(), 1},
+                        Case{"token_embd", m.devices[1].get(), 1}, Case{"output", m.devices[1].get(), 0}}) {
+    SCOPED_TRACE(std::string(c.units) + " to " + c.target->info().id.str());
+    MigrationOptions o;
+    o.units = parseUnitRange(c.units, layers);
+    o.target = c.target;
+    LiveMigration migration(*m.model, o);
+    while (!migration.prepareStep()) stepAll(*m.model, sessions, tokens), stepAll(*ref.model, refSessions, refTokens);
+    migration.commit();
+    migration.releaseSource();
+    EXPECT_TRUE(migration.committed());
+    EXPECT_EQ(migration.stats().units, c.moved);
+    EXPECT_EQ(migration.stats().sessions, 0);
+    EXPECT_EQ(migration.stats().bytesInPause, 0u);
+    for (int i = 0; i < 3; i++) {
+      EXPECT_EQ(stepAll(*m.model, sessions, tokens), stepAll(*ref.model, refSessions, refTokens));
+    }
+  }
+  EXPECT_EQ(&m.model->unitDevice(0), m.devices[1].get());
+  EXPECT_EQ(&m.model->unitDevice(layers + 1), m.devices[1].get());
+}
+
 TEST(UnitRange, ParsesBlockNumbersNamesAndRanges) {
   EXPECT_EQ(parseUnitRange("", 5).first, 0);
   EXPECT_EQ(parseUnitRange("", 5).last, 6);
