@@ -17,18 +17,12 @@
 
 namespace jitllm::testing {
 
-inline std::unique_ptr<cuda::CudaDevice> makeCudaDevice(int index = 0) {
-  cuda::CudaDeviceOptions o;
-  o.index = index;
-  o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  return cuda::CudaDevice::create(o);
-}
+inline constexpr char kCudaName[] = "CUDA";
+using CudaTraits =
+    GpuTraits<cuda::CudaDevice, cuda::CudaDeviceOptions, kCudaName, &cuda::CudaDevice::unavailableReason>;
+inline std::unique_ptr<cuda::CudaDevice> makeCudaDevice(int index = 0) { return CudaTraits::make(index); }
 
 // Skips the calling test (visibly) when there is no CUDA device.
-#define JITLLM_REQUIRE_CUDA()                                                \
-  do {                                                                       \
-    const std::string why = ::jitllm::cuda::CudaDevice::unavailableReason(); \
-    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;             \
-  } while (0)
+#define JITLLM_REQUIRE_CUDA() JITLLM_REQUIRE_BACKEND(::jitllm::testing::CudaTraits)
 
 }  // namespace jitllm::testing

@@ -18,12 +18,6 @@ namespace {
 
 using quant::TensorType;
 
-struct CudaTraits {
-  using DeviceType = cuda::CudaDevice;
-  static constexpr const char* kName = "CUDA";
-  static std::string unavailableReason() { return cuda::CudaDevice::unavailableReason(); }
-  static std::unique_ptr<cuda::CudaDevice> make(int index) { return makeCudaDevice(index); }
-};
 class CudaOps : public GpuOpsTest<CudaTraits> {};
 
 // q4_K prefill on tensor cores (matmul_int.cuh's JL_MMA) has the dp4a kernels' bits, which are

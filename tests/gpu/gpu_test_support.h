@@ -45,6 +45,31 @@ inline std::unique_ptr<cpu::CpuDevice> makeCpuDevice(int index = 0) {
   return std::make_unique<cpu::CpuDevice>(o);
 }
 
+#ifdef JITLLM_TEST_KERNEL_CACHE
+// What a GPU backend's tests need of it: its device type, a name, why it has no device here (empty:
+// it has one), and device `index` made with the kernel cache kept under the build tree. Options:
+// the backend's device options, with `index` and `cacheRoot`.
+template <typename Device, typename Options, const char* Name, std::string (*WhyNot)()>
+struct GpuTraits {
+  using DeviceType = Device;
+  static constexpr const char* kName = Name;
+  static std::string unavailableReason() { return WhyNot(); }
+  static std::unique_ptr<Device> make(int index) {
+    Options o;
+    o.index = index;
+    o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+    return Device::create(o);
+  }
+};
+#endif
+
+// Skips the calling test (visibly) when the backend of Traits (below) has no device here.
+#define JITLLM_REQUIRE_BACKEND(Traits)                                              \
+  do {                                                                              \
+    const std::string why = Traits::unavailableReason();                            \
+    if (!why.empty()) GTEST_SKIP() << "no " << Traits::kName << " device: " << why; \
+  } while (0)
+
 // A fixture with device 0 of a GPU backend - skipping, visibly, where there is none - and the CPU
 // reference. Traits: DeviceType, kName, unavailableReason() (empty: a device can be made) and
 // make(index).
@@ -52,8 +77,7 @@ template <typename Traits>
 class GpuOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string why = Traits::unavailableReason();
-    if (!why.empty()) GTEST_SKIP() << "no " << Traits::kName << " device: " << why;
+    JITLLM_REQUIRE_BACKEND(Traits);
     gpu = Traits::make(0);
     cpu = makeCpuDevice();
   }

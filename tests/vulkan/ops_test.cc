@@ -25,12 +25,6 @@ namespace {
 
 using quant::TensorType;
 
-struct VulkanTraits {
-  using DeviceType = vulkan::VulkanDevice;
-  static constexpr const char* kName = "Vulkan";
-  static std::string unavailableReason() { return vulkanUnavailableReason(); }
-  static std::unique_ptr<vulkan::VulkanDevice> make(int index) { return makeVulkanDevice(index); }
-};
 class VulkanOps : public GpuOpsTest<VulkanTraits> {};
 
 // The integer kernels (q4_K, q6_K) against the float ones on the same device, with the device's

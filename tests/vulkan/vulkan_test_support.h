@@ -32,18 +32,12 @@ inline std::string vulkanUnavailableReason() {
   }
 }
 
-inline std::unique_ptr<vulkan::VulkanDevice> makeVulkanDevice(int index = 0) {
-  vulkan::VulkanDeviceOptions o;
-  o.index = index;
-  o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
-  return vulkan::VulkanDevice::create(o);
-}
+inline constexpr char kVulkanName[] = "Vulkan";
+using VulkanTraits =
+    GpuTraits<vulkan::VulkanDevice, vulkan::VulkanDeviceOptions, kVulkanName, &vulkanUnavailableReason>;
+inline std::unique_ptr<vulkan::VulkanDevice> makeVulkanDevice(int index = 0) { return VulkanTraits::make(index); }
 
 // Skips the calling test (visibly) when there is no Vulkan device.
-#define JITLLM_REQUIRE_VULKAN()                                           \
-  do {                                                                    \
-    const std::string why = ::jitllm::testing::vulkanUnavailableReason(); \
-    if (!why.empty()) GTEST_SKIP() << "no Vulkan device: " << why;        \
-  } while (0)
+#define JITLLM_REQUIRE_VULKAN() JITLLM_REQUIRE_BACKEND(::jitllm::testing::VulkanTraits)
 
 }  // namespace jitllm::testing
