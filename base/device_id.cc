@@ -2,12 +2,18 @@
 
 #include <charconv>
 #include <ostream>
+#include <string>
 
 #include "base/byte_size.h"
 #include "base/error.h"
 
 namespace jitllm {
 namespace {
+
+// How errors quote what they were given: at most 80 characters.
+std::string shown(std::string_view text) {
+  return text.size() <= 80 ? std::string(text) : std::string(text.substr(0, 80)) + "...";
+}
 
 bool validBackendName(std::string_view name) {
   if (name.empty() || name.size() > 32 || name[0] < 'a' || name[0] > 'z') return false;
@@ -23,7 +29,7 @@ DeviceId DeviceId::parse(std::string_view text) {
   const size_t colon = text.find(':');
   DeviceId id;
   id.backend = std::string(text.substr(0, colon));
-  JITLLM_REQUIRE(validBackendName(id.backend), "device '", text,
+  JITLLM_REQUIRE(validBackendName(id.backend), "device '", shown(text),
                  "': expected BACKEND:N such as cpu:0, cuda:1 or vulkan:0");
   if (colon == std::string_view::npos) return id;
   const char* b = text.data() + colon + 1;
@@ -46,11 +52,11 @@ std::vector<DeviceRequest> parseDeviceList(std::string_view list) {
     std::string_view item =
         list.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     start = comma == std::string_view::npos ? list.size() + 1 : comma + 1;
-    JITLLM_REQUIRE(!item.empty(), "device list '", list, "': an empty item (expected e.g. cpu:0,cuda:0)");
+    JITLLM_REQUIRE(!item.empty(), "device list '", shown(list), "': an empty item (expected e.g. cpu:0,cuda:0)");
     DeviceRequest r;
     if (const size_t at = item.find('@'); at != std::string_view::npos) {
       const auto cap = parseByteSize(item.substr(at + 1));
-      JITLLM_REQUIRE(cap && *cap > 0, "device '", item, "': after '@' comes a memory cap such as 512M or 2G");
+      JITLLM_REQUIRE(cap && *cap > 0, "device '", shown(item), "': after '@' comes a memory cap such as 512M or 2G");
       r.memoryCap = *cap;
       item = item.substr(0, at);
     }

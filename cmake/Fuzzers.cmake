@@ -5,7 +5,8 @@
 #   into <build>/fuzz (ExternalProject, built as part of `all`) and registers each fuzzer as a ctest
 #   test labelled `fuzz` that runs for JITLLM_FUZZ_SECONDS. Without clang it says so and skips.
 # - In that second build (JITLLM_FUZZ_ONLY): instruments every library for libFuzzer with
-#   ASan+UBSan and builds only base/, kernels/, engine/ and the targets in tests/fuzz/.
+#   ASan+UBSan and builds only base/, kernels/, engine/ (and, for the RPC fuzzer, policies/,
+#   libclient/ and daemon/) and the targets in tests/fuzz/.
 #
 # A fuzz test passes when its fuzzer runs out its time without finding anything; a crash, a
 # sanitizer report, a leak, an input slower than 10 s or a 2 GiB RSS fails it, and the input that
@@ -30,6 +31,13 @@ if(JITLLM_FUZZ_ONLY)
   add_subdirectory(base EXCLUDE_FROM_ALL)
   add_subdirectory(kernels EXCLUDE_FROM_ALL)
   add_subdirectory(engine EXCLUDE_FROM_ALL)
+  # The RPC surface's fuzzer needs the daemon's code (and its dependencies, uninstrumented).
+  include(DaemonDeps)
+  if(JITLLM_HAVE_DAEMON)
+    add_subdirectory(policies EXCLUDE_FROM_ALL)
+    add_subdirectory(libclient EXCLUDE_FROM_ALL)
+    add_subdirectory(daemon EXCLUDE_FROM_ALL)
+  endif()
   add_subdirectory(tests/fuzz)
   return()
 endif()
@@ -84,6 +92,9 @@ endif()
 # The fuzzers that exist in this tree. tokenizer_fuzz needs the tokenizer, its own CMake fragment and
 # the real vocabularies it loads at start-up (tests/fuzz/CMakeLists.txt checks the same files).
 set(fuzzers gguf_fuzz)
+if(JITLLM_HAVE_DAEMON)
+  list(APPEND fuzzers rpc_fuzz)
+endif()
 set(with_tokenizer_fuzz OFF)
 if(EXISTS ${PROJECT_SOURCE_DIR}/engine/tokenizer/CMakeLists.txt AND EXISTS ${fuzz_src}/tokenizer.cmake
    AND EXISTS ${fuzz_src}/tokenizer_fuzz.cc)
@@ -141,6 +152,9 @@ function(jitllm_fuzz_test name fuzzer)
 endfunction()
 
 jitllm_fuzz_test(gguf gguf_fuzz -dict=${fuzz_src}/gguf.dict)
+if(JITLLM_HAVE_DAEMON)
+  jitllm_fuzz_test(rpc rpc_fuzz)
+endif()
 if(with_tokenizer_fuzz)
   set(vocab_files ${JITLLM_SHARED_DIR}/vocab/ggml-vocab-llama-spm.gguf ${JITLLM_SHARED_DIR}/vocab/ggml-vocab-llama-bpe.gguf)
   set(have_vocab ON)

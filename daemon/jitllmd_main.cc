@@ -4,6 +4,7 @@
 #include <kj/async-io.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/regular_file.h"
 #include "daemon/scheduler/nvml_telemetry.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/scheduler/scripted_telemetry.h"
@@ -27,6 +29,7 @@
 #include "daemon/server/logging.h"
 #include "daemon/server/loop_bridge.h"
 #include "daemon/server/rpc_listener.h"
+#include "jitllm/jitllm.capnp.h"
 
 using namespace jitllm;
 using namespace jitllm::server;
@@ -83,7 +86,8 @@ std::optional<Arguments> parseArguments(int argc, char** argv, std::string* conf
       std::cout << kUsage;
       return std::nullopt;
     } else if (arg == "--version") {
-      std::cout << "jitllmd " << JITLLM_VERSION_STRING << " (protocol 1; " << JITLLM_BUILD_INFO << ")\n";
+      std::cout << "jitllmd " << JITLLM_VERSION_STRING << " (protocol " << jitllm::rpc::PROTOCOL_VERSION << "; "
+                << JITLLM_BUILD_INFO << ")\n";
       return std::nullopt;
     } else if (arg == "--config") {
       *configPath = value();
@@ -138,9 +142,22 @@ std::optional<Arguments> parseArguments(int argc, char** argv, std::string* conf
 
 void notify(const std::string& state) { sd_notify(0, state.c_str()); }
 
+// Every connection holds a descriptor: use all the hard limit allows (systemd's default soft limit
+// is 1024). When they run out anyway, the listener pauses and goes on (rpc_listener.h).
+void raiseDescriptorLimit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    spdlog::debug("descriptors: soft limit raised from {} to {}", before, limit.rlim_cur);
+  }
+}
+
 int runDaemon(DaemonConfig config, const std::string& configPath) {
   setupLogging(config.logLevel);
   ::signal(SIGPIPE, SIG_IGN);
+  raiseDescriptorLimit();
   std::optional<ListenSocket> socket = ListenSocket::fromSystemd();
   if (!socket) {
     if (config.socketPath.empty()) config.socketPath = defaultSocketPath();
@@ -168,11 +185,10 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
     if (eq != std::string::npos) r.name = item.substr(0, eq);
     try {
       // Preloads are the operator's own choice: any path, not only model_dirs.
-      auto file = ::open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (file < 0) JITLLM_FAIL(kFailed, r.path, ": cannot open: ", std::strerror(errno));
+      const int file = openRegularFile(r.path, "preload");
+      const auto closeFile = kj::defer([file] { ::close(file); });
       r.fd = file;
       core.load(r, nullptr);
-      ::close(file);
     } catch (const Error& e) {
       spdlog::error("preload failed: {}", e.what());
     }
@@ -180,7 +196,8 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
 
   auto io = kj::setupAsyncIo();
   BackgroundThreads background;
-  auto listener = kj::heap<RpcListener>(core, background, *io.lowLevelProvider, socket->release());
+  auto listener =
+      kj::heap<RpcListener>(core, background, *io.lowLevelProvider, io.provider->getTimer(), socket->release());
 
   boost::asio::io_context daemonLoop;
   auto work = boost::asio::make_work_guard(daemonLoop);
@@ -338,11 +355,14 @@ int main(int argc, char** argv) {
         "\ndefault_context: %lld\nadmin_group: %s\ngrace_period_seconds: %g\nmax_sessions: %zu\n"
         "max_queued_tokens: %zu\nlog_level: %s\npolicy: %s\nscheduler_interval_ms: %lld\ntelemetry_script: %s\n"
         "thermal_hot_c: %g\nthermal_cool_c: %g\nthermal_cool_for_ms: %lld\npressure_high: %g\npressure_low: %g\n"
-        "speed_probe: %s\nspill: %s\nok\n",
+        "speed_probe: %s\nspill: %s\nmax_sessions_per_uid: %zu\nmax_connections_per_uid: %zu\n"
+        "handshake_timeout_ms: %lld\nmessage_timeout_ms: %lld\nidle_timeout_ms: %lld\nmax_inflight_bytes: %zu\nok\n",
         (long long)c.defaultContext, c.adminGroup.c_str(), c.gracePeriodSeconds, c.maxSessions, c.maxQueuedTokens,
         c.logLevel.c_str(), c.policy.c_str(), (long long)c.schedulerIntervalMs,
         c.telemetryScript.empty() ? "(none)" : c.telemetryScript.c_str(), c.thermalHotC, c.thermalCoolC,
-        (long long)c.thermalCoolForMs, c.pressureHigh, c.pressureLow, c.speedProbe ? "on" : "off", c.spill.c_str());
+        (long long)c.thermalCoolForMs, c.pressureHigh, c.pressureLow, c.speedProbe ? "on" : "off", c.spill.c_str(),
+        c.maxSessionsPerUid, c.maxConnectionsPerUid, (long long)c.handshakeTimeoutMs, (long long)c.messageTimeoutMs,
+        (long long)c.idleTimeoutMs, c.maxInflightBytes);
     return 0;
   }
   try {

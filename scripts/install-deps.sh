@@ -12,6 +12,7 @@ PACKAGES=(
   libsystemd-dev                     # sd_notify, socket activation, journal, sd-device
   libboost-dev libspdlog-dev libfmt-dev   # Boost.Asio event loop, logging
   systemd                            # systemd-analyze verify for the unit files
+  stress-ng                          # loads the CPUs while the suite runs (docs/testing.md)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

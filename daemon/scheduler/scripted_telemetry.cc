@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/regular_file.h"
 
 namespace jitllm::scheduler {
 namespace {
@@ -71,11 +72,11 @@ ScriptedTelemetry ScriptedTelemetry::parse(const std::string& text, const std::s
 namespace {
 
 std::optional<std::string> readText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in.good()) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  try {
+    return readRegularFile(path, "the telemetry script");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace

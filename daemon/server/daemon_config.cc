@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/byte_size.h"
 #include "base/error.h"
+#include "base/regular_file.h"
 
 namespace jitllm::server {
 namespace {
@@ -74,6 +76,21 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       idleSessions = number<size_t>(value, where, 0, 10000);
     } else if (key == "max_sessions") {
       maxSessions = number<size_t>(value, where, 1, 100000);
+    } else if (key == "max_sessions_per_uid") {
+      maxSessionsPerUid = number<size_t>(value, where, 1, 100000);
+    } else if (key == "max_connections_per_uid") {
+      maxConnectionsPerUid = number<size_t>(value, where, 1, 100000);
+    } else if (key == "handshake_timeout_ms") {
+      handshakeTimeoutMs = number<int64_t>(value, where, 10, 3600000);
+    } else if (key == "message_timeout_ms") {
+      messageTimeoutMs = number<int64_t>(value, where, 10, 3600000);
+    } else if (key == "idle_timeout_ms") {
+      idleTimeoutMs = number<int64_t>(value, where, 0, int64_t(7) * 86400000);
+    } else if (key == "max_inflight_bytes") {
+      const auto bytes = parseByteSize(value);
+      JITLLM_REQUIRE(bytes && *bytes >= (size_t(1) << 20), where,
+                     ": max_inflight_bytes is a size of at least 1M, such as 64M, not '", value, "'");
+      maxInflightBytes = *bytes;
     } else if (key == "max_queued_tokens") {
       maxQueuedTokens = number<size_t>(value, where, 1, 1 << 20);
     } else if (key == "preload") {
@@ -115,11 +132,9 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
 }
 
 void DaemonConfig::loadFile(const std::string& path) {
-  std::ifstream in(path);
-  JITLLM_REQUIRE(in.good(), path, ": cannot read the config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  parse(text.str(), path);
+  // A FIFO or device in the config's place must not stall the signal thread (SIGHUP), nor a
+  // directory read as an empty config and reset every setting.
+  parse(readRegularFile(path, "the config file"), path);
 }
 
 std::string defaultSocketPath() {

@@ -9,6 +9,7 @@
 // Thread-safety: a value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,23 +18,36 @@
 namespace jitllm::server {
 
 struct DaemonConfig {
-  std::string socketPath;  // empty: the default for how we run (system / user)
-  std::string devices = "auto";  // every device of the machine (runtime/device_discovery.h), or a list
+  std::string socketPath;              // empty: the default for how we run (system / user)
+  std::string devices = "auto";        // every device of the machine (runtime/device_discovery.h), or a list
   int cpuThreads = 0;                  // per CPU device; 0: all cores
   std::vector<std::string> modelDirs;  // where `load` by path may look
   int64_t defaultContext = 4096;
   std::string adminGroup = "jitllm-admin";
   double gracePeriodSeconds = 10;  // SIGTERM: running generations get this long to finish
   std::string logLevel = "info";
-  size_t maxSessions = 64;           // per model
-  size_t maxQueuedTokens = 64;       // per session, before a slow reader is throttled
-  size_t idleSessions = 4;           // per model: finished replies kept for a follow-up (0: none)
+  size_t maxSessions = 64;      // per model
+  size_t maxQueuedTokens = 64;  // per session, before a slow reader is throttled
+  size_t idleSessions = 4;      // per model: finished replies kept for a follow-up (0: none)
+  // What one local user may hold, so that no user can stop the daemon serving the others
+  // (docs/operations.md, "Limits"). Admins are not limited.
+  size_t maxSessionsPerUid = 32;     // per model, running and waiting
+  size_t maxConnectionsPerUid = 64;  // open connections
+  // Connections: the first message must come within the handshake timeout, a message once begun
+  // must end within the message timeout, and a connection with nothing in flight (no reply being
+  // generated, no event subscription) that says nothing for the idle timeout is closed (0: never).
+  int64_t handshakeTimeoutMs = 10000;
+  int64_t messageTimeoutMs = 30000;
+  int64_t idleTimeoutMs = 900000;
+  // Bytes of requests not yet fully received, over all connections; a request that would pass it
+  // fails its connection (OVERLOADED).
+  size_t maxInflightBytes = size_t(64) << 20;
   std::vector<std::string> preload;  // models loaded at start ("path" or "name=path")
   // The scheduler (daemon/scheduler, policies/).
   std::string policy = "balanced";     // policies::policyNames()
   int64_t schedulerIntervalMs = 1000;  // 0: no scheduler
-  int64_t rescanIntervalMs = 30000;    // devices = auto: look for new or vanished GPUs this often (0: only on udev news)
-  std::string telemetryScript;         // scripted telemetry (tests, demos); empty: none
+  int64_t rescanIntervalMs = 30000;  // devices = auto: look for new or vanished GPUs this often (0: only on udev news)
+  std::string telemetryScript;       // scripted telemetry (tests, demos); empty: none
   double thermalHotC = 85, thermalCoolC = 75;
   int64_t thermalCoolForMs = 30000;
   double pressureHigh = 0.92, pressureLow = 0.80;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "daemon/server/model_name.h"
 #include "engine/devices/builtin_backends.h"
 #include "engine/devices/speed_probe.h"
 #include "policies/placement.h"
@@ -236,12 +237,9 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   }
   std::string name = request.name;
   if (name.empty()) {
-    name = file->getString("general.name").value_or(std::filesystem::path(source).stem().string());
+    name = modelNameFrom(file->getString("general.name").value_or(std::filesystem::path(source).stem().string()));
   }
-  for (char& c : name) {
-    if (c == ' ' || c == '/' || c == ':' || c < 0x20) c = '-';
-  }
-  JITLLM_REQUIRE(!name.empty() && name.size() <= 128, "model name '", name, "' must have 1 to 128 characters");
+  requireValidModelName(name);
   {
     std::lock_guard lock(mutex_);
     JITLLM_REQUIRE(accepting_, "the daemon is stopping");
@@ -307,7 +305,7 @@ void DaemonCore::unload(const std::string& name) {
   {
     std::lock_guard lock(mutex_);
     auto it = models_.find(name);
-    JITLLM_REQUIRE(it != models_.end(), "no model named '", name, "' is loaded");
+    JITLLM_REQUIRE(it != models_.end(), "no model named '", clipped(name), "' is loaded");
     host = it->second;
     models_.erase(it);
   }
@@ -579,7 +577,7 @@ std::shared_ptr<ModelHost> DaemonCore::find(const std::string& name) const {
   if (it != models_.end()) return it->second;
   std::string names;
   for (const auto& [n, h] : models_) names += (names.empty() ? "" : ", ") + n;
-  JITLLM_FAIL(kFailed, "no model named '", name, "' is loaded (loaded: ", names.empty() ? "none" : names,
+  JITLLM_FAIL(kFailed, "no model named '", clipped(name), "' is loaded (loaded: ", names.empty() ? "none" : names,
               "); load one with jitllmctl load FILE");
 }
 

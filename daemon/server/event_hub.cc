@@ -44,7 +44,10 @@ void EventMailbox::setWaker(std::function<void()> waker) {
   if (now) now();
 }
 
+bool EventMailbox::visible(const DaemonEvent& e) const { return !viewer_ || !e.ownerUid || *e.ownerUid == *viewer_; }
+
 void EventMailbox::push(const DaemonEvent& e) {
+  if (!visible(e)) return;
   std::function<void()> wake;
   {
     std::lock_guard lock(mutex_);
@@ -83,11 +86,16 @@ void EventHub::emit(DaemonEvent e) {
   for (auto& s : live) s->push(e);
 }
 
-std::shared_ptr<EventMailbox> EventHub::subscribe(size_t replay) {
+std::shared_ptr<EventMailbox> EventHub::subscribe(size_t replay, std::optional<uint32_t> viewer) {
   auto box = std::make_shared<EventMailbox>();
+  box->viewer_ = viewer;
   std::lock_guard lock(mutex_);
-  const size_t n = std::min(replay, history_.size());
-  for (size_t i = history_.size() - n; i < history_.size(); i++) box->push(history_[i]);
+  // The last `replay` events this subscriber may see, oldest first.
+  std::vector<const DaemonEvent*> recent;
+  for (auto it = history_.rbegin(); it != history_.rend() && recent.size() < replay; ++it) {
+    if (box->visible(*it)) recent.push_back(&*it);
+  }
+  for (auto it = recent.rbegin(); it != recent.rend(); ++it) box->push(**it);
   subscribers_.push_back(box);
   return box;
 }

@@ -14,7 +14,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace jitllm::server {
@@ -22,6 +24,18 @@ namespace jitllm::server {
 enum class EventKind { kDaemon, kDevice, kModel, kSession, kMigration };
 
 struct DaemonEvent {
+  DaemonEvent() = default;
+  DaemonEvent(int64_t unixMs, EventKind kind, std::string what, std::string model, std::string device,
+              uint64_t sessionId, std::string message, std::optional<uint32_t> ownerUid = std::nullopt)
+      : unixMs(unixMs),
+        kind(kind),
+        what(std::move(what)),
+        model(std::move(model)),
+        device(std::move(device)),
+        sessionId(sessionId),
+        message(std::move(message)),
+        ownerUid(ownerUid) {}
+
   int64_t unixMs = 0;
   EventKind kind = EventKind::kDaemon;
   std::string what;  // "loaded", "session.finished", ...
@@ -29,6 +43,9 @@ struct DaemonEvent {
   std::string device;
   uint64_t sessionId = 0;
   std::string message;  // one human-readable line
+  // Whose session the event is about: only that user and admins are told of it (a user's prompts,
+  // sessions and uid are not another user's business). Unset: everyone may see it.
+  std::optional<uint32_t> ownerUid;
 };
 
 class EventMailbox final {
@@ -42,8 +59,10 @@ class EventMailbox final {
 
  private:
   friend class EventHub;
-  void push(const DaemonEvent& e);
+  void push(const DaemonEvent& e);  // drops what the viewer may not see
+  bool visible(const DaemonEvent& e) const;
 
+  std::optional<uint32_t> viewer_;  // set before the mailbox is shared; unset: sees everything
   std::mutex mutex_;
   std::deque<DaemonEvent> queue_;
   size_t dropped_ = 0;
@@ -56,8 +75,9 @@ class EventHub final {
 
   void emit(DaemonEvent e);  // stamps unixMs when 0, logs it
   // A new mailbox that first receives up to `replay` recent events. Dropping the returned pointer
-  // unsubscribes.
-  std::shared_ptr<EventMailbox> subscribe(size_t replay);
+  // unsubscribes. With a viewer (a user who is not an admin), it receives only the events that
+  // user may see: none about another user's sessions (DaemonEvent::ownerUid).
+  std::shared_ptr<EventMailbox> subscribe(size_t replay, std::optional<uint32_t> viewer = std::nullopt);
 
  private:
   std::mutex mutex_;

@@ -106,3 +106,12 @@ uint64_t GenerationJob::sessionId() const {
 }
 
 }  // namespace jitllm::server
+
+namespace jitllm::server {
+
+bool GenerationJob::ended() const {
+  std::lock_guard lock(mutex_);
+  return finished_ || error_.has_value();
+}
+
+}  // namespace jitllm::server

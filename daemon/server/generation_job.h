@@ -78,6 +78,8 @@ class GenerationJob final {
   void setWorkerWaker(std::function<void()> waker);
   void setSessionId(uint64_t id);
   uint64_t sessionId() const;
+  // Finished or failed: it holds no session any more. Any thread.
+  bool ended() const;
 
  private:
   void wakeLocked(std::unique_lock<std::mutex>& lock);

@@ -121,7 +121,7 @@ void ModelHost::wake() {
   changed_.notify_all();
 }
 
-void ModelHost::submit(std::shared_ptr<GenerationJob> job) {
+void ModelHost::submit(std::shared_ptr<GenerationJob> job, size_t perUserLimit) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) JITLLM_FAIL(kDisconnected, "model '", name_, "' is being unloaded");
@@ -129,6 +129,19 @@ void ModelHost::submit(std::shared_ptr<GenerationJob> job) {
       JITLLM_FAIL(kOverloaded, "model '", name_, "' already runs ", options_.maxSessions,
                   " sessions (max_sessions); try again later");
     }
+    const uint32_t uid = job->request().ownerUid;
+    size_t mine = 0;
+    std::erase_if(jobs_, [&](const std::weak_ptr<GenerationJob>& w) {
+      const auto j = w.lock();
+      if (!j || j->ended()) return true;
+      mine += j->request().ownerUid == uid;
+      return false;
+    });
+    if (mine >= perUserLimit) {
+      JITLLM_FAIL(kOverloaded, "uid ", uid, " already runs ", mine, " sessions of '", name_,
+                  "' (max_sessions_per_uid); try again when one has finished");
+    }
+    jobs_.push_back(job);
     job->setWorkerWaker([this] { wake(); });
     incoming_.push_back(std::move(job));
     pokes_ = true;
@@ -287,7 +300,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
         if (a->done) continue;
         a->job->fail(gone);
         events_.emit({0, EventKind::kSession, "session.disconnected", name_, id, a->session->id(),
-                      "after " + std::to_string(a->generated) + " tokens: " + cause});
+                      "after " + std::to_string(a->generated) + " tokens: " + cause, a->job->request().ownerUid});
         a->done = true;
         ended++;
       }
@@ -568,7 +581,8 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
     events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", a->session->id(),
                   std::to_string(r.prompt.size()) + " prompt tokens" +
                       (reused ? " (" + std::to_string(reused) + " of them already in an idle session's KV)" : "") +
-                      ", up to " + std::to_string(r.maxTokens) + " more (uid " + std::to_string(r.ownerUid) + ")"});
+                      ", up to " + std::to_string(r.maxTokens) + " more (uid " + std::to_string(r.ownerUid) + ")",
+                  r.ownerUid});
     active.push_back(std::move(a));
   } catch (const Error& e) {
     job->fail(e);
@@ -594,7 +608,8 @@ void ModelHost::finishActive(Active& a, StopReason reason) {
   a.done = true;
   a.keep = options_.idleSessions > 0;
   events_.emit({0, EventKind::kSession, "session.finished", name_, "", st.sessionId,
-                std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) + " tok/s"});
+                std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) + " tok/s",
+                a.job->request().ownerUid});
 }
 
 std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest& r, int64_t limit, size_t& reused) {
@@ -625,14 +640,16 @@ std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest&
       if (e.kind() != ErrorKind::kOverloaded) throw;
       events_.emit({0, EventKind::kSession, "session.unparked", name_, "", idle->id,
                     std::string("no device memory to bring the idle session's KV back (") + e.what() +
-                        "): its prompt is computed again"});
+                        "): its prompt is computed again",
+                    idle->ownerUid});
       return nullptr;
     }
     events_.emit({0, EventKind::kSession, "session.unparked", name_, "", idle->session->id(),
                   humanBytes(idle->parked->bytes()) + " of KV (" + std::to_string(idle->tokens.size()) +
                       " tokens) back from host RAM in " +
                       std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) +
-                      " ms, nothing recomputed"});
+                      " ms, nothing recomputed",
+                  idle->ownerUid});
   }
   idle->session->truncate(int64_t(bestLength));
   reused = bestLength;
@@ -656,7 +673,7 @@ bool ModelHost::dropIdleWithDeviceMemory() {
   for (auto it = idle_.begin(); it != idle_.end(); ++it) {
     if ((*it)->session) {
       events_.emit({0, EventKind::kSession, "session.dropped", name_, "", (*it)->id,
-                    "idle session dropped: a running one needed its KV pages"});
+                    "idle session dropped: a running one needed its KV pages", (*it)->ownerUid});
       idle_.erase(it);
       return true;
     }
@@ -761,7 +778,8 @@ void ModelHost::workerLoop() {
     for (const std::string& reason : parks) parkIdle(reason);
     std::erase_if(idle_, [&](const auto& i) {
       if (!cancels.count(i->id)) return false;
-      events_.emit({0, EventKind::kSession, "session.cancelled", name_, "", i->id, "idle session forgotten"});
+      events_.emit(
+          {0, EventKind::kSession, "session.cancelled", name_, "", i->id, "idle session forgotten", i->ownerUid});
       return true;
     });
 
@@ -770,7 +788,7 @@ void ModelHost::workerLoop() {
       if (a->job->cancelled() || cancels.count(a->session->id())) {
         a->job->fail(Error(ErrorKind::kFailed, "cancelled"));
         events_.emit({0, EventKind::kSession, "session.cancelled", name_, "", a->session->id(),
-                      "after " + std::to_string(a->generated) + " tokens"});
+                      "after " + std::to_string(a->generated) + " tokens", a->job->request().ownerUid});
         a->done = true;
       }
     }

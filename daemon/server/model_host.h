@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -114,7 +115,9 @@ class ModelHost final {
 
   // Queues a job. Error(OVERLOADED) when maxSessions are busy, Error(DISCONNECTED) after
   // shutdown(). The prompt is checked against the context when the worker admits it.
-  void submit(std::shared_ptr<GenerationJob> job);
+  // `perUserLimit`: at most this many sessions of the job's owner may run or wait at once
+  // (max_sessions_per_uid; admins: no limit), else Error(OVERLOADED) saying so.
+  void submit(std::shared_ptr<GenerationJob> job, size_t perUserLimit = SIZE_MAX);
   // Ends one session (cancel semantics); false when no job has that session id.
   bool cancelSession(uint64_t sessionId, uint32_t requesterUid, bool admin);
 
@@ -183,6 +186,8 @@ class ModelHost final {
   std::vector<SessionSnapshot> published_;  // what snapshot() reports, refreshed each iteration
   std::vector<std::pair<std::string, size_t>> publishedKv_;
   size_t activeCount_ = 0;
+  // Every job submitted and not yet ended, for the per-user limit (guarded by mutex_).
+  std::vector<std::weak_ptr<GenerationJob>> jobs_;
   std::vector<UnitSnapshot> publishedUnits_;
   std::string publishedMigration_;
   int64_t lastActiveMs_ = 0;

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "daemon/server/kj_errors.h"
+#include "daemon/server/model_name.h"
 #include "engine/chat/chat_template.h"
 #include "policies/policy.h"
 
@@ -301,8 +302,9 @@ int dupFd(int fd) {
 
 }  // namespace
 
-DaemonService::DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer)
-    : core_(core), background_(background), peer_(peer) {}
+DaemonService::DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer,
+                             std::shared_ptr<ConnectionActivity> activity)
+    : core_(core), background_(background), peer_(peer), activity_(std::move(activity)) {}
 
 kj::Promise<void> DaemonService::version(VersionContext context) {
   auto v = context.getResults().initVersion();
@@ -353,6 +355,7 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
     auto options = params.getOptions();
     auto request = std::make_shared<LoadRequest>();
     request->name = options.getName();
+    if (!request->name.empty()) requireValidModelName(request->name);  // before the file is read
     request->contextSize = options.getContextSize();
     for (capnp::Text::Reader id : options.getDevices()) request->devices.push_back(DeviceId::parse(id.cStr()));
     switch (options.getKvPrecision()) {
@@ -480,9 +483,13 @@ struct ContextReply final : DaemonService::Reply {
 kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host, GenerationRequest request,
                                                  rpc::TokenSink::Client sink, kj::Own<Reply> reply) {
   JITLLM_REQUIRE(core_.accepting(), "jitllmd is stopping; no new generations");
+  JITLLM_REQUIRE(!request.prompt.empty(), "the prompt is empty");
+  JITLLM_REQUIRE(request.maxTokens >= 1, "maxTokens must be at least 1");
   const DaemonConfig cfg = core_.config();
   auto job = std::make_shared<GenerationJob>(std::move(request), cfg.maxQueuedTokens);
-  host->submit(job);
+  host->submit(job, core_.access().isAdmin(peer_.uid) ? SIZE_MAX : cfg.maxSessionsPerUid);
+  activity_->generations++;
+  auto busy = kj::defer([activity = activity_] { activity->generations--; });
   auto stream = kj::heap<GenerationStream>(job, kj::mv(sink), core_);
   auto& s = *stream;
   return s.run()
@@ -490,7 +497,7 @@ kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host
         if (last.error) kj::throwFatalException(toKjException(*last.error));
         reply->fill(s.ids(), s.allText(), last.stats);
       })
-      .attach(kj::mv(stream), kj::mv(host));
+      .attach(kj::mv(stream), kj::mv(host), kj::mv(busy));
 }
 
 kj::Promise<void> DaemonService::generate(GenerateContext context) {
@@ -504,6 +511,7 @@ kj::Promise<void> DaemonService::generate(GenerateContext context) {
     GenerationRequest req;
     if (r.getPrompt().isText()) {
       const auto t = r.getPrompt().getText();
+      JITLLM_REQUIRE(t.size() > 0, "the prompt is empty");
       req.prompt = host->model().tokenizer().encode(std::string_view(t.cStr(), t.size()), true, true);
     } else {
       for (int32_t id : r.getPrompt().getTokens()) req.prompt.push_back(id);
@@ -525,6 +533,7 @@ kj::Promise<void> DaemonService::chat(ChatContext context) {
     auto r = params.getRequest();
     auto host = core_.find(r.getModel());
     std::vector<runtime::ChatMessage> messages;
+    JITLLM_REQUIRE(r.getMessages().size() > 0, "the conversation is empty: send at least one message");
     for (auto m : r.getMessages()) messages.push_back({m.getRole(), m.getContent()});
     GenerationRequest req;
     req.prompt = host->model().tokenizer().encode(runtime::renderChat(host->chatTemplate(), messages), true, true);
@@ -540,7 +549,10 @@ kj::Promise<void> DaemonService::chat(ChatContext context) {
 
 kj::Promise<void> DaemonService::events(EventsContext context) {
   auto params = context.getParams();
-  auto box = core_.events().subscribe(std::min<size_t>(params.getReplay(), EventHub::kHistory));
+  // Admins see every event; anyone else none about other users' sessions.
+  const std::optional<uint32_t> viewer =
+      core_.access().isAdmin(peer_.uid) ? std::nullopt : std::optional<uint32_t>(peer_.uid);
+  auto box = core_.events().subscribe(std::min<size_t>(params.getReplay(), EventHub::kHistory), viewer);
   auto sink = params.getSink();
   // The replayed history reaches the subscriber before the call returns; live events follow.
   size_t dropped = 0;
@@ -550,8 +562,12 @@ kj::Promise<void> DaemonService::events(EventsContext context) {
     fillEvent(e, request.initEvent());
     replayed = replayed.then([request = kj::mv(request)]() mutable { return request.send(); });
   }
-  return replayed.then([context, box = std::move(box), sink]() mutable {
-    context.getResults().setSubscription(kj::heap<EventSubscription>(std::move(box), kj::mv(sink)));
+  return replayed.then([context, box = std::move(box), sink, activity = activity_]() mutable {
+    activity->subscriptions++;
+    context.getResults().setSubscription(
+        kj::heap<EventSubscription>(std::move(box), kj::mv(sink)).attach(kj::defer([activity] {
+          activity->subscriptions--;
+        })));
   });
 }
 

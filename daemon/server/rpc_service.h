@@ -12,15 +12,26 @@
 
 #include <kj/async.h>
 
+#include <memory>
+
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
 #include "jitllm/jitllm.capnp.h"
 
 namespace jitllm::server {
 
+// What a connection has going on that makes its silence not idleness: replies being generated
+// for it, event subscriptions it holds. The listener's idle timeout spares such a connection.
+struct ConnectionActivity {
+  int generations = 0;
+  int subscriptions = 0;
+  bool busy() const { return generations > 0 || subscriptions > 0; }
+};
+
 class DaemonService final : public rpc::Daemon::Server {
  public:
-  DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer);
+  DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer,
+                std::shared_ptr<ConnectionActivity> activity = std::make_shared<ConnectionActivity>());
 
   kj::Promise<void> version(VersionContext context) override;
   kj::Promise<void> devices(DevicesContext context) override;
@@ -46,6 +57,7 @@ class DaemonService final : public rpc::Daemon::Server {
   DaemonCore& core_;
   BackgroundThreads& background_;
   const PeerCredentials peer_;
+  std::shared_ptr<ConnectionActivity> activity_;
 };
 
 }  // namespace jitllm::server

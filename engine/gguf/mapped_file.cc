@@ -9,12 +9,12 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/regular_file.h"
 
 namespace jitllm::gguf {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) JITLLM_FAIL(kFailed, path, ": cannot open: ", std::strerror(errno));
+  const int fd = openRegularFile(path, "model file");  // a FIFO would block the open
   try {
     map(fd);
   } catch (...) {

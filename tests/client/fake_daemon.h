@@ -88,7 +88,7 @@ class FakeDaemon final {
   FakeDaemonRecord record() const;
   // Waits (bounded) until `pred(record)` holds; false on timeout.
   template <typename Pred>
-  bool waitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
+  bool waitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(30)) const {
     std::unique_lock lock(state_->mutex);
     return state_->changed.wait_for(lock, timeout, [&] { return pred(state_->record); });
   }

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/daemon_core.h"
+#include "tests/daemon/bounded_wait.h"
 
 namespace jitllm::scheduler {
 
@@ -41,32 +42,28 @@ inline std::shared_ptr<server::GenerationJob> start(server::ModelHost& host, uin
   return job;
 }
 
+// Moves what `job` has produced into `out`; true once it has finished (error and stats then set).
+inline bool takeInto(server::GenerationJob& job, Outcome& out) {
+  auto b = job.take();
+  out.ids.insert(out.ids.end(), b.ids.begin(), b.ids.end());
+  if (b.finished) {
+    out.error = b.error;
+    out.stats = b.stats;
+  }
+  return b.finished;
+}
+
 // Reads until `job` has produced at least `atLeast` tokens, or has finished.
 inline void readSome(server::GenerationJob& job, Outcome& out, size_t atLeast) {
-  for (int i = 0; i < 5000 && out.ids.size() < atLeast; i++) {
-    auto b = job.take();
-    out.ids.insert(out.ids.end(), b.ids.begin(), b.ids.end());
-    if (b.finished) {
-      out.error = b.error;
-      out.stats = b.stats;
-      return;
-    }
-    if (b.ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  jitllm::testing::waitUntil([&] { return takeInto(job, out) || out.ids.size() >= atLeast; }, std::chrono::seconds(60),
+                             std::chrono::milliseconds(1));
 }
 
 inline Outcome finish(server::GenerationJob& job, Outcome out = {}) {
-  for (int i = 0; i < 20000; i++) {
-    auto b = job.take();
-    out.ids.insert(out.ids.end(), b.ids.begin(), b.ids.end());
-    if (b.finished) {
-      out.error = b.error;
-      out.stats = b.stats;
-      return out;
-    }
-    if (b.ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!jitllm::testing::waitUntil([&] { return takeInto(job, out); }, std::chrono::seconds(120),
+                                  std::chrono::milliseconds(1))) {
+    ADD_FAILURE() << "the generation did not finish";
   }
-  ADD_FAILURE() << "the generation did not finish";
   return out;
 }
 
@@ -77,7 +74,8 @@ inline std::vector<std::string> placement(const server::ModelHost& host) {
 }
 
 inline std::vector<std::string> settled(const server::ModelHost& host) {
-  for (int i = 0; i < 1000 && host.snapshot().migrating; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  jitllm::testing::waitUntil([&] { return !host.snapshot().migrating; }, std::chrono::seconds(60),
+                             std::chrono::milliseconds(5));
   EXPECT_FALSE(host.snapshot().migrating) << host.name() << " is still migrating";
   return placement(host);
 }

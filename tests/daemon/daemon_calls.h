@@ -108,7 +108,8 @@ inline bool onlyIdleSessionsHoldKv(kj::AsyncIoContext& io, RpcConnection& c, siz
 // Polls (bounded) until the daemon reports no sessions and no KV pages in use but idle sessions'
 // (jitllmd's default idle_sessions = 4 per model).
 inline bool becomesIdle(kj::AsyncIoContext& io, RpcConnection& c, size_t maxIdle = 4) {
-  for (int i = 0; i < 200; i++) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(std::chrono::seconds(30));
+  while (std::chrono::steady_clock::now() < deadline) {
     if (onlyIdleSessionsHoldKv(io, c, maxIdle)) return true;
     io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(io.waitScope);
   }

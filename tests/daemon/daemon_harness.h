@@ -10,6 +10,7 @@
 #include <kj/async-io.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -23,16 +24,9 @@
 #include <vector>
 
 #include "jitllm/jitllm.capnp.h"
+#include "tests/daemon/bounded_wait.h"
 
 namespace jitllm::testing {
-
-// Sanitizer builds keep freed memory in quarantine and run several times slower: checks of
-// resident memory and of wall-clock latency only mean something without them.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr bool kSanitized = false;
-#endif
 
 inline std::string sharedPath(const std::string& rel) { return std::string(JITLLM_SHARED_DIR) + "/" + rel; }
 inline std::string binPath(const std::string& name) { return std::string(JITLLM_BIN_DIR) + "/" + name; }
@@ -84,7 +78,9 @@ class DaemonProcess {
   // Starts jitllmd with `args` on a fresh socket; waits (bounded) for READY=1.
   // With `socketActivated`, the test binds the socket and hands it over as systemd does.
   // `watchdogUsec` > 0 sets WATCHDOG_USEC/WATCHDOG_PID as systemd does for WatchdogSec=.
-  explicit DaemonProcess(std::vector<std::string> args = {}, bool socketActivated = false, long watchdogUsec = 0) {
+  // `maxDescriptors` > 0 caps the daemon's descriptors (RLIMIT_NOFILE, soft and hard).
+  explicit DaemonProcess(std::vector<std::string> args = {}, bool socketActivated = false, long watchdogUsec = 0,
+                         long maxDescriptors = 0) {
     dir_ = std::filesystem::temp_directory_path() /
            ("jitllmd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
     std::filesystem::create_directories(dir_);
@@ -117,6 +113,10 @@ class DaemonProcess {
       // A test process that dies (a sanitizer report, a crash) takes its daemon along, rather than
       // leaving it holding ctest's output pipe open until the timeout.
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (maxDescriptors > 0) {
+        const rlimit limit{rlim_t(maxDescriptors), rlim_t(maxDescriptors)};
+        ::setrlimit(RLIMIT_NOFILE, &limit);
+      }
       std::vector<char*> cargv;
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);
@@ -138,7 +138,9 @@ class DaemonProcess {
       ::_exit(127);
     }
     if (listenFd >= 0) ::close(listenFd);
-    ready_ = notify_->waitFor("READY=1", std::chrono::seconds(20));
+    // Start-up measures each kind of device once (the speed probe) and opens GPUs: slow under a
+    // sanitizer or a loaded machine.
+    ready_ = notify_->waitFor("READY=1", scaled(std::chrono::seconds(60)));
   }
 
   ~DaemonProcess() {

@@ -14,7 +14,7 @@ using namespace std::chrono_literals;
 TEST(Daemon, SignalsReadyLoadsAModelByDescriptorAndGeneratesExactlyTheEnginesTokens) {
   DaemonProcess d;
   ASSERT_TRUE(d.ready()) << d.log();
-  EXPECT_TRUE(d.notify().waitFor("STATUS=", 1s));
+  EXPECT_TRUE(d.notify().waitFor("STATUS=", scaled(10s)));
   auto io = kj::setupAsyncIo();
   RpcConnection c(io, d.socket());
   auto v = c.daemon().versionRequest().send().wait(io.waitScope);
@@ -64,7 +64,7 @@ TEST(Daemon, TakesItsListeningSocketFromSystemdSocketActivation) {
   auto r = generate(c, "Once upon a time", 8).wait(io.waitScope);
   EXPECT_EQ(r.ids.size(), 8u);
   EXPECT_EQ(d.stop(), 0);
-  EXPECT_TRUE(d.notify().waitFor("STOPPING=1", 1s));
+  EXPECT_TRUE(d.notify().waitFor("STOPPING=1", scaled(10s)));
 }
 
 TEST(Daemon, ThirtyTwoConcurrentClientsEachGetExactlyTheirOwnTokensAndLeaveNothingBehind) {
@@ -126,7 +126,7 @@ TEST(Daemon, AClientThatVanishesMidReplyHasItsSessionCancelledAndItsPagesFreed) 
   auto io = kj::setupAsyncIo();
   RpcConnection c(io, d.socket());
   bool sawSession = false;
-  for (int i = 0; i < 200 && !sawSession; i++) {
+  for (int i = 0; i < 3000 && !sawSession; i++) {  // bounded, generous for a loaded machine
     sawSession = sessionsAndKv(io, c).first == 1;
     io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(io.waitScope);
   }
@@ -185,7 +185,7 @@ TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
     auto sessions = resp.getModels()[0].getSessions();
     return sessions.size() == 1 && std::string(sessions[0].getState().cStr()) == "waiting";
   };
-  for (int i = 0; i < 1000 && !settled(); i++) {
+  for (int i = 0; i < 6000 && !settled(); i++) {
     io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
     resp = fastConn.daemon().modelsRequest().send().wait(io.waitScope);
   }
@@ -271,9 +271,8 @@ TEST(Daemon, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
   unknown.initRequest().setModel("nope");
   unknown.getRequest().initPrompt().setText("hi");
   unknown.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
-  EXPECT_NE(
-      errorOf(unknown.send().ignoreResult(), io.waitScope).find("no model named 'nope' is loaded (loaded: stories)"),
-      std::string::npos);
+  const std::string unknownError = errorOf(unknown.send().ignoreResult(), io.waitScope);
+  EXPECT_NE(unknownError.find("no model named 'nope' is loaded (loaded: stories)"), std::string::npos) << unknownError;
 
   auto badSampling = c.daemon().generateRequest();
   badSampling.initRequest().setModel("stories");
@@ -339,7 +338,7 @@ TEST(Daemon, AStaleSocketIsReplacedAndASecondDaemonOnTheSameSocketIsRefused) {
     ::_exit(127);
   }
   bool served = false;
-  for (int i = 0; i < 200 && !served; i++) {
+  for (int i = 0; i < 1500 && !served; i++) {
     try {
       auto io = kj::setupAsyncIo();
       RpcConnection c(io, socket);
@@ -368,7 +367,7 @@ TEST(Daemon, SigtermLetsRunningRepliesFinishThenExitsZero) {
   auto r = reply.wait(io.waitScope);
   EXPECT_EQ(r.ids.size(), 400u) << "the running reply was allowed to finish";
   EXPECT_EQ(d.waitExit(30s), 0) << d.log();
-  EXPECT_TRUE(d.notify().waitFor("STOPPING=1", 1s));
+  EXPECT_TRUE(d.notify().waitFor("STOPPING=1", scaled(10s)));
   EXPECT_NE(d.log().find("drained: 0 generation(s) cancelled"), std::string::npos) << d.log();
 }
 
@@ -396,7 +395,7 @@ TEST(Daemon, PingsTheSystemdWatchdogWellWithinItsInterval) {
   DaemonProcess d({}, false, /*watchdogUsec=*/400000);
   ASSERT_TRUE(d.ready()) << d.log();
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_TRUE(d.notify().waitFor("WATCHDOG=1", 2s));
+  EXPECT_TRUE(d.notify().waitFor("WATCHDOG=1", scaled(10s)));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
 }
 
@@ -407,15 +406,15 @@ TEST(Daemon, SighupRereadsTheConfigFileAndKeepsServing) {
   ASSERT_TRUE(d.ready()) << d.log();
   std::ofstream(config, std::ios::trunc) << "max_sessions = 8\ndevices = cpu:0,cpu:1\n";
   ::kill(d.pid(), SIGHUP);
-  EXPECT_TRUE(d.notify().waitFor("RELOADING=1", 5s));
-  for (int i = 0; i < 250 && d.log().find("daemon.reloaded") == std::string::npos; i++)
+  EXPECT_TRUE(d.notify().waitFor("RELOADING=1", scaled(10s)));
+  for (int i = 0; i < 1500 && d.log().find("daemon.reloaded") == std::string::npos; i++)
     std::this_thread::sleep_for(20ms);
   EXPECT_NE(d.log().find("daemon.reloaded"), std::string::npos) << d.log();
   EXPECT_NE(d.log().find("'devices' changes only on restart"), std::string::npos) << d.log();
   // A broken file keeps the old settings.
   std::ofstream(config, std::ios::trunc) << "max_sessions = lots\n";
   ::kill(d.pid(), SIGHUP);
-  for (int i = 0; i < 250 && d.log().find("config reload failed") == std::string::npos; i++)
+  for (int i = 0; i < 1500 && d.log().find("config reload failed") == std::string::npos; i++)
     std::this_thread::sleep_for(20ms);
   EXPECT_NE(d.log().find("config reload failed, keeping the old settings"), std::string::npos) << d.log();
   auto io = kj::setupAsyncIo();
@@ -438,7 +437,7 @@ TEST(Daemon, EventsStreamModelAndSessionChangesToSubscribers) {
   loadStories(io, c);
   generate(c, "Once upon a time", 4).wait(io.waitScope);
   auto has = [&](const std::string& s) { return std::find(seen->begin(), seen->end(), s) != seen->end(); };
-  for (int i = 0; i < 200 && !has("session.finished stories"); i++) {
+  for (int i = 0; i < 1500 && !has("session.finished stories"); i++) {
     io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
   }
   EXPECT_TRUE(has("daemon.ready ")) << "replayed history";

@@ -114,8 +114,7 @@ TEST(ReEnumeration, WithoutAnEnumeratorADaemonWithAListOfDevicesKeepsJustThose) 
 // Polls (bounded) until `pred` holds.
 template <typename Pred>
 bool eventually(Pred pred) {
-  for (int i = 0; i < 2000 && !pred(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return pred();
+  return jitllm::testing::waitUntil(pred, std::chrono::seconds(30), std::chrono::milliseconds(1));
 }
 
 TEST(DeviceWatcher, LooksOnceNewsHasSettledAndPeriodically) {

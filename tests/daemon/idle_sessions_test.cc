@@ -24,9 +24,7 @@ std::vector<int32_t> followUp(const server::ModelHost& host, const std::vector<i
 
 // The model's idle sessions once `n` are published (the worker publishes after the reply ends).
 std::vector<server::SessionSnapshot> idleSessions(const server::ModelHost& host, size_t n) {
-  for (int i = 0; i < 1000 && host.snapshot().idle.size() != n; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  jitllm::testing::waitUntil([&] { return host.snapshot().idle.size() == n; }, std::chrono::seconds(30));
   return host.snapshot().idle;
 }
 

@@ -212,9 +212,9 @@ TEST(DaemonMigration, MigrationsAndPinsThatMoveNoBlockCommitWithIdleSessionsAndT
   again.setModel("stories");
   again.setLayers("token_embd");
   again.setDevice("cpu:1");
-  auto repinned = again.send().wait(io.waitScope).getStats();
-  EXPECT_TRUE(repinned.getCommitted());
-  EXPECT_EQ(repinned.getUnits(), 0u) << "pinned where it is: nothing moves";
+  auto repinned = again.send().wait(io.waitScope);  // the stats below read into it
+  EXPECT_TRUE(repinned.getStats().getCommitted());
+  EXPECT_EQ(repinned.getStats().getUnits(), 0u) << "pinned where it is: nothing moves";
   // Two admins alternating whole-model migrations, idle sessions all along.
   for (int i = 0; i < 6; i++) {
     const Migrated m = migrate(io, c, "1-4", i % 2 ? "cpu:0" : "cpu:1");
@@ -277,7 +277,8 @@ TEST(DaemonScheduler, AHotDeviceLosesItsLayersAndGetsThemBackWithScriptedTelemet
   RpcConnection c(io, d.socket());
   loadStories(io, c, "stories", "cpu:0");
   auto placementIs = [&](const std::string& device) {
-    for (int i = 0; i < 1500; i++) {
+    const auto deadline = std::chrono::steady_clock::now() + scaled(std::chrono::seconds(60));
+    while (std::chrono::steady_clock::now() < deadline) {
       auto resp = c.daemon().modelsRequest().send().wait(io.waitScope);
       bool all = true;
       for (auto l : resp.getModels()[0].getLayerStates()) all = all && l.getDevice() == device;

@@ -54,7 +54,8 @@ class ScenarioTest : public ::testing::Test {
     return where;
   }
   bool eventually(const std::function<bool()>& condition) {
-    for (int i = 0; i < 1500; i++) {
+    const auto deadline = std::chrono::steady_clock::now() + scaled(std::chrono::seconds(60));
+    while (std::chrono::steady_clock::now() < deadline) {
       if (condition()) return true;
       io_->provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io_->waitScope);
     }

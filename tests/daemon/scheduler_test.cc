@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "daemon/scheduler/scripted_telemetry.h"
 #include "daemon/server/daemon_core.h"
+#include "tests/daemon/bounded_wait.h"
 
 namespace jitllm::scheduler {
 namespace {
@@ -21,15 +22,16 @@ const std::string kModels = std::string(JITLLM_SHARED_DIR) + "/models";
 
 // Waits (bounded) until no migration of `host` is requested or running; returns where each unit is.
 std::vector<std::string> settled(server::ModelHost& host) {
-  for (int i = 0; i < 500; i++) {
-    const auto snap = host.snapshot();
-    if (!snap.migrating) {
-      std::vector<std::string> where;
-      for (const auto& u : snap.units) where.push_back(u.device);
-      return where;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  std::vector<std::string> where;
+  const bool done = jitllm::testing::waitUntil(
+      [&] {
+        const auto snap = host.snapshot();
+        if (snap.migrating) return false;
+        for (const auto& u : snap.units) where.push_back(u.device);
+        return true;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(10));
+  if (done) return where;
   ADD_FAILURE() << "the migration did not finish";
   return {};
 }
