@@ -102,6 +102,19 @@ void Device::scatterFromHost(uint8_t* const* blocks, const void* src, size_t cou
   for (size_t i = 0; i < count; i++) copyFromHost(blocks[i], in + i * blockBytes, blockBytes);
 }
 
+void Device::selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
+                              int32_t* ids, float* values, int64_t stride) {
+  JITLLM_REQUIRE(int64_t(requests.size()) == rows, "selectCandidates: ", requests.size(), " requests for ", rows,
+                 " rows");
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (int64_t r = 0; r < rows; r++) {
+    JITLLM_REQUIRE(requests[size_t(r)].count >= 1 && requests[size_t(r)].count <= stride,
+                   "selectCandidates: a row asks for ", requests[size_t(r)].count, " candidates, room for ", stride);
+    copyToHost(row.data(), reinterpret_cast<const uint8_t*>(logits + r * vocab), row.size() * sizeof(float));
+    jitllm::selectCandidates(row.data(), vocab, requests[size_t(r)], ids + r * stride, values + r * stride);
+  }
+}
+
 bool Device::moveBlocksTo(Device&, const uint8_t* const*, uint8_t* const*, size_t, size_t) { return false; }
 
 }  // namespace jitllm

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/device_id.h"
+#include "kernels/candidates.h"
 #include "kernels/quant/tensor_type.h"
 
 namespace jitllm {
@@ -233,6 +234,15 @@ class Device {
   virtual void ropeAndStore(float* q, float* k, const float* v, int64_t tokens, int heads, int kvHeads,
                             const int32_t* positions, const RopeParams& params, const KvSlot* slots,
                             const KvLayout& layout);
+
+  // The first half of sampling (kernels/candidates.h), on the device that computed the logits: for
+  // each of `rows` rows of `logits` (device memory, `vocab` floats each), its best
+  // requests[r].count candidates after the repetition penalty, written to the host arrays `ids`
+  // and `values` from r * stride on. May overwrite `logits` (the penalty is applied in place).
+  // The results are selectCandidates()'s bit for bit on every backend. Default: each row copied to
+  // the host and selected there; a GPU selects on the device and copies back only the candidates.
+  virtual void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
+                                int32_t* ids, float* values, int64_t stride);
 
   // Threads that share a device (two models' workers on one GPU, a load binding weights there)
   // take turns through this mutex, with DeviceLocks.

@@ -167,6 +167,8 @@ struct GenerateRequest {
   sampling @4 :SamplingParams;
   stop @5 :List(Text);              # stop strings: generation ends before the first match
   contextSize @6 :UInt32;           # 0: the model's default
+  ignoreEndOfGeneration @7 :Bool;   # generate maxTokens whatever comes (benchmarks, as
+                                    # llama-batched-bench does); the EOS/EOT tokens are kept
 }
 
 struct ChatMessage {

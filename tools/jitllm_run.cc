@@ -14,8 +14,8 @@
 
 #include "base/error.h"
 #include "engine/devices/builtin_backends.h"
-#include "engine/runtime/generation.h"
 #include "engine/runtime/model.h"
+#include "engine/runtime/step_loop.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 #include "tools/command_line.h"
 
@@ -136,16 +136,20 @@ int run(int argc, char** argv) {
   std::string textOut;
   std::unique_ptr<tokenizer::StreamingDetokenizer> detok;
   if (model->hasTokenizer()) detok = std::make_unique<tokenizer::StreamingDetokenizer>(model->tokenizer());
-  runtime::GenerationRequest request;
+  runtime::SequenceRequest request;
   request.prompt = prompt;
   request.maxTokens = nPredict;
   request.sampling = sampling;
-  const auto stats = runtime::generate(*model, *session, request, [&](int32_t token, std::span<const float> logits) {
-    out.push_back(token);
-    if (detok) textOut += detok->feed(token);
-    if (logitsFile.is_open()) writeFloats(logitsFile, logits.data(), logits.size(), logitsPath);
-    return true;
-  });
+  request.keepLogits = logitsFile.is_open();
+  runtime::GenerationStats stats;
+  if (nPredict > 0) {
+    stats = runtime::generate(*model, *session, request, [&](int32_t token, std::span<const float> logits) {
+      out.push_back(token);
+      if (detok) textOut += detok->feed(token);
+      if (logitsFile.is_open()) writeFloats(logitsFile, logits.data(), logits.size(), logitsPath);
+      return true;
+    });
+  }
   if (detok) textOut += detok->flush();
 
   std::printf(sampling.temperature > 0 ? "sampled_tokens:" : "greedy_tokens:");

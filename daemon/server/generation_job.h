@@ -45,6 +45,7 @@ struct GenerationRequest {
   std::vector<std::string> stops;
   int64_t contextLimit = 0;  // 0: the model's default
   uint32_t ownerUid = 0;
+  bool ignoreEndOfGeneration = false;  // benchmarks: maxTokens whatever the tokens
 };
 
 class GenerationJob final {

@@ -15,32 +15,31 @@ namespace jitllm::server {
 
 using Clock = std::chrono::steady_clock;
 
-// A job the worker has admitted: its session and decoding state. Worker thread only.
-struct ModelHost::Active {
+// A job the worker has admitted: its sequence in the step loop, and what the daemon keeps beside
+// it. The listener of its sequence. Worker thread only.
+struct ModelHost::Active final : runtime::SequenceListener {
+  ModelHost& host;
   std::shared_ptr<GenerationJob> job;
-  std::unique_ptr<runtime::Session> session;
-  runtime::Sampler sampler;
-  tokenizer::StreamingDetokenizer detokenizer;
-  runtime::StopStringMatcher stops;
-  std::vector<int32_t> history;  // prompt then generated tokens
-  size_t fed = 0;                // tokens of `history` already in the KV cache
-  uint32_t generated = 0;
-  size_t reused = 0;  // prompt tokens whose KV came from an idle session
-  Clock::time_point started, firstToken;
-  bool done = false;
-  bool keep = false;  // finished normally: its session stays as an idle session
+  runtime::Sequence* seq = nullptr;  // in the host's step loop until the iteration it ended in is over
+  size_t reused = 0;                 // prompt tokens whose KV came from an idle session
+  Clock::time_point started = Clock::now();
+  bool keep = false;             // finished normally: its session stays as an idle session
+  bool failureReported = false;  // its job has been failed already (a cancel, a lost device)
   // A reply that ended normally: the job hears of it after the step's publish (see finishActive).
   std::optional<GenerationStats> finished;
 
-  Active(std::shared_ptr<GenerationJob> j, std::unique_ptr<runtime::Session> s, const tokenizer::Tokenizer& tok)
-      : job(std::move(j)),
-        session(std::move(s)),
-        sampler(job->request().sampling),
-        // Control tokens (EOS) end the reply; their text is not part of it.
-        detokenizer(tok, tokenizer::StreamingDetokenizer::Options{false, false}),
-        stops(job->request().stops),
-        history(job->request().prompt),
-        started(Clock::now()) {}
+  Active(ModelHost& h, std::shared_ptr<GenerationJob> j) : host(h), job(std::move(j)) {}
+  runtime::Session& session() { return seq->session(); }
+  bool done() const { return seq->ended(); }
+
+  bool paused() override { return job->throttled(); }
+  void generated(int32_t token, std::string_view text, std::span<const float>) override {
+    job->push(token, std::string(text));
+  }
+  void ended(std::string_view text) override {
+    job->appendText(std::string(text));
+    host.finishActive(*this);
+  }
 };
 
 // The migration the worker is running, with its ticket. Worker thread only.
@@ -108,6 +107,7 @@ ModelHost::~ModelHost() {
   shutdown();
   // Freeing the model's buffers takes turns with the workers of other models on its devices.
   const DeviceLocks locks(usedDevices_);
+  loop_.reset();  // its sessions hold pages of the model's pools
   running_.reset();
   retiring_.reset();
   model_.reset();
@@ -297,14 +297,16 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
                                                      "'; this session cannot continue without recomputing it: "
                                                      "start it again");
       for (auto& a : active) {
-        if (a->done) continue;
+        if (a->done()) continue;
         a->job->fail(gone);
-        events_.emit({0, EventKind::kSession, "session.disconnected", name_, id, a->session->id(),
-                      "after " + std::to_string(a->generated) + " tokens: " + cause, a->job->request().ownerUid});
-        a->done = true;
+        a->failureReported = true;
+        events_.emit({0, EventKind::kSession, "session.disconnected", name_, id, a->session().id(),
+                      "after " + std::to_string(a->seq->generated()) + " tokens: " + cause,
+                      a->job->request().ownerUid});
+        loop_->fail(*a->seq, gone);
         ended++;
       }
-      std::erase_if(active, [](const auto& a) { return a->done; });  // their pages go back now
+      retire(active, nullptr);  // their pages go back now
       // Idle sessions lose theirs too, unless parked in host RAM: those come back on the new placement.
       std::erase_if(idle_, [](const auto& i) { return i->session != nullptr; });
     }
@@ -452,8 +454,9 @@ void ModelHost::serviceMigration() {
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   std::vector<SessionSnapshot> sessions;
   for (const auto& a : active) {
-    sessions.push_back({a->session->id(), a->job->request().ownerUid, a->session->length(), a->session->contextLimit(),
-                        a->job->throttled() ? "waiting" : (a->generated == 0 ? "prefill" : "decode")});
+    sessions.push_back({a->session().id(), a->job->request().ownerUid, a->session().length(),
+                        a->session().contextLimit(),
+                        a->job->throttled() ? "waiting" : (a->seq->generated() == 0 ? "prefill" : "decode")});
   }
   std::vector<SessionSnapshot> idle;
   size_t parkedBytes = 0;
@@ -483,9 +486,9 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     if (running_ && running_->migration->staged(u)) s.stagedOn = running_->migration->options().target->info().id.str();
     if (u == 0 || u + 1 == model_->unitCount()) continue;
     for (const auto& a : active) {
-      const size_t pages = a->session->layerPageCount(u - 1);
+      const size_t pages = a->session().layerPageCount(u - 1);
       s.kvPages += pages;
-      s.sessionPages.emplace_back(a->session->id(), uint32_t(pages));
+      s.sessionPages.emplace_back(a->session().id(), uint32_t(pages));
     }
     size_t idlePages = 0;
     for (const auto& i : idle_) {
@@ -575,10 +578,19 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
     size_t reused = 0;
     std::unique_ptr<runtime::Session> session = resumeIdle(r, limit, reused);
     if (!session) session = model_->createSession(limit);
-    auto a = std::make_unique<Active>(job, std::move(session), model_->tokenizer());
-    a->fed = a->reused = reused;
-    job->setSessionId(a->session->id());
-    events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", a->session->id(),
+    const uint64_t sessionId = session->id();
+    auto a = std::make_unique<Active>(*this, job);
+    a->reused = reused;
+    runtime::SequenceRequest q;
+    q.prompt = r.prompt;
+    q.maxTokens = int32_t(r.maxTokens);
+    q.sampling = r.sampling;
+    q.stops = r.stops;
+    q.stopAtEndOfGeneration = !r.ignoreEndOfGeneration;
+    q.renderSpecialTokens = false;  // an EOS ends the reply; its text is not part of it
+    a->seq = &loop_->add(std::move(session), std::move(q), a.get(), reused);
+    job->setSessionId(sessionId);
+    events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", sessionId,
                   std::to_string(r.prompt.size()) + " prompt tokens" +
                       (reused ? " (" + std::to_string(reused) + " of them already in an idle session's KV)" : "") +
                       ", up to " + std::to_string(r.maxTokens) + " more (uid " + std::to_string(r.ownerUid) + ")",
@@ -589,27 +601,53 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
   }
 }
 
-void ModelHost::finishActive(Active& a, StopReason reason) {
-  a.job->appendText(a.stops.feed(a.detokenizer.flush()) + a.stops.flush());
+void ModelHost::finishActive(Active& a) {
+  const runtime::Sequence& q = *a.seq;
   const auto now = Clock::now();
   GenerationStats st;
   st.promptTokens = uint32_t(a.job->request().prompt.size());
-  st.generatedTokens = a.generated;
-  st.timeToFirstTokenMs = a.generated ? std::chrono::duration<double, std::milli>(a.firstToken - a.started).count() : 0;
-  const double decodeSeconds = std::chrono::duration<double>(now - a.firstToken).count();
-  st.tokensPerSecond = a.generated > 1 && decodeSeconds > 0 ? double(a.generated - 1) / decodeSeconds : 0;
+  st.generatedTokens = uint32_t(q.generated());
+  st.timeToFirstTokenMs =
+      q.generated() ? std::chrono::duration<double, std::milli>(q.firstToken() - a.started).count() : 0;
+  const double decodeSeconds = std::chrono::duration<double>(now - q.firstToken()).count();
+  st.tokensPerSecond = q.generated() > 1 && decodeSeconds > 0 ? double(q.generated() - 1) / decodeSeconds : 0;
   st.totalMs = std::chrono::duration<double, std::milli>(now - a.started).count();
-  st.stopReason = reason;
-  st.sessionId = a.session->id();
+  switch (*q.stopReason()) {
+    case runtime::StopReason::kMaxTokens:
+      st.stopReason = StopReason::kMaxTokens;
+      break;
+    case runtime::StopReason::kEndOfGeneration:
+      st.stopReason = StopReason::kEndOfGeneration;
+      break;
+    case runtime::StopReason::kStopString:
+      st.stopReason = StopReason::kStopString;
+      break;
+    case runtime::StopReason::kContextFull:
+      st.stopReason = StopReason::kContextFull;
+      break;
+  }
+  st.sessionId = q.session().id();
   st.reusedTokens = uint32_t(a.reused);
   // The client hears that its reply ended once ps no longer shows it running (after this step's
   // publish): a load or a request sent the moment a reply ends sees the model idle.
   a.finished = st;
-  a.done = true;
   a.keep = options_.idleSessions > 0;
   events_.emit({0, EventKind::kSession, "session.finished", name_, "", st.sessionId,
                 std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) + " tok/s",
                 a.job->request().ownerUid});
+}
+
+void ModelHost::retire(std::vector<std::unique_ptr<Active>>& active,
+                       std::vector<std::pair<std::shared_ptr<GenerationJob>, GenerationStats>>* finished) {
+  for (std::unique_ptr<runtime::Sequence>& q : loop_->takeEnded()) {
+    auto* a = static_cast<Active*>(q->listener());
+    if (q->error() && !a->failureReported) a->job->fail(*q->error());
+    if (a->finished) {
+      if (a->keep) keepIdle(*a, *q);
+      if (finished) finished->emplace_back(a->job, *a->finished);
+    }
+    std::erase_if(active, [&](const auto& e) { return e.get() == a; });  // (the sequence, with its session, goes next)
+  }
 }
 
 std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest& r, int64_t limit, size_t& reused) {
@@ -656,15 +694,15 @@ std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest&
   return std::move(idle->session);
 }
 
-void ModelHost::keepIdle(Active& a) {
-  if (a.session->length() == 0) return;
+void ModelHost::keepIdle(Active& a, runtime::Sequence& q) {
+  if (q.session().length() == 0) return;
   auto idle = std::make_unique<Idle>();
   idle->ownerUid = a.job->request().ownerUid;
-  idle->contextLimit = a.session->contextLimit();
-  idle->id = a.session->id();
+  idle->contextLimit = q.session().contextLimit();
+  idle->id = q.session().id();
   // The last sampled token was never fed: the KV holds the tokens before it.
-  idle->tokens.assign(a.history.begin(), a.history.begin() + a.session->length());
-  idle->session = std::move(a.session);
+  idle->tokens.assign(q.history().begin(), q.history().begin() + q.session().length());
+  idle->session = q.releaseSession();
   idle_.push_back(std::move(idle));
   if (idle_.size() > options_.idleSessions) idle_.erase(idle_.begin());  // least recently used
 }
@@ -702,8 +740,16 @@ void ModelHost::parkIdle(const std::string& reason) {
 
 void ModelHost::workerLoop() {
   std::vector<std::unique_ptr<Active>> active;
-  std::vector<float> logits;
-  const auto& tok = model_->tokenizer();
+  runtime::StepLoop::Options loopOptions;
+  loopOptions.prefillChunk = kPrefillChunk;
+  // Out of KV pages: idle sessions holding device memory give theirs up first.
+  loopOptions.onOutOfMemory = [this] { return dropIdleWithDeviceMemory(); };
+  loopOptions.onStepError = [this](const Error& e) {
+    spdlog::error("model '{}': step failed: {}", name_, e.what());
+    // A device that stopped answering is the daemon's to find and re-place (deviceLost()).
+    if (e.kind() == ErrorKind::kDisconnected && options_.deviceFault) options_.deviceFault(name_);
+  };
+  loop_ = std::make_unique<runtime::StepLoop>(*model_, loopOptions);
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> arrivals;
     std::set<uint64_t> cancels;
@@ -731,6 +777,7 @@ void ModelHost::workerLoop() {
         // Their KV pages go back to pools on devices other models' workers may be driving.
         const DeviceLocks locks(usedDevices_);
         active.clear();
+        loop_.reset();
         idle_.clear();
       }
       std::lock_guard lock(mutex_);
@@ -783,95 +830,32 @@ void ModelHost::workerLoop() {
       return true;
     });
 
-    // Drop cancelled sessions: destroying the Session returns its KV pages.
+    // Cancelled sessions end here; the loop gives them back after the step (their KV pages with them).
     for (auto& a : active) {
-      if (a->job->cancelled() || cancels.count(a->session->id())) {
-        a->job->fail(Error(ErrorKind::kFailed, "cancelled"));
-        events_.emit({0, EventKind::kSession, "session.cancelled", name_, "", a->session->id(),
-                      "after " + std::to_string(a->generated) + " tokens", a->job->request().ownerUid});
-        a->done = true;
-      }
+      if (a->done() || !(a->job->cancelled() || cancels.count(a->session().id()))) continue;
+      const Error cancelled(ErrorKind::kFailed, "cancelled");
+      a->job->fail(cancelled);
+      a->failureReported = true;
+      events_.emit({0, EventKind::kSession, "session.cancelled", name_, "", a->session().id(),
+                    "after " + std::to_string(a->seq->generated()) + " tokens", a->job->request().ownerUid});
+      loop_->fail(*a->seq, cancelled);
     }
 
     // A migration prepares between steps and commits at this token boundary.
     serviceMigration();
 
-    // Build one step.
-    std::vector<runtime::SequenceInput> inputs;
-    std::vector<Active*> stepping;
-    size_t budget = size_t(runtime::Model::kMaxStepTokens);
-    for (auto& a : active) {
-      if (a->done || a->job->throttled() || budget == 0) continue;
-      const size_t remaining = a->history.size() - a->fed;
-      const size_t n = std::min({remaining, kPrefillChunk, budget});
-      try {
-        // Out of KV pages: idle sessions holding device memory give theirs up first.
-        for (;;) {
-          try {
-            a->session->reserve(int64_t(n));
-            break;
-          } catch (const Error& e) {
-            if (e.kind() != ErrorKind::kOverloaded || !dropIdleWithDeviceMemory()) throw;
-          }
-        }
-      } catch (const Error& e) {
-        a->job->fail(e);  // this session only: the others still run
-        a->done = true;
-        continue;
-      }
-      inputs.push_back({a->session.get(), {a->history.data() + a->fed, n}, false});
-      stepping.push_back(a.get());
-      budget -= n;
-    }
-    if (!inputs.empty()) {
-      logits.clear();
-      try {
-        model_->forward(inputs, logits);
-      } catch (const Error& e) {
-        spdlog::error("model '{}': step failed: {}", name_, e.what());
-        // A device that stopped answering is the daemon's to find and re-place (deviceLost()).
-        if (e.kind() == ErrorKind::kDisconnected && options_.deviceFault) options_.deviceFault(name_);
-        for (Active* a : stepping) {
-          a->job->fail(e);
-          a->done = true;
-        }
-        stepping.clear();
-      }
-      const int64_t V = model_->config().vocabSize;
-      for (size_t i = 0; i < stepping.size(); i++) {
-        Active& a = *stepping[i];
-        a.fed += inputs[i].tokens.size();
-        if (a.fed < a.history.size()) continue;  // more prompt to feed
-        const int32_t t = a.sampler.sample({logits.data() + int64_t(i) * V, size_t(V)}, a.history);
-        if (a.generated == 0) a.firstToken = Clock::now();
-        a.generated++;
-        a.history.push_back(t);
-        const bool end = tok.isEndOfGeneration(t);
-        a.job->push(t, end ? std::string() : a.stops.feed(a.detokenizer.feed(t)));
-        const GenerationRequest& r = a.job->request();
-        if (end) {
-          finishActive(a, StopReason::kEndOfGeneration);
-        } else if (a.stops.stopped()) {
-          finishActive(a, StopReason::kStopString);
-        } else if (a.generated >= r.maxTokens) {
-          finishActive(a, StopReason::kMaxTokens);
-        } else if (a.session->length() + 1 > a.session->contextLimit()) {
-          finishActive(a, StopReason::kContextFull);
-        }
-      }
-    }
+    // One step of every runnable sequence: prompt chunks and decode tokens together, each token
+    // picked from candidates selected on the device, each job hearing of its token.
+    loop_->step();
 
     // The step after a commit has run: the migration's source memory can go back now.
     if (retiring_ && !running_) retiring_.reset();
 
-    // Retire finished sessions (their pages return to the pools) and publish what ps shows.
+    // Retire ended sequences (their pages return to the pools, or stay as idle sessions) and
+    // publish what ps shows.
     const bool hadSessions = !active.empty();
     std::vector<std::pair<std::shared_ptr<GenerationJob>, GenerationStats>> finished;
-    for (auto& a : active) {
-      if (a->done && a->keep) keepIdle(*a);
-      if (a->done && a->finished) finished.emplace_back(a->job, *a->finished);
-    }
-    std::erase_if(active, [](const auto& a) { return a->done; });
+    retire(active, &finished);
     // A burst just ended: hand the heap's free memory back to the OS rather than keep the peak.
     if (hadSessions && active.empty()) ::malloc_trim(0);
     publish(active);

@@ -41,6 +41,7 @@
 #include "daemon/server/migration_ticket.h"
 #include "engine/chat/chat_template.h"
 #include "engine/runtime/model.h"
+#include "engine/runtime/step_loop.h"
 
 namespace jitllm::server {
 
@@ -161,11 +162,17 @@ class ModelHost final {
   // Carries out the deviceLost() requests; worker thread only.
   void handleLostDevices(std::vector<std::unique_ptr<Active>>& active);
   void admit(std::shared_ptr<GenerationJob> job, std::vector<std::unique_ptr<Active>>& active);
-  void finishActive(Active& a, StopReason reason);
+  // A's reply ended normally (its sequence's stopReason): its stats, and whether it stays idle.
+  void finishActive(Active& a);
+  // Takes the sequences that ended out of the step loop: a failure not reported yet fails its job, a
+  // reply that finished keeps its session as an idle one (keepIdle), and their Active entries go;
+  // `finished` (optional) gets the jobs that finished, for after the publish.
+  void retire(std::vector<std::unique_ptr<Active>>& active,
+              std::vector<std::pair<std::shared_ptr<GenerationJob>, GenerationStats>>* finished);
   // Idle sessions (worker thread only): the one a new prompt continues best (null when none), with
   // the number of prompt tokens whose KV it has; keeping a finished reply's session; parking.
   std::unique_ptr<runtime::Session> resumeIdle(const GenerationRequest& request, int64_t limit, size_t& reused);
-  void keepIdle(Active& a);
+  void keepIdle(Active& a, runtime::Sequence& sequence);
   // Drops the least recently used idle session holding device memory; false when there is none.
   bool dropIdleWithDeviceMemory();
   void parkIdle(const std::string& reason);
@@ -186,6 +193,7 @@ class ModelHost final {
   std::vector<SessionSnapshot> published_;  // what snapshot() reports, refreshed each iteration
   std::vector<std::pair<std::string, size_t>> publishedKv_;
   size_t activeCount_ = 0;
+  std::unique_ptr<runtime::StepLoop> loop_;  // the running sequences; worker thread only
   // Every job submitted and not yet ended, for the per-user limit (guarded by mutex_).
   std::vector<std::weak_ptr<GenerationJob>> jobs_;
   std::vector<UnitSnapshot> publishedUnits_;

@@ -522,6 +522,7 @@ kj::Promise<void> DaemonService::generate(GenerateContext context) {
     req.stops = stopsFrom(r.getStop());
     req.contextLimit = r.getContextSize();
     req.ownerUid = peer_.uid;
+    req.ignoreEndOfGeneration = r.getIgnoreEndOfGeneration();
     return startGeneration(host, std::move(req), params.getSink(), kj::heap<ContextReply<GenerateContext>>(context));
   });
 }

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <set>
 
+#include "base/error.h"
 #include "engine/runtime/bound_unit.h"
 #include "engine/runtime/unit_range.h"
 #include "engine/tokenizer/vocab_from_gguf.h"
-#include "base/error.h"
 
 namespace jitllm::runtime {
 
@@ -399,6 +399,29 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
 }
 
 void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& logits) {
+  const int64_t V = config_.vocabSize;
+  step(inputs, [&](Device& d, float* rows, int64_t, int64_t n) {
+    const size_t before = logits.size();
+    logits.resize(before + size_t(n * V));
+    d.copyToHost(logits.data() + before, reinterpret_cast<const uint8_t*>(rows), size_t(n * V) * sizeof(float));
+  });
+}
+
+void Model::forward(std::span<const SequenceInput> inputs, std::span<const CandidateRequest> requests, int64_t stride,
+                    std::vector<int32_t>& ids, std::vector<float>& values) {
+  int64_t positions = 0;
+  for (const SequenceInput& in : inputs) positions += in.allLogits ? int64_t(in.tokens.size()) : 1;
+  JITLLM_REQUIRE(int64_t(requests.size()) == positions, "forward: ", requests.size(), " candidate requests for ",
+                 positions, " positions");
+  ids.resize(size_t(positions * stride));
+  values.resize(size_t(positions * stride));
+  step(inputs, [&](Device& d, float* rows, int64_t first, int64_t n) {
+    d.selectCandidates(rows, n, config_.vocabSize, requests.subspan(size_t(first), size_t(n)),
+                       ids.data() + first * stride, values.data() + first * stride, stride);
+  });
+}
+
+void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOutput) {
   const ModelConfig& c = config_;
   // Validate the whole batch before touching any session.
   std::set<Session*> seen;
@@ -438,6 +461,7 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
 
   const int64_t E = c.embedding;
   std::vector<float> hostRows;
+  int64_t returned = 0;  // positions whose output went to headOutput so far
   for (int64_t t0 = 0; t0 < total; t0 += kMaxStepTokens) {
     const int64_t T = std::min(kMaxStepTokens, total - t0);
     std::vector<int32_t> ids(static_cast<size_t>(T)), positions(static_cast<size_t>(T));
@@ -490,9 +514,9 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     // The head: only rows whose logits were asked for.
     BoundUnit& head = units_.back();
     Device& d = *head.device;
-    std::vector<int64_t> rows;
+    std::vector<int32_t> rows;
     for (int64_t t = 0; t < T; t++) {
-      if (flat[size_t(t0 + t)].wantLogits) rows.push_back(t);
+      if (flat[size_t(t0 + t)].wantLogits) rows.push_back(int32_t(t));
     }
     if (rows.empty()) {
       busyUntilNow(*ws->device);
@@ -502,14 +526,13 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     float* normed = ws->f(ws->normed);
     const int64_t n = int64_t(rows.size());
     const bool contiguous = rows.back() - rows.front() + 1 == n;
-    const float* src = x + rows.front() * E;
+    const float* src = x + int64_t(rows.front()) * E;
     if (!contiguous) {
-      hostRows.resize(size_t(n * E));
-      for (int64_t i = 0; i < n; i++) {
-        d.copyToHost(hostRows.data() + i * E, reinterpret_cast<const uint8_t*>(x + rows[size_t(i)] * E),
-                     size_t(E) * sizeof(float));
-      }
-      d.copyFromHost(ws->normed->data(), hostRows.data(), hostRows.size() * sizeof(float));
+      // The rows that asked, gathered on the device (a prefill chunk's last token among decode
+      // tokens): getRows over the hidden states as a table of float rows.
+      d.getRows(
+          WeightRef{quant::TensorType::kF32, reinterpret_cast<const uint8_t*>(x), T, E, size_t(E) * sizeof(float)},
+          rows.data(), n, normed);
       src = normed;
     }
     d.rmsNorm(src, head.norm, normed, n, E, c.rmsEps);
@@ -521,10 +544,8 @@ void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& l
     float* out = ws->f(ws->logits);
     d.matmul(head.table, normed, n, out, nullptr);
     units_.back().kernelsReady = true;
-    const size_t before = logits.size();
-    logits.resize(before + size_t(n * c.vocabSize));
-    d.copyToHost(logits.data() + before, reinterpret_cast<const uint8_t*>(out),
-                 size_t(n * c.vocabSize) * sizeof(float));
+    headOutput(d, out, returned, n);
+    returned += n;
     busyUntilNow(d);
   }
   for (const SequenceInput& in : inputs) in.session->advance(int64_t(in.tokens.size()));

@@ -128,6 +128,12 @@ class Model final {
   // position, inputs in order) to `logits`. Validates everything (token ids, context limits,
   // duplicate sessions) before any session changes; on an exception no session has advanced.
   void forward(std::span<const SequenceInput> inputs, std::vector<float>& logits);
+  // The same step, but instead of its logits each returned position's next-token candidates,
+  // selected on the device that ran the head (Device::selectCandidates): requests[i] for the i-th
+  // returned position; ids and values are resized to (positions x stride), row i at i * stride.
+  // What a serving step needs: the rows of logits never leave the device.
+  void forward(std::span<const SequenceInput> inputs, std::span<const CandidateRequest> requests, int64_t stride,
+               std::vector<int32_t>& ids, std::vector<float>& values);
 
  private:
   friend class LiveMigration;
@@ -148,6 +154,10 @@ class Model final {
   Workspace& workspace(Device& device, int64_t tokens);
   void runBlock(const BoundUnit& unit, Workspace& ws, int64_t tokens, const int32_t* positions, const KvSlot* slots,
                 const uint8_t* const* const* pageTables);
+  // The step both forward()s run: `head` gets each microbatch's logits on the head's device, `rows`
+  // of them (the positions that asked, in order), the `first` of which is the step's first-th.
+  using HeadOutput = std::function<void(Device& device, float* logits, int64_t first, int64_t rows)>;
+  void step(std::span<const SequenceInput> inputs, const HeadOutput& head);
 
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 #include "base/error.h"
 
@@ -35,78 +34,68 @@ double Sampler::uniform() {
   return double(z >> 11) * 0x1p-53;
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  JITLLM_REQUIRE(!logits.empty(), "sampling from an empty row of logits");
-  const bool penalise = params_.repeatPenalty != 1.0f && params_.repeatLastN > 0 && !history.empty();
-  if (params_.temperature <= 0 && !penalise) return argmax(logits);
-
-  candidates_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); i++) candidates_[i] = {int32_t(i), logits[i]};
-  if (penalise) {
+CandidateRequest Sampler::candidates(std::span<const int32_t> history, int64_t vocab) {
+  CandidateRequest r;
+  penalized_.clear();
+  if (params_.repeatPenalty != 1.0f && params_.repeatLastN > 0 && !history.empty()) {
     // Each distinct recent token is penalised once, however often it appeared.
     const size_t n = std::min(history.size(), size_t(params_.repeatLastN));
-    std::unordered_set<int32_t> recent(history.end() - long(n), history.end());
-    for (int32_t id : recent) {
-      if (id < 0 || size_t(id) >= candidates_.size()) continue;
-      float& l = candidates_[size_t(id)].logit;
-      l = l > 0 ? l / params_.repeatPenalty : l * params_.repeatPenalty;
-    }
+    penalized_.assign(history.end() - long(n), history.end());
+    std::sort(penalized_.begin(), penalized_.end());
+    penalized_.erase(std::unique(penalized_.begin(), penalized_.end()), penalized_.end());
+    r.repeatPenalty = params_.repeatPenalty;
+    r.penalized = penalized_;
   }
-  if (params_.temperature <= 0) {
-    int32_t best = 0;
-    for (size_t i = 1; i < candidates_.size(); i++) {
-      if (candidates_[i].logit > candidates_[size_t(best)].logit) best = int32_t(i);
-    }
-    return best;
-  }
+  int64_t count = 1;
+  if (!greedy()) count = params_.topK > 0 ? std::min<int64_t>(params_.topK, kMaxCandidates) : kMaxCandidates;
+  r.count = int32_t(std::min(count, vocab));
+  return r;
+}
 
-  // Sorted by logit, high first; equal logits keep id order so results never depend on sort
-  // stability.
-  auto byLogit = [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
-  size_t keep = candidates_.size();
-  if (params_.topK > 0 && size_t(params_.topK) < keep) {
-    keep = size_t(params_.topK);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + long(keep), candidates_.end(), byLogit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), byLogit);
-  }
-  candidates_.resize(keep);
-
+int32_t Sampler::pick(std::span<const int32_t> ids, std::span<const float> values) {
+  JITLLM_REQUIRE(!ids.empty() && ids.size() == values.size(), "sampling from no candidates");
+  if (greedy()) return ids[0];
   // Probabilities at temperature 1 for top-p and min-p, as llama.cpp's chain computes them.
-  const float maxLogit = candidates_.front().logit;
-  std::vector<double> p(candidates_.size());
+  const float maxLogit = values[0];
+  size_t keep = ids.size();
+  p_.resize(keep);
   double sum = 0;
-  for (size_t i = 0; i < candidates_.size(); i++) sum += p[i] = std::exp(double(candidates_[i].logit - maxLogit));
+  for (size_t i = 0; i < keep; i++) sum += p_[i] = std::exp(double(values[i] - maxLogit));
   if (params_.topP < 1.0f) {
     double cumulative = 0;
     size_t n = 0;
-    while (n < candidates_.size()) {
-      cumulative += p[n] / sum;
+    while (n < keep) {
+      cumulative += p_[n] / sum;
       n++;
       if (cumulative >= params_.topP) break;
     }
-    candidates_.resize(n);
+    keep = n;
   }
   if (params_.minP > 0) {
     // p_i / p_max >= minP, where p_max's unnormalised weight is 1.
     size_t n = 1;
-    while (n < candidates_.size() && p[n] >= params_.minP) n++;
-    candidates_.resize(n);
+    while (n < keep && p_[n] >= params_.minP) n++;
+    keep = n;
   }
-
   double total = 0;
-  std::vector<double> w(candidates_.size());
-  for (size_t i = 0; i < candidates_.size(); i++) {
-    total += w[i] = std::exp(double(candidates_[i].logit - maxLogit) / double(params_.temperature));
-  }
+  w_.resize(keep);
+  for (size_t i = 0; i < keep; i++)
+    total += w_[i] = std::exp(double(values[i] - maxLogit) / double(params_.temperature));
   double r = uniform() * total;
-  for (size_t i = 0; i < candidates_.size(); i++) {
-    r -= w[i];
-    if (r < 0) return candidates_[i].id;
+  for (size_t i = 0; i < keep; i++) {
+    r -= w_[i];
+    if (r < 0) return ids[i];
   }
-  return candidates_.back().id;
+  return ids[keep - 1];
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  JITLLM_REQUIRE(!logits.empty(), "sampling from an empty row of logits");
+  const CandidateRequest r = candidates(history, int64_t(logits.size()));
+  ids_.resize(size_t(r.count));
+  values_.resize(size_t(r.count));
+  selectCandidates(logits.data(), int64_t(logits.size()), r, ids_.data(), values_.data());
+  return pick(ids_, values_);
 }
 
 }  // namespace jitllm::runtime

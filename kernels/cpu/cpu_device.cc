@@ -276,4 +276,19 @@ void CpuDevice::add(float* x, const float* y, int64_t n) {
   });
 }
 
+void CpuDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
+                                 int32_t* ids, float* values, int64_t stride) {
+  JITLLM_REQUIRE(int64_t(requests.size()) == rows, "selectCandidates: ", requests.size(), " requests for ", rows,
+                 " rows");
+  for (const CandidateRequest& r : requests) {
+    JITLLM_REQUIRE(r.count >= 1 && r.count <= stride, "selectCandidates: a row asks for ", r.count,
+                   " candidates, room for ", stride);
+  }
+  pool_.parallelFor(rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; r++) {
+      jitllm::selectCandidates(logits + r * vocab, vocab, requests[size_t(r)], ids + r * stride, values + r * stride);
+    }
+  });
+}
+
 }  // namespace jitllm::cpu

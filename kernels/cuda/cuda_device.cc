@@ -197,6 +197,7 @@ CudaDevice::~CudaDevice() {
   for (auto& [key, m] : modules_) api_.cuModuleUnload(m);
   if (ringDevice_) api_.cuMemFree(ringDevice_);
   if (xq_) api_.cuMemFree(xq_);
+  if (candidates_) api_.cuMemFree(candidates_);
   if (partials_) api_.cuMemFree(partials_);
   if (chunkCounters_) api_.cuMemFree(chunkCounters_);
   if (blockBuffer_) api_.cuMemFree(blockBuffer_);
@@ -516,6 +517,57 @@ void CudaDevice::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, 
   peer.requireOwned(dst, bytes, "copy destination");
   peer.drain();
   copyToPeer(peer, dptr(dst), dptr(src), bytes);
+}
+
+void CudaDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab,
+                                  std::span<const CandidateRequest> requests, int32_t* ids, float* values,
+                                  int64_t stride) {
+  JITLLM_REQUIRE(int64_t(requests.size()) == rows, "selectCandidates: ", requests.size(), " requests for ", rows,
+                 " rows");
+  if (rows == 0) return;
+  JITLLM_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31) && stride > 0 && stride <= (int64_t(1) << 20), info_.id,
+                 ": selectCandidates: bad shape");
+  requireOwned(logits, size_t(rows * vocab) * sizeof(float), "logits");
+  // One staged table: counts, the penalty lists' starts, the penalised ids, the penalties.
+  size_t penalised = 0;
+  for (const CandidateRequest& r : requests) {
+    JITLLM_REQUIRE(r.count >= 1 && r.count <= stride && r.count <= kMaxSelectCandidates, info_.id,
+                   ": selectCandidates: a row asks for ", r.count, " candidates, room for ", stride);
+    if (r.repeatPenalty != 1.0f) penalised += r.penalized.size();
+  }
+  const size_t n = size_t(rows);
+  const size_t bytes = (n + (n + 1) + penalised + n) * 4;
+  Staged s = stage(bytes);
+  auto* counts = reinterpret_cast<int32_t*>(s.host);
+  int32_t* starts = counts + n;
+  int32_t* penaltyIds = starts + n + 1;
+  auto* penalties = reinterpret_cast<float*>(penaltyIds + penalised);
+  int32_t at = 0;
+  for (size_t r = 0; r < n; r++) {
+    const CandidateRequest& q = requests[r];
+    counts[r] = q.count;
+    starts[r] = at;
+    penalties[r] = q.repeatPenalty;
+    if (q.repeatPenalty != 1.0f) {
+      for (int32_t id : q.penalized) penaltyIds[at++] = id;
+    }
+  }
+  starts[n] = at;
+  commit(s);
+  const size_t out = n * size_t(stride) * 4;
+  growScratch(candidates_, candidatesBytes_, 2 * out, "sampling candidates");
+  if (!selectKernel_) selectKernel_ = function(module(samplingModule()), "select_candidates");
+  const CUdeviceptr table = s.device, countsPtr = table, startsPtr = table + n * 4, idsPtr = startsPtr + (n + 1) * 4,
+                    penaltiesPtr = idsPtr + penalised * 4, outIds = candidates_, outValues = candidates_ + out;
+  const CUdeviceptr rowsPtr = dptr(logits);
+  const int64_t v = vocab;
+  const int s32 = int(stride);
+  launch("selectCandidates", selectKernel_, unsigned(rows), 1, kSelectThreads, 0, rowsPtr, v, countsPtr, startsPtr,
+         idsPtr, penaltiesPtr, outIds, outValues, s32);
+  flush();
+  makeCurrent();
+  downloadThroughStaging(ids, outIds, out);
+  downloadThroughStaging(values, outValues, out);
 }
 
 void CudaDevice::copyToPeer(CudaDevice& peer, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {

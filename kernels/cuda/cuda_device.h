@@ -104,6 +104,10 @@ class CudaDevice final : public Device {
                     size_t blockBytes) override;
   // Device to device between CUDA devices by one peer copy; else Device's (through the host).
   void copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  // On the GPU (sampling.cuh: select_candidates, a block per row): only the candidates are copied
+  // back, count ids and values per row, never the rows.
+  void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
+                        int32_t* ids, float* values, int64_t stride) override;
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
@@ -277,8 +281,10 @@ class CudaDevice final : public Device {
   // Grows a scratch buffer of this device to `need` bytes (rounded up to 1 MiB) after the queued
   // work ran; false when it was large enough. Its old contents are gone.
   bool growScratch(CUdeviceptr& buffer, size_t& bytes, size_t need, const char* what);
-  static constexpr int kAttentionChunk = 64;      // attention.cuh's kChunk
-  static constexpr unsigned kNormThreads = 1024;  // elementwise.cuh's rms_norm block
+  static constexpr int kAttentionChunk = 64;         // attention.cuh's kChunk
+  static constexpr unsigned kSelectThreads = 256;    // sampling.cuh's kSelectThreads
+  static constexpr int kMaxSelectCandidates = 1024;  // sampling.cuh's kMaxSelect
+  static constexpr unsigned kNormThreads = 1024;     // elementwise.cuh's rms_norm block
 
   const DriverApi& api_;
   CUdevice device_ = 0;
@@ -358,6 +364,10 @@ class CudaDevice final : public Device {
   bool tensorCoreTokensChosen_ = false;              // ... set, so used for every product
   CUdeviceptr xq_ = 0;
   size_t xqBytes_ = 0;
+  // selectCandidates' output (ids, then values) and its kernel.
+  CUdeviceptr candidates_ = 0;
+  size_t candidatesBytes_ = 0;
+  CUfunction selectKernel_ = nullptr;
   QuantizedInput quantized_;
   bool keepQuantized_ = false;  // set while an integer product queues its own launches
   // Sets keepQuantized_ for its lifetime (an integer product's quantization and launch).

@@ -151,6 +151,7 @@ size_t attentionRowsSharedBytes(int headDim, int group, int qTokens) {
 
 ModuleSpec elementwiseModule() { return ModuleSpec{"elementwise.cuh", {}}; }
 ModuleSpec blocksModule() { return ModuleSpec{"blocks.cuh", {}}; }
+ModuleSpec samplingModule() { return ModuleSpec{"sampling.cuh", {}}; }
 
 std::vector<ModuleSpec> representativeModules() {
   std::vector<ModuleSpec> specs;
@@ -214,6 +215,7 @@ std::vector<ModuleSpec> representativeModules() {
   specs.push_back(attentionModule(128, 3, 16, false, kSpan, defaultAttentionRowTokens(128)));  // the 3B's prefill
   specs.push_back(elementwiseModule());
   specs.push_back(blocksModule());
+  specs.push_back(samplingModule());
   return specs;
 }
 

@@ -95,6 +95,8 @@ constexpr int kDefaultAttentionSpan = 2;
 ModuleSpec elementwiseModule();
 // gather_blocks and scatter_blocks: scattered blocks to and from one contiguous buffer.
 ModuleSpec blocksModule();
+// select_candidates: sampling's first half on the GPU (kernels/candidates.h).
+ModuleSpec samplingModule();
 
 // Every kernel variant with representative shapes: each weight type's four matmul.cuh kernels
 // at a real model's row length, its decode kernel again on padded rows of an odd length, the

@@ -187,6 +187,7 @@ void toSchema(const GenerateRequest& in, rpc::GenerateRequest::Builder out) {
   toSchema(in.sampling, out.initSampling());
   setStrings(out.initStop(unsigned(in.stop.size())), in.stop);
   out.setContextSize(in.contextSize);
+  out.setIgnoreEndOfGeneration(in.ignoreEndOfGeneration);
 }
 
 void toSchema(const ChatRequest& in, rpc::ChatRequest::Builder out) {

@@ -19,6 +19,8 @@ set(allowed_ctl       "base;ctl;jitllm")
 set(allowed_tools     "base;kernels;engine;tools")
 # Measures the daemon's own scheduler in-process: the one tool that is the daemon's.
 set(allowed_tools/jitllm_scheduler_bench.cc "base;kernels;engine;policies;daemon;tools")
+# Drives a daemon over its socket, as any app does: through the client library.
+set(allowed_tools/jitllm_serve_bench.cc "tools;jitllm")
 # System headers a folder must not use: the engine and the device layer stay free of the
 # daemon's dependencies, so a GPU machine builds them with a compiler and the CUDA toolkit alone.
 set(forbidden_system "capnp;kj;boost;systemd;spdlog;fmt")

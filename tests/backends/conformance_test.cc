@@ -10,6 +10,7 @@
 
 #include <cfloat>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -444,10 +445,11 @@ void checkPagedAttention(Device& dev, Device& cpu, KvPrecision precision, uint32
     dev.kvStore(dk.as<float>(), dv.as<float>(), n, dSlots.data(), kv);
     cpu.kvStore(k.data(), v.data(), n, cSlots.data(), kv);
   }
-  ASSERT_EQ(0, std::memcmp(download<uint8_t>(dev, *devPages, cpuPages.size()).data(), cpuPages.data(), cpuPages.size()));
+  ASSERT_EQ(0,
+            std::memcmp(download<uint8_t>(dev, *devPages, cpuPages.size()).data(), cpuPages.data(), cpuPages.size()));
 
   const std::vector<int32_t> positions = {18, 19, 20, 21, 22, 8};  // session 0's last five, session 1's last
-  std::vector<const uint8_t* const*> dT, cT;
+  std::vector<const uint8_t*const*> dT, cT;
   for (size_t t = 0; t < positions.size(); t++) {
     dT.push_back(devTables[t < 5 ? 0 : 1].data());
     cT.push_back(cpuTables[t < 5 ? 0 : 1].data());
@@ -528,6 +530,56 @@ TEST_P(OpConformance, RopeAndStoreIsRopeThenKvStore) {
                                cpuPages.size()));
     }
   }
+}
+
+// Sampling's first half on the device: each row's candidates after the penalty are the host's
+// selectCandidates() bit for bit - ids, values and order - for one candidate (the argmax) up to
+// the most a sampler asks for, with ties, -0 beside +0, NaN and infinities in the rows, and rows
+// of different requests in one call.
+TEST_P(OpConformance, CandidatesSelectedOnTheDeviceAreTheHostsBitForBit) {
+  constexpr int64_t kVocab = 50021;  // odd: the last block of threads is partial
+  const std::vector<int32_t> counts = {1, 1, 40, 1024, 7, 1024};
+  const int64_t rows = int64_t(counts.size()), stride = 1024;
+  std::vector<float> host(size_t(rows * kVocab));
+  std::mt19937 rng(freshSeed() + 61);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& v : host) v = normal(rng);
+  float* r1 = host.data() + kVocab;  // row 1: a tie for the maximum, the later id must lose
+  r1[100] = r1[90000 % kVocab] = 50.0f;
+  float* r3 = host.data() + 3 * kVocab;  // row 3: few distinct values, so the 1024th is a tie
+  for (int64_t i = 0; i < kVocab; i++) r3[i] = float(int(std::fabs(normal(rng))) % 4);
+  r3[5] = -0.0f;
+  r3[6] = std::numeric_limits<float>::quiet_NaN();
+  r3[7] = std::numeric_limits<float>::infinity();
+  r3[8] = -std::numeric_limits<float>::infinity();
+  float* r5 = host.data() + 5 * kVocab;  // row 5: every value equal
+  for (int64_t i = 0; i < kVocab; i++) r5[i] = (i % 3 == 0) ? 0.0f : -0.0f;
+  const std::vector<int32_t> recent = {3, 100, 90000 % kVocab, 17, 42};
+  std::vector<CandidateRequest> requests;
+  for (size_t r = 0; r < counts.size(); r++) {
+    CandidateRequest q;
+    q.count = counts[r];
+    if (r % 2 == 1) {
+      q.repeatPenalty = 1.3f;
+      q.penalized = recent;
+    }
+    requests.push_back(q);
+  }
+  std::vector<int32_t> wantIds(size_t(rows * stride)), gotIds(size_t(rows * stride));
+  std::vector<float> wantValues(size_t(rows * stride)), gotValues(size_t(rows * stride));
+  for (int64_t r = 0; r < rows; r++) {
+    selectCandidates(host.data() + r * kVocab, kVocab, requests[size_t(r)], wantIds.data() + r * stride,
+                     wantValues.data() + r * stride);
+  }
+  auto logits = upload(dev(), host);
+  dev().selectCandidates(logits.as<float>(), rows, kVocab, requests, gotIds.data(), gotValues.data(), stride);
+  for (int64_t r = 0; r < rows; r++) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    const size_t at = size_t(r * stride), n = size_t(counts[size_t(r)]);
+    EXPECT_TRUE(std::equal(wantIds.begin() + at, wantIds.begin() + at + n, gotIds.begin() + at));
+    EXPECT_EQ(0, std::memcmp(wantValues.data() + at, gotValues.data() + at, n * sizeof(float)));
+  }
+  EXPECT_EQ(wantIds[size_t(stride)], 100) << "a tie for the maximum goes to the lower id";
 }
 
 // A device whose memory is not host memory checks every pointer an op is given: a host pointer,

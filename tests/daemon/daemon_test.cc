@@ -168,7 +168,10 @@ TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
   RpcConnection slowConn(io, d.socket()), fastConn(io, d.socket());
   loadStories(io, slowConn);
   auto slowState = std::make_shared<CollectingSink::State>();
-  auto slow = generate(slowConn, "Once upon a time", 1500, slowState, &io.provider->getTimer(), 200 * kj::MILLISECONDS);
+  // The reader takes a chunk a second: slower than the daemon generates even under a sanitizer on
+  // a loaded machine, so the session surely reaches its limit of unsent tokens.
+  auto slow =
+      generate(slowConn, "Once upon a time", 1500, slowState, &io.provider->getTimer(), 1000 * kj::MILLISECONDS);
   io.provider->getTimer().afterDelay(300 * kj::MILLISECONDS).wait(io.waitScope);
   const auto start = std::chrono::steady_clock::now();
   auto fast = generate(fastConn, "Once upon a time", 200).wait(io.waitScope);
@@ -177,15 +180,17 @@ TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
   if (!kSanitized) {
     EXPECT_LT(fastSeconds, 5.0) << "the fast session waited for the slow one";
   }
-  // The slow session is throttled: it holds at most a window of unsent tokens, far from 1500.
-  // (The fast session's entry leaves ps at the worker's next iteration, and the slow one reaches
-  // its limit after max_queued_tokens: poll, bounded.)
+  // The slow session is throttled: it runs ahead of its reader by at most a window - the queue of
+  // unsent tokens (8) and the chunks in flight to the reader (4, each at most the queue and a
+  // step's token) - never towards the 1500 it asked for. (The fast session's entry leaves ps at the
+  // worker's next iteration: poll, bounded.)
   auto resp = fastConn.daemon().modelsRequest().send().wait(io.waitScope);
   auto settled = [&] {
     auto sessions = resp.getModels()[0].getSessions();
     return sessions.size() == 1 && std::string(sessions[0].getState().cStr()) == "waiting";
   };
-  for (int i = 0; i < 6000 && !settled(); i++) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(std::chrono::seconds(120));
+  while (!settled() && std::chrono::steady_clock::now() < deadline) {
     io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
     resp = fastConn.daemon().modelsRequest().send().wait(io.waitScope);
   }
@@ -193,71 +198,12 @@ TEST(Daemon, ASlowReaderNeitherBlocksOtherSessionsNorBuffersWithoutBound) {
   ASSERT_EQ(resp.getModels()[0].getSessions().size(), 1u);
   auto s = resp.getModels()[0].getSessions()[0];
   EXPECT_EQ(std::string(s.getState().cStr()), "waiting");
-  EXPECT_LT(s.getTokens(), 400u) << "a slow reader must not make the daemon generate ahead without bound";
-}
-
-TEST(Daemon, AdminOperationsAreRefusedToAnUnprivilegedUser) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody";
-  struct passwd* nobody = ::getpwnam("nobody");
-  if (!nobody) GTEST_SKIP() << "no user 'nobody'";
-  DaemonProcess d;
-  ASSERT_TRUE(d.ready()) << d.log();
-  ::chmod(std::filesystem::path(d.socket()).parent_path().c_str(), 0755);
-  ::chmod(d.socket().c_str(), 0666);
-  int pipeFds[2];
-  ASSERT_EQ(::pipe(pipeFds), 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(pipeFds[0]);
-    if (::setgid(nobody->pw_gid) != 0 || ::setuid(nobody->pw_uid) != 0) ::_exit(3);
-    std::string message;
-    try {
-      auto io = kj::setupAsyncIo();
-      RpcConnection c(io, d.socket());
-      auto req = c.daemon().loadRequest();
-      req.initSource().setPath(sharedPath("models/stories260K.gguf"));
-      message = errorOf(req.send().ignoreResult(), io.waitScope);
-      auto unload = c.daemon().unloadRequest();
-      unload.setName("anything");
-      message += "\n" + errorOf(unload.send().ignoreResult(), io.waitScope);
-      auto migrate = c.daemon().migrateRequest();
-      migrate.initRequest().setModel("anything");
-      migrate.getRequest().setDevice("cpu:0");
-      message += "\n" + errorOf(migrate.send().ignoreResult(), io.waitScope);
-      auto pin = c.daemon().pinRequest();
-      pin.setModel("anything");
-      pin.setDevice("cpu:0");
-      message += "\n" + errorOf(pin.send().ignoreResult(), io.waitScope);
-      auto unpin = c.daemon().unpinRequest();
-      unpin.setModel("anything");
-      message += "\n" + errorOf(unpin.send().ignoreResult(), io.waitScope);
-      auto policy = c.daemon().policyRequest();
-      policy.setName("thermal");
-      message += "\n" + errorOf(policy.send().ignoreResult(), io.waitScope);
-      // Listing is allowed.
-      c.daemon().modelsRequest().send().wait(io.waitScope);
-      message += "\nmodels ok";
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    (void)!::write(pipeFds[1], message.data(), message.size());
-    ::_exit(0);
-  }
-  ::close(pipeFds[1]);
-  std::string message;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(pipeFds[0], buf, sizeof buf)) > 0;) message.append(buf, size_t(n));
-  ::close(pipeFds[0]);
-  ::waitpid(child, nullptr, 0);
-  EXPECT_NE(message.find("permission denied: load needs root or membership in the 'jitllm-admin' group"),
-            std::string::npos)
-      << message;
-  EXPECT_NE(message.find("permission denied: unload"), std::string::npos) << message;
-  for (const char* op : {"migrate", "pin", "unpin", "policy"}) {
-    EXPECT_NE(message.find(std::string("permission denied: ") + op + " needs"), std::string::npos) << op << "\n"
-                                                                                                   << message;
-  }
-  EXPECT_NE(message.find("models ok"), std::string::npos) << message;
+  const size_t prompt = 5;  // "Once upon a time" with BOS
+  const size_t generated = s.getTokens() + 1 - prompt, received = slowState->ids.size();
+  EXPECT_LE(generated, received + 8 + 4 * 9 + 1)
+      << "a slow reader must not make the daemon generate ahead without bound (" << generated << " generated, "
+      << received << " received)";
+  EXPECT_LT(generated, 1500u);
 }
 
 TEST(Daemon, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "engine/kv/host_kv.h"
-#include "engine/runtime/generation.h"
+#include "engine/runtime/step_loop.h"
 #include "policies/pressure_policy.h"
 #include "tests/gpu/gpu_model_tests.h"
 #include "tests/runtime/migration_harness.h"
@@ -72,7 +72,7 @@ Loaded load(const std::string& path, const std::vector<std::string>& kinds, std:
 
 std::vector<int32_t> greedy(runtime::Model& model, const std::vector<int32_t>& prompt, int32_t n) {
   auto session = model.createSession(int64_t(prompt.size()) + n + 1);
-  runtime::GenerationRequest req;
+  runtime::SequenceRequest req;
   req.prompt = prompt;
   req.maxTokens = n;
   std::vector<int32_t> out;

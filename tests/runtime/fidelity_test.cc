@@ -2,7 +2,7 @@
 // (tests/goldens/make_goldens.sh says how each was made).
 #include <gtest/gtest.h>
 
-#include "engine/runtime/generation.h"
+#include "engine/runtime/step_loop.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 #include "tests/runtime/test_support.h"
 #include "tools/random_model.h"
@@ -78,7 +78,7 @@ TEST(Fidelity, Stories260KGreedyMatchesLlamaCppTokenForTokenOnEveryGoldenPrompt)
     const auto prompt = m.model->tokenizer().encode(g.prompt, true, true);
     ASSERT_EQ(prompt, g.promptTokens);
     auto session = m.model->createSession(int64_t(prompt.size() + g.greedyTokens.size() + 1));
-    runtime::GenerationRequest req;
+    runtime::SequenceRequest req;
     req.prompt = prompt;
     req.maxTokens = int32_t(g.greedyTokens.size());
     std::vector<int32_t> out;

@@ -147,8 +147,9 @@ struct GenerateRequest {
   std::vector<int32_t> promptTokens;
   uint32_t maxTokens = 128;
   SamplingParams sampling;
-  std::vector<std::string> stop;  // generation ends before the first match
-  uint32_t contextSize = 0;       // 0: the model's default
+  std::vector<std::string> stop;       // generation ends before the first match
+  uint32_t contextSize = 0;            // 0: the model's default
+  bool ignoreEndOfGeneration = false;  // maxTokens whatever comes (benchmarks)
 };
 
 struct ChatMessage {

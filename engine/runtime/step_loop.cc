@@ -1,0 +1,201 @@
+#include "engine/runtime/step_loop.h"
+
+#include <algorithm>
+
+namespace jitllm::runtime {
+
+Sequence::Sequence(Session& session, std::unique_ptr<Session> owned, SequenceRequest request,
+                   SequenceListener* listener, const tokenizer::Tokenizer* tokenizer, size_t fed)
+    : session_(&session),
+      owned_(std::move(owned)),
+      request_(std::move(request)),
+      listener_(listener),
+      sampler_(request_.sampling),
+      stops_(request_.stops),
+      history_(request_.prompt),
+      fed_(fed),
+      added_(Clock::now()) {
+  if (tokenizer) {
+    detokenizer_.emplace(*tokenizer, tokenizer::StreamingDetokenizer::Options{request_.renderSpecialTokens, false});
+  }
+}
+
+StepLoop::StepLoop(Model& model, Options options) : model_(model), options_(std::move(options)) {
+  JITLLM_REQUIRE(options_.prefillChunk >= 1 && options_.stepTokens >= 1, "step loop: chunks of at least one token");
+}
+
+Sequence& StepLoop::add(std::unique_ptr<Session> session, SequenceRequest request, SequenceListener* listener,
+                        size_t fed) {
+  JITLLM_REQUIRE(session != nullptr, "a sequence needs a session");
+  Sequence& s = add(*session, std::move(request), listener, fed);
+  s.owned_ = std::move(session);
+  return s;
+}
+
+Sequence& StepLoop::add(Session& session, SequenceRequest request, SequenceListener* listener, size_t fed) {
+  JITLLM_REQUIRE(!request.prompt.empty(), "the prompt is empty");
+  JITLLM_REQUIRE(request.maxTokens >= 1, "maxTokens must be at least 1");
+  JITLLM_REQUIRE(fed < request.prompt.size(), "a sequence needs at least one prompt token to feed");
+  request.sampling.validate();
+  const int64_t vocab = model_.config().vocabSize;
+  for (int32_t id : request.prompt) {
+    JITLLM_REQUIRE(id >= 0 && id < vocab, "token id ", id, " is outside the vocabulary of ", vocab);
+  }
+  JITLLM_REQUIRE(int64_t(request.prompt.size()) < session.contextLimit(), "the prompt has ", request.prompt.size(),
+                 " tokens and does not fit the context of ", session.contextLimit(),
+                 " (one more is needed for the reply)");
+  const tokenizer::Tokenizer* tok = model_.hasTokenizer() ? &model_.tokenizer() : nullptr;
+  JITLLM_REQUIRE(tok != nullptr || request.stops.empty(), "stop strings need the model's tokenizer");
+  sequences_.push_back(
+      std::unique_ptr<Sequence>(new Sequence(session, nullptr, std::move(request), listener, tok, fed)));
+  return *sequences_.back();
+}
+
+void StepLoop::fail(Sequence& sequence, const Error& error) {
+  if (!sequence.ended()) sequence.error_ = error;
+}
+
+void StepLoop::finish(Sequence& s, StopReason reason) {
+  s.stop_ = reason;
+  std::string text;
+  if (s.detokenizer_) text = s.stops_.feed(s.detokenizer_->flush());
+  text += s.stops_.flush();
+  if (s.listener_) s.listener_->ended(text);
+}
+
+bool StepLoop::step() {
+  inputs_.clear();
+  stepping_.clear();
+  int64_t budget = options_.stepTokens;
+  bool keepLogits = false;
+  for (auto& owned : sequences_) {
+    Sequence& s = *owned;
+    if (s.ended() || budget == 0 || (s.listener_ && s.listener_->paused())) continue;
+    const int64_t remaining = int64_t(s.history_.size() - s.fed_);
+    const int64_t n = std::min({remaining, options_.prefillChunk, budget});
+    try {
+      // Out of KV pages: the owner may free some (idle sessions) and try again.
+      for (;;) {
+        try {
+          s.session_->reserve(n);
+          break;
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::kOverloaded || !options_.onOutOfMemory || !options_.onOutOfMemory()) throw;
+        }
+      }
+    } catch (const Error& e) {
+      s.error_ = e;  // this sequence only: the others still run
+      continue;
+    }
+    inputs_.push_back({s.session_, {s.history_.data() + s.fed_, size_t(n)}, false});
+    stepping_.push_back(&s);
+    keepLogits = keepLogits || s.request_.keepLogits;
+    budget -= n;
+  }
+  if (inputs_.empty()) return false;
+
+  // A row per input: the candidates of the sequences whose prompt is fed by this step, a throwaway
+  // argmax for those still mid-prompt.
+  const int64_t vocab = model_.config().vocabSize;
+  requests_.clear();
+  int64_t stride = 1;
+  for (size_t i = 0; i < stepping_.size(); i++) {
+    Sequence& s = *stepping_[i];
+    const bool picks = s.fed_ + inputs_[i].tokens.size() == s.history_.size();
+    requests_.push_back(picks ? s.sampler_.candidates(s.history_, vocab) : CandidateRequest{});
+    stride = std::max<int64_t>(stride, requests_.back().count);
+  }
+  try {
+    if (keepLogits) {
+      logits_.clear();
+      model_.forward(inputs_, logits_);
+    } else {
+      model_.forward(inputs_, requests_, stride, ids_, values_);
+    }
+  } catch (const Error& e) {
+    if (options_.onStepError) options_.onStepError(e);
+    for (Sequence* s : stepping_) s->error_ = e;
+    return true;
+  }
+
+  const tokenizer::Tokenizer* tok = model_.hasTokenizer() ? &model_.tokenizer() : nullptr;
+  for (size_t i = 0; i < stepping_.size(); i++) {
+    Sequence& s = *stepping_[i];
+    s.fed_ += inputs_[i].tokens.size();
+    if (s.fed_ < s.history_.size()) continue;  // more prompt to feed
+    std::span<const float> row;
+    int32_t token;
+    if (keepLogits) {
+      row = {logits_.data() + int64_t(i) * vocab, size_t(vocab)};
+      token = s.sampler_.sample(row, s.history_);
+      if (!s.request_.keepLogits) row = {};
+    } else {
+      const size_t at = i * size_t(stride), n = size_t(requests_[i].count);
+      token = s.sampler_.pick({ids_.data() + at, n}, {values_.data() + at, n});
+    }
+    if (s.generated_ == 0) s.firstToken_ = Sequence::Clock::now();
+    s.generated_++;
+    s.history_.push_back(token);
+    const bool end = s.request_.stopAtEndOfGeneration && tok && tok->isEndOfGeneration(token);
+    std::string text;
+    if (s.detokenizer_ && !(end && !s.request_.renderSpecialTokens)) text = s.stops_.feed(s.detokenizer_->feed(token));
+    if (s.listener_) s.listener_->generated(token, text, row);
+    if (end) {
+      finish(s, StopReason::kEndOfGeneration);
+    } else if (s.stops_.stopped()) {
+      finish(s, StopReason::kStopString);
+    } else if (s.generated_ >= s.request_.maxTokens) {
+      finish(s, StopReason::kMaxTokens);
+    } else if (s.session_->length() + 1 > s.session_->contextLimit()) {
+      finish(s, StopReason::kContextFull);
+    }
+  }
+  return true;
+}
+
+std::vector<std::unique_ptr<Sequence>> StepLoop::takeEnded() {
+  std::vector<std::unique_ptr<Sequence>> ended;
+  for (auto& s : sequences_) {
+    if (s->ended()) ended.push_back(std::move(s));
+  }
+  std::erase(sequences_, nullptr);
+  return ended;
+}
+
+namespace {
+
+class CallbackListener final : public SequenceListener {
+ public:
+  explicit CallbackListener(const TokenCallback& onToken) : onToken_(onToken) {}
+  void generated(int32_t token, std::string_view, std::span<const float> logits) override {
+    if (!onToken_(token, logits)) stopped_ = true;
+  }
+  bool stopped_ = false;
+
+ private:
+  const TokenCallback& onToken_;
+};
+
+}  // namespace
+
+GenerationStats generate(Model& model, Session& session, const SequenceRequest& request, const TokenCallback& onToken) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  StepLoop loop(model, {});
+  CallbackListener listener(onToken);
+  Sequence& s = loop.add(session, request, &listener);
+  const auto start = Clock::now();
+  while (!s.ended() && !listener.stopped_ && loop.step()) {
+  }
+  if (s.error()) throw *s.error();
+  GenerationStats stats;
+  stats.promptTokens = int64_t(request.prompt.size());
+  stats.generatedTokens = s.generated();
+  const auto end = Clock::now();
+  const auto first = s.generated() > 0 ? s.firstToken() : end;
+  stats.promptSeconds = seconds(first - start);
+  stats.generateSeconds = seconds(end - first);
+  return stats;
+}
+
+}  // namespace jitllm::runtime

@@ -1,0 +1,395 @@
+// jitllm-serve-bench: serving measured through the daemon - N clients, each on its own connection
+// to jitllmd over the real socket, each asking for G tokens after a P-token prompt at once - and
+// the figures a user feels: aggregate tokens per second, time to first token and time per output
+// token (p50 and p99), and how busy the daemon kept its devices.
+//
+// It drives a running jitllmd (--socket) or starts one (--start MODEL.gguf, on a private socket,
+// stopped at the end). The clients all run on one thread's event loop (Cap'n Proto's asynchronous
+// API), so the measuring side costs a few percent of a core even at 64 clients.
+//
+// --check makes it a correctness tool rather than a benchmark: every prompt is first answered
+// alone, then the concurrent replies must be those tokens exactly (greedy decoding: a session's
+// tokens do not depend on what else is in the batch).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jitllm/client.h"
+#include "jitllm/client_capnp.h"
+#include "tools/command_line.h"
+
+namespace jitllm::tools {
+namespace {
+
+constexpr const char* kUsage = R"(usage: jitllm-serve-bench (--socket PATH | --start MODEL.gguf) [options]
+  --socket PATH     a running jitllmd (default: the usual socket rule)
+  --start FILE      start a jitllmd of our own on a private socket and load FILE into it
+  --devices SPEC    with --start: the daemon's devices (default cpu:0)
+  --threads N       with --start: threads per CPU device (default: all cores)
+  --model NAME      the loaded model to ask (default: the only one, or the one --start loaded)
+  -c N              concurrent clients (default 8); a list "1,8,32" runs each in turn
+  -p N              prompt tokens per client (default 16)
+  -n N              tokens to generate per client (default 128; end-of-generation tokens do not stop them)
+  -r N              rounds per client count, the best kept (default 1)
+  --warmup          one round first, not counted (kernels compiled, buffers sized)
+  --check           verify every reply against the same prompt answered alone; exit 1 on a mismatch
+  --json            one JSON object per client count instead of the table
+)";
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string socket, start, devices = "cpu:0", model;
+  int threads = 0;
+  std::vector<int> clients = {8};
+  int promptTokens = 16, genTokens = 128, rounds = 1;
+  bool warmup = false, check = false, json = false;
+};
+
+// One client's reply as it streamed.
+struct Reply {
+  std::vector<int32_t> ids;
+  Clock::time_point sent, first, last;
+  bool gotFirst = false;
+  std::string error;
+};
+
+class TimingSink final : public rpc::TokenSink::Server {
+ public:
+  explicit TimingSink(Reply& reply) : reply_(reply) {}
+  kj::Promise<void> tokens(TokensContext context) override {
+    const auto now = Clock::now();
+    const auto ids = context.getParams().getIds();
+    if (ids.size() > 0) {
+      if (!reply_.gotFirst) {
+        reply_.first = now;
+        reply_.gotFirst = true;
+      }
+      reply_.last = now;
+    }
+    return kj::READY_NOW;
+  }
+
+ private:
+  Reply& reply_;
+};
+
+// Prompt `i`: P token ids drawn from the vocabulary with a fixed seed, different per client so
+// that no client's prompt is a follow-up of another's (the daemon's idle sessions would skip it).
+// `salt` makes each round's prompts new as well.
+std::vector<int32_t> promptFor(int i, int tokens, uint32_t vocab, uint32_t salt) {
+  std::mt19937 rng(1234567u + uint32_t(i) * 7919u + salt * 104729u);
+  std::vector<int32_t> ids;
+  for (int t = 0; t < tokens; t++) ids.push_back(int32_t(1 + rng() % (vocab - 1)));
+  return ids;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t k = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size() - 1) + 0.5));
+  return v[k];
+}
+
+struct RoundResult {
+  double wallSeconds = 0;
+  double aggregate = 0;  // generated tokens over the wall time, all clients
+  double decode = 0;     // tokens after each first over the span from the first first token to the last token
+  std::vector<double> ttftMs, tpotMs;
+  double busy = -1;  // the devices' mean utilisation over the round, where the daemon reports it
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::string> errors;
+};
+
+// N clients at once, each on its own connection.
+RoundResult runRound(const Options& o, const std::string& socket, const std::string& model, int n, uint32_t vocab,
+                     uint32_t salt, kj::AsyncIoContext& io) {
+  std::vector<kj::Own<client::DaemonConnection>> conns;
+  for (int i = 0; i < n; i++) conns.push_back(client::DaemonConnection::connect(*io.lowLevelProvider, socket));
+  auto busyConn = client::DaemonConnection::connect(*io.lowLevelProvider, socket);
+  std::vector<Reply> replies(static_cast<size_t>(n));
+  kj::Vector<kj::Promise<void>> calls;
+  const auto start = Clock::now();
+  for (int i = 0; i < n; i++) {
+    auto req = conns[size_t(i)]->daemon().generateRequest();
+    auto r = req.initRequest();
+    r.setModel(model);
+    const auto prompt = promptFor(i, o.promptTokens, vocab, salt);
+    auto t = r.initPrompt().initTokens(uint32_t(prompt.size()));
+    for (size_t k = 0; k < prompt.size(); k++) t.set(uint32_t(k), prompt[k]);
+    r.setMaxTokens(uint32_t(o.genTokens));
+    r.setIgnoreEndOfGeneration(true);
+    Reply& reply = replies[size_t(i)];
+    req.setSink(kj::heap<TimingSink>(reply));
+    reply.sent = Clock::now();
+    calls.add(req.send().then(
+        [&reply](capnp::Response<rpc::Daemon::GenerateResults>&& resp) {
+          for (int32_t id : resp.getTokens()) reply.ids.push_back(id);
+          if (!reply.gotFirst) reply.first = reply.last = Clock::now();
+        },
+        [&reply](kj::Exception&& e) { reply.error = e.getDescription().cStr(); }));
+  }
+  // The devices' utilisation, read every 200 ms while the clients run.
+  std::vector<double> busy;
+  bool done = false;
+  auto all = kj::joinPromises(calls.releaseAsArray()).then([&done] { done = true; });
+  auto sampleBusy = [&](auto& self) -> kj::Promise<void> {
+    return io.provider->getTimer().afterDelay(200 * kj::MILLISECONDS).then([&] {
+      if (done) return kj::Promise<void>(kj::READY_NOW);
+      return busyConn->daemon().devicesRequest().send().then([&](capnp::Response<rpc::Daemon::DevicesResults>&& resp) {
+        for (auto d : resp.getDevices()) {
+          const float u = d.getTelemetry().getUtilization();
+          if (d.getOnline() && u == u && u > 0) busy.push_back(u);
+        }
+        return self(self);
+      });
+    });
+  };
+  auto sampler = sampleBusy(sampleBusy).eagerlyEvaluate([](kj::Exception&&) {});
+  all.wait(io.waitScope);
+  const auto end = Clock::now();
+
+  RoundResult out;
+  out.wallSeconds = std::chrono::duration<double>(end - start).count();
+  size_t tokens = 0, decodeTokens = 0;
+  Clock::time_point firstFirst = end, lastLast = start;
+  for (const Reply& r : replies) {
+    out.ids.push_back(r.ids);
+    out.errors.push_back(r.error);
+    tokens += r.ids.size();
+    if (r.ids.empty()) continue;
+    out.ttftMs.push_back(std::chrono::duration<double, std::milli>(r.first - r.sent).count());
+    if (r.ids.size() > 1) {
+      out.tpotMs.push_back(std::chrono::duration<double, std::milli>(r.last - r.first).count() /
+                           double(r.ids.size() - 1));
+    }
+    decodeTokens += r.ids.size() - 1;
+    firstFirst = std::min(firstFirst, r.first);
+    lastLast = std::max(lastLast, r.last);
+  }
+  out.aggregate = double(tokens) / out.wallSeconds;
+  const double span = std::chrono::duration<double>(lastLast - firstFirst).count();
+  out.decode = span > 0 ? double(decodeTokens) / span : 0;
+  if (!busy.empty()) {
+    double sum = 0;
+    for (double b : busy) sum += b;
+    out.busy = sum / double(busy.size());
+  }
+  return out;
+}
+
+// A jitllmd of our own on a private socket, stopped (SIGTERM, then waited for) on destruction.
+class OwnDaemon {
+ public:
+  OwnDaemon(const Options& o) {
+    dir_ = std::filesystem::temp_directory_path() / ("jitllm-serve-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    socket_ = (dir_ / "jitllmd.sock").string();
+    // Defaults only: an empty config of our own rather than the user's.
+    const std::string config = (dir_ / "jitllmd.conf").string();
+    std::FILE* empty = std::fopen(config.c_str(), "w");
+    if (empty) std::fclose(empty);
+    // The jitllmd built beside this tool.
+    std::string daemon = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "jitllmd";
+    std::vector<std::string> args = {daemon,        "--socket", socket_,    "--devices", o.devices,
+                                     "--log-level", "warn",     "--config", config};
+    if (o.threads > 0) {
+      args.push_back("--threads");
+      args.push_back(std::to_string(o.threads));
+    }
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    // Connected once the socket answers.
+    for (int i = 0; i < 600; i++) {
+      try {
+        auto c = client::Client::connect(socket_);
+        return;
+      } catch (const client::Error&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    throw std::runtime_error("jitllmd did not start on " + socket_);
+  }
+  ~OwnDaemon() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::string& socket() const { return socket_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+std::vector<int> parseCounts(const std::string& text) {
+  std::vector<int> out;
+  for (int32_t v : parseTokenIds(text)) {
+    if (v < 1 || v > 4096) throw UsageError("-c takes client counts from 1 to 4096");
+    out.push_back(v);
+  }
+  if (out.empty()) throw UsageError("-c takes at least one client count");
+  return out;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  CommandLine args(argc, argv);
+  while (!args.done()) {
+    const std::string a = args.take();
+    if (a == "--socket") {
+      o.socket = args.value(a);
+    } else if (a == "--start") {
+      o.start = args.value(a);
+    } else if (a == "--devices") {
+      o.devices = args.value(a);
+    } else if (a == "--threads") {
+      o.threads = args.number<int>(a);
+    } else if (a == "--model") {
+      o.model = args.value(a);
+    } else if (a == "-c") {
+      o.clients = parseCounts(args.value(a));
+    } else if (a == "-p") {
+      o.promptTokens = args.number<int>(a);
+    } else if (a == "-n") {
+      o.genTokens = args.number<int>(a);
+    } else if (a == "-r") {
+      o.rounds = args.number<int>(a);
+    } else if (a == "--warmup") {
+      o.warmup = true;
+    } else if (a == "--check") {
+      o.check = true;
+    } else if (a == "--json") {
+      o.json = true;
+    } else {
+      throw UsageError("unknown option '" + a + "'");
+    }
+  }
+  if (o.promptTokens < 1 || o.genTokens < 1 || o.rounds < 1) throw UsageError("-p, -n and -r must be at least 1");
+  if (!o.start.empty() && !o.socket.empty()) throw UsageError("--socket or --start, not both");
+
+  std::unique_ptr<OwnDaemon> own;
+  std::string socket = o.socket;
+  if (!o.start.empty()) {
+    own = std::make_unique<OwnDaemon>(o);
+    socket = own->socket();
+  }
+  uint32_t vocab = 0;
+  std::string model = o.model;
+  {
+    auto c = client::Client::connect(socket);
+    if (!o.start.empty()) {
+      client::LoadOptions lo;
+      lo.name = o.model.empty() ? "bench" : o.model;
+      model = c.load(o.start, lo).name;
+    }
+    const auto models = c.models();
+    if (model.empty()) {
+      if (models.size() != 1)
+        throw UsageError("name the model with --model (the daemon has " + std::to_string(models.size()) + " loaded)");
+      model = models[0].name;
+    }
+    for (const auto& m : models) {
+      if (m.name == model) vocab = m.vocabSize;
+    }
+    if (vocab == 0) throw UsageError("no model '" + model + "' is loaded");
+  }
+
+  auto io = kj::setupAsyncIo();
+  bool mismatch = false;
+  if (!o.json) {
+    std::printf("# jitllm-serve-bench: model %s, %d prompt tokens, %d generated per client\n", model.c_str(),
+                o.promptTokens, o.genTokens);
+    std::printf(
+        "| clients | aggregate tok/s | decode tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | busy "
+        "|\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  }
+  for (int n : o.clients) {
+    std::vector<std::vector<int32_t>> alone;
+    if (o.check) {
+      // Each prompt answered with nothing else running: the reference.
+      for (int i = 0; i < n; i++) {
+        auto conn = client::DaemonConnection::connect(*io.lowLevelProvider, socket);
+        auto req = conn->daemon().generateRequest();
+        req.initRequest().setModel(model);
+        const auto prompt = promptFor(i, o.promptTokens, vocab, 0);
+        auto t = req.getRequest().initPrompt().initTokens(uint32_t(prompt.size()));
+        for (size_t k = 0; k < prompt.size(); k++) t.set(uint32_t(k), prompt[k]);
+        req.getRequest().setMaxTokens(uint32_t(o.genTokens));
+        req.getRequest().setIgnoreEndOfGeneration(true);
+        Reply unused;
+        req.setSink(kj::heap<TimingSink>(unused));
+        auto resp = req.send().wait(io.waitScope);
+        std::vector<int32_t> ids;
+        for (int32_t id : resp.getTokens()) ids.push_back(id);
+        alone.push_back(std::move(ids));
+      }
+    }
+    // Fresh prompts every round (an idle session holding one would skip its prefill), but the
+    // checked round asks the prompts answered alone.
+    uint32_t salt = o.check ? 0 : 1000u * uint32_t(n);
+    if (o.warmup) runRound(o, socket, model, n, vocab, ++salt + 500, io);
+    RoundResult best;
+    for (int round = 0; round < o.rounds; round++) {
+      RoundResult r = runRound(o, socket, model, n, vocab, o.check ? 0 : ++salt, io);
+      if (round == 0 || r.aggregate > best.aggregate) best = std::move(r);
+    }
+    size_t failed = 0, wrong = 0;
+    for (int i = 0; i < n; i++) {
+      if (!best.errors[size_t(i)].empty()) {
+        failed++;
+        std::fprintf(stderr, "client %d: %s\n", i, best.errors[size_t(i)].c_str());
+      } else if (o.check && best.ids[size_t(i)] != alone[size_t(i)]) {
+        wrong++;
+        std::fprintf(stderr, "client %d: its %zu tokens differ from the same prompt's reply alone\n", i,
+                     best.ids[size_t(i)].size());
+      }
+    }
+    mismatch |= failed > 0 || wrong > 0;
+    const double ttft50 = percentile(best.ttftMs, 50), ttft99 = percentile(best.ttftMs, 99);
+    const double tpot50 = percentile(best.tpotMs, 50), tpot99 = percentile(best.tpotMs, 99);
+    if (o.json) {
+      std::printf(
+          "{\"clients\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, \"aggregate_tok_s\": %.1f, "
+          "\"decode_tok_s\": %.1f, \"ttft_ms_p50\": %.2f, \"ttft_ms_p99\": %.2f, \"tpot_ms_p50\": %.3f, "
+          "\"tpot_ms_p99\": %.3f, \"device_busy\": %s, \"failed\": %zu, \"mismatched\": %zu}\n",
+          n, o.promptTokens, o.genTokens, best.aggregate, best.decode, ttft50, ttft99, tpot50, tpot99,
+          best.busy < 0 ? "null" : std::to_string(best.busy).c_str(), failed, wrong);
+    } else {
+      std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %s |\n", n, best.aggregate, best.decode, ttft50,
+                  ttft99, tpot50, tpot99, best.busy < 0 ? "-" : (std::to_string(int(best.busy * 100)) + "%").c_str());
+    }
+    if (o.check && !o.json) {
+      std::printf("# check at %d clients: %zu failed, %zu differ from the reply alone\n", n, failed, wrong);
+    }
+  }
+  return mismatch ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace jitllm::tools
+
+int main(int argc, char** argv) {
+  return jitllm::tools::runTool("jitllm-serve-bench", jitllm::tools::kUsage, jitllm::tools::run, argc, argv);
+}
