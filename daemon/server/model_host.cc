@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "daemon/server/reply_wakeups.h"
 #include "engine/chat/stop_strings.h"
 #include "engine/kv/host_kv.h"
 #include "engine/runtime/unit_range.h"
@@ -812,6 +813,8 @@ void ModelHost::workerLoop() {
     }
     const DeviceLocks locks(touched);
     locks_ = &locks;
+    // Every reply this iteration feeds reaches the RPC thread in one wake-up, at its end.
+    const ReplyWakeups::StepScope deliverTogether;
     for (Device* d : touched) {
       if (d && std::find(usedDevices_.begin(), usedDevices_.end(), d) == usedDevices_.end()) usedDevices_.push_back(d);
     }

@@ -111,7 +111,7 @@ void RpcListener::admit(kj::AuthenticatedStream&& accepted) {
   auto guarded = kj::heap<GuardedStream>(accepted.stream.downcast<kj::AsyncCapabilityStream>(), inflight_);
   auto activity = std::make_shared<ConnectionActivity>();
   auto connection = kj::heap<Connection>(kj::mv(guarded), peer, activity,
-                                         kj::heap<DaemonService>(core_, background_, peer, activity));
+                                         kj::heap<DaemonService>(core_, background_, wakeups_, peer, activity));
   connections_++;
   mine++;
   spdlog::debug("client connected: uid {} pid {}", peer.uid, peer.pid);

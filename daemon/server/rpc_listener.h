@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 
+#include "daemon/server/reply_wakeups.h"
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
 #include "daemon/server/guarded_stream.h"
@@ -60,6 +61,7 @@ class RpcListener final {
   DaemonCore& core_;
   BackgroundThreads& background_;
   kj::Timer& timer_;
+  ReplyWakeups wakeups_;  // before tasks_: the connections' replies hold its promises
   kj::Own<kj::ConnectionReceiver> listener_;
   std::shared_ptr<InflightBudget> inflight_;
   kj::TaskSet tasks_;

@@ -198,8 +198,9 @@ class GenerationStream final {
  public:
   static constexpr size_t kMaxChunksInFlight = 4;
 
-  GenerationStream(std::shared_ptr<GenerationJob> job, rpc::TokenSink::Client sink, DaemonCore& core)
-      : job_(std::move(job)), sink_(kj::mv(sink)), reply_(core.replyStarted()) {}
+  GenerationStream(std::shared_ptr<GenerationJob> job, rpc::TokenSink::Client sink, DaemonCore& core,
+                   ReplyWakeups& wakeups)
+      : job_(std::move(job)), sink_(kj::mv(sink)), reply_(core.replyStarted()), wakeups_(wakeups) {}
   // Dropping the stream (the call was cancelled or the client left) cancels the job.
   ~GenerationStream() { job_->cancel(); }
 
@@ -228,7 +229,7 @@ class GenerationStream final {
       auto all = kj::joinPromises(pending.releaseAsArray());
       return all.then([batch = kj::mv(batch)]() mutable { return kj::mv(batch); });
     }
-    auto [more, waker] = crossThreadWaker();
+    auto [more, waker] = wakeups_.arm();
     job_->setWaker(waker);
     return more.then([this] { return run(); });
   }
@@ -241,6 +242,7 @@ class GenerationStream final {
   rpc::TokenSink::Client sink_;
   std::deque<kj::Promise<void>> inFlight_;
   DaemonCore::ReplyGuard reply_;  // counted until the reply is sent, so a drain waits for it
+  ReplyWakeups& wakeups_;
   std::vector<int32_t> allIds_;
   std::string allText_;
 };
@@ -302,9 +304,9 @@ int dupFd(int fd) {
 
 }  // namespace
 
-DaemonService::DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer,
-                             std::shared_ptr<ConnectionActivity> activity)
-    : core_(core), background_(background), peer_(peer), activity_(std::move(activity)) {}
+DaemonService::DaemonService(DaemonCore& core, BackgroundThreads& background, ReplyWakeups& wakeups,
+                             PeerCredentials peer, std::shared_ptr<ConnectionActivity> activity)
+    : core_(core), background_(background), wakeups_(wakeups), peer_(peer), activity_(std::move(activity)) {}
 
 kj::Promise<void> DaemonService::version(VersionContext context) {
   auto v = context.getResults().initVersion();
@@ -490,7 +492,7 @@ kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host
   host->submit(job, core_.access().isAdmin(peer_.uid) ? SIZE_MAX : cfg.maxSessionsPerUid);
   activity_->generations++;
   auto busy = kj::defer([activity = activity_] { activity->generations--; });
-  auto stream = kj::heap<GenerationStream>(job, kj::mv(sink), core_);
+  auto stream = kj::heap<GenerationStream>(job, kj::mv(sink), core_, wakeups_);
   auto& s = *stream;
   return s.run()
       .then([&s, reply = kj::mv(reply)](GenerationJob::Batch last) mutable {

@@ -6,7 +6,8 @@
 // stream back through their GenerationJob (see generation_job.h). Dropping a generate/chat call
 // cancels it.
 //
-// Ownership: borrows the DaemonCore and the BackgroundThreads, which outlive every connection.
+// Ownership: borrows the DaemonCore, the BackgroundThreads and the RPC thread's ReplyWakeups, which
+// outlive every connection.
 // Thread-safety: RPC thread only.
 #pragma once
 
@@ -16,6 +17,7 @@
 
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
+#include "daemon/server/reply_wakeups.h"
 #include "jitllm/jitllm.capnp.h"
 
 namespace jitllm::server {
@@ -30,7 +32,7 @@ struct ConnectionActivity {
 
 class DaemonService final : public rpc::Daemon::Server {
  public:
-  DaemonService(DaemonCore& core, BackgroundThreads& background, PeerCredentials peer,
+  DaemonService(DaemonCore& core, BackgroundThreads& background, ReplyWakeups& wakeups, PeerCredentials peer,
                 std::shared_ptr<ConnectionActivity> activity = std::make_shared<ConnectionActivity>());
 
   kj::Promise<void> version(VersionContext context) override;
@@ -56,6 +58,7 @@ class DaemonService final : public rpc::Daemon::Server {
 
   DaemonCore& core_;
   BackgroundThreads& background_;
+  ReplyWakeups& wakeups_;
   const PeerCredentials peer_;
   std::shared_ptr<ConnectionActivity> activity_;
 };

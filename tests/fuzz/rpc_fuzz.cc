@@ -88,7 +88,7 @@ struct World {
   }
 
   std::vector<int32_t> probe(kj::WaitScope& ws) {
-    rpc::Daemon::Client admin = kj::heap<server::DaemonService>(*core, background, server::PeerCredentials{0, 0});
+    rpc::Daemon::Client admin = kj::heap<server::DaemonService>(*core, background, wakeups, server::PeerCredentials{0, 0});
     auto req = admin.generateRequest();
     req.initRequest().setModel(kModel);
     req.getRequest().initPrompt().setText("Once upon a time");
@@ -101,6 +101,7 @@ struct World {
   }
 
   kj::AsyncIoContext io = kj::setupAsyncIo();
+  server::ReplyWakeups wakeups;  // after io: it lives on io's event loop
   server::BackgroundThreads background;
   std::unique_ptr<DaemonCore> core;
   std::vector<int32_t> expected;
@@ -310,7 +311,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<capnp::word> words((size - 2) / sizeof(capnp::word));
   if (!words.empty()) std::memcpy(words.data(), data + 2, words.size() * sizeof(capnp::word));
   rpc::Daemon::Client d =
-      kj::heap<server::DaemonService>(*w.core, w.background, server::PeerCredentials{admin ? 0u : 12345u, 1});
+      kj::heap<server::DaemonService>(*w.core, w.background, w.wakeups, server::PeerCredentials{admin ? 0u : 12345u, 1});
   try {
     capnp::ReaderOptions limits;
     limits.traversalLimitInWords = 1 << 16;
