@@ -185,4 +185,33 @@ TEST(JitllmMkmodel, TheSameSeedGivesTheSameBytesAndTheModelRuns) {
   for (const auto& p : {a, b, c}) std::filesystem::remove(p);
 }
 
+// The serving benchmark's correctness mode through a jitllmd of its own (CI: CPU, stories260K):
+// every reply at 1 and 4 concurrent clients is checked against its prompt answered alone.
+TEST(JitllmServeBench, EveryReplyAtOneAndFourClientsIsTheOneItsPromptGetsAlone) {
+#ifndef JITLLM_HAVE_SERVE_BENCH
+  GTEST_SKIP() << "jitllm-serve-bench is built only with the daemon's dependencies";
+#else
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  auto r =
+      run(bin("jitllm-serve-bench") + " --start " + stories() + " --threads 1 -c 1,4 -p 16 -n 48 --check --json", 600);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("{", 0) == 0) lines.push_back(l);
+  }
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_NE(lines[0].find("\"clients\": 1,"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("\"clients\": 4,"), std::string::npos) << lines[1];
+  for (const auto& l : lines) {
+    EXPECT_NE(l.find("\"failed\": 0,"), std::string::npos) << l;
+    EXPECT_NE(l.find("\"mismatched\": 0}"), std::string::npos) << l;
+    EXPECT_NE(l.find("\"generated_tokens\": 48,"), std::string::npos) << l;
+  }
+  // And a bad command line is refused with the usage.
+  auto bad = run(bin("jitllm-serve-bench") + " -c 0");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+#endif
+}
+
 }  // namespace
