@@ -56,6 +56,7 @@ void writeJson(JsonWriter& j, const client::ModelInfo& m) {
     j.endArray();
   }
   j.field("parkedKvBytes", m.parkedKvBytes);
+  j.field("state", m.state);
   j.field("chatTemplate", m.chatTemplate).field("loadedUnixMs", m.loadedUnixMs);
   j.key("layerStates").beginArray();
   for (const auto& l : m.layerStates) writeJson(j, l);

@@ -143,6 +143,22 @@ struct AttentionBatch {
   const uint8_t* const* const* pageTables = nullptr;  // host, per token: page addresses
 };
 
+// What a model's steps will run on a device, for Device::prepareKernels: every shape an op of a
+// step can take there, at any token count from 1 to maxTokens.
+struct KernelWorkload {
+  // The matrices of each matmuls() call (one matrix: a plain matmul), in the order passed.
+  std::vector<std::vector<WeightRef>> products;
+  std::vector<WeightRef> tables;  // getRows' tables (token embeddings; f32 rows the head gathers)
+  struct Attention {
+    int heads = 0;
+    KvLayout kv;
+  };
+  std::vector<Attention> attention;  // with ropeAndStore's and kvStore's shapes
+  int64_t maxTokens = 1;             // the most tokens one op of a step takes
+  bool elementwise = false;          // rmsNorm, swiglu, add, rope
+  bool candidates = false;           // selectCandidates (the head)
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -243,6 +259,13 @@ class Device {
   // the host and selected there; a GPU selects on the device and copies back only the candidates.
   virtual void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
                                 int32_t* ids, float* values, int64_t stride);
+
+  // Makes ready every kernel `workload` can meet, before a step needs it: a backend that compiles
+  // kernels at run time compiles them now - in parallel where it can, from its disk cache where it
+  // has them - so no request waits for a compile. Returns how many it had to make (0: all were
+  // ready). Default: nothing to make (kernels compiled in). Ops still make a kernel a workload
+  // did not foresee, when they meet it.
+  virtual size_t prepareKernels(const KernelWorkload& workload) { return 0; }
 
   // Threads that share a device (two models' workers on one GPU, a load binding weights there)
   // take turns through this mutex, with DeviceLocks.

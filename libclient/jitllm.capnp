@@ -94,6 +94,8 @@ struct ModelInfo {
   idleSessions @15 :List(SessionInfo);  # finished replies kept so a follow-up continues them
                                         # (docs/daemon.md), least recently used first
   parkedKvBytes @16 :UInt64;    # idle sessions' KV parked in host RAM
+  state @17 :Text;              # "preparing kernels" while load makes its kernels ready
+                                # (requests wait), then "ready"
 }
 
 struct SessionPages {

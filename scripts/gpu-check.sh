@@ -11,9 +11,14 @@ in $OUT/logs/, packed into $OUT/logs.tgz at the end (a call brings back 8 files 
 .devshared, and .peer for llama.cpp (both made by scripts/prepare-gpu-carry.sh), e.g.
   run(command="bash scripts/gpu-check.sh all", carry=[".devshared", ".peer"], timeout_s=600)
 Modes:
-  tests     all CUDA tests (cuda_tests), then runtime_tests and migration_tests
+  tests     all CUDA tests (cuda_tests), then runtime_tests, migration_tests, the backend
+            conformance suite and the step loop's batching tests
   sanitize  compute-sanitizer memcheck, then racecheck, of cuda_tests, each stopped after SANITIZE_LIMIT
   bench     tools/bench/run CASES: jitllm-bench, llama-bench (built from .peer meanwhile) alternating
+  peer      start building llama.cpp (llama-bench, llama-batched-bench) and return: it goes on after
+            the call, for a later call on the still-warm machine (bench, serve) to use
+  serve     carried .carry-serve binaries (prepare-gpu-carry.sh --serve): load time and first TTFT
+            on a cold and a warm kernel cache, in-process tg, then tools/bench/run SERVE_CASES
   profile   GPU time per op (JITLLM_CUDA_PROFILE=1) of pp512 and tg64; with NCU_KERNEL, Nsight Compute
   migrate   migration tests; jitllm-migrate-bench cuda:0<->cuda:1 (two GPUs) and cuda:0<->cpu:0
   vulkan    carried binaries (.carry, .gl; see vulkan()): vulkan_tests, then vulkan:0 beside cuda:0
@@ -26,6 +31,7 @@ Environment (all optional):
   RACECHECK_FILTER  sanitize: racecheck's tests (default *Attention*:*TensorCore*)
   SANITIZE_LIMIT    sanitize: seconds for each tool; a timeout is reported, not a failure (default 150)
   CASES             bench: tools/bench/run's cases or patterns (default "cuda-1b-q4km cuda-3b-q4km")
+  SERVE_CASES       serve: tools/bench/run's serve cases (default "cuda-1b-q4km-serve cuda-3b-q4km-serve")
   REPS              bench: repetitions of each measurement instead of each case's REPS
   PROFILE_MODEL     profile: 1b or 3b, the Llama-3.2 shape in Q4_K_M with random weights (default 1b)
   NCU_KERNEL        profile: a regex of kernel names for Nsight Compute's full set (default: no ncu)
@@ -53,9 +59,10 @@ MEMCHECK_FILTER=${MEMCHECK_FILTER:-CudaOps.*:*Attention*:*TensorCore*:*Gather*:*
 RACECHECK_FILTER=${RACECHECK_FILTER:-*Attention*:*TensorCore*}
 SANITIZE_LIMIT=${SANITIZE_LIMIT:-150}
 CASES=${CASES:-cuda-1b-q4km cuda-3b-q4km}
+read -ra SERVE_CASES <<< "${SERVE_CASES:-cuda-1b-q4km-serve cuda-3b-q4km-serve}"
 PROFILE_MODEL=${PROFILE_MODEL:-1b}
 export JITLLM_CACHE_DIR=/tmp/jitllm-cache
-start=$SECONDS peer="" failed=()
+start=$SECONDS failed=()
 
 # build TARGET...: configure once, build the targets; a failed build ends the call.
 build() {
@@ -67,15 +74,28 @@ build() {
   fi
 }
 
-# llama.cpp (CUDA, sm_90) from the carried bundle into $PEER, in the background ($peer).
+# llama.cpp (CUDA, sm_90: llama-bench, llama-batched-bench) from the carried bundle into $PEER, in
+# its own process session so that it outlives this call when a later call on the still-warm machine
+# is to use it ("peer" mode); waitLlamaCpp waits for it, whoever started it. Log: $PEER_LOG.
+PEER_LOG=/tmp/peer-setup.log
 startLlamaCpp() {
-  [ -f .peer/llama.cpp.bundle ] || { echo "no .peer/llama.cpp.bundle carried: bench runs jitllm alone"; return 0; }
-  (
-    JITLLM_PEER_DIR=$PEER JITLLM_PEER_BUNDLE=$PWD/.peer/llama.cpp.bundle PEER_TARGETS=llama-bench \
-      PEER_CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" bash "$SHARED/peer/setup" > "$LOGS/peer-setup.log" 2>&1
-    echo "exit $?" >> "$LOGS/peer-setup.log"
-  ) &
-  peer=$!
+  [ -x $PEER/bin/llama-batched-bench ] && { echo "llama.cpp: already built in $PEER"; return 0; }
+  [ -f $PEER_LOG ] && ! grep -q "^exit" $PEER_LOG && { echo "llama.cpp: a build is under way"; return 0; }
+  [ -f .peer/llama.cpp.bundle ] || { echo "no .peer/llama.cpp.bundle carried: llama.cpp is left out"; return 0; }
+  : > $PEER_LOG
+  # Copies of what it reads: a later call replaces this working tree while it builds.
+  rm -rf /tmp/peer-src && mkdir -p /tmp/peer-src && cp -r "$SHARED/peer" .peer/llama.cpp.bundle /tmp/peer-src/
+  setsid bash -c "JITLLM_PEER_DIR=$PEER JITLLM_PEER_BUNDLE=/tmp/peer-src/llama.cpp.bundle \
+    PEER_TARGETS='llama-bench llama-batched-bench' PEER_CMAKE_ARGS='-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90' \
+    bash /tmp/peer-src/peer/setup >> $PEER_LOG 2>&1; echo exit \$? >> $PEER_LOG" < /dev/null > /dev/null 2>&1 &
+}
+
+waitLlamaCpp() {
+  [ -f $PEER_LOG ] || return 0
+  local waited=0
+  while ! grep -q "^exit" $PEER_LOG && ((waited < 480)); do sleep 2; waited=$((waited + 2)); done
+  cp $PEER_LOG "$LOGS/peer-setup.log"
+  echo "llama.cpp: $(grep "^exit" $PEER_LOG || echo "still building after ${waited} s") at $((SECONDS - start)) s"
 }
 
 # makeModel SHAPE TYPE: a random-weight model, made once; prints its path (tools/bench/run's cache).
@@ -101,6 +121,8 @@ runTests() {
   gtest cuda_tests --gtest_filter="${TEST_FILTER:-*}" || rc=1
   gtest runtime_tests || rc=1
   gtest migration_tests || rc=1
+  gtest backend_conformance_tests || rc=1
+  gtest step_loop_tests || rc=1
   return $rc
 }
 
@@ -118,10 +140,7 @@ sanitize() {
 bench() {
   local args=(--logs "$LOGS/bench") cases
   [ -n "${REPS:-}" ] && args+=(-r "$REPS")
-  if [ -n "$peer" ]; then
-    wait "$peer"
-    echo "llama.cpp: $(tail -1 "$LOGS/peer-setup.log") at $((SECONDS - start)) s"
-  fi
+  waitLlamaCpp
   [ -x $PEER/bin/llama-bench ] || args+=(--jitllm-only)
   read -ra cases <<< "$CASES"
   JITLLM_BIN=$BIN JITLLM_SHARED_DIR=$SHARED JITLLM_BENCH_MODELS=$MODELS LLAMA_BENCH=$PEER/bin/llama-bench \
@@ -150,6 +169,34 @@ profile() {
   "$ncu" --import "$LOGS/ncu.ncu-rep" --page details > "$LOGS/ncu-details.txt" 2>&1
   grep -E "^  [A-Za-z_]+.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit|Mem Busy" \
     "$LOGS/ncu-details.txt" | sed 's/  */ /g' | head -40
+}
+
+# Serving through jitllmd with the carried binaries (.carry-serve: the daemon needs Cap'n Proto and
+# libsystemd, which this machine lacks; scripts/prepare-gpu-carry.sh --serve builds them).
+serve() {
+  local bin=$PWD/.carry-serve one cache rc=0 args=(--logs "$LOGS/serve")
+  [ -x "$bin/jitllmd" ] || { echo "no .carry-serve carried (scripts/prepare-gpu-carry.sh --serve)"; return 1; }
+  export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  BIN=$bin
+  one=$(makeModel llama-3.2-1b q4_k_m)
+  makeModel llama-3.2-3b q4_k_m > /dev/null
+  # load, and the first request after it returns: on a cold kernel cache, then a warm one.
+  rm -rf /tmp/jitllm-serve-cache
+  for cache in cold warm; do
+    JITLLM_CACHE_DIR=/tmp/jitllm-serve-cache timeout 200 "$bin/jitllm-serve-bench" --start "$one" --devices cuda:0 \
+      -c 1 -p 16 -n 32 > "$LOGS/serve-load-$cache.txt" 2>&1 || rc=1
+    grep "^# load" "$LOGS/serve-load-$cache.txt" | sed "s/^/$cache kernel cache: /"
+  done
+  # One stream in-process, for the daemon's single-stream ratio.
+  timeout 150 "$bin/jitllm-bench" "$one" --devices cuda:0 -p 16 -n 256 -r 3 > "$LOGS/inprocess-1b.txt" 2>&1 || rc=1
+  grep -E "^(pp|tg)[0-9]+ " "$LOGS/inprocess-1b.txt" | sed "s/^/in-process 1b: /"
+  waitLlamaCpp
+  [ -x $PEER/bin/llama-batched-bench ] || args+=(--jitllm-only)
+  JITLLM_BIN=$bin JITLLM_SHARED_DIR=$SHARED JITLLM_BENCH_MODELS=$MODELS LLAMA_BATCHED_BENCH=$PEER/bin/llama-batched-bench \
+    JITLLM_CACHE_DIR=/tmp/jitllm-serve-cache tools/bench/run "${args[@]}" "${SERVE_CASES[@]}" | tee "$OUT/serve.md" || rc=1
+  # The same runs' full figures (TTFT, TPOT, decode rate, device busy) are in the jitllm logs.
+  grep -h '^{"clients"' "$LOGS"/serve/*-jitllm.log 2> /dev/null | tee "$OUT/serve-jitllm.jsonl"
+  return $rc
 }
 
 migrate() {
@@ -195,13 +242,15 @@ vulkan() {
 }
 
 case $mode in
-  tests) steps=("build cuda_tests runtime_tests migration_tests" runTests) ;;
+  tests) steps=("build cuda_tests runtime_tests migration_tests backend_conformance_tests step_loop_tests" runTests) ;;
   sanitize) steps=("build cuda_tests" "sanitize memcheck $MEMCHECK_FILTER" "sanitize racecheck $RACECHECK_FILTER") ;;
   bench) steps=(startLlamaCpp "build jitllm-bench jitllm-mkmodel" bench) ;;
   profile) steps=("build jitllm-bench jitllm-mkmodel" profile) ;;
+  peer) steps=(startLlamaCpp) ;;
+  serve) steps=(startLlamaCpp serve) ;;
   migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
   vulkan) steps=(vulkan) ;;
-  all) steps=(startLlamaCpp "build cuda_tests runtime_tests migration_tests jitllm-bench jitllm-mkmodel" runTests
+  all) steps=(startLlamaCpp "build cuda_tests runtime_tests migration_tests backend_conformance_tests step_loop_tests jitllm-bench jitllm-mkmodel" runTests
     "sanitize memcheck $MEMCHECK_FILTER" "sanitize racecheck $RACECHECK_FILTER" bench) ;;
   *) echo "gpu-check.sh: unknown mode: $mode" >&2; usage >&2; exit 2 ;;
 esac
@@ -214,7 +263,7 @@ if [[ " ${steps[*]} " == *" bench "* ]]; then
     { echo "gpu-check.sh: CASES: unknown case in \"$CASES\" (tools/bench/run --list)" >&2; exit 2; }
 fi
 if ((dry)); then
-  for v in OUT TEST_FILTER MEMCHECK_FILTER RACECHECK_FILTER SANITIZE_LIMIT CASES REPS PROFILE_MODEL NCU_KERNEL NCU_SKIP \
+  for v in OUT TEST_FILTER SERVE_CASES MEMCHECK_FILTER RACECHECK_FILTER SANITIZE_LIMIT CASES REPS PROFILE_MODEL NCU_KERNEL NCU_SKIP \
     NCU_ARGS BUILT_AT; do echo "$v=${!v:-}"; done
   for step in "${steps[@]}"; do echo "step: $step"; done
   exit 0

@@ -7,7 +7,8 @@
 #                ../shared/peer/setup --bundle), for the side-by-side runs that build llama.cpp there.
 # Both are ignored by git (this script adds them to .git/info/exclude), so a fresh checkout lacks
 # them; run this once per checkout, then name them in the call's carry:
-#   bash scripts/prepare-gpu-carry.sh [--no-peer]
+#   .carry-serve/ (--serve) the daemon and tools built here, with the libraries the GPU machine lacks;
+#   bash scripts/prepare-gpu-carry.sh [--no-peer] [--serve]    (the size check counts what is named)
 #   run(command="bash scripts/gpu-check.sh all", carry=[".devshared", ".peer"], timeout_s=600)
 # A call's carried tree is limited to 64 MiB; this checks the total.
 set -euo pipefail
@@ -22,21 +23,45 @@ cp "$SHARED"/vocab/ggml-vocab-llama-bpe.gguf* "$SHARED"/vocab/ggml-vocab-llama-s
 rm -rf .devshared/peer && cp -r "$SHARED/peer" .devshared/peer
 chmod -R u+w .devshared
 
-if [ "${1:-}" != --no-peer ] && [ ! -f .peer/llama.cpp.bundle ]; then
+noPeer=0 serve=0
+for arg in "$@"; do
+  case $arg in
+    --no-peer) noPeer=1 ;;
+    --serve) serve=1 ;;
+    *) echo "usage: scripts/prepare-gpu-carry.sh [--no-peer] [--serve]" >&2; exit 2 ;;
+  esac
+done
+if ((!noPeer)) && [ ! -f .peer/llama.cpp.bundle ]; then
   bash "$SHARED/peer/setup" --bundle .peer > /dev/null
+fi
+
+# --serve: .carry-serve/, the daemon and its tools built here (the GPU machine has no Cap'n Proto
+# or libsystemd to build them), stripped, with the shared libraries they need that the GPU
+# machine lacks in .carry-serve/lib (gpu-check.sh serve puts it on LD_LIBRARY_PATH).
+if ((serve)); then
+  tools=(jitllmd jitllm-serve-bench jitllm-bench jitllm-mkmodel)
+  cmake --build build --target "${tools[@]}" > /dev/null
+  rm -rf .carry-serve && mkdir -p .carry-serve/lib
+  for t in "${tools[@]}"; do strip -o ".carry-serve/$t" "build/bin/$t"; done
+  # Everything but the C and C++ runtimes (newer there) and the CUDA toolkit's own libraries.
+  for t in "${tools[@]}"; do ldd "build/bin/$t"; done | awk '$3 ~ /^\// { print $3 }' | sort -u |
+    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so|/usr/local/cuda' |
+    while read -r lib; do cp -L "$lib" .carry-serve/lib/; done
+  strip --strip-unneeded .carry-serve/lib/*.so*
 fi
 
 exclude=.git/info/exclude
 mkdir -p "$(dirname "$exclude")" && touch "$exclude"
-for path in /.devshared/ /.peer/; do
+for path in /.devshared/ /.peer/ /.carry-serve/; do
   grep -qxF "$path" "$exclude" || echo "$path" >> "$exclude"
 done
 
 # What a call copies: the files git does not ignore, and the carried paths.
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
 paths=(.devshared)
-[ -d .peer ] && paths+=(.peer)
+((noPeer)) || paths+=(.peer)
+((serve)) && paths+=(.carry-serve)
 carried=$(du -scb "${paths[@]}" | tail -1 | cut -f1)
 mib=$(((tree + carried) / 1048576))
-echo "carry: .devshared$([ -d .peer ] && echo ' .peer'); with the tree ${mib} MiB of the 64 MiB a call takes"
-[ "$mib" -lt 63 ] || { echo "too large for one call: carry .devshared alone (--no-peer)" >&2; exit 1; }
+echo "carry: ${paths[*]}; with the tree ${mib} MiB of the 64 MiB a call takes"
+[ "$mib" -lt 63 ] || { echo "too large for one call: carry less (--no-peer)" >&2; exit 1; }

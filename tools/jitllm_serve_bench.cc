@@ -34,6 +34,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: jitllm-serve-bench (--socket PATH | --start MODEL.gguf) [options]
   --socket PATH     a running jitllmd (default: the usual socket rule)
   --start FILE      start a jitllmd of our own on a private socket and load FILE into it
+                    (reported: the load's seconds and the first request's TTFT after it)
   --devices SPEC    with --start: the daemon's devices (default cpu:0)
   --threads N       with --start: threads per CPU device (default: all cores)
   --model NAME      the loaded model to ask (default: the only one, or the one --start loaded)
@@ -296,12 +297,15 @@ int run(int argc, char** argv) {
   }
   uint32_t vocab = 0;
   std::string model = o.model;
+  double loadSeconds = -1;
   {
     auto c = client::Client::connect(socket);
     if (!o.start.empty()) {
       client::LoadOptions lo;
       lo.name = o.model.empty() ? "bench" : o.model;
+      const auto t0 = Clock::now();
       model = c.load(o.start, lo).name;
+      loadSeconds = std::chrono::duration<double>(Clock::now() - t0).count();
     }
     const auto models = c.models();
     if (model.empty()) {
@@ -317,6 +321,17 @@ int run(int argc, char** argv) {
 
   auto io = kj::setupAsyncIo();
   bool mismatch = false;
+  if (loadSeconds >= 0) {
+    // What a user feels right after `load` returns: its time, then the first request's first token
+    // (a compile on the serving path would show here, not in the warm rounds below).
+    const RoundResult first = runRound(o, socket, model, 1, vocab, 7, io);
+    const double ttft = first.ttftMs.empty() ? -1 : first.ttftMs[0];
+    if (o.json) {
+      std::printf("{\"load_s\": %.3f, \"first_request_ttft_ms\": %.2f}\n", loadSeconds, ttft);
+    } else {
+      std::printf("# load %.2f s; the first request after it: TTFT %.1f ms\n", loadSeconds, ttft);
+    }
+  }
   if (!o.json) {
     std::printf("# jitllm-serve-bench: model %s, %d prompt tokens, %d generated per client\n", model.c_str(),
                 o.promptTokens, o.genTokens);

@@ -293,6 +293,20 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
     }
     models_[name] = host;
   }
+  // Its kernels are made before load returns (ps shows it "preparing kernels" meanwhile), so the
+  // first request does not wait for a compile.
+  if (progress) progress("preparing kernels", 2, 3);
+  try {
+    host->waitUntilPrepared();
+  } catch (const Error& e) {
+    {
+      std::lock_guard lock(mutex_);
+      if (models_.count(name) && models_[name] == host) models_.erase(name);
+    }
+    host->shutdown();
+    events_.emit({0, EventKind::kModel, "model.load_failed", name, "", 0, e.what()});
+    throw;
+  }
   if (progress) progress("ready", 3, 3);
   events_.emit({0, EventKind::kModel, "model.loaded", name, "", 0,
                 source + " (" + runtime::architectureName(host->model().config().arch) + ", " +

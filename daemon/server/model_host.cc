@@ -539,6 +539,7 @@ ModelSnapshot ModelHost::snapshot() const {
   s.migrating = migrating_;
   s.pagedOut = pagedOut_;
   s.home = home_;
+  s.state = prepared_ ? "ready" : "preparing kernels";
   return s;
 }
 
@@ -739,7 +740,37 @@ void ModelHost::parkIdle(const std::string& reason) {
   spdlog::info("model '{}': {}", name_, what);
 }
 
+void ModelHost::prepareKernels() {
+  std::optional<Error> failed;
+  size_t made = 0;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    made = model_->prepareKernels();
+  } catch (const Error& e) {
+    failed = e;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!failed) spdlog::info("model '{}': {} kernel modules made ready in {:.2f} s", name_, made, seconds);
+  {
+    std::lock_guard lock(mutex_);
+    prepared_ = true;
+    prepareError_ = failed;
+    kernelsMade_ = made;
+  }
+  publish({});
+  changed_.notify_all();
+}
+
+size_t ModelHost::waitUntilPrepared() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return prepared_; });
+  if (prepareError_) throw *prepareError_;
+  return kernelsMade_;
+}
+
 void ModelHost::workerLoop() {
+  // Nothing runs before the model's kernels are ready: requests submitted meanwhile wait.
+  prepareKernels();
   std::vector<std::unique_ptr<Active>> active;
   runtime::StepLoop::Options loopOptions;
   loopOptions.prefillChunk = kPrefillChunk;

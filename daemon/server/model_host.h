@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -93,6 +94,9 @@ struct ModelSnapshot {
   // still run where they are, from the file); `home` is where they ran before, per unit.
   bool pagedOut = false;
   std::vector<std::string> home;
+  // "preparing kernels" from the load until every kernel its steps can meet is ready (requests
+  // submitted meanwhile wait), then "ready".
+  std::string state;
 };
 
 class ModelHost final {
@@ -142,6 +146,9 @@ class ModelHost final {
   void deviceLost(Device& lost, Device& fallback, const std::string& why, std::function<void()> done = {});
 
   ModelSnapshot snapshot() const;
+  // Blocks until the worker has made the model's kernels ready on its devices (its first act, see
+  // Model::prepareKernels) and returns how many it made; rethrows the error that stopped it.
+  size_t waitUntilPrepared();
   size_t jobCount() const;
   // Stops accepting jobs; running ones fail with DISCONNECTED; joins the worker.
   void shutdown();
@@ -153,6 +160,8 @@ class ModelHost final {
   struct RunningMigration;
   struct Idle;
   void workerLoop();
+  // The worker's first act: the model's kernels made ready (prepared_, prepareError_).
+  void prepareKernels();
   // One slice of the migration in progress (or its start or commit); worker thread only.
   void serviceMigration();
   // The running migration is over (done, failed or never started): drop it, and say whether
@@ -227,6 +236,9 @@ class ModelHost final {
   size_t publishedParkedBytes_ = 0;
   bool pagedOut_ = false;  // see ModelSnapshot::pagedOut
   std::vector<std::string> home_;
+  bool prepared_ = false;              // prepareKernels() has run (guarded by mutex_)
+  std::optional<Error> prepareError_;  // ... and failed
+  size_t kernelsMade_ = 0;
   bool stopping_ = false;
   bool pokes_ = false;  // something happened the worker should look at
   std::thread worker_;

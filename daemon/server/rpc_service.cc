@@ -189,6 +189,7 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
   fill(snap.sessions, [&](uint32_t n) { return b.initSessions(n); });
   fill(snap.idle, [&](uint32_t n) { return b.initIdleSessions(n); });
   b.setParkedKvBytes(snap.parkedKvBytes);
+  b.setState(text(snap.state));
 }
 
 // Streams one job's output to the client's sink until it finishes, then fills the results.

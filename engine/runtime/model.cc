@@ -182,9 +182,60 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
   return b;
 }
 
-void Model::warmUp(int u, BoundUnit& b) {
+KernelWorkload Model::kernelWorkload(int u, const BoundUnit& b) const {
+  KernelWorkload w;
+  w.maxTokens = kMaxStepTokens;
+  w.elementwise = true;
+  if (u == 0) {
+    w.tables.push_back(b.table);
+  } else if (u == unitCount() - 1) {
+    w.products.push_back({b.table});
+    // The rows that asked for logits, gathered out of a mixed step (Model::step): f32 rows.
+    const int64_t E = config_.embedding;
+    w.tables.push_back(WeightRef{quant::TensorType::kF32, nullptr, kMaxStepTokens, E, size_t(E) * sizeof(float)});
+    w.candidates = true;
+  } else {
+    w.products = {{b.wq, b.wk, b.wv}, {b.wo}, {b.gate, b.up}, {b.down}};
+    w.attention.push_back({int(config_.heads), kvLayout_});
+  }
+  return w;
+}
+
+size_t Model::prepareKernels(const std::function<void(size_t done, size_t total)>& progress) {
+  // One workload per device, the union of its units': layers share shapes, so each device
+  // compiles every variant once, all in one parallel batch.
+  std::vector<Device*> devices;
+  std::vector<KernelWorkload> workloads;
+  for (int u = 0; u < unitCount(); u++) {
+    const BoundUnit& b = units_[size_t(u)];
+    if (b.streamed) continue;  // its weights move between slots; the first step makes its kernels
+    const KernelWorkload w = kernelWorkload(u, b);
+    auto it = std::find(devices.begin(), devices.end(), b.device);
+    if (it == devices.end()) {
+      devices.push_back(b.device);
+      workloads.push_back(w);
+      continue;
+    }
+    KernelWorkload& all = workloads[size_t(it - devices.begin())];
+    all.products.insert(all.products.end(), w.products.begin(), w.products.end());
+    all.tables.insert(all.tables.end(), w.tables.begin(), w.tables.end());
+    all.attention.insert(all.attention.end(), w.attention.begin(), w.attention.end());
+    all.candidates = all.candidates || w.candidates;
+  }
+  const DeviceLocks locks(devices);
+  size_t made = 0;
+  for (size_t i = 0; i < devices.size(); i++) {
+    made += devices[i]->prepareKernels(workloads[i]);
+    if (progress) progress(i + 1, devices.size());
+  }
+  for (int u = 0; u < unitCount(); u++) warmUp(u, units_[size_t(u)], true);
+  return made;
+}
+
+void Model::warmUp(int u, BoundUnit& b, bool prepared) {
   if (b.streamed) return;  // its weights are not on the device between steps; the first step compiles
   Device& d = *b.device;
+  if (!prepared) d.prepareKernels(kernelWorkload(u, b));
   Workspace& ws = workspace(d, 1);
   if (d.info().caps.kernelsCompiledIn) {
     if (u > 0 && u < unitCount() - 1) kvPool(d);  // what a step there needs, minus running it

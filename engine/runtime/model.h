@@ -117,6 +117,12 @@ class Model final {
   // model is re-placed after the device it ran on went away. For a block, no session may hold
   // KV pages of it any more (Error(FAILED) otherwise). Not during a migration.
   void rebindUnit(int unit, Device& device);
+  // Makes every kernel the model's steps can meet ready where each unit runs (Device::prepareKernels:
+  // compiled ahead, in parallel, for every token count a step can give an op), then runs each unit
+  // once so its workspace is sized: after this no request waits for a compile. `progress` (may be
+  // empty) hears each device as it is done (done, total). Returns the kernel modules made.
+  // Caller: the thread that drives the model's devices (it takes their locks, DeviceLocks).
+  size_t prepareKernels(const std::function<void(size_t done, size_t total)>& progress = {});
   // Forgets `device`: its KV pools (which must be empty) and its workspace. Error(FAILED) while a
   // unit still runs there.
   void releaseDevice(Device& device);
@@ -147,8 +153,11 @@ class Model final {
   // returns the device pointer unit `unit` will find its weights at once waitForUpload ran.
   void streamIn(int unit, Workspace& ws);
   // Runs the unit's ops once on its device with one dummy token, so the kernels are compiled and
-  // the workspace sized before the first real step there.
-  void warmUp(int unit, BoundUnit& bound);
+  // the workspace sized before the first real step there. Its kernels for every other token count
+  // are made first (Device::prepareKernels) unless `prepared` says that was done.
+  void warmUp(int unit, BoundUnit& bound, bool prepared = false);
+  // What the unit's ops run on its device, at up to kMaxStepTokens tokens (Device::prepareKernels).
+  KernelWorkload kernelWorkload(int unit, const BoundUnit& bound) const;
   // Drops workspaces of devices no unit runs on any more.
   void releaseIdleWorkspaces();
   Workspace& workspace(Device& device, int64_t tokens);

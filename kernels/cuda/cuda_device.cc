@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -159,6 +161,10 @@ CudaStats CudaDevice::stats() const {
   s.perHeadAttentions = perHeadAttentions_;
   s.rowAttentions = rowAttentions_;
   s.peerBlockMoves = peerBlockMoves_;
+  s.modulesPrepared = modulesPrepared_;
+  s.modulesCompiled = modulesCompiled_;
+  s.modulesMadeOnUse = modulesMadeOnUse_;
+  s.prepareSeconds = prepareSeconds_;
   return s;
 }
 
@@ -662,20 +668,32 @@ void CudaDevice::commit(const Staged& s) {
 
 // ---- kernels ----
 
-CUmodule CudaDevice::module(const ModuleSpec& given) {
+ModuleSpec CudaDevice::tuned(const ModuleSpec& given) const {
   ModuleSpec spec = given;
   spec.defines.insert(spec.defines.end(), tuningDefines_.begin(), tuningDefines_.end());
-  const std::string key = spec.key();
-  if (auto it = modules_.find(key); it != modules_.end()) return it->second;
+  return spec;
+}
+
+std::string CudaDevice::cacheMaterial(const ModuleSpec& spec) const {
   std::string material = spec.source();
   for (const auto& o : compileOptions(arch_)) material += "\n//option " + o;
   material += "\n//arch " + std::to_string(arch_) + " nvrtc " + std::to_string(nvrtcVersionNumber()) + " driver " +
               std::to_string(api_.driverVersion) + "\n";
+  return material;
+}
+
+CUmodule CudaDevice::module(const ModuleSpec& given) {
+  const ModuleSpec spec = tuned(given);
+  const std::string key = spec.key();
+  if (auto it = modules_.find(key); it != modules_.end()) return it->second;
+  if (prepared_) modulesMadeOnUse_++;  // a shape prepareKernels did not foresee
+  const std::string material = cacheMaterial(spec);
   std::vector<char> image;
   if (auto cached = cache_.load(material)) {
     image = std::move(*cached);
   } else {
     image = compileModule(spec, arch_).image;
+    modulesCompiled_++;
     cache_.store(material, image);
   }
   makeCurrent();
@@ -1056,7 +1074,7 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   const bool xvec = w.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   // Tokens per warp: enough to reuse each decoded weight, few enough to keep a prefill's grid
   // wide. Rows per warp (1, 2 or 4) as matmul.cuh's JL_VARIANT says.
-  const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
+  const int perWarpTokens = warpTokens(tokens);
   const int perWarpRows = perWarpTokens == 16 ? 4 : perWarpTokens == 4 ? 2 : 1;
   CUfunction f = matmulKernel(w.type, w.cols, align, xvec, perWarpTokens);
   CUdeviceptr wp = dptr(w.data), xp = dptr(x), yp = dptr(y), bp = dptr(bias);
@@ -1088,11 +1106,13 @@ void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, 
   opTokens_ = tokens;
   // One launch when every product runs on the dp4a kernels (integer types, one row length) in
   // decode shapes - the launches, not the bytes, are what a decode step's small products cost.
-  bool grouped = integerMatmul_ && fuse_ && targets.size() >= 2 && targets.size() <= 3 && tokens > 0 && tokens <= 8;
+  std::array<WeightRef, 3> weights;
+  for (size_t i = 0; i < targets.size() && i < weights.size(); i++) weights[i] = targets[i].w;
+  const std::span<const WeightRef> ws(weights.data(), std::min(targets.size(), weights.size()));
+  bool grouped = targets.size() <= weights.size() && groupable(ws, tokens);
   for (size_t i = 0; grouped && i < targets.size(); i++) {
     const MatmulTarget& t = targets[i];
-    grouped = t.w.rows > 0 && t.w.cols == targets[0].w.cols && cudaIntegerMatmulType(t.w.type, t.w.cols) &&
-              !overlaps(t.y, size_t(tokens * t.w.rows) * 4, x, size_t(tokens * t.w.cols) * 4);
+    grouped = !overlaps(t.y, size_t(tokens * t.w.rows) * 4, x, size_t(tokens * t.w.cols) * 4);
     for (size_t j = 0; grouped && j < i; j++) {
       grouped = !overlaps(t.y, size_t(tokens * t.w.rows) * 4, targets[j].y, size_t(tokens * targets[j].w.rows) * 4);
     }
@@ -1102,19 +1122,16 @@ void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, 
     return;
   }
   const int64_t cols = targets[0].w.cols;
-  const int perWarpTokens = tokens == 1 ? 1 : 4;
-  std::vector<IntMatmulPart> parts;
-  parts.reserve(targets.size());
+  const int perWarpTokens = groupWarpTokens(tokens);
+  for (const MatmulTarget& t : targets) checkMatmul(t.w, x, tokens, t.y, t.bias);
+  int align = 16;
+  const std::vector<IntMatmulPart> parts = groupedParts(ws, tokens, align);
   ProductPartsAbi abi;
-  int align = 16;  // the q4_K parts' (q6_K rows are read at any 2-byte alignment)
   unsigned blocks = 0;
   std::string shape;
   for (size_t i = 0; i < targets.size(); i++) {
     const MatmulTarget& t = targets[i];
-    const int a = checkMatmul(t.w, x, tokens, t.y, t.bias);
-    if (t.w.type == quant::TensorType::kQ4_K) align = std::min(align, a);
-    const int rows = intRowsPerWarp(t.w, perWarpTokens);
-    parts.push_back({t.w.type, rows});
+    const int rows = parts[i].rows;
     const int64_t rowsPerBlock = 4 * int64_t(intMatmulRowsPerWarp(t.w.type, cols, rows));
     abi.part[i] = {dptr(t.w.data), t.w.rowStride,     dptr(t.y),
                    dptr(t.bias),   int32_t(t.w.rows), int32_t((t.w.rows + rowsPerBlock - 1) / rowsPerBlock)};
@@ -1170,6 +1187,44 @@ int CudaDevice::intRowsPerWarp(const WeightRef& w, int perWarpTokens) const {
   // weight and each activation load (2 rows: pp512 6200 tok/s on the 1B shape, 4: 9200; H200).
   if (perWarpTokens == 1) return intDecodeRows_ > 0 ? intDecodeRows_ : w.rows < 4096 ? 1 : 2;
   return intPrefillRows_ > 0 ? intPrefillRows_ : 4;
+}
+
+CudaDevice::IntProduct CudaDevice::intProduct(const WeightRef& w, int align, int64_t tokens) const {
+  // q4_K and q6_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 (or
+  // tensorCoreTokens_) tokens staged in shared memory - the same bits. q4_K rows are staged by
+  // 16-byte copies, so they must be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by
+  // 4-byte words. The q6_K kernel addresses the activations by 32-bit offsets.
+  const uint64_t xqStride = uint64_t(quantizedRowBytes(w.cols));
+  const bool mma = tensorCores_ && tokens >= 16 && uint64_t(tokens) * xqStride <= UINT32_MAX &&
+                   ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
+  if (mma) {
+    return {true,
+            tensorCoreBlockTokens(w.rows, tokens, tensorCoreTokens_, tensorCoreTokensChosen_, multiprocessors_) / 2,
+            16};
+  }
+  const int perWarpTokens = warpTokens(tokens);
+  return {false, perWarpTokens, intRowsPerWarp(w, perWarpTokens)};
+}
+
+bool CudaDevice::groupable(std::span<const WeightRef> ws, int64_t tokens) const {
+  // One launch when every product runs on the dp4a kernels (integer types, one row length) in
+  // decode shapes - the launches, not the bytes, are what a decode step's small products cost.
+  if (!integerMatmul_ || !fuse_ || ws.size() < 2 || ws.size() > 3 || tokens <= 0 || tokens > 8) return false;
+  for (const WeightRef& w : ws) {
+    if (w.rows <= 0 || w.cols != ws[0].cols || !cudaIntegerMatmulType(w.type, w.cols)) return false;
+  }
+  return true;
+}
+
+std::vector<IntMatmulPart> CudaDevice::groupedParts(std::span<const WeightRef> ws, int64_t tokens, int& align) const {
+  align = 16;  // the q4_K parts' (q6_K rows are read at any 2-byte alignment)
+  std::vector<IntMatmulPart> parts;
+  for (const WeightRef& w : ws) {
+    if (w.type == quant::TensorType::kQ4_K)
+      align = std::min(align, commonAlignment(reinterpret_cast<uintptr_t>(w.data), w.rowStride));
+    parts.push_back({w.type, intRowsPerWarp(w, groupWarpTokens(tokens))});
+  }
+  return parts;
 }
 
 template <typename... A>
@@ -1234,19 +1289,13 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   const KeepQuantized keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
-  // q4_K and q6_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 (or
-  // tensorCoreTokens_) tokens staged in shared memory - the same bits. q4_K rows are staged by
-  // 16-byte copies, so they must be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by
-  // 4-byte words. The q6_K kernel addresses the activations by 32-bit offsets.
-  const bool mma = tensorCores_ && tokens >= 16 && uint64_t(tokens) * xqStride <= UINT32_MAX &&
-                   ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
+  const IntProduct choice = intProduct(w, align, tokens);
   CUdeviceptr wp = dptr(w.data), yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
-  if (mma) {
-    const int blockTokens =
-        tensorCoreBlockTokens(w.rows, tokens, tensorCoreTokens_, tensorCoreTokensChosen_, multiprocessors_);
-    CUfunction f = intMatmulKernel(w.type, w.cols, align, blockTokens / 2, 16, true);
+  if (choice.mma) {
+    const int blockTokens = 2 * choice.tokens;
+    CUfunction f = intMatmulKernel(w.type, w.cols, align, choice.tokens, 16, true);
     char op[64] = "matmul_mma";
     if (profile_)
       std::snprintf(op, sizeof op, "matmul_mma %s %lldx%lld", std::string(quant::typeName(w.type)).c_str(),
@@ -1255,8 +1304,8 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
            rows, xqPtr, xqStride, t, yp, bp);
     tensorCoreProducts_++;
   } else {
-    const int perWarpTokens = tokens == 1 ? 1 : tokens <= 8 ? 4 : 16;
-    const int perWarpRows = intRowsPerWarp(w, perWarpTokens);
+    const int perWarpTokens = choice.tokens;
+    const int perWarpRows = choice.rows;
     CUfunction f = intMatmulKernel(w.type, w.cols, align, perWarpTokens, perWarpRows, false);
     launchMatmul("matmul_int", f, w, tokens, perWarpTokens, perWarpRows,
                  intMatmulRowsPerWarp(w.type, w.cols, perWarpRows), wp, stride, rows, xqPtr, xqStride, t, yp, bp);
@@ -1546,6 +1595,120 @@ void CudaDevice::add(float* x, const float* y, int64_t n) {
   const Command c = makeLaunch(elementwise().add, unsigned(blocks), 1, 256, 0, xp, yp, count);
   const size_t index = enqueue("add", c);
   if (index != kNotQueued) lastAdd_ = {index, c, x, y, n};  // an rmsNorm of x next takes it over
+}
+
+// ---- kernels made ahead ----
+
+namespace {
+// Token counts whose kernel choices stand for every count up to `maxTokens`: each count to 64
+// (the per-warp and tensor-core block choices change below that), then powers of two and the most.
+std::vector<int64_t> representativeTokenCounts(int64_t maxTokens) {
+  std::vector<int64_t> counts;
+  for (int64_t t = 1; t <= std::min<int64_t>(maxTokens, 64); t++) counts.push_back(t);
+  for (int64_t t = 128; t < maxTokens; t *= 2) counts.push_back(t);
+  if (maxTokens > 64) counts.push_back(maxTokens);
+  return counts;
+}
+}  // namespace
+
+size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ModuleSpec> wanted;
+  std::set<std::string> keys;
+  auto want = [&](const ModuleSpec& given) {
+    ModuleSpec spec = tuned(given);
+    std::string key = spec.key();
+    if (!modules_.count(key) && keys.insert(std::move(key)).second) wanted.push_back(std::move(spec));
+  };
+  const auto align = [](const WeightRef& w) {
+    return commonAlignment(reinterpret_cast<uintptr_t>(w.data), w.rowStride);
+  };
+  // The same choices the ops make (matmul, matmuls, matmulInteger, getRows, attention).
+  auto product = [&](const WeightRef& w, int64_t tokens) {
+    if (!cudaSupportsWeightType(w.type) || w.rows <= 0) return;
+    if (integerMatmul_ && cudaIntegerMatmulType(w.type, w.cols)) {
+      const IntProduct c = intProduct(w, align(w), tokens);
+      want(intMatmulModule(w.type, w.cols, align(w), c.tokens, c.rows, c.mma));
+      return;
+    }
+    want(matmulModule(w.type, w.cols, align(w), w.cols % 4 == 0, warpTokens(tokens)));
+  };
+  const std::vector<int64_t> counts = representativeTokenCounts(std::max<int64_t>(1, workload.maxTokens));
+  for (const auto& ws : workload.products) {
+    for (int64_t t : counts) {
+      if (groupable(ws, t)) {
+        int a = 16;
+        const auto parts = groupedParts(ws, t, a);
+        want(intMatmulGroupModule(parts, ws[0].cols, a, groupWarpTokens(t)));
+        continue;
+      }
+      for (const WeightRef& w : ws) product(w, t);
+    }
+  }
+  for (const WeightRef& table : workload.tables) {
+    if (cudaSupportsWeightType(table.type))
+      want(matmulModule(table.type, table.cols, align(table), table.cols % 4 == 0, 0));
+  }
+  for (const auto& a : workload.attention) {
+    const KvLayout& kv = a.kv;
+    if (kv.kvHeads <= 0 || a.heads % kv.kvHeads != 0) continue;
+    const int group = a.heads / kv.kvHeads;
+    const bool f16 = kv.precision == KvPrecision::kF16;
+    want(attentionModule(kv.headDim, group, kv.pageTokens, f16, attentionSpan_));
+    // Decode (few blocks): a block per query head.
+    if (attentionPerHead_ && kv.kvHeads < multiprocessors_ && (kv.headDim % 32 == 0 || (group * kv.headDim) % 32 != 0))
+      want(attentionModule(kv.headDim, 1, kv.pageTokens, f16, attentionSpan_));
+    // Prefill of one session (many blocks): attention_rows.
+    const int perBlock = attentionRowTokens_ >= 0 ? attentionRowTokens_ : defaultAttentionRowTokens(kv.headDim);
+    if (perBlock > 0 && attentionRowsSupported(kv.headDim) && workload.maxTokens * kv.kvHeads >= multiprocessors_ &&
+        attentionRowsSharedBytes(kv.headDim, group, perBlock) <= size_t(maxSharedOptIn_))
+      want(attentionModule(kv.headDim, group, kv.pageTokens, f16, attentionSpan_, perBlock));
+  }
+  if (workload.elementwise || !workload.products.empty()) want(elementwiseModule());
+  if (workload.candidates) want(samplingModule());
+  if (blockKernels_ && !workload.attention.empty()) want(blocksModule());
+
+  // Compiled (or read from the disk cache) on a thread per core; NVRTC programs are per call.
+  struct Made {
+    std::vector<char> image;
+    bool compiled = false;
+    std::optional<Error> error;
+  };
+  std::vector<Made> made(wanted.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < wanted.size();) {
+      try {
+        const std::string material = cacheMaterial(wanted[i]);
+        if (auto cached = cache_.load(material)) {
+          made[i].image = std::move(*cached);
+        } else {
+          made[i].image = compileModule(wanted[i], arch_).image;
+          made[i].compiled = true;
+          cache_.store(material, made[i].image);
+        }
+      } catch (const Error& e) {
+        made[i].error = e;
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(wanted.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; t++) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  makeCurrent();
+  for (size_t i = 0; i < wanted.size(); i++) {
+    if (made[i].error) continue;  // the op that needs it compiles it again and reports the error then
+    CUmodule m = nullptr;
+    check(api_.cuModuleLoadData(&m, made[i].image.data()), "cuModuleLoadData");
+    modules_.emplace(wanted[i].key(), m);
+    modulesCompiled_ += made[i].compiled;
+  }
+  modulesPrepared_ += wanted.size();
+  prepared_ = true;
+  prepareSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return wanted.size();
 }
 
 }  // namespace jitllm::cuda

@@ -63,6 +63,10 @@ struct CudaStats {
   uint64_t perHeadAttentions = 0;      // attention launches with a block per query head (decode)
   uint64_t rowAttentions = 0;          // attention launches with blocks of several tokens (prefill)
   uint64_t peerBlockMoves = 0;         // moveBlocksTo calls that moved blocks GPU to GPU
+  uint64_t modulesPrepared = 0;        // kernel modules prepareKernels made (compiled or from disk)
+  uint64_t modulesCompiled = 0;        // modules NVRTC compiled (the rest came from the disk cache)
+  uint64_t modulesMadeOnUse = 0;       // modules an op had to make after prepareKernels had run
+  double prepareSeconds = 0;           // wall time in prepareKernels
 };
 
 class CudaDevice final : public Device {
@@ -121,6 +125,10 @@ class CudaDevice final : public Device {
   // q, k and v (gate and up) of a decode step in one launch (matmul_int_group) when they are
   // integer products; else one launch each.
   void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) override;
+  // Every module the workload's ops choose at 1..maxTokens tokens, by the choices the ops make
+  // (intProduct, groupedParts, attentionModules), compiled on one thread per core - or read from
+  // the disk cache - then loaded.
+  size_t prepareKernels(const KernelWorkload& workload) override;
   // One launch (rope_store).
   void ropeAndStore(float* q, float* k, const float* v, int64_t tokens, int heads, int kvHeads,
                     const int32_t* positions, const RopeParams& params, const KvSlot* slots,
@@ -251,6 +259,24 @@ class CudaDevice final : public Device {
   void dropGraphs();
   // The module of spec (plus JITLLM_CUDA_DEFINES), compiled or from the caches.
   CUmodule module(const ModuleSpec& spec);
+  // spec with the tuning defines, as module() keys it; the disk cache's key material for it.
+  ModuleSpec tuned(const ModuleSpec& spec) const;
+  std::string cacheMaterial(const ModuleSpec& tunedSpec) const;
+  // How an integer product of w (rows at `align`) over `tokens` runs: on the tensor cores (mma,
+  // `tokens` then a block's tokens / 2, 16 rows) or on the dp4a kernels (tokens and rows per warp).
+  struct IntProduct {
+    bool mma = false;
+    int tokens = 1;
+    int rows = 1;
+  };
+  IntProduct intProduct(const WeightRef& w, int align, int64_t tokens) const;
+  // Tokens per warp of the float kernels and of the dp4a ones outside the tensor-core path.
+  static int warpTokens(int64_t tokens) { return tokens == 1 ? 1 : tokens <= 8 ? 4 : 16; }
+  // Whether matmuls() runs these products as one matmul_int_group launch at `tokens` (overlaps
+  // apart, which it checks on the buffers), and the module's parts and q4_K alignment then.
+  bool groupable(std::span<const WeightRef> ws, int64_t tokens) const;
+  static int groupWarpTokens(int64_t tokens) { return tokens == 1 ? 1 : 4; }
+  std::vector<IntMatmulPart> groupedParts(std::span<const WeightRef> ws, int64_t tokens, int& align) const;
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
   CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows, bool mma);
@@ -347,6 +373,9 @@ class CudaDevice final : public Device {
   CUdeviceptr blockBuffer_ = 0;  // gathered blocks on their way to or from the host or a peer
   std::vector<CUdevice> peers_;  // devices whose memory this context may reach (enablePeerAccess)
   uint64_t peerBlockMoves_ = 0;
+  uint64_t modulesPrepared_ = 0, modulesCompiled_ = 0, modulesMadeOnUse_ = 0;
+  double prepareSeconds_ = 0;
+  bool prepared_ = false;  // prepareKernels has run: a module made on use after it is counted
   size_t blockBufferBytes_ = 0;
   CUdeviceptr partials_ = 0;  // per-chunk attention states (attention_split)
   size_t partialsBytes_ = 0;

@@ -58,6 +58,7 @@ ModelInfo fromSchema(rpc::ModelInfo::Reader r) {
     m.idleSessions.push_back({s.getId(), s.getOwnerUid(), s.getTokens(), s.getContextLimit(), str(s.getState())});
   }
   m.parkedKvBytes = r.getParkedKvBytes();
+  m.state = r.getState();
   return m;
 }
 

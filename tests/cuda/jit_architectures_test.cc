@@ -53,7 +53,10 @@ TEST_P(CudaJitArchitectures, EveryKernelVariantCompilesToACubin) {
   std::printf("sm_%d: %zu kernel variants in %.1f s\n", arch, specs.size(), s);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, CudaJitArchitectures, ::testing::Values(75, 86, 89, 90),
+// One architecture per code path of the kernels (they branch at __CUDA_ARCH__ 800 and 900): sm_75
+// below both, sm_86 between, sm_90 above. sm_89 compiled the same sources as sm_86 and cost CI two
+// minutes.
+INSTANTIATE_TEST_SUITE_P(Architectures, CudaJitArchitectures, ::testing::Values(75, 86, 90),
                          [](const auto& info) { return "sm_" + std::to_string(info.param); });
 
 }  // namespace

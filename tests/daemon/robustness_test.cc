@@ -185,7 +185,9 @@ TEST(Robustness, ConnectionsThatSendNothingAreClosedAndTheirMemoryComesBack) {
   EXPECT_GT(idle.size(), 1000u);
   EXPECT_TRUE(allClosedByPeer(idle, scaled(30000ms))) << "connections that sent nothing stayed open";
   closeAll(idle);
-  if (!kSanitized) EXPECT_LT(d->rssKiB(), rssBefore * 11 / 10) << "RSS before " << rssBefore << " KiB";
+  if (!kSanitized) {
+    EXPECT_LT(d->rssKiB(), rssBefore * 11 / 10) << "RSS before " << rssBefore << " KiB";
+  }
   expectServesAsBefore(*d, before);
 }
 
@@ -248,7 +250,9 @@ TEST(Robustness, StalledLargeRequestsHoldBoundedMemoryAndAreCut) {
   }
   EXPECT_TRUE(allClosedByPeer(stalled, scaled(10000ms))) << "stalled requests were not cut";
   closeAll(stalled);
-  if (!kSanitized) EXPECT_LT(d->rssKiB(), rssBefore * 11 / 10) << "RSS before " << rssBefore << " KiB";
+  if (!kSanitized) {
+    EXPECT_LT(d->rssKiB(), rssBefore * 11 / 10) << "RSS before " << rssBefore << " KiB";
+  }
   EXPECT_NE(d->log().find("max_inflight_bytes"), std::string::npos) << "no request was refused for the cap";
   expectServesAsBefore(*d, before);
 }

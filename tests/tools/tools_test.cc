@@ -195,11 +195,15 @@ TEST(JitllmServeBench, EveryReplyAtOneAndFourClientsIsTheOneItsPromptGetsAlone) 
   auto r =
       run(bin("jitllm-serve-bench") + " --start " + stories() + " --threads 1 -c 1,4 -p 16 -n 48 --check --json", 600);
   ASSERT_EQ(r.status, 0) << r.out;
-  std::vector<std::string> lines;
+  std::vector<std::string> lines, load;
   std::istringstream in(r.out);
   for (std::string l; std::getline(in, l);) {
-    if (l.rfind("{", 0) == 0) lines.push_back(l);
+    if (l.rfind("{\"clients\"", 0) == 0) lines.push_back(l);
+    if (l.rfind("{\"load_s\"", 0) == 0) load.push_back(l);
   }
+  // --start reports its load and the first request after it, which must have been answered.
+  ASSERT_EQ(load.size(), 1u) << r.out;
+  EXPECT_EQ(load[0].find("\"first_request_ttft_ms\": -"), std::string::npos) << load[0];
   ASSERT_EQ(lines.size(), 2u) << r.out;
   EXPECT_NE(lines[0].find("\"clients\": 1,"), std::string::npos) << lines[0];
   EXPECT_NE(lines[1].find("\"clients\": 4,"), std::string::npos) << lines[1];

@@ -103,6 +103,7 @@ struct ModelInfo {
   std::string migration;                  // the migration in progress, one line; empty when none
   std::vector<SessionInfo> idleSessions;  // kept after their reply for a follow-up to continue
   uint64_t parkedKvBytes = 0;             // idle sessions' KV parked in host RAM
+  std::string state;                      // "preparing kernels" (requests wait), then "ready"
 };
 
 // What the KV cache stores (schema: KvPrecision).
