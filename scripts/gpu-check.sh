@@ -17,6 +17,8 @@ Modes:
   bench     tools/bench/run CASES: jitllm-bench, llama-bench (built from .peer meanwhile) alternating
   peer      start building llama.cpp (llama-bench, llama-batched-bench) and return: it goes on after
             the call, for a later call on the still-warm machine (bench, serve) to use
+  batch     in-process decode of B sessions at once (jitllm-bench -b BATCHES), per BATCH_ENVS setting;
+            PROFILE_BATCH: each launch of such a step timed (carried .carry-serve binaries, else built)
   serve     carried .carry-serve binaries (prepare-gpu-carry.sh --serve): load time and first TTFT
             on a cold and a warm kernel cache, in-process tg, then tools/bench/run SERVE_CASES
   profile   GPU time per op (JITLLM_CUDA_PROFILE=1) of pp512 and tg64; with NCU_KERNEL, Nsight Compute
@@ -31,6 +33,9 @@ Environment (all optional):
   RACECHECK_FILTER  sanitize: racecheck's tests (default *Attention*:*TensorCore*)
   SANITIZE_LIMIT    sanitize: seconds for each tool; a timeout is reported, not a failure (default 150)
   CASES             bench: tools/bench/run's cases or patterns (default "cuda-1b-q4km cuda-3b-q4km")
+  BATCHES           batch: jitllm-bench -b (default 1,8,16,32,64); BATCH_TOKENS: its -n (default 64)
+  BATCH_ENVS        batch: ';'-separated settings to compare, e.g. "JITLLM_CUDA_MMA=0;JITLLM_CUDA_MMA_TOKENS=32"
+  PROFILE_BATCH     batch: batch sizes whose steps are profiled (JITLLM_CUDA_PROFILE=1), e.g. "32 64"
   SERVE_CASES       serve: tools/bench/run's serve cases (default "cuda-1b-q4km-serve cuda-3b-q4km-serve")
   REPS              bench: repetitions of each measurement instead of each case's REPS
   PROFILE_MODEL     profile: 1b or 3b, the Llama-3.2 shape in Q4_K_M with random weights (default 1b)
@@ -199,6 +204,36 @@ serve() {
   return $rc
 }
 
+# Decode of B sessions at once in-process (jitllm-bench -b: the daemon's step without the socket),
+# once per setting of BATCH_ENVS, then each launch of a step of PROFILE_BATCH sessions timed alone.
+batch() {
+  local bin=$B/bin one envs e
+  if [ -x "$PWD/.carry-serve/jitllm-bench" ]; then
+    bin=$PWD/.carry-serve
+    export LD_LIBRARY_PATH=$bin/lib
+  else
+    build jitllm-bench jitllm-mkmodel
+  fi
+  BIN=$bin
+  one=$(makeModel "llama-3.2-$PROFILE_MODEL" q4_k_m)
+  IFS=';' read -ra envs <<< "${BATCH_ENVS:-}"
+  ((${#envs[@]})) || envs=("")
+  local i=0
+  for e in "${envs[@]}"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086 # e is NAME=VALUE words
+    env $e timeout 150 "$bin/jitllm-bench" "$one" --devices cuda:0 -p 0 -n "${BATCH_TOKENS:-64}" -r 2 \
+      -b "${BATCHES:-1,8,16,32,64}" > "$LOGS/batch-$i.txt" 2>&1
+    echo "${e:-default}: $(grep -E "^tg" "$LOGS/batch-$i.txt" | paste -sd' ')" | tee -a "$OUT/batch.txt"
+  done
+  for b in ${PROFILE_BATCH:-}; do
+    JITLLM_CUDA_PROFILE=1 timeout 120 "$bin/jitllm-bench" "$one" --devices cuda:0 -p 0 -n 16 -r 1 -b "$b" \
+      > "$LOGS/profile-b$b.txt" 2>&1
+    echo "step of $b sessions, each launch timed alone:"
+    topOps "$LOGS/profile-b$b.txt" 16
+  done
+}
+
 migrate() {
   local rc=0 tiny one
   gtest cuda_tests --gtest_filter='*Migrat*:*BlocksMove*:*Gather*:*TwoDevicesOfOneGpu*:*TwoGpus*' || rc=1
@@ -247,6 +282,7 @@ case $mode in
   bench) steps=(startLlamaCpp "build jitllm-bench jitllm-mkmodel" bench) ;;
   profile) steps=("build jitllm-bench jitllm-mkmodel" profile) ;;
   peer) steps=(startLlamaCpp) ;;
+  batch) steps=(batch) ;;
   serve) steps=(startLlamaCpp serve) ;;
   migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
   vulkan) steps=(vulkan) ;;

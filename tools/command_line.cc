@@ -22,6 +22,16 @@ std::vector<int32_t> parseTokenIds(const std::string& text) {
   return ids;
 }
 
+std::vector<int> parseCounts(std::string_view flag, const std::string& text, int max) {
+  std::vector<int> out;
+  for (int32_t v : parseTokenIds(text)) {
+    if (v < 1 || v > max) throw UsageError(std::string(flag) + " takes counts from 1 to " + std::to_string(max));
+    out.push_back(v);
+  }
+  if (out.empty()) throw UsageError(std::string(flag) + " takes at least one count");
+  return out;
+}
+
 int runTool(const char* tool, const char* usage, int (*body)(int, char**), int argc, char** argv) {
   try {
     return body(argc, argv);

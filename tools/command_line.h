@@ -65,4 +65,8 @@ int runTool(const char* tool, const char* usage, int (*body)(int, char**), int a
 // "1 2 3" -> {1, 2, 3}; a UsageError for anything that is not a list of integers.
 std::vector<int32_t> parseTokenIds(const std::string& text);
 
+// "1,8,32" -> {1, 8, 32}: the value of `flag`, at least one count, each in 1..max (a UsageError
+// naming the flag otherwise).
+std::vector<int> parseCounts(std::string_view flag, const std::string& text, int max);
+
 }  // namespace jitllm::tools

@@ -4,6 +4,11 @@
 // time into an empty session. Each test runs once to warm up, then REPS times; the output ends
 // with one line per test, "pp128 <tokens/s>" and "tg64 <tokens/s>" (mean over the repetitions),
 // which scripts read.
+//
+// -b B1,B2,...: decode as a server does (the daemon's step): B sessions at once, one token each a
+// step, and instead of logits each row's greedy candidate selected on the device. "tgN xB" is the
+// aggregate rate (B x N tokens over the time), what jitllm-serve-bench measures through the daemon
+// without the socket, and what llama-batched-bench's S_TG measures.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,7 +25,7 @@ using namespace jitllm;
 namespace {
 
 constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-p N] [-n N] [-r REPS] [-d N]
-                    [--devices SPEC] [--kv f32|f16] [--fit MODE]
+                    [--devices SPEC] [--kv f32|f16] [--fit MODE] [-b B,...]
   -t THREADS   CPU threads per CPU device (default: all cores)
   -p N         prompt tokens for the prefill test (default 128; 0 skips it)
   -n N         tokens for the decode test (default 64; 0 skips it)
@@ -33,6 +38,8 @@ constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-
                that do not fit are `stream`ed through its memory each step, or run on the `cpu`
                (the last device); the head stays on the first device, the embedding goes to
                the CPU when there is one. Default: blocks spread evenly over the devices.
+  -b B,...     decode N tokens in B sessions at once instead, greedy candidates picked on the
+               device (the serving step): "tgN xB", aggregate tok/s, for each B listed
 )";
 
 // Placement for --fit: the head and as many blocks as fit stay on devices[0]; the rest stream
@@ -102,6 +109,7 @@ int run(int argc, char** argv) {
   int64_t nPrompt = 128, nGen = 64, depth = 0;
   int reps = 5;
   std::string fit;
+  std::vector<int64_t> batches;
   KvPrecision kvPrecision = KvPrecision::kF32;
   runtime::DeviceSpecOptions deviceOptions;
   while (!cl.done()) {
@@ -120,7 +128,9 @@ int run(int argc, char** argv) {
       deviceSpec = cl.value(a);
     else if (a == "--fit")
       fit = cl.oneOf(a, {"stream", "cpu"});
-    else if (a == "--kv")
+    else if (a == "-b") {
+      for (const int b : tools::parseCounts(a, cl.value(a), 1024)) batches.push_back(b);
+    } else if (a == "--kv")
       kvPrecision = cl.oneOf(a, {"f32", "f16"}) == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
@@ -200,7 +210,7 @@ int run(int argc, char** argv) {
     }
     results.emplace_back("pp" + std::to_string(nPrompt) + at, summarize(rates));
   }
-  if (nGen > 0) {
+  if (nGen > 0 && batches.empty()) {
     const auto tokens = benchTokens(nGen, c.vocabSize);
     std::vector<double> rates;
     for (int r = 0; r <= reps; r++) {
@@ -215,6 +225,30 @@ int run(int argc, char** argv) {
       if (r > 0) rates.push_back(double(nGen) / s);
     }
     results.emplace_back("tg" + std::to_string(nGen) + at, summarize(rates));
+  }
+  if (nGen > 0) {
+    for (const int64_t batch : batches) {
+      const auto tokens = benchTokens(nGen + batch, c.vocabSize);
+      const std::vector<CandidateRequest> greedy(size_t(batch), CandidateRequest{1, 1.0f, {}});
+      std::vector<int32_t> ids;
+      std::vector<float> values;
+      std::vector<double> rates;
+      for (int r = 0; r <= reps; r++) {
+        std::vector<std::unique_ptr<runtime::Session>> sessions;
+        for (int64_t b = 0; b < batch; b++) sessions.push_back(context(nGen));
+        std::vector<runtime::SequenceInput> inputs(static_cast<size_t>(batch));
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < nGen; i++) {
+          // Session b decodes token i + b: the rows of a step differ, as a server's do.
+          for (int64_t b = 0; b < batch; b++)
+            inputs[size_t(b)] = {sessions[size_t(b)].get(), {&tokens[size_t(i + b)], 1}, false};
+          model->forward(inputs, greedy, 1, ids, values);
+        }
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (r > 0) rates.push_back(double(nGen * batch) / s);
+      }
+      results.emplace_back("tg" + std::to_string(nGen) + at + " x" + std::to_string(batch), summarize(rates));
+    }
   }
   for (const auto& [name, r] : results)
     std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, reps);

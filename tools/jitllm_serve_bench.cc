@@ -243,16 +243,6 @@ class OwnDaemon {
   pid_t pid_ = -1;
 };
 
-std::vector<int> parseCounts(const std::string& text) {
-  std::vector<int> out;
-  for (int32_t v : parseTokenIds(text)) {
-    if (v < 1 || v > 4096) throw UsageError("-c takes client counts from 1 to 4096");
-    out.push_back(v);
-  }
-  if (out.empty()) throw UsageError("-c takes at least one client count");
-  return out;
-}
-
 int run(int argc, char** argv) {
   Options o;
   CommandLine args(argc, argv);
@@ -269,7 +259,7 @@ int run(int argc, char** argv) {
     } else if (a == "--model") {
       o.model = args.value(a);
     } else if (a == "-c") {
-      o.clients = parseCounts(args.value(a));
+      o.clients = parseCounts(a, args.value(a), 4096);
     } else if (a == "-p") {
       o.promptTokens = args.number<int>(a);
     } else if (a == "-n") {

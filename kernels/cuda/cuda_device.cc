@@ -570,10 +570,13 @@ void CudaDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab,
   const int s32 = int(stride);
   launch("selectCandidates", selectKernel_, unsigned(rows), 1, kSelectThreads, 0, rowsPtr, v, countsPtr, startsPtr,
          idsPtr, penaltiesPtr, outIds, outValues, s32);
-  flush();
-  makeCurrent();
-  downloadThroughStaging(ids, outIds, out);
-  downloadThroughStaging(values, outValues, out);
+  // Ids and values side by side: one read-back, which also ends the step (the ring starts over,
+  // so the next step's queue matches this one's graph - two plain downloads left the ring where
+  // it was, and every serving step ran launch by launch).
+  candidatesHost_.resize(2 * out);
+  readBack(candidatesHost_.data(), outIds, 2 * out);
+  std::memcpy(ids, candidatesHost_.data(), out);
+  std::memcpy(values, candidatesHost_.data() + out, out);
 }
 
 void CudaDevice::copyToPeer(CudaDevice& peer, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
@@ -595,6 +598,10 @@ const std::pair<CUfunction, CUfunction>& CudaDevice::blockKernels() {
 void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
   if (bytes == 0) return;
   requireOwned(src, bytes, "copy source");
+  readBack(dst, dptr(src), bytes);
+}
+
+void CudaDevice::readBack(void* dst, CUdeviceptr src, size_t bytes) {
   const auto flushStart = std::chrono::steady_clock::now();
   flush();
   makeCurrent();
@@ -611,7 +618,7 @@ void CudaDevice::copyToHost(void* dst, const uint8_t* src, size_t bytes) {
   const auto copyStart = std::chrono::steady_clock::now();
   // Through the pinned buffers: a step's logits (the 1B's 513 KB) arrive in 52 us this way
   // against 134 us copied straight into pageable memory (H200, docs/cuda.md).
-  downloadThroughStaging(dst, dptr(src), bytes);
+  downloadThroughStaging(dst, src, bytes);
   if (timeGraphs_) [[unlikely]] {
     std::lock_guard lock(pendingMutex_);  // flush() reads lastRead, and may run on another thread
     hostTimes_.lastRead = std::chrono::steady_clock::now();
@@ -1190,12 +1197,12 @@ int CudaDevice::intRowsPerWarp(const WeightRef& w, int perWarpTokens) const {
 }
 
 CudaDevice::IntProduct CudaDevice::intProduct(const WeightRef& w, int align, int64_t tokens) const {
-  // q4_K and q6_K prefill of 16 tokens or more: on tensor cores, blocks of 64 rows x 32 (or
+  // q4_K and q6_K products of kTensorCoreMinTokens tokens or more: on tensor cores, blocks of 64 rows x 32 (or
   // tensorCoreTokens_) tokens staged in shared memory - the same bits. q4_K rows are staged by
   // 16-byte copies, so they must be 16-byte aligned (GGUF's are); q6_K's 2-byte aligned blocks by
   // 4-byte words. The q6_K kernel addresses the activations by 32-bit offsets.
   const uint64_t xqStride = uint64_t(quantizedRowBytes(w.cols));
-  const bool mma = tensorCores_ && tokens >= 16 && uint64_t(tokens) * xqStride <= UINT32_MAX &&
+  const bool mma = tensorCores_ && tokens >= kTensorCoreMinTokens && uint64_t(tokens) * xqStride <= UINT32_MAX &&
                    ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
   if (mma) {
     return {true,
@@ -1209,7 +1216,8 @@ CudaDevice::IntProduct CudaDevice::intProduct(const WeightRef& w, int align, int
 bool CudaDevice::groupable(std::span<const WeightRef> ws, int64_t tokens) const {
   // One launch when every product runs on the dp4a kernels (integer types, one row length) in
   // decode shapes - the launches, not the bytes, are what a decode step's small products cost.
-  if (!integerMatmul_ || !fuse_ || ws.size() < 2 || ws.size() > 3 || tokens <= 0 || tokens > 8) return false;
+  if (!integerMatmul_ || !fuse_ || ws.size() < 2 || ws.size() > 3 || tokens <= 0 || tokens > kGroupMaxTokens)
+    return false;
   for (const WeightRef& w : ws) {
     if (w.rows <= 0 || w.cols != ws[0].cols || !cudaIntegerMatmulType(w.type, w.cols)) return false;
   }

@@ -164,6 +164,10 @@ class CudaDevice final : public Device {
   // the queue first. The download returns when dst holds every byte.
   void uploadThroughStaging(CUdeviceptr dst, const void* src, size_t bytes);
   void downloadThroughStaging(void* dst, CUdeviceptr src, size_t bytes);
+  // A step's read-back: flush, wait, copy into dst through the pinned buffers; then, everything
+  // having run, the staging ring and the early-submit parts start over so that the next step's
+  // queue can match this one's graph. Every copy that ends a step goes through here.
+  void readBack(void* dst, CUdeviceptr src, size_t bytes);
   // Checks that each block lies whole in this device's memory and grows blockBuffer_ to hold them
   // all; returns their total size.
   size_t prepareBlockBuffer(const uint8_t* const* blocks, size_t count, size_t blockBytes, const char* what);
@@ -270,12 +274,20 @@ class CudaDevice final : public Device {
     int rows = 1;
   };
   IntProduct intProduct(const WeightRef& w, int align, int64_t tokens) const;
+  // The fewest tokens a q4_K/q6_K product takes to the tensor cores. Measured on the H200 (1B
+  // Q4_K_M, in-process decode of B sessions, 2026-12-03): at 16 the tensor-core tiles (64 rows x
+  // 32 tokens a block) leave most SMs idle - 2924 tok/s against 4633 on the dp4a kernels - at 32
+  // they are even (6697 / 6359), at 64 the tensor cores win (11516 / 7283).
+  static constexpr int64_t kTensorCoreMinTokens = 32;
+  // Products of one input (QKV, gate/up) share a launch on the dp4a kernels up to this many tokens:
+  // every decode-shaped step below the tensor cores' threshold.
+  static constexpr int64_t kGroupMaxTokens = 16;
   // Tokens per warp of the float kernels and of the dp4a ones outside the tensor-core path.
   static int warpTokens(int64_t tokens) { return tokens == 1 ? 1 : tokens <= 8 ? 4 : 16; }
   // Whether matmuls() runs these products as one matmul_int_group launch at `tokens` (overlaps
   // apart, which it checks on the buffers), and the module's parts and q4_K alignment then.
   bool groupable(std::span<const WeightRef> ws, int64_t tokens) const;
-  static int groupWarpTokens(int64_t tokens) { return tokens == 1 ? 1 : 4; }
+  static int groupWarpTokens(int64_t tokens) { return warpTokens(tokens); }
   std::vector<IntMatmulPart> groupedParts(std::span<const WeightRef> ws, int64_t tokens, int& align) const;
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
@@ -395,6 +407,7 @@ class CudaDevice final : public Device {
   size_t xqBytes_ = 0;
   // selectCandidates' output (ids, then values) and its kernel.
   CUdeviceptr candidates_ = 0;
+  std::vector<uint8_t> candidatesHost_;  // a read-back's ids and values, split into the caller's
   size_t candidatesBytes_ = 0;
   CUfunction selectKernel_ = nullptr;
   QuantizedInput quantized_;

@@ -139,11 +139,16 @@ TEST(CudaDevices, AfterPrepareKernelsNoStepShapeMakesAModule) {
 // Decode steps repeat the same queue of ops, which runs as a captured CUDA graph from the second
 // repetition on: every logit must be bitwise what op-by-op submission gives, also when a second
 // session joins mid-way (another queue, another graph) and leaves again (the first graph again).
+// Both ways a step can end: its logits read back, or its candidates selected on the GPU (the
+// serving step: greedy and top-40 rows) - once, the candidates' read-back left the staging ring
+// where it was, so no serving step ever matched a graph.
 TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
   JITLLM_REQUIRE_CUDA();
   const std::string path = std::string(JITLLM_SHARED_DIR) + "/models/stories260K.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
-  auto run = [&](bool graphs, uint64_t* launches) {
+  constexpr int64_t kStride = 40;
+  const std::vector<CandidateRequest> requests = {{1, 1.0f, {}}, {kStride, 1.1f, {}}};
+  auto run = [&](bool graphs, bool candidates, uint64_t* launches) {
     cuda::CudaDeviceOptions o;
     o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
     o.settings.graphs = graphs;
@@ -169,6 +174,18 @@ TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
         const size_t fed = size_t(sessions[i]->length());
         in.push_back({sessions[i].get(), {tokens[i].data() + fed, tokens[i].size() - fed}, false});
       }
+      if (candidates) {
+        std::vector<int32_t> ids;
+        std::vector<float> values;
+        model->forward(in, std::span(requests).first(sessions.size()), kStride, ids, values);
+        for (size_t i = 0; i < sessions.size(); i++) {
+          tokens[i].push_back(ids[i * kStride]);
+          all.insert(all.end(), values.begin() + int64_t(i * kStride),
+                     values.begin() + int64_t(i * kStride) + requests[i].count);
+          for (int64_t k = 0; k < requests[i].count; k++) all.push_back(float(ids[i * kStride + size_t(k)]));
+        }
+        continue;
+      }
       std::vector<float> logits;
       model->forward(in, logits);
       for (size_t i = 0; i < sessions.size(); i++) {
@@ -180,14 +197,18 @@ TEST(CudaDevices, RepeatedDecodeStepsRunAsGraphsWithBitwiseTheSameLogits) {
     *launches = gpu->stats().graphLaunches;
     return all;
   };
-  uint64_t withGraphs = 0, without = 0;
-  const auto a = run(true, &withGraphs);
-  const auto b = run(false, &without);
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
-  EXPECT_EQ(without, 0u);
-  EXPECT_GE(withGraphs, 45u) << "all but the first two steps of each batch shape";
-  std::printf("60 decode steps: %llu ran as graphs\n", static_cast<unsigned long long>(withGraphs));
+  for (const bool candidates : {false, true}) {
+    SCOPED_TRACE(candidates ? "candidates selected on the GPU" : "logits read back");
+    uint64_t withGraphs = 0, without = 0;
+    const auto a = run(true, candidates, &withGraphs);
+    const auto b = run(false, candidates, &without);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    EXPECT_EQ(without, 0u);
+    EXPECT_GE(withGraphs, 45u) << "all but the first two steps of each batch shape";
+    std::printf("60 decode steps (%s): %llu ran as graphs\n", candidates ? "candidates" : "logits",
+                static_cast<unsigned long long>(withGraphs));
+  }
 }
 
 // The launch-saving paths - programmatic dependent launch, graphs, fused and grouped launches,

@@ -47,7 +47,7 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
       const Matrix m = randomMatrix(type, kRows, cols, freshSeed() + uint32_t(cols) + 7 * uint32_t(type), pad);
       const size_t bytes = m.stride * size_t(kRows - 1) + *quant::rowBytes(type, cols);
       const auto biasHost = randomFloats(size_t(kRows), freshSeed() + 61);
-      for (int64_t tokens : {16, 37}) {
+      for (int64_t tokens : {32, 37}) {
         SCOPED_TRACE(std::string(quant::typeName(type)) + ", " + std::to_string(cols) + " columns, " +
                      std::to_string(tokens) + " tokens");
         const auto xHost = randomFloats(size_t(tokens * cols), freshSeed() + uint32_t(tokens), 2.0f);
@@ -216,14 +216,14 @@ TEST_F(CudaOps, DecodeProductsOfOneInputAreOneLaunch) {
   auto wv = gpu->adoptHostBytes(mv.bytes.data(), mv.bytes.size());
   const WeightRef q{mq.type, wq->data(), mq.rows, mq.cols, mq.stride};
   const WeightRef v{mv.type, wv->data(), mv.rows, mv.cols, mv.stride};
-  for (int64_t tokens : {1, 8, 12}) {
+  for (int64_t tokens : {1, 8, 12, 16, 17, 40}) {
     auto x = upload(*gpu, randomFloats(size_t(tokens * 512), freshSeed() + 63));
     auto yq = gpu->allocate(size_t(tokens * 96) * 4), yv = gpu->allocate(size_t(tokens * 40) * 4);
     const MatmulTarget targets[] = {{q, reinterpret_cast<float*>(yq->data()), nullptr},
                                     {v, reinterpret_cast<float*>(yv->data()), nullptr}};
     const uint64_t before = gpu->stats().groupedProducts;
     gpu->matmuls(targets, x.as<float>(), tokens);
-    EXPECT_EQ(gpu->stats().groupedProducts, before + (tokens <= 8 ? 1 : 0)) << tokens << " tokens";
+    EXPECT_EQ(gpu->stats().groupedProducts, before + (tokens <= 16 ? 1 : 0)) << tokens << " tokens";
   }
 }
 

@@ -36,7 +36,7 @@ class StepLoopBatching : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     registry_ = runtime::builtinBackends();
     Backend* backend = registry_.find(GetParam());
-    ASSERT_NE(backend, nullptr) << GetParam();
+    if (backend == nullptr) GTEST_SKIP() << "the " << GetParam() << " backend is not built in";
     std::string why;
     if (backend->enumerate(&why).devices.empty()) GTEST_SKIP() << "no " << GetParam() << " device here: " << why;
     device_ = registry_.open(DeviceRequest{{GetParam(), 0}, 0}, 2);
