@@ -274,10 +274,9 @@ class CudaDevice final : public Device {
     int rows = 1;
   };
   IntProduct intProduct(const WeightRef& w, int align, int64_t tokens) const;
-  // The fewest tokens a q4_K/q6_K product takes to the tensor cores. Measured on the H200 (1B
-  // Q4_K_M, in-process decode of B sessions, 2026-12-03): at 16 the tensor-core tiles (64 rows x
-  // 32 tokens a block) leave most SMs idle - 2924 tok/s against 4633 on the dp4a kernels - at 32
-  // they are even (6697 / 6359), at 64 the tensor cores win (11516 / 7283).
+  // The fewest tokens a q4_K/q6_K product takes to the tensor cores. Below it their tiles (64 rows
+  // x 32 tokens a block) leave most SMs idle and the dp4a kernels are faster; at 32 the two are
+  // even, at 64 the tensor cores win (docs/benchmarks.md, "Serving").
   static constexpr int64_t kTensorCoreMinTokens = 32;
   // Products of one input (QKV, gate/up) share a launch on the dp4a kernels up to this many tokens:
   // every decode-shaped step below the tensor cores' threshold.
