@@ -135,6 +135,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, R
   tensorCores_ = settings.tensorCores && arch_ >= 80;
   tensorCoreTokens_ = settings.tensorCoreTokens.value_or(kDefaultTensorCoreTokens);
   tensorCoreTokensChosen_ = settings.tensorCoreTokens.has_value();
+  tensorCoreRowWarps_ = settings.tensorCoreRowWarps;
   fuse_ = settings.fuse;
   blockKernels_ = settings.blockKernels;
   programmaticLaunch_ = settings.programmaticLaunch && arch_ >= 90 && api_.cuLaunchKernelEx != nullptr;
@@ -725,12 +726,13 @@ CUfunction CudaDevice::matmulKernel(quant::TensorType type, int64_t cols, int al
   return f;
 }
 
-CUfunction CudaDevice::intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows,
-                                       bool mma) {
+CUfunction CudaDevice::intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows, bool mma,
+                                       int rowWarps) {
+  JITLLM_ASSERT(cols > 0 && cols < (int64_t(1) << 30) && rowWarps > 0 && rowWarps < 8);
   const uint64_t key = (uint64_t(type) << 56) | (uint64_t(align) << 48) | (uint64_t(tokens) << 40) |
-                       (uint64_t(rows) << 34) | (uint64_t(mma) << 33) | uint64_t(cols);
+                       (uint64_t(rows) << 34) | (uint64_t(mma) << 33) | (uint64_t(rowWarps) << 30) | uint64_t(cols);
   if (auto it = intMatmuls_.find(key); it != intMatmuls_.end()) return it->second;
-  CUfunction f = function(module(intMatmulModule(type, cols, align, tokens, rows, mma)), "matmul_int");
+  CUfunction f = function(module(intMatmulModule(type, cols, align, tokens, rows, mma, rowWarps)), "matmul_int");
   intMatmuls_.emplace(key, f);
   return f;
 }
@@ -1205,9 +1207,12 @@ CudaDevice::IntProduct CudaDevice::intProduct(const WeightRef& w, int align, int
   const bool mma = tensorCores_ && tokens >= kTensorCoreMinTokens && uint64_t(tokens) * xqStride <= UINT32_MAX &&
                    ((w.type == quant::TensorType::kQ4_K && align >= 16) || w.type == quant::TensorType::kQ6_K);
   if (mma) {
-    return {true,
-            tensorCoreBlockTokens(w.rows, tokens, tensorCoreTokens_, tensorCoreTokensChosen_, multiprocessors_) / 2,
-            16};
+    const int blockTokens =
+        tensorCoreBlockTokens(w.rows, tokens, tensorCoreTokens_, tensorCoreTokensChosen_, multiprocessors_);
+    // A chosen row-warp count of 1 with 64-token blocks (the width chosen per product) takes 2.
+    const int rowWarps = tensorCoreRowWarps_ ? std::max(*tensorCoreRowWarps_, blockTokens == 64 ? 2 : 1)
+                                             : tensorCoreRowWarps(w.rows, tokens, blockTokens, multiprocessors_);
+    return {true, blockTokens / 2, 16, rowWarps};
   }
   const int perWarpTokens = warpTokens(tokens);
   return {false, perWarpTokens, intRowsPerWarp(w, perWarpTokens)};
@@ -1302,14 +1307,14 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   uint64_t stride = w.rowStride;
   int rows = int(w.rows), t = int(tokens);
   if (choice.mma) {
-    const int blockTokens = 2 * choice.tokens;
-    CUfunction f = intMatmulKernel(w.type, w.cols, align, choice.tokens, 16, true);
+    const int blockTokens = 2 * choice.tokens, blockRows = 16 * choice.rowWarps;
+    CUfunction f = intMatmulKernel(w.type, w.cols, align, choice.tokens, 16, true, choice.rowWarps);
     char op[64] = "matmul_mma";
     if (profile_)
-      std::snprintf(op, sizeof op, "matmul_mma %s %lldx%lld", std::string(quant::typeName(w.type)).c_str(),
-                    (long long)w.rows, (long long)w.cols);
-    launch(op, f, unsigned((w.rows + 63) / 64), unsigned((tokens + blockTokens - 1) / blockTokens), 256, 0, wp, stride,
-           rows, xqPtr, xqStride, t, yp, bp);
+      std::snprintf(op, sizeof op, "matmul_mma %s %lldx%lld w%d", std::string(quant::typeName(w.type)).c_str(),
+                    (long long)w.rows, (long long)w.cols, choice.rowWarps);
+    launch(op, f, unsigned((w.rows + blockRows - 1) / blockRows), unsigned((tokens + blockTokens - 1) / blockTokens),
+           unsigned(64 * choice.rowWarps), 0, wp, stride, rows, xqPtr, xqStride, t, yp, bp);
     tensorCoreProducts_++;
   } else {
     const int perWarpTokens = choice.tokens;
@@ -1636,7 +1641,7 @@ size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
     if (!cudaSupportsWeightType(w.type) || w.rows <= 0) return;
     if (integerMatmul_ && cudaIntegerMatmulType(w.type, w.cols)) {
       const IntProduct c = intProduct(w, align(w), tokens);
-      want(intMatmulModule(w.type, w.cols, align(w), c.tokens, c.rows, c.mma));
+      want(intMatmulModule(w.type, w.cols, align(w), c.tokens, c.rows, c.mma, c.rowWarps));
       return;
     }
     want(matmulModule(w.type, w.cols, align(w), w.cols % 4 == 0, warpTokens(tokens)));

@@ -272,6 +272,7 @@ class CudaDevice final : public Device {
     bool mma = false;
     int tokens = 1;
     int rows = 1;
+    int rowWarps = 4;  // mma: a block's row warps (tensorCoreRowWarps)
   };
   IntProduct intProduct(const WeightRef& w, int align, int64_t tokens) const;
   // The fewest tokens a q4_K/q6_K product takes to the tensor cores. Below it their tiles (64 rows
@@ -290,7 +291,8 @@ class CudaDevice final : public Device {
   std::vector<IntMatmulPart> groupedParts(std::span<const WeightRef> ws, int64_t tokens, int& align) const;
   CUfunction function(CUmodule m, const char* name);
   CUfunction matmulKernel(quant::TensorType type, int64_t cols, int align, bool xvec, int variant);
-  CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows, bool mma);
+  CUfunction intMatmulKernel(quant::TensorType type, int64_t cols, int align, int tokens, int rows, bool mma,
+                             int rowWarps = 4);
   // Launches a matrix-product kernel over w's rows and `tokens`: blocks of 4 warps of rowsPerWarp
   // rows, a grid row per perWarpTokens tokens; the profile names the shape. `args`: the kernel's.
   template <typename... A>
@@ -402,6 +404,7 @@ class CudaDevice final : public Device {
   bool tensorCores_ = true;
   int tensorCoreTokens_ = kDefaultTensorCoreTokens;  // CudaDeviceOptions::tensorCoreTokens
   bool tensorCoreTokensChosen_ = false;              // ... set, so used for every product
+  std::optional<int> tensorCoreRowWarps_;            // CudaSettings::tensorCoreRowWarps
   CUdeviceptr xq_ = 0;
   size_t xqBytes_ = 0;
   // selectCandidates' output (ids, then values) and its kernel.

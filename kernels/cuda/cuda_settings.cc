@@ -76,6 +76,14 @@ ResolvedCudaSettings resolveSettings(const CudaSettings& s) {
                    "tensor-core tokens per block (JITLLM_CUDA_MMA_TOKENS) must be 32 or 64, not ", *tokens);
     r.tensorCoreTokens = tokens;
   }
+  if (const auto warps = experiment(s.tensorCoreRowWarps, "JITLLM_CUDA_MMA_ROW_WARPS")) {
+    JITLLM_REQUIRE(*warps == 1 || *warps == 2 || *warps == 4,
+                   "tensor-core row warps per block (JITLLM_CUDA_MMA_ROW_WARPS) must be 1, 2 or 4, not ", *warps);
+    JITLLM_REQUIRE(*warps != 1 || r.tensorCoreTokens.value_or(32) == 32,
+                   "tensor-core blocks of one row warp (JITLLM_CUDA_MMA_ROW_WARPS=1) take 32 tokens: set "
+                   "JITLLM_CUDA_MMA_TOKENS=32 with it");
+    r.tensorCoreRowWarps = warps;
+  }
   r.programmaticLaunch = onUnlessZero(s.programmaticLaunch, "JITLLM_CUDA_PDL");
   r.fuse = onUnlessZero(s.fuse, "JITLLM_CUDA_FUSE");
   r.blockKernels = onUnlessZero(s.blockKernels, "JITLLM_CUDA_GATHER");

@@ -22,7 +22,7 @@ struct CudaSettings {
   // q4_K / q6_K products on integer dot products (matmul_int.cuh) rather than float decoding.
   // JITLLM_CUDA_INTDOT=0 turns them off.
   std::optional<bool> integerMatmul;
-  // q4_K prefill (16 tokens or more) on int8 tensor cores (matmul_int.cuh's JL_MMA, sm_80 and
+  // q4_K/q6_K products of 32 tokens or more on int8 tensor cores (matmul_int.cuh's JL_MMA, sm_80 and
   // later; the same bits as the dp4a kernels). JITLLM_CUDA_MMA=0 turns it off.
   std::optional<bool> tensorCores;
   // Tokens a tensor-core block computes (32 or 64: 16 or 32 per warp, matmul_int.cuh) in products
@@ -30,6 +30,10 @@ struct CudaSettings {
   // kDefaultTensorCoreTokens for the products whose blocks that wide still number at least the
   // multiprocessors, 32 for the others.
   std::optional<int> tensorCoreTokens;
+  // Row warps of a tensor-core block (1, 2 or 4: 16 to 64 rows; 1 only with 32-token blocks); the
+  // bits do not depend on it. JITLLM_CUDA_MMA_ROW_WARPS=N; unset: tensorCoreRowWarps per product
+  // (the tallest tile that still gives every SM a block).
+  std::optional<int> tensorCoreRowWarps;
   // Kernels launched with programmatic dependent launch (sm_90 and later, a driver with
   // cuLaunchKernelEx): each may be scheduled while the one before it runs and waits on the GPU
   // (common.cuh: awaitPreviousKernel), hiding the launch latency between a decode step's ~200
@@ -92,7 +96,8 @@ struct ResolvedCudaSettings {
   bool graphs = true;
   bool integerMatmul = true;
   bool tensorCores = true;
-  std::optional<int> tensorCoreTokens;  // unset: chosen per product
+  std::optional<int> tensorCoreTokens;    // unset: chosen per product
+  std::optional<int> tensorCoreRowWarps;  // unset: chosen per product
   bool programmaticLaunch = true;
   bool fuse = true;
   bool blockKernels = true;

@@ -97,16 +97,26 @@ int intMatmulRowsPerWarp(TensorType type, int64_t k, int rows) {
   return units % 32 != 0 && units % 16 == 0 ? 2 * rows : rows;
 }
 
-ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, int rows, bool mma) {
+ModuleSpec intMatmulModule(TensorType type, int64_t k, int align, int tokens, int rows, bool mma, int rowWarps) {
   JITLLM_ASSERT(cudaIntegerMatmulType(type, k));
   ModuleSpec spec{
       "matmul_int.cuh",
       {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_TOKENS", tokens}, {"JL_ROWS", rows}}};
   if (mma) {
     JITLLM_ASSERT((type == TensorType::kQ6_K || align >= 16) && (tokens == 16 || tokens == 32) && rows == 16);
+    JITLLM_ASSERT((rowWarps == 1 && tokens == 16) || rowWarps == 2 || rowWarps == 4);
     spec.defines.emplace_back("JL_MMA", 1);
+    if (rowWarps != 4) spec.defines.emplace_back("JL_MMA_ROW_WARPS", rowWarps);  // (4: the default's key)
   }
   return spec;
+}
+
+int tensorCoreRowWarps(int64_t rows, int64_t tokens, int blockTokens, int multiprocessors) {
+  const int64_t tokenBlocks = (tokens + blockTokens - 1) / blockTokens;
+  for (int warps : {4, 2}) {
+    if ((rows + 16 * warps - 1) / (16 * warps) * tokenBlocks >= multiprocessors) return warps;
+  }
+  return blockTokens == 32 ? 1 : 2;  // a block of one row warp stages at most 32 tokens
 }
 
 int tensorCoreBlockTokens(int64_t rows, int64_t tokens, int width, bool widthChosen, int multiprocessors) {
@@ -173,13 +183,16 @@ std::vector<ModuleSpec> representativeModules() {
   specs.push_back(intMatmulGroupModule({{T::kQ4_K, 2}, {T::kQ4_K, 2}}, 2048, 16, 1));
   specs.push_back(intMatmulGroupModule({{T::kQ4_K, 1}, {T::kQ4_K, 1}, {T::kQ4_K, 1}}, 3072, 4, 1));
   specs.push_back(intMatmulGroupModule({{T::kQ4_K, 4}, {T::kQ6_K, 4}}, 2048, 16, 4));
-  // The tensor-core prefill kernels: 32 lane slots (2048) and 16 (3072); q6_K at any alignment;
-  // 16 and 32 tokens a warp.
+  specs.push_back(intMatmulGroupModule({{T::kQ4_K, 2}, {T::kQ4_K, 2}}, 2048, 16, 16));
+  // The tensor-core kernels: 32 lane slots (2048) and 16 (3072); q6_K at any alignment; 16 and 32
+  // tokens a warp; and the short tiles of decode batches (1 and 2 row warps).
   for (TensorType t : {TensorType::kQ4_K, TensorType::kQ6_K}) {
     for (int tokens : {16, 32}) {
       specs.push_back(intMatmulModule(t, 2048, 16, tokens, 16, true));
       specs.push_back(intMatmulModule(t, 3072, t == TensorType::kQ6_K ? 2 : 16, tokens, 16, true));
+      specs.push_back(intMatmulModule(t, 2048, 16, tokens, 16, true, 2));
     }
+    specs.push_back(intMatmulModule(t, 2048, 16, 16, 16, true, 1));
   }
   // The butterfly's lane order (JITLLM_CUDA_DEFINES=JL_LANE_CHAIN=0): decode's kernel, the dp4a
   // prefill kernel's and the tensor-core kernel with its stack of partial sums.

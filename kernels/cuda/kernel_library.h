@@ -49,7 +49,12 @@ inline constexpr int kIntMatmulVariants[][2] = {{1, 1}, {1, 2}, {4, 4}, {16, 4}}
 // mma: the tensor-core prefill kernel instead (q4_K with 16-byte aligned rows, or q6_K; 16 or 32
 // tokens x 16 rows per warp in blocks of 64 rows x twice the tokens, sm_80 and later), which gives
 // the same bits.
-ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows, bool mma = false);
+ModuleSpec intMatmulModule(quant::TensorType type, int64_t k, int align, int tokens, int rows, bool mma = false,
+                           int rowWarps = 4);
+// The row warps of a tensor-core block (JL_MMA_ROW_WARPS) for a product of `rows` over `tokens` in
+// blocks of `blockTokens`: the tallest tile (4 warps, 64 rows) that still gives every SM a block,
+// else the smallest - a decode batch of 32 tokens over 2048 rows would leave 100 of 132 SMs idle.
+int tensorCoreRowWarps(int64_t rows, int64_t tokens, int blockTokens, int multiprocessors);
 // Tokens a CudaDevice's tensor-core blocks take in products of more than 32 tokens, where that
 // still makes a block for every multiprocessor, unless told otherwise
 // (CudaDeviceOptions::tensorCoreTokens; 64 against 32 on an H200: pp512 +13 % on the 1B shape).

@@ -163,6 +163,25 @@ TEST(CudaJit, TensorCoreProductsTakeWideBlocksOnlyWhereTheyStillFillTheGpu) {
   EXPECT_EQ(64, cuda::tensorCoreBlockTokens(8448, 33, 64, false, kSms));   // 132 x 1
 }
 
+// Decode batches on the tensor cores: the tallest tile that still gives each SM a block, else the
+// shortest a block of that width allows.
+TEST(CudaJit, TensorCoreTilesShrinkUntilEverySmHasABlock) {
+  constexpr int kSms = 132;
+  EXPECT_EQ(4, cuda::tensorCoreRowWarps(8192, 512, 64, kSms));  // prefill: 128 x 8 tall blocks
+  EXPECT_EQ(4, cuda::tensorCoreRowWarps(8448, 32, 32, kSms));   // 132 x 1
+  EXPECT_EQ(2, cuda::tensorCoreRowWarps(8192, 32, 32, kSms));   // 128 tall, 256 of 32 rows
+  EXPECT_EQ(1, cuda::tensorCoreRowWarps(2048, 32, 32, kSms));   // 32 tall, 64 middle, 128 short
+  EXPECT_EQ(1, cuda::tensorCoreRowWarps(2048, 64, 32, kSms));   // 64 middle x 2 token blocks: 128 < 132
+  EXPECT_EQ(2, cuda::tensorCoreRowWarps(512, 512, 64, kSms));   // 64-token blocks: never one row warp
+  // Every choice is a tile the kernel has (its module names it only when it is not the default).
+  for (int warps : {1, 2}) {
+    const auto spec = cuda::intMatmulModule(quant::TensorType::kQ4_K, 2048, 16, 16, 16, true, warps);
+    EXPECT_NE(spec.key().find("JL_MMA_ROW_WARPS"), std::string::npos) << warps;
+  }
+  EXPECT_EQ(cuda::intMatmulModule(quant::TensorType::kQ4_K, 2048, 16, 16, 16, true, 4).key(),
+            cuda::intMatmulModule(quant::TensorType::kQ4_K, 2048, 16, 16, 16, true).key());
+}
+
 TEST(CudaJit, WithoutADriverCudaDevicesAreAbsentWithAReasonNotACrash) {
   if (cuda::CudaDevice::count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
   const std::string why = cuda::CudaDevice::unavailableReason();

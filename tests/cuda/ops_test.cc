@@ -36,6 +36,18 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
   auto wideMma = cuda::CudaDevice::create(o);
   o.settings.tensorCoreTokens = 32;
   auto narrowMma = cuda::CudaDevice::create(o);
+  // And every tile height (4 row warps: prefill's 64 rows; 2 and 1: decode batches'), which the
+  // device otherwise picks by the product's size.
+  std::vector<std::pair<std::string, std::unique_ptr<cuda::CudaDevice>>> others;
+  others.emplace_back("64 tokens a block", std::move(wideMma));
+  others.emplace_back("32 tokens a block", std::move(narrowMma));
+  for (int warps : {4, 2, 1}) {
+    o.settings.tensorCoreRowWarps = warps;
+    others.emplace_back(std::to_string(16 * warps) + " rows x 32 tokens a block", cuda::CudaDevice::create(o));
+  }
+  o.settings.tensorCoreTokens = 64;
+  o.settings.tensorCoreRowWarps = 2;
+  others.emplace_back("32 rows x 64 tokens a block", cuda::CudaDevice::create(o));
   // 101 rows: a partial tile of rows; the copy on the GPU ends with the last row (no reads past
   // it). q4_K rows padded to stay 16-byte aligned, which its kernel needs; q6_K rows 2 bytes apart
   // from whole blocks, so their blocks start at either alignment its kernel takes (2 or 4 mod 4),
@@ -66,12 +78,11 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
         const auto want = product(*dp4a, 0, tokens);
         ASSERT_EQ(0u, dp4a->stats().tensorCoreProducts);
         EXPECT_EQ(0, std::memcmp(mma.data(), want.data(), want.size() * 4));
-        for (cuda::CudaDevice* other : {wideMma.get(), narrowMma.get()}) {
+        for (const auto& [tile, other] : others) {
           const uint64_t otherBefore = other->stats().tensorCoreProducts;
           const auto same = product(*other, 0, tokens);
-          ASSERT_EQ(otherBefore + 1, other->stats().tensorCoreProducts);
-          EXPECT_EQ(0, std::memcmp(same.data(), want.data(), want.size() * 4))
-              << (other == wideMma.get() ? "64" : "32") << " tokens a block";
+          ASSERT_EQ(otherBefore + 1, other->stats().tensorCoreProducts) << tile;
+          EXPECT_EQ(0, std::memcmp(same.data(), want.data(), want.size() * 4)) << tile;
         }
         for (int64_t t : {int64_t(0), int64_t(9), tokens - 1}) {
           const auto alone = product(*gpu, t, 1);

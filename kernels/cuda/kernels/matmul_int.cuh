@@ -273,10 +273,11 @@ constexpr int kLanes = RowSplit<IntWeights>::kLanes;
 #endif
 
 #if JL_MMA
-// Prefill on int8 tensor cores (mma.sync, sm_80 and later; JL_MMA = 1, with JL_ROWS = 16 and
-// JL_TOKENS = 16 or 32): q4_K rows (16-byte aligned) and q6_K rows. A block of 8 warps computes 64
-// rows x 2 JL_TOKENS tokens, warp (wr, wt) = (warp % 4, warp / 4) its 16 rows 16 wr.. x JL_TOKENS
-// tokens JL_TOKENS wt... Per unit, mma give
+// Products of 32 tokens or more on int8 tensor cores (mma.sync, sm_80 and later; JL_MMA = 1, with
+// JL_ROWS = 16 and JL_TOKENS = 16 or 32): q4_K rows (16-byte aligned) and q6_K rows. A block of
+// 2 JL_MMA_ROW_WARPS warps computes 16 JL_MMA_ROW_WARPS rows x 2 JL_TOKENS tokens, warp (wr, wt) =
+// (warp % JL_MMA_ROW_WARPS, warp / JL_MMA_ROW_WARPS) its 16 rows 16 wr.. x JL_TOKENS tokens
+// JL_TOKENS wt... Per unit, mma give
 // each (row, token) the unit's integer sums - the same integers the dp4a kernel adds up, exact in
 // any order - and then the float steps are IntQ4_K::dot's (IntQ6_K::dot's), in its order. What the
 // dp4a kernel's lanes do across the row is reproduced per (row, token) in registers: lane slot l's
@@ -322,13 +323,24 @@ constexpr int kSlotBits = kLanes == 32 ? 5 : 4;
 // A warp's tile is 16 rows x JL_TOKENS tokens (kWarpTiles mma columns of 8), the block's 4 x 2 of
 // them. 32 tokens a warp halves what staging, prepare() and the loop cost per (row, token) -
 // work done once per row and unit whatever the tokens - for 16 more registers of sums.
-constexpr int kTileRows = 64, kTileTokens = 2 * JL_TOKENS, kStages = JL_MMA_STAGES, kThreads = 256;
+// JL_MMA_ROW_WARPS: warps a block stacks over the rows (4: the 64-row tile of prefill; 2 or 1 for
+// decode batches, whose few tokens would otherwise leave most SMs without a block). Each warp's
+// work is the same whatever the tile, so every row and token gets the same bits.
+#ifndef JL_MMA_ROW_WARPS
+#define JL_MMA_ROW_WARPS 4
+#endif
+constexpr int kRowWarps = JL_MMA_ROW_WARPS;
+static_assert(kRowWarps == 1 || kRowWarps == 2 || kRowWarps == 4, "JL_MMA_ROW_WARPS: 1, 2 or 4");
+constexpr int kTileRows = 16 * kRowWarps, kTileTokens = 2 * JL_TOKENS, kStages = JL_MMA_STAGES,
+              kThreads = 64 * kRowWarps;
 constexpr int kWarpTiles = JL_TOKENS / 8, kAccCols = 2 * kWarpTiles;  // a thread: 2 tokens of each mma column
 typedef float Acc[2][kAccCols];  // a thread's sums: rows g, g + 8 of its warp x its kAccCols tokens
 // A token's a and b bytes of a unit are 8 pieces of 16 bytes for both types; a thread stages this
 // many of the block's.
 constexpr int kTokenPieces = kTileTokens * 8 / kThreads;
 static_assert(kThreads == 4 * kTileRows, "staging and prepare() give each row four threads");
+static_assert(2 * kTileTokens <= kThreads, "a thread stages each token's two sums (q4_K) or scales (q6_K)");
+static_assert(kTokenPieces * kThreads == kTileTokens * 8, "the tokens' pieces spread evenly over the threads");
 static_assert(kStages >= 3, "a unit computed, one prepared, one in flight");
 
 JL_DEV void mmaS8(int (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
@@ -448,7 +460,7 @@ struct MmaQ4_K {
   // as IntQ4_K::dot.
   static JL_DEV void compute(const u8* stage, Acc& acc) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * JL_TOKENS;
+    const int rowBase = (warp % kRowWarps) * 16, tokenBase = (warp / kRowWarps) * JL_TOKENS;
     u32 raw[4];
     loadMatrices(raw, sharedAddress(stage + (rowBase + (lane & 15)) * kRowBytes + 16 * (lane >> 4)));
     u32 lo[4], hi[4];
@@ -592,7 +604,7 @@ struct MmaQ6_K {
   // IntQ6_K::dot.
   static JL_DEV void compute(const u8* stage, Acc& acc) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int rowBase = (warp & 3) * 16, tokenBase = (warp >> 2) * JL_TOKENS;
+    const int rowBase = (warp % kRowWarps) * 16, tokenBase = (warp / kRowWarps) * JL_TOKENS;
     u32 a[2][4];  // groups 2p, 2p + 1: a[p] = {a0, a1 of group 2p, a0, a1 of group 2p + 1}
 #pragma unroll
     for (int p = 0; p < 2; p++)
@@ -634,9 +646,10 @@ typedef MmaQ4_K Mma;
 typedef MmaQ6_K Mma;
 #endif
 
-// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / 64, tokens / (2 JL_TOKENS)), 256
-// threads.
-extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
+// y[t][r] = sum_k w[r][k] x[t][k] (+ bias[r]). Grid: (rows / kTileRows, tokens / (2 JL_TOKENS)),
+// kThreads threads.
+// (Smaller blocks, proportionally more of them an SM: the same registers a thread.)
+extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS * 4 / kRowWarps)
     matmul_int(const u8* __restrict__ w, u64 rowStride, int rows, const u8* __restrict__ xq, u64 xqStride, int tokens,
                float* __restrict__ y, const float* __restrict__ bias) {
   awaitPreviousKernel();
@@ -719,7 +732,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, JL_MMA_MIN_BLOCKS)
   const Acc& sums = stack[0];
 #endif
   awaitCopies<0>();  // nothing left in flight when the block ends
-  const int r0 = tile.r0 + (warp & 3) * 16, t0 = tile.t0 + (warp >> 2) * JL_TOKENS;
+  const int r0 = tile.r0 + (warp % kRowWarps) * 16, t0 = tile.t0 + (warp / kRowWarps) * JL_TOKENS;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
 #pragma unroll
