@@ -40,6 +40,7 @@ fi
 # machine lacks in .carry-serve/lib (gpu-check.sh serve puts it on LD_LIBRARY_PATH).
 if ((serve)); then
   tools=(jitllmd jitllm-serve-bench jitllm-bench jitllm-mkmodel)
+  [ -f build/build.ninja ] || { echo "--serve needs the release build in build/ (scripts/demo.sh makes it)" >&2; exit 1; }
   cmake --build build --target "${tools[@]}" > /dev/null
   rm -rf .carry-serve && mkdir -p .carry-serve/lib
   for t in "${tools[@]}"; do strip -o ".carry-serve/$t" "build/bin/$t"; done
