@@ -176,13 +176,20 @@ profile() {
     "$LOGS/ncu-details.txt" | sed 's/  */ /g' | head -40
 }
 
+# useCarried: the binaries of .carry-serve (prepare-gpu-carry.sh --serve) as $BIN, with their
+# libraries on the loader's path; fails when none were carried.
+useCarried() {
+  [ -x "$PWD/.carry-serve/jitllmd" ] || return 1
+  BIN=$PWD/.carry-serve
+  export LD_LIBRARY_PATH=$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
 # Serving through jitllmd with the carried binaries (.carry-serve: the daemon needs Cap'n Proto and
 # libsystemd, which this machine lacks; scripts/prepare-gpu-carry.sh --serve builds them).
 serve() {
-  local bin=$PWD/.carry-serve one cache rc=0 args=(--logs "$LOGS/serve")
-  [ -x "$bin/jitllmd" ] || { echo "no .carry-serve carried (scripts/prepare-gpu-carry.sh --serve)"; return 1; }
-  export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  BIN=$bin
+  local bin one cache rc=0 args=(--logs "$LOGS/serve")
+  useCarried || { echo "no .carry-serve carried (scripts/prepare-gpu-carry.sh --serve)"; return 1; }
+  bin=$BIN
   one=$(makeModel llama-3.2-1b q4_k_m)
   makeModel llama-3.2-3b q4_k_m > /dev/null
   # load, and the first request after it returns: on a cold kernel cache, then a warm one.
@@ -207,14 +214,9 @@ serve() {
 # Decode of B sessions at once in-process (jitllm-bench -b: the daemon's step without the socket),
 # once per setting of BATCH_ENVS, then each launch of a step of PROFILE_BATCH sessions timed alone.
 batch() {
-  local bin=$B/bin one envs e
-  if [ -x "$PWD/.carry-serve/jitllm-bench" ]; then
-    bin=$PWD/.carry-serve
-    export LD_LIBRARY_PATH=$bin/lib
-  else
-    build jitllm-bench jitllm-mkmodel
-  fi
-  BIN=$bin
+  local bin one envs e
+  useCarried || build jitllm-bench jitllm-mkmodel
+  bin=$BIN
   one=$(makeModel "llama-3.2-$PROFILE_MODEL" q4_k_m)
   IFS=';' read -ra envs <<< "${BATCH_ENVS:-}"
   ((${#envs[@]})) || envs=("")

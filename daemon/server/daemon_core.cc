@@ -301,7 +301,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   } catch (const Error& e) {
     {
       std::lock_guard lock(mutex_);
-      if (models_.count(name) && models_[name] == host) models_.erase(name);
+      if (auto it = models_.find(name); it != models_.end() && it->second == host) models_.erase(it);
     }
     host->shutdown();
     events_.emit({0, EventKind::kModel, "model.load_failed", name, "", 0, e.what()});

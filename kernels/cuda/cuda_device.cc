@@ -695,19 +695,26 @@ CUmodule CudaDevice::module(const ModuleSpec& given) {
   const std::string key = spec.key();
   if (auto it = modules_.find(key); it != modules_.end()) return it->second;
   if (prepared_) modulesMadeOnUse_++;  // a shape prepareKernels did not foresee
-  const std::string material = cacheMaterial(spec);
-  std::vector<char> image;
-  if (auto cached = cache_.load(material)) {
-    image = std::move(*cached);
-  } else {
-    image = compileModule(spec, arch_).image;
-    modulesCompiled_++;
-    cache_.store(material, image);
-  }
+  bool compiled = false;
+  const std::vector<char> image = moduleImage(spec, compiled);
+  return loadModule(key, image, compiled);
+}
+
+std::vector<char> CudaDevice::moduleImage(const ModuleSpec& tunedSpec, bool& compiled) const {
+  const std::string material = cacheMaterial(tunedSpec);
+  if (auto cached = cache_.load(material)) return std::move(*cached);
+  std::vector<char> image = compileModule(tunedSpec, arch_).image;
+  compiled = true;
+  cache_.store(material, image);
+  return image;
+}
+
+CUmodule CudaDevice::loadModule(std::string key, const std::vector<char>& image, bool compiled) {
   makeCurrent();
   CUmodule m = nullptr;
   check(api_.cuModuleLoadData(&m, image.data()), "cuModuleLoadData");
-  modules_.emplace(key, m);
+  modules_.emplace(std::move(key), m);
+  modulesCompiled_ += compiled;
   return m;
 }
 
@@ -1692,14 +1699,7 @@ size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < wanted.size();) {
       try {
-        const std::string material = cacheMaterial(wanted[i]);
-        if (auto cached = cache_.load(material)) {
-          made[i].image = std::move(*cached);
-        } else {
-          made[i].image = compileModule(wanted[i], arch_).image;
-          made[i].compiled = true;
-          cache_.store(material, made[i].image);
-        }
+        made[i].image = moduleImage(wanted[i], made[i].compiled);
       } catch (const Error& e) {
         made[i].error = e;
       }
@@ -1710,13 +1710,9 @@ size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
   for (size_t t = 1; t < threads; t++) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
-  makeCurrent();
   for (size_t i = 0; i < wanted.size(); i++) {
-    if (made[i].error) continue;  // the op that needs it compiles it again and reports the error then
-    CUmodule m = nullptr;
-    check(api_.cuModuleLoadData(&m, made[i].image.data()), "cuModuleLoadData");
-    modules_.emplace(wanted[i].key(), m);
-    modulesCompiled_ += made[i].compiled;
+    // A failed one: the op that needs it compiles it again and reports the error then.
+    if (!made[i].error) loadModule(wanted[i].key(), made[i].image, made[i].compiled);
   }
   modulesPrepared_ += wanted.size();
   prepared_ = true;

@@ -266,6 +266,11 @@ class CudaDevice final : public Device {
   // spec with the tuning defines, as module() keys it; the disk cache's key material for it.
   ModuleSpec tuned(const ModuleSpec& spec) const;
   std::string cacheMaterial(const ModuleSpec& tunedSpec) const;
+  // A tuned spec's cubin: from the disk cache, else compiled by NVRTC (`compiled` set) and stored
+  // there. Touches no device state: prepareKernels calls it from many threads at once.
+  std::vector<char> moduleImage(const ModuleSpec& tunedSpec, bool& compiled) const;
+  // Loads the image into this device's context as the module keyed `key`, counting a compile.
+  CUmodule loadModule(std::string key, const std::vector<char>& image, bool compiled);
   // How an integer product of w (rows at `align`) over `tokens` runs: on the tensor cores (mma,
   // `tokens` then a block's tokens / 2, 16 rows) or on the dp4a kernels (tokens and rows per warp).
   struct IntProduct {
