@@ -1,7 +1,7 @@
 // Not a test: times matmulRows for one matrix shape per type and Isa, in per-thread CPU time (the
 // development machine is shared, so wall time is noise). Prints GB/s of weights for decode (one
 // token) and tokens/s x rows for a prefill of 128 tokens.
-//   build/bin/matmul_microbench [rows cols]
+//   [STREAMED=1] [PREFILL=reps] [REPS=decode reps] [TYPE=q4_K] build/bin/matmul_microbench [rows cols]
 #include <time.h>
 
 #include <cstdio>
@@ -30,25 +30,32 @@ int main(int argc, char** argv) {
   for (float& v : x) v = dist(rng);
   for (quant::TensorType type : {quant::TensorType::kF32, quant::TensorType::kQ8_0, quant::TensorType::kQ4_K,
                                  quant::TensorType::kQ6_K}) {
+    // TYPE=q4_K: that type only.
+    if (getenv("TYPE") != nullptr && quant::typeName(type) != std::string(getenv("TYPE"))) continue;
     const size_t stride = *quant::rowBytes(type, cols);
     std::vector<uint8_t> w(stride * size_t(rows));
     for (int64_t r = 0; r < rows; r++) {
       for (float& v : row) v = dist(rng);
       quant::quantizeRow(type, row.data(), w.data() + size_t(r) * stride, cols);
     }
-    const WeightView view{type, w.data(), rows, cols, stride};
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
+    WeightView view{type, w.data(), rows, cols, stride};
+    // STREAMED=1: decode as for weights that stream from memory (one row at a time, prefetched);
+    // give a matrix larger than the last-level cache to time that. PREFILL=0 skips prefill.
+    view.streamed = getenv("STREAMED") != nullptr;
+    for (Isa isa : kAllIsas) {
       if (!isaSupported(isa)) continue;
       if (isa == Isa::kScalar && getenv("SCALAR") == nullptr) continue;
       double best = 1e9;
-      for (int rep = 0; rep < 7; rep++) {
+      const int reps = getenv("REPS") != nullptr ? atoi(getenv("REPS")) : 7;
+      for (int rep = 0; rep < reps; rep++) {
         const double t0 = threadSeconds();
         matmulRows(view, x.data(), cols, 1, y.data(), rows, 0, rows, isa);
         best = std::min(best, threadSeconds() - t0);
       }
       double bestPrefill = 1e9;
       const int64_t tokens = 128;
-      for (int rep = 0; rep < 2; rep++) {
+      const int prefillReps = getenv("PREFILL") != nullptr ? atoi(getenv("PREFILL")) : 2;
+      for (int rep = 0; rep < prefillReps; rep++) {
         const double t0 = threadSeconds();
         matmulRows(view, x.data(), cols, tokens, y.data(), rows, 0, rows, isa);
         bestPrefill = std::min(bestPrefill, threadSeconds() - t0);

@@ -38,52 +38,66 @@ TEST(Isa, DetectedFeaturesAreConsistentWithTheChosenIsa) {
   const CpuFeatures f = detectCpuFeatures();
   ScopedIsaEnv env(nullptr);
   const Isa best = bestIsa();
+  EXPECT_EQ(best, fastestIsa(f));
   EXPECT_TRUE(isaSupported(best));
   EXPECT_TRUE(isaSupported(Isa::kScalar));
-  if (best >= Isa::kAvx512) {
-    EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c);
-  }
-  if (best >= Isa::kAvx512Vnni) {
-    EXPECT_TRUE(f.avx512vnni);
-  }
-  if (best == Isa::kAvx512Amx) {
-    EXPECT_TRUE(f.amxInt8);
-  }
-  if (best >= Isa::kAvx2) {
-    EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
-  }
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
-    EXPECT_EQ(best, !f.avx512vnni ? Isa::kAvx512 : f.amxInt8 ? Isa::kAvx512Amx : Isa::kAvx512Vnni);
-  }
-  std::printf("best isa here: %s (vnni %d, bf16 %d, amx-int8 usable %d)\n", isaName(best), f.avx512vnni, f.avx512bf16,
-              f.amxInt8);
+  EXPECT_EQ(isaSupported(Isa::kAvx2), f.avx2 && f.fma && f.f16c);
+  EXPECT_EQ(isaSupported(Isa::kAvxVnni), f.avx2 && f.fma && f.f16c && f.avxVnni);
+  EXPECT_EQ(isaSupported(Isa::kAvx512),
+            f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+  EXPECT_EQ(isaSupported(Isa::kAvx512Vnni), isaSupported(Isa::kAvx512) && f.avx512vnni);
+  EXPECT_EQ(isaSupported(Isa::kAvx512Amx), isaSupported(Isa::kAvx512Vnni) && f.amxInt8);
+  std::printf("best isa here: %s (avx-vnni %d, avx512-vnni %d, bf16 %d, amx-int8 usable %d)\n", isaName(best),
+              f.avxVnni, f.avx512vnni, f.avx512bf16, f.amxInt8);
 }
 
-TEST(Isa, JitllmIsaLowersTheChoiceButNeverRaisesItAboveTheCpu) {
+// The choice follows the CPU's features, never a model name or a fixed list of CPUs: the CPUs
+// people own, as features, and the path each must get.
+TEST(Isa, TheFastestPathFollowsTheFeatures) {
+  CpuFeatures haswell;  // and Zen 1-3: AVX2 only
+  haswell.avx2 = haswell.fma = haswell.f16c = true;
+  EXPECT_EQ(fastestIsa(haswell), Isa::kAvx2);
+  CpuFeatures alderLake = haswell;  // and Zen 5 laptops without AVX-512
+  alderLake.avxVnni = true;
+  EXPECT_EQ(fastestIsa(alderLake), Isa::kAvxVnni);
+  CpuFeatures skylakeSp = haswell;
+  skylakeSp.avx512f = skylakeSp.avx512bw = skylakeSp.avx512vl = skylakeSp.avx512dq = true;
+  EXPECT_EQ(fastestIsa(skylakeSp), Isa::kAvx512);
+  CpuFeatures iceLake = skylakeSp;  // and Zen 4: AVX-512 VNNI but no AVX-VNNI
+  iceLake.avx512vnni = true;
+  EXPECT_EQ(fastestIsa(iceLake), Isa::kAvx512Vnni);
+  EXPECT_FALSE(isaRuns(Isa::kAvxVnni, iceLake));
+  CpuFeatures sapphireRapids = iceLake;
+  sapphireRapids.avxVnni = sapphireRapids.amxInt8 = true;
+  EXPECT_EQ(fastestIsa(sapphireRapids), Isa::kAvx512Amx);
+  CpuFeatures noFma = haswell;  // AVX2 without FMA is no AVX2 path
+  noFma.fma = false;
+  EXPECT_EQ(fastestIsa(noFma), Isa::kScalar);
+  EXPECT_EQ(fastestIsa(CpuFeatures{}), Isa::kScalar);
+}
+
+// JITLLM_ISA picks any path this CPU runs, and refuses by name one it cannot: a forced path is
+// never silently swapped for another.
+TEST(Isa, JitllmIsaForcesAnySupportedPathAndRefusesTheOthersByName) {
   Isa best;
   {
     ScopedIsaEnv env(nullptr);
     best = bestIsa();
   }
-  {
-    ScopedIsaEnv env("scalar");
-    EXPECT_EQ(bestIsa(), Isa::kScalar);
-  }
-  {
-    ScopedIsaEnv env("avx2");
-    EXPECT_EQ(bestIsa(), best >= Isa::kAvx2 ? Isa::kAvx2 : best);
-  }
-  {
-    ScopedIsaEnv env("avx512");
-    EXPECT_EQ(bestIsa(), best >= Isa::kAvx512 ? Isa::kAvx512 : best);
-  }
-  {
-    ScopedIsaEnv env("avx512vnni");
-    EXPECT_EQ(bestIsa(), best >= Isa::kAvx512Vnni ? Isa::kAvx512Vnni : best);
-  }
-  {
-    ScopedIsaEnv env("avx512amx");
-    EXPECT_EQ(bestIsa(), best);
+  for (Isa isa : kAllIsas) {
+    SCOPED_TRACE(isaName(isa));
+    ScopedIsaEnv env(isaName(isa));
+    if (isaSupported(isa)) {
+      EXPECT_EQ(bestIsa(), isa);
+    } else {
+      try {
+        bestIsa();
+        ADD_FAILURE() << "an unsupported JITLLM_ISA was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(isaName(isa)), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("cannot run"), std::string::npos) << e.what();
+      }
+    }
   }
   {
     ScopedIsaEnv env("");
@@ -97,7 +111,7 @@ TEST(Isa, AnUnknownJitllmIsaValueIsAnErrorNotASilentDefault) {
 }
 
 TEST(Isa, NamesRoundTrip) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
+  for (Isa isa : kAllIsas) {
     EXPECT_EQ(parseIsaName(isaName(isa)), isa);
   }
   EXPECT_FALSE(parseIsaName("AVX2").has_value());

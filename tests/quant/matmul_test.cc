@@ -27,7 +27,7 @@ constexpr TensorType kComputable[] = {
 
 std::vector<Isa> isasHere() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
+  for (Isa isa : kAllIsas) {
     if (isaSupported(isa)) out.push_back(isa);
   }
   return out;
@@ -71,9 +71,10 @@ std::vector<float> randomActivations(int64_t tokens, int64_t stride, uint32_t se
   return x;
 }
 
-// The types the VNNI variant multiplies with int8-pair activations (about 15 bits) instead of floats.
+// The types the integer kernels multiply with int8-pair activations (about 15 bits) instead of
+// floats: every Isa but the scalar and the plain AVX-512 one.
 bool usesIntegerActivations(TensorType type, Isa isa) {
-  return isa >= Isa::kAvx512Vnni &&
+  return isa != Isa::kScalar && isa != Isa::kAvx512 &&
          (type == TensorType::kQ4_K || type == TensorType::kQ6_K || type == TensorType::kQ8_0);
 }
 
@@ -292,7 +293,9 @@ TEST(Matmul, NonFiniteActivationsPropagateThroughTheIntegerKernels) {
           matmulRows(m.view(), x.data(), 512, tokens, y.data(), 17, 0, 17, isa);
           for (int64_t r = 0; r < 17; r++) {
             ASSERT_FALSE(std::isfinite(y[size_t(r)])) << "row " << r;
-            if (std::isnan(bad)) ASSERT_TRUE(std::isnan(y[size_t(r)])) << "row " << r;
+            if (std::isnan(bad)) {
+              ASSERT_TRUE(std::isnan(y[size_t(r)])) << "row " << r;
+            }
           }
           for (int64_t t = 1; t < tokens; t++) ASSERT_TRUE(std::isfinite(y[size_t(t * 17)])) << "token " << t;
         }

@@ -13,11 +13,20 @@
 namespace jitllm::cpu {
 
 // A kernel variant. Each one has its own fixed summation order, so results are bitwise
-// reproducible for a given Isa and may differ (by rounding) between Isas.
+// reproducible for a given Isa and may differ (by rounding) between Isas. The integer kernels
+// (q4_K, q6_K and q8_0 on kAvx2, kAvxVnni, kAvx512Vnni and kAvx512Amx) share one contract
+// (matmul_int8.inc) and give the same bits on all four.
+//
+// The order below is by width, not a chain of supersets: a CPU may have kAvx512Vnni without
+// kAvxVnni (Ice Lake, Zen 4). isaSupported says what runs here.
 enum class Isa {
   kScalar,  // portable C++, any x86-64 (and any other CPU)
-  kAvx2,    // AVX2 + FMA + F16C (Haswell and later, Zen)
-  kAvx512,  // AVX-512 F/BW/VL/DQ + FMA + F16C (Skylake-SP and later, Zen 4)
+  // AVX2 + FMA + F16C (Haswell and later, Zen): float kernels, and the integer contract for
+  // q4_K, q6_K and q8_0 with vpmaddubsw (matmul_int8_256.inc).
+  kAvx2,
+  // kAvx2 plus AVX-VNNI, vpdpbusd on ymm (Alder Lake and later, Zen 5): the integer products on it.
+  kAvxVnni,
+  kAvx512,  // AVX-512 F/BW/VL/DQ + FMA + F16C (Skylake-SP and later, Zen 4): float kernels
   // kAvx512 plus VNNI (Cascade Lake, Ice Lake and later, Zen 4): q4_K, q6_K and q8_0 weights
   // multiply activations held as two int8 vectors per block (about 15 bits, see
   // matmul_avx512vnni.cc) with integer dot products; other types run the kAvx512 kernels.
@@ -38,6 +47,7 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  bool avxVnni = false;  // the VEX (256-bit) form of vpdpbusd
   // AMX tiles with int8 products that this process may use: the CPU has AMX-TILE and AMX-INT8,
   // XCR0 enables the tile state, and Linux granted the tile data permission (arch_prctl
   // ARCH_REQ_XCOMP_PERM, which detectCpuFeatures requests; without it the first tile instruction
@@ -49,13 +59,22 @@ struct CpuFeatures {
 // AMX tile data permission when the CPU has AMX (granting it is process-wide and idempotent).
 CpuFeatures detectCpuFeatures();
 
-// The best Isa of this CPU, lowered to the one named by the environment variable
-// JITLLM_ISA=scalar|avx2|avx512|avx512vnni|avx512amx when that is set (tests use it to exercise every variant; asking
-// for more than the CPU has gives what it has). Throws FAILED for any other JITLLM_ISA value.
+// The fastest Isa this CPU supports, or the one the environment variable
+// JITLLM_ISA=scalar|avx2|avxvnni|avx512|avx512vnni|avx512amx names (to compare paths, or run a
+// slower one). Throws FAILED for an unknown name and for an Isa this CPU cannot run, naming the
+// ones it can: a forced path is never silently replaced by another.
 Isa bestIsa();
 
-// Whether kernels of this Isa can run here (ignores JITLLM_ISA). Detection runs once per process.
+// The fastest Isa these features support.
+Isa fastestIsa(const CpuFeatures& features);
+// Whether kernels of this Isa can run on a CPU with these features.
+bool isaRuns(Isa isa, const CpuFeatures& features);
+// isaRuns on this CPU (ignores JITLLM_ISA). Detection runs once per process.
 bool isaSupported(Isa isa);
+
+// Every Isa, in the enum's order.
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2,       Isa::kAvxVnni,
+                                   Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx};
 
 const char* isaName(Isa isa);
 std::optional<Isa> parseIsaName(std::string_view name);

@@ -57,7 +57,9 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
     case Isa::kScalar:
       return detail::matmulRowsScalar(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx2:
-      return detail::matmulRowsAvx2(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return detail::matmulRowsAvx2Int8(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    case Isa::kAvxVnni:
+      return detail::matmulRowsAvxVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx512:
       return detail::matmulRowsAvx512(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx512Vnni:

@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "kernels/cpu/gemm/int8_activation.h"
 #include "kernels/cpu/gemm/matmul_variants.h"
 #include "kernels/quant/blocks.h"
 

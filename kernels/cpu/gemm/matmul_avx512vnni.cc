@@ -25,6 +25,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/cpu/gemm/int8_activation.h"
 #include "kernels/cpu/gemm/matmul_variants.h"
 #include "kernels/quant/blocks.h"
 

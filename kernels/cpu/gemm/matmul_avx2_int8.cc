@@ -1,0 +1,48 @@
+// q4_K, q6_K and q8_0 on AVX2 with the integer contract (matmul_int8_256.inc; vpmaddubsw +
+// vpmaddwd), the bits of the AVX-512 VNNI kernels. Other types take the AVX2 float kernels.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/cpu/gemm/int8_activation.h"
+#include "kernels/cpu/gemm/matmul_variants.h"
+#include "kernels/quant/blocks.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+namespace jitllm::cpu::detail {
+namespace {
+
+constexpr bool kDotVnni = false;
+#include "kernels/cpu/gemm/matmul_int8_256.inc"
+
+}  // namespace
+
+void matmulRowsAvx2Int8(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                        int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
+  if (!int8Rows256(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd)) {
+    matmulRowsAvx2(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+  }
+}
+
+}  // namespace jitllm::cpu::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
