@@ -33,6 +33,17 @@ struct ReferenceRow {
   std::vector<float> bsum;     // S * sum of value over the block
 };
 
+// The exponent rule as matmul_int8.inc defines it, with the library calls (int8_activation.h's
+// fast forms must agree: ActivationExponentIsTheDefinitionsEverywhere).
+int referenceExponent(float amax) {
+  if (!(amax > 0)) return 0;
+  int exponent;
+  std::frexp(amax, &exponent);
+  int e = exponent - 7;
+  if (amax > std::ldexp(127.0f, e)) e++;
+  return e;
+}
+
 ReferenceRow quantizeReference(const float* x, int64_t cols) {
   ReferenceRow q;
   q.value.assign(size_t(cols), 0);
@@ -49,13 +60,16 @@ ReferenceRow quantizeReference(const float* x, int64_t cols) {
       q.bsum.push_back(amax);
       continue;
     }
-    const int e = activationExponent(amax);
-    const BlockScaling s = blockScaling(e);
+    const int e = referenceExponent(amax);
     int32_t sum = 0;
     for (int64_t i = 0; i < 32; i++) {
       float v = x[32 * j + i];
-      if (s.pre != 1.0f) v *= s.pre;
-      v *= s.inv;
+      // x / 2^e in two exact steps where 2^-e alone is no float.
+      if (-e > 127) {
+        v = (v * 0x1p64f) * std::ldexp(1.0f, -e - 64);
+      } else {
+        v *= std::ldexp(1.0f, -e);
+      }
       const float a = std::nearbyint(v);  // round to nearest even, as cvtps2dq
       float b = std::nearbyint((v - a) * 256.0f);
       b = std::min(127.0f, std::max(-127.0f, b));
@@ -254,6 +268,34 @@ TEST(Int8Contract, EveryIntegerPathGivesTheReferenceBits) {
         }
       }
     }
+  }
+}
+
+// The quantizers' fast exponent arithmetic is the definition's (frexp / ldexp) for every float
+// magnitude: normal, subnormal, and at the edges where the rule bumps e.
+TEST(Int8Contract, ActivationExponentIsTheDefinitionsEverywhere) {
+  for (int n = -170; n <= 140; n++)
+    ASSERT_EQ(std::bit_cast<uint32_t>(powerOfTwo(n)), std::bit_cast<uint32_t>(std::ldexp(1.0f, n))) << n;
+  std::mt19937 rng(11);
+  std::vector<float> amaxes = {0.0f,
+                               std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::min(),
+                               std::numeric_limits<float>::max(),
+                               127.0f,
+                               127.5f,
+                               128.0f,
+                               63.99f,
+                               1.0f};
+  for (int i = 0; i < 200000; i++) amaxes.push_back(std::bit_cast<float>(uint32_t(rng()) & 0x7F7FFFFFu));
+  for (float base : {127.0f, 127.25f, 126.99f}) {
+    for (int n = -160; n < 120; n++) amaxes.push_back(std::ldexp(base, n));
+  }
+  for (float amax : amaxes) {
+    ASSERT_EQ(activationExponent(amax), referenceExponent(amax)) << amax;
+    const int e = activationExponent(amax);
+    const BlockScaling s = blockScaling(e);
+    ASSERT_TRUE(std::isfinite(s.inv) && s.inv > 0) << amax;
+    ASSERT_EQ(double(s.pre) * double(s.inv), std::ldexp(1.0, -e)) << amax;
   }
 }
 
