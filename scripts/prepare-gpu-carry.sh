@@ -8,7 +8,8 @@
 # Both are ignored by git (this script adds them to .git/info/exclude), so a fresh checkout lacks
 # them; run this once per checkout, then name them in the call's carry:
 #   .carry-serve/ (--serve) the daemon and tools built here, with the libraries the GPU machine lacks;
-#   bash scripts/prepare-gpu-carry.sh [--no-peer] [--serve]    (the size check counts what is named)
+#   .carry-cpu/ (--cpu) the CPU kernels' test and bench binaries built here (scripts/cpu-isa-check.sh);
+#   bash scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu]  (the size check counts what is named)
 #   run(command="bash scripts/gpu-check.sh all", carry=[".devshared", ".peer"], timeout_s=600)
 # A call's carried tree is limited to 64 MiB; this checks the total.
 set -euo pipefail
@@ -23,12 +24,13 @@ cp "$SHARED"/vocab/ggml-vocab-llama-bpe.gguf* "$SHARED"/vocab/ggml-vocab-llama-s
 rm -rf .devshared/peer && cp -r "$SHARED/peer" .devshared/peer
 chmod -R u+w .devshared
 
-noPeer=0 serve=0
+noPeer=0 serve=0 cpu=0
 for arg in "$@"; do
   case $arg in
     --no-peer) noPeer=1 ;;
     --serve) serve=1 ;;
-    *) echo "usage: scripts/prepare-gpu-carry.sh [--no-peer] [--serve]" >&2; exit 2 ;;
+    --cpu) cpu=1 ;;
+    *) echo "usage: scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu]" >&2; exit 2 ;;
   esac
 done
 if ((!noPeer)) && [ ! -f .peer/llama.cpp.bundle ]; then
@@ -51,9 +53,19 @@ if ((serve)); then
   strip --strip-unneeded .carry-serve/lib/*.so*
 fi
 
+# --cpu: .carry-cpu/, the binaries scripts/cpu-isa-check.sh runs there (only the C/C++ runtimes and
+# NVRTC, which that machine has, are linked dynamically).
+if ((cpu)); then
+  bins=(quant_tests runtime_tests matmul_microbench jitllm-bench jitllm-mkmodel)
+  [ -f build/build.ninja ] || { echo "--cpu needs the release build in build/" >&2; exit 1; }
+  cmake --build build --target "${bins[@]}" > /dev/null
+  rm -rf .carry-cpu && mkdir -p .carry-cpu
+  for t in "${bins[@]}"; do strip -o ".carry-cpu/$t" "build/bin/$t"; done
+fi
+
 exclude=.git/info/exclude
 mkdir -p "$(dirname "$exclude")" && touch "$exclude"
-for path in /.devshared/ /.peer/ /.carry-serve/; do
+for path in /.devshared/ /.peer/ /.carry-serve/ /.carry-cpu/; do
   grep -qxF "$path" "$exclude" || echo "$path" >> "$exclude"
 done
 
@@ -62,6 +74,7 @@ tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>
 paths=(.devshared)
 ((noPeer)) || paths+=(.peer)
 ((serve)) && paths+=(.carry-serve)
+((cpu)) && paths+=(.carry-cpu)
 carried=$(du -scb "${paths[@]}" | tail -1 | cut -f1)
 mib=$(((tree + carried) / 1048576))
 echo "carry: ${paths[*]}; with the tree ${mib} MiB of the 64 MiB a call takes"

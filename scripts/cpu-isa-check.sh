@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The CPU kernels on every instruction set a machine has, side by side with llama.cpp built for
+# AVX2 only (-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF), for machines where the tree is
+# not built (the GPU machine, whose Xeon has AVX2, AVX-VNNI, AVX-512 VNNI and AMX):
+#   scripts/prepare-gpu-carry.sh --cpu   # .carry-cpu (test and bench binaries), .devshared, .peer
+#   run(command="bash scripts/cpu-isa-check.sh peer", carry=[".devshared", ".peer"])  # starts the
+#       llama.cpp build, which goes on after the call (the three do not fit one call's 64 MiB)
+#   run(command="bash scripts/cpu-isa-check.sh", carry=[".carry-cpu", ".devshared"])  # on the warm
+#       machine, within a minute or two: waits for that build, then tests and measures
+# Writes its logs under $OUT. MODELS (default "q4_k_m q6_k q8_0") picks the 1B shapes; the tiny
+# Q4_K_M runs too. ISAS (default "avx2 avxvnni avx512vnni avx512amx") the jitllm paths for the
+# first model. Both engines run on cores 0-1 with 2 threads, alternating, ROUNDS (2) times.
+set -uo pipefail
+C=$PWD/.carry-cpu OUT=${OUT:-/tmp/cpu-isa-out} PEER=/tmp/peer-avx2 M=/tmp/cpu-isa-models
+MODELS=${MODELS:-q4_k_m q6_k q8_0} ISAS=${ISAS:-avx2 avxvnni avx512vnni avx512amx} ROUNDS=${ROUNDS:-2}
+mkdir -p "$OUT" "$M"
+lscpu | grep -E "Model name|^CPU\(s\)|L2|L3" | tee "$OUT/cpu.txt"
+grep -o -w -E "avx2|avx_vnni|avx512f|avx512_vnni|avx512_bf16|amx_int8" /proc/cpuinfo | sort | uniq -c >> "$OUT/cpu.txt"
+
+# llama.cpp for AVX2 only, built in the background (setsid: it survives the call that starts it).
+PEER_LOG=/tmp/peer-avx2-setup.log
+if [ "${1:-}" = peer ]; then
+  [ -f .peer/llama.cpp.bundle ] || { echo "carry .peer to build llama.cpp" >&2; exit 1; }
+  [ -x $PEER/bin/llama-bench ] && { echo "llama.cpp (AVX2) is built already"; exit 0; }
+  rm -rf /tmp/peer-src && mkdir -p /tmp/peer-src && cp -r .devshared/peer .peer/llama.cpp.bundle /tmp/peer-src/
+  : > $PEER_LOG
+  setsid bash -c "JITLLM_PEER_DIR=$PEER JITLLM_PEER_BUNDLE=/tmp/peer-src/llama.cpp.bundle PEER_TARGETS=llama-bench \
+    PEER_CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF' \
+    bash /tmp/peer-src/peer/setup >> $PEER_LOG 2>&1; echo exit \$? >> $PEER_LOG" < /dev/null > /dev/null 2>&1 &
+  echo "llama.cpp (AVX2) build started; log $PEER_LOG"
+  exit 0
+fi
+waitPeer() {
+  local waited=0
+  while [ -f $PEER_LOG ] && ! grep -q "^exit" $PEER_LOG && [ $waited -lt 300 ]; do sleep 5; waited=$((waited + 5)); done
+  [ -f $PEER_LOG ] && cp $PEER_LOG "$OUT/peer-setup.log"
+  [ -x $PEER/bin/llama-bench ] || echo "no llama.cpp (run this script's peer mode first): jitllm alone"
+}
+
+# The goldens are found where the binaries were built.
+mkdir -p /work/main && [ -e /work/main/tests ] || ln -sfn "$PWD/tests" /work/main/tests
+"$C/quant_tests" 2>&1 | grep -vE "^\[ +(RUN|OK) " > "$OUT/quant_tests.log"; tail -4 "$OUT/quant_tests.log"
+"$C/runtime_tests" --gtest_filter='Model.EveryKernelVariant*:Model.TheThreadCount*' > "$OUT/runtime_tests.log" 2>&1
+tail -2 "$OUT/runtime_tests.log"
+REPS=10 PREFILL=2 taskset -c 0 "$C/matmul_microbench" 2048 8192 > "$OUT/microbench.log" 2>&1; cat "$OUT/microbench.log"
+
+for q in $MODELS; do "$C/jitllm-mkmodel" llama-3.2-1b $q $M/1b-$q.gguf --shared .devshared > /dev/null; done
+"$C/jitllm-mkmodel" tiny q4_k_m $M/tiny-q4_k_m.gguf --shared .devshared > /dev/null
+waitPeer
+jit() { taskset -c 0,1 "$C/jitllm-bench" "$1" -t 2 -p 128 -n 32 -r 2 2>&1 | grep -E "^(pp|tg)" | tr '\n' ' '; }
+peer() { LD_LIBRARY_PATH=$PEER/bin taskset -c 0,1 $PEER/bin/llama-bench -m "$1" -t 2 -p 128 -n 32 -r 2 2>&1 |
+  awk -F'|' '/pp128|tg32/ {gsub(/ /, "", $7); split($8, v, " "); printf "%s %s ", $7, v[1]}'; }
+{
+  first=1
+  for f in $M/1b-*.gguf $M/tiny-q4_k_m.gguf; do
+    for r in $(seq $ROUNDS); do
+      isas=avx2; [ $first = 1 ] && isas=$ISAS
+      for isa in $isas; do echo "$(basename $f) jitllm $isa: $(JITLLM_ISA=$isa jit $f)"; done
+      [ -x $PEER/bin/llama-bench ] && echo "$(basename $f) llama.cpp avx2: $(peer $f)"
+    done
+    first=0
+  done
+} 2>&1 | tee "$OUT/side-by-side.log"
