@@ -5,9 +5,9 @@
 #include <time.h>
 
 #include <cstdio>
-#include <string>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm/matmul.h"
@@ -26,10 +26,11 @@ int main(int argc, char** argv) {
   const int64_t rows = argc > 2 ? atol(argv[1]) : 2048, cols = argc > 2 ? atol(argv[2]) : 8192;
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0, 1);
-  std::vector<float> row(static_cast<size_t>(cols)), x(static_cast<size_t>(cols * 128)), y(static_cast<size_t>(rows * 128));
+  std::vector<float> row(static_cast<size_t>(cols)), x(static_cast<size_t>(cols * 128)),
+      y(static_cast<size_t>(rows * 128));
   for (float& v : x) v = dist(rng);
-  for (quant::TensorType type : {quant::TensorType::kF32, quant::TensorType::kQ8_0, quant::TensorType::kQ4_K,
-                                 quant::TensorType::kQ6_K}) {
+  for (quant::TensorType type : {quant::TensorType::kF32, quant::TensorType::kQ8_0, quant::TensorType::kQ4_0,
+                                 quant::TensorType::kQ4_K, quant::TensorType::kQ5_K, quant::TensorType::kQ6_K}) {
     // TYPE=q4_K: that type only.
     if (getenv("TYPE") != nullptr && quant::typeName(type) != std::string(getenv("TYPE"))) continue;
     const size_t stride = *quant::rowBytes(type, cols);
@@ -60,9 +61,9 @@ int main(int argc, char** argv) {
         matmulRows(view, x.data(), cols, tokens, y.data(), rows, 0, rows, isa);
         bestPrefill = std::min(bestPrefill, threadSeconds() - t0);
       }
-      std::printf("%-6s %-7s decode %7.3f ms %6.2f GB/s | prefill128 %8.2f ms %7.1f GFLOP/s\n", std::string(quant::typeName(type)).c_str(),
-                  isaName(isa), best * 1e3, double(w.size()) / best * 1e-9, bestPrefill * 1e3,
-                  2.0 * double(rows * cols * tokens) / bestPrefill * 1e-9);
+      std::printf("%-6s %-7s decode %7.3f ms %6.2f GB/s | prefill128 %8.2f ms %7.1f GFLOP/s\n",
+                  std::string(quant::typeName(type)).c_str(), isaName(isa), best * 1e3, double(w.size()) / best * 1e-9,
+                  bestPrefill * 1e3, 2.0 * double(rows * cols * tokens) / bestPrefill * 1e-9);
     }
   }
 }

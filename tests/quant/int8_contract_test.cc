@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/gemm/int8_activation.h"
@@ -97,10 +98,12 @@ float sumTree16(const float* l) {
 
 float halfToFloat(uint16_t h) { return quant::fp16ToFp32(h); }
 
-float referenceQ4_K(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
+// q4_K and q5_K: the same float steps, q with a fifth bit from qh for q5_K.
+template <class Block>
+float referenceKMins(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
   float acc[8] = {}, mins[8] = {};
   for (int64_t u = 0; u < cols / 256; u++) {
-    const auto* blk = reinterpret_cast<const quant::block_q4_K*>(row) + u;
+    const auto* blk = reinterpret_cast<const Block*>(row) + u;
     alignas(16) uint8_t raw[16];
     quant::unpackScalesMinsK4(blk->scales, raw);
     const float d = halfToFloat(blk->d), dmin = halfToFloat(blk->dmin);
@@ -110,7 +113,8 @@ float referenceQ4_K(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
       int32_t sum = 0;
       for (int i = 0; i < 32; i++) {
         const uint8_t byte = blk->qs[32 * (g / 2) + i];
-        const int q = g % 2 == 0 ? byte & 0xF : byte >> 4;
+        int q = g % 2 == 0 ? byte & 0xF : byte >> 4;
+        if constexpr (std::is_same_v<Block, quant::block_q5_K>) q |= ((blk->qh[i] >> g) & 1) << 4;
         sum += q * x.value[size_t(32 * block + i)];
       }
       acc[g] = std::fma(float(sum), (float(raw[g]) * d) * x.scale[size_t(block)], acc[g]);
@@ -155,14 +159,35 @@ float referenceQ8_0(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
   return sumTree8(acc);
 }
 
+float referenceQ4_0(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
+  float acc[8] = {};
+  for (int64_t j = 0; j < cols / 32; j++) {
+    const auto* blk = reinterpret_cast<const quant::block_q4_0*>(row) + j;
+    int32_t sum = 0;
+    for (int i = 0; i < 16; i++) {
+      sum += ((blk->qs[i] & 0xF) - 8) * x.value[size_t(32 * j + i)];
+      sum += ((blk->qs[i] >> 4) - 8) * x.value[size_t(32 * j + 16 + i)];
+    }
+    acc[j % 8] = std::fma(float(sum), halfToFloat(blk->d) * x.scale[size_t(j)], acc[j % 8]);
+  }
+  return sumTree8(acc);
+}
+
 float reference(TensorType type, const uint8_t* row, int64_t cols, const ReferenceRow& x) {
   switch (type) {
     case TensorType::kQ4_K:
-      return referenceQ4_K(row, cols, x);
+      return referenceKMins<quant::block_q4_K>(row, cols, x);
+    case TensorType::kQ5_K:
+      return referenceKMins<quant::block_q5_K>(row, cols, x);
     case TensorType::kQ6_K:
       return referenceQ6_K(row, cols, x);
-    default:
+    case TensorType::kQ4_0:
+      return referenceQ4_0(row, cols, x);
+    case TensorType::kQ8_0:
       return referenceQ8_0(row, cols, x);
+    default:
+      ADD_FAILURE() << "no reference for " << quant::typeName(type);
+      return 0;
   }
 }
 
@@ -237,9 +262,11 @@ TEST(Int8Contract, EveryIntegerPathGivesTheReferenceBits) {
     int64_t cols;
   };
   // q8_0 rows of 15 and 1 blocks end in a partial unit of 8 (the tail), 2048 is a 1B-model row.
-  for (const Shape s : {Shape{TensorType::kQ4_K, 512}, Shape{TensorType::kQ4_K, 2048}, Shape{TensorType::kQ6_K, 512},
-                        Shape{TensorType::kQ6_K, 2048}, Shape{TensorType::kQ8_0, 480}, Shape{TensorType::kQ8_0, 32},
-                        Shape{TensorType::kQ8_0, 2048}}) {
+  // q4_0 as q8_0.
+  for (const Shape s : {Shape{TensorType::kQ4_K, 512}, Shape{TensorType::kQ4_K, 2048}, Shape{TensorType::kQ5_K, 512},
+                        Shape{TensorType::kQ5_K, 2048}, Shape{TensorType::kQ6_K, 512}, Shape{TensorType::kQ6_K, 2048},
+                        Shape{TensorType::kQ8_0, 480}, Shape{TensorType::kQ8_0, 32}, Shape{TensorType::kQ8_0, 2048},
+                        Shape{TensorType::kQ4_0, 480}, Shape{TensorType::kQ4_0, 32}, Shape{TensorType::kQ4_0, 2048}}) {
     constexpr int64_t kRows = 13;
     const Weights w = randomWeights(s.type, kRows, s.cols, 40 + uint32_t(s.cols) + uint32_t(s.type));
     for (int64_t tokens : {1, 2, 4, 5, 21}) {

@@ -75,7 +75,8 @@ std::vector<float> randomActivations(int64_t tokens, int64_t stride, uint32_t se
 // floats: every Isa but the scalar and the plain AVX-512 one.
 bool usesIntegerActivations(TensorType type, Isa isa) {
   return isa != Isa::kScalar && isa != Isa::kAvx512 &&
-         (type == TensorType::kQ4_K || type == TensorType::kQ6_K || type == TensorType::kQ8_0);
+         (type == TensorType::kQ4_0 || type == TensorType::kQ4_K || type == TensorType::kQ5_K ||
+          type == TensorType::kQ6_K || type == TensorType::kQ8_0);
 }
 
 std::string describe(TensorType type, Isa isa, int64_t tokens) {

@@ -159,7 +159,11 @@ TEST(Model, TheThreadCountDoesNotChangeAnyLogit) {
 // (quantized weights against ~15-bit activations, kernels/cpu/gemm/matmul_int8.inc) also by the
 // activations' rounding. Integer variants of one width share every kernel's bits (the products
 // are one contract everywhere; attention and activations follow the vector width).
-TEST(Model, EveryKernelVariantAgreesWithThePortableOneToRounding) {
+// Every type of the contract runs: q4_K and q6_K (Q4_K_M), q5_K (Q5_K_M), q4_0 and q8_0.
+class EveryKernelVariant : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EveryKernelVariant, AgreesWithThePortableOneToRounding) {
+  const std::string path = goldenPath(std::string("micro/micro-") + GetParam() + ".gguf");
   const auto ids = microTokens();
   std::vector<float> portable, integer256, integer512;
   for (cpu::Isa isa : cpu::kAllIsas) {
@@ -171,7 +175,7 @@ TEST(Model, EveryKernelVariantAgreesWithThePortableOneToRounding) {
     cpu::CpuDevice device(o);
     runtime::ModelLoadOptions options;
     options.devices = {&device};
-    auto model = runtime::Model::load(kMicro, options);
+    auto model = runtime::Model::load(path, options);
     const std::vector<float> logits = scoreAll(*model, ids);
     if (isa == cpu::Isa::kScalar) {
       portable = logits;
@@ -189,6 +193,8 @@ TEST(Model, EveryKernelVariantAgreesWithThePortableOneToRounding) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Model, EveryKernelVariant, ::testing::Values("q4_k_m", "q5_k_m", "q4_0", "q8_0"));
 
 TEST(Model, AnFp16KvCacheStaysCloseToFp32AndKeepsPrefillEqualToDecode) {
   const auto ids = microTokens();

@@ -14,7 +14,7 @@ namespace jitllm::cpu {
 
 // A kernel variant. Each one has its own fixed summation order, so results are bitwise
 // reproducible for a given Isa and may differ (by rounding) between Isas. The integer kernels
-// (q4_K, q6_K and q8_0 on kAvx2, kAvxVnni, kAvx512Vnni and kAvx512Amx) share one contract
+// (q4_0, q4_K, q5_K, q6_K and q8_0 on kAvx2, kAvxVnni, kAvx512Vnni and kAvx512Amx) share one contract
 // (matmul_int8.inc) and give the same bits on all four.
 //
 // The order below is by width, not a chain of supersets: a CPU may have kAvx512Vnni without
@@ -22,14 +22,15 @@ namespace jitllm::cpu {
 enum class Isa {
   kScalar,  // portable C++, any x86-64 (and any other CPU)
   // AVX2 + FMA + F16C (Haswell and later, Zen): float kernels, and the integer contract for
-  // q4_K, q6_K and q8_0 with vpmaddubsw (matmul_int8_256.inc).
+  // q4_0, q4_K, q5_K, q6_K and q8_0 with vpmaddubsw (matmul_int8_256.inc).
   kAvx2,
   // kAvx2 plus AVX-VNNI, vpdpbusd on ymm (Alder Lake and later, Zen 5): the integer products on it.
   kAvxVnni,
   kAvx512,  // AVX-512 F/BW/VL/DQ + FMA + F16C (Skylake-SP and later, Zen 4): float kernels
   // kAvx512 plus VNNI (Cascade Lake, Ice Lake and later, Zen 4): q4_K, q6_K and q8_0 weights
   // multiply activations held as two int8 vectors per block (about 15 bits, see
-  // matmul_avx512vnni.cc) with integer dot products; other types run the kAvx512 kernels.
+  // matmul_avx512vnni.cc) with integer dot products, q4_0 and q5_K on the 256-bit kernels of the
+  // same contract; other types run the kAvx512 kernels.
   kAvx512Vnni,
   // kAvx512Vnni plus AMX-INT8 with the OS's permission for tile data (Sapphire Rapids and later):
   // prefill of those three types on the tile unit (matmul_amx.cc), with the same bits as

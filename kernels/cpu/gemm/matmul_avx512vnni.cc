@@ -1,4 +1,5 @@
-// matmulRows for AVX-512 with VNNI: integer dot products (vpdpbusd) for q4_K, q6_K and q8_0.
+// matmulRows for AVX-512 with VNNI: integer dot products (vpdpbusd) for q4_K, q6_K and q8_0
+// (q4_0 and q5_K take the 256-bit kernels of the same contract, matmul_int8_256.inc).
 //
 // Activations are quantized on the fly into two int8 vectors per block of 32 (about 15 bits),
 // weights stay in their GGUF blocks (no repacking, no second copy), and each group of weights
@@ -178,6 +179,12 @@ void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, 
       return vnniRows<KernelQ6_K>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case TensorType::kQ8_0:
       return vnniRows<KernelQ8_0>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    case TensorType::kQ5_K:
+    case TensorType::kQ4_0:
+      // The contract's 256-bit kernels (no 512-bit form of these yet): the same bits as every
+      // other integer path, and far faster than the float kernels.
+      if (isaSupported(Isa::kAvxVnni)) return matmulRowsAvxVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return matmulRowsAvx2Int8(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     default:
       return matmulRowsAvx512(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }

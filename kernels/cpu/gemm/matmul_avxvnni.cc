@@ -1,4 +1,4 @@
-// q4_K, q6_K and q8_0 on AVX-VNNI (vpdpbusd on ymm) with the integer contract
+// q4_0, q4_K, q5_K, q6_K and q8_0 on AVX-VNNI (vpdpbusd on ymm) with the integer contract
 // (matmul_int8_256.inc), the bits of the AVX-512 VNNI kernels. Other types take the AVX2 float
 // kernels.
 #pragma GCC diagnostic push

@@ -14,12 +14,12 @@ void matmulRowsScalar(const WeightView& w, const float* x, int64_t xStride, int6
                       int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx2(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                     int64_t rowBegin, int64_t rowEnd);
-// Isa::kAvx2 and Isa::kAvxVnni: q4_K, q6_K and q8_0 on the integer contract in 256-bit registers
+// Isa::kAvx2 and Isa::kAvxVnni: q4_0, q4_K, q5_K, q6_K and q8_0 on the integer contract in 256-bit registers
 // (matmul_int8_256.inc), every other type on matmulRowsAvx2.
 void matmulRowsAvx2Int8(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
                         int64_t yStride, int64_t rowBegin, int64_t rowEnd);
-void matmulRowsAvxVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                       int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+void matmulRowsAvxVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
+                       int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx512(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                       int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
