@@ -18,6 +18,10 @@
 #include "base/error.h"
 #include "engine/devices/builtin_backends.h"
 #include "engine/runtime/model.h"
+#include "kernels/cpu/cpu_topology.h"
+#include "kernels/cpu/cpu_tuner.h"
+#include "kernels/cpu/cpu_tuning.h"
+#include "kernels/device.h"
 #include "tools/command_line.h"
 
 using namespace jitllm;
@@ -26,7 +30,11 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-p N] [-n N] [-r REPS] [-d N]
                     [--devices SPEC] [--kv f32|f16] [--fit MODE] [-b B,...]
-  -t THREADS   CPU threads per CPU device (default: all cores)
+       jitllm-bench --tune [MODEL.gguf ...]
+  --tune       measure this CPU's kernel settings (threads with and without SMT siblings, the
+               decode streaming threshold, the prefill chunk), keep them with the kernel cache
+               (where every CPU device then finds them), print them; then benchmark MODEL if given
+  -t THREADS   CPU threads per CPU device (default: the tuned count, else every physical core)
   -p N         prompt tokens for the prefill test (default 128; 0 skips it)
   -n N         tokens for the decode test (default 64; 0 skips it)
   -r REPS      repetitions after one warm-up (default 5)
@@ -103,6 +111,26 @@ std::vector<int32_t> benchTokens(int64_t n, int64_t vocab) {
   return ids;
 }
 
+// --tune: measures, stores and prints this CPU's tuning (kernels/cpu/cpu_tuner.h).
+void tuneThisCpu() {
+  const cpu::CpuTopology topology = cpu::detectCpuTopology();
+  const cpu::Isa isa = cpu::bestIsa();
+  std::printf("tuning %s (%d cores, %d logical CPUs, L2 %zu KiB, L3 %zu KiB) on %s\n", topology.model.c_str(),
+              topology.physicalCores, topology.logicalCpus, topology.l2Bytes >> 10, topology.l3Bytes >> 10,
+              cpu::isaName(isa));
+  const cpu::CpuTuning tuning =
+      cpu::measureCpuTuning(topology, isa, [](const std::string& line) { std::printf("  %s\n", line.c_str()); });
+  std::printf("tuned: threads %d, cache_resident_bytes %zu, prefill_chunk %lld\n", tuning.threads,
+              tuning.cacheResidentBytes, static_cast<long long>(tuning.prefillChunk));
+  const std::string root = cacheRoot();
+  if (cpu::storeCpuTuning(root, topology, tuning)) {
+    std::printf("kept in %s\n", cpu::cpuTuningPath(root, topology).c_str());
+  } else {
+    std::printf("not kept: no writable cache directory (JITLLM_CACHE_DIR, XDG_CACHE_HOME or HOME)\n");
+  }
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv) {
   tools::CommandLine cl(argc, argv);
   std::string modelPath, deviceSpec = "cpu:0";
@@ -112,9 +140,12 @@ int run(int argc, char** argv) {
   std::vector<int64_t> batches;
   KvPrecision kvPrecision = KvPrecision::kF32;
   runtime::DeviceSpecOptions deviceOptions;
+  bool tune = false;
   while (!cl.done()) {
     const std::string a = cl.take();
-    if (a == "-t")
+    if (a == "--tune")
+      tune = true;
+    else if (a == "-t")
       deviceOptions.cpuThreads = cl.number<int>(a);
     else if (a == "-p")
       nPrompt = cl.number<int64_t>(a);
@@ -141,6 +172,10 @@ int run(int argc, char** argv) {
       modelPath = a;
     else
       throw tools::UsageError("unexpected argument " + a);
+  }
+  if (tune) {
+    tuneThisCpu();
+    if (modelPath.empty()) return 0;
   }
   if (modelPath.empty()) throw tools::UsageError("no model given");
   if (nPrompt < 0 || nGen < 0 || depth < 0 || reps < 1) {

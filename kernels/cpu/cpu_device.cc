@@ -80,9 +80,9 @@ size_t physicalMemory() {
   return cgroup ? std::min(ram, cgroup) : ram;
 }
 
-int onlineCores() {
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? int(n) : 1;
+CpuTuning tuningFor(const CpuDeviceOptions& options) {
+  if (options.tuning) return *options.tuning;
+  return loadCpuTuning(cacheRoot(), detectCpuTopology());
 }
 
 // Weight bytes per thread below which splitting a matrix product costs more than it saves (a
@@ -94,7 +94,9 @@ constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 }  // namespace
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options)
-    : isa_(options.isa.value_or(bestIsa())), pool_(options.threads > 0 ? options.threads : onlineCores()) {
+    : isa_(options.isa.value_or(bestIsa())),
+      tuning_(tuningFor(options)),
+      pool_(options.threads > 0 ? options.threads : tuning_.threads) {
   info_.id = {"cpu", options.index};
   info_.caps.hostMemory = true;
   info_.caps.kernelsCompiledIn = true;
@@ -154,9 +156,9 @@ void CpuDevice::rmsNorm(const float* x, const float* weight, float* out, int64_t
 }
 
 bool CpuDevice::streamsFromMemory(const WeightRef& w) {
-  // Above this the weights of a step are not all in the caches when the step comes round again
-  // (the tiny test model, 15 MB, stays; the 1B shape, 807 MB, streams). Decode speed only.
-  constexpr size_t kCacheResidentBytes = size_t(64) << 20;
+  // Above tuning_.cacheResidentBytes the weights of a step are not all in the caches when the
+  // step comes round again (by default 64 MiB: the tiny test model, 15 MB, stays; the 1B shape,
+  // 807 MB, streams). Decode speed only.
   // Matrices of models unloaded long ago would only inflate the sum: start over now and then.
   constexpr size_t kRememberedMatrices = 4096;
   const size_t bytes = size_t(w.rows) * w.rowStride;
@@ -171,11 +173,11 @@ bool CpuDevice::streamsFromMemory(const WeightRef& w) {
     added = true;
   }
   if (added) weightBytesTotal_ += bytes;
-  return weightBytesTotal_ > kCacheResidentBytes;
+  return weightBytesTotal_ > tuning_.cacheResidentBytes;
 }
 
 void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
-  const WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride, streamsFromMemory(w)};
+  const WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride, streamsFromMemory(w), tuning_.prefillChunk};
   // Rows are split among threads in contiguous ranges; each row's result depends only on the
   // kernel variant, so the thread count never changes the output.
   const int64_t minRows = int64_t(kMinWeightBytesPerThread / std::max<size_t>(1, w.rowStride * size_t(tokens)));

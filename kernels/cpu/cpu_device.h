@@ -14,6 +14,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "kernels/cpu/cpu_tuning.h"
 #include "kernels/cpu/gemm/isa.h"
 #include "kernels/cpu/gemm/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -23,9 +24,11 @@ namespace jitllm::cpu {
 
 struct CpuDeviceOptions {
   int index = 0;
-  int threads = 0;          // 0: one per online core
+  int threads = 0;          // 0: the tuning's (every physical core until measured)
   size_t memoryBudget = 0;  // 0: the machine's physical memory
   std::optional<Isa> isa;   // force a kernel variant (tests); default: the best the CPU has
+  // Measured settings (cpu_tuning.h); default: this CPU's file in the cache, else the defaults.
+  std::optional<CpuTuning> tuning;
 };
 
 class CpuDevice final : public Device {
@@ -34,6 +37,7 @@ class CpuDevice final : public Device {
   ~CpuDevice() override;
 
   Isa isa() const { return isa_; }
+  const CpuTuning& tuning() const { return tuning_; }
   ThreadPool& pool() { return pool_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
@@ -66,6 +70,7 @@ class CpuDevice final : public Device {
   bool streamsFromMemory(const WeightRef& w);
 
   Isa isa_;
+  CpuTuning tuning_;
   ThreadPool pool_;
   std::unordered_map<const void*, size_t> weightBytes_;  // executor thread only
   PreparedActivations prepared_;                         // executor thread only; reused by each matmul

@@ -281,16 +281,24 @@ TEST(Int8Contract, EveryIntegerPathGivesTheReferenceBits) {
       for (const float v : expected) ASSERT_TRUE(std::isfinite(v));
       for (Isa isa : isas) {
         SCOPED_TRACE(traceOf(s.type, isa, s.cols, tokens));
-        for (bool streamed : {false, true}) {
+        // The hints (streaming, the prefill's column chunk; 48 is not a chunk: the default) change
+        // the time, never the bits.
+        struct Hints {
+          bool streamed;
+          int64_t prefillChunk;
+        };
+        for (const Hints hints :
+             {Hints{false, 0}, Hints{true, 0}, Hints{false, 64}, Hints{false, 1024}, Hints{false, 48}}) {
           WeightView view = w.view();
-          view.streamed = streamed;
+          view.streamed = hints.streamed;
+          view.prefillChunk = hints.prefillChunk;
           std::vector<float> y(expected.size(), NAN);
           matmulRows(view, x.data(), s.cols, tokens, y.data(), kRows, 0, 6, isa);
           matmulRows(view, x.data(), s.cols, tokens, y.data(), kRows, 6, kRows, isa);
           for (size_t i = 0; i < y.size(); i++) {
             ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(expected[i]))
                 << "token " << i / kRows << " row " << i % kRows << ": " << y[i] << " vs " << expected[i]
-                << (streamed ? " (streamed)" : "");
+                << (hints.streamed ? " (streamed)" : "") << " prefill chunk " << hints.prefillChunk;
           }
         }
       }

@@ -33,6 +33,9 @@ struct WeightView {
   // A hint, never a change to results: the matrix comes from memory at each use (the weights in
   // use do not fit the caches), so decode reads its rows as one sequential stream per thread.
   bool streamed = false;
+  // Also a hint: columns per chunk of the avx2 / avxvnni token-vector prefill (a multiple of 32;
+  // anything else: the kernels' default). Measured per CPU (kernels/cpu/cpu_tuning.h).
+  int64_t prefillChunk = 0;
 };
 
 // y[t*yStride + r] = sum_k W[r,k] * x[t*xStride + k], for r in [rowBegin,rowEnd) and t in

@@ -1,0 +1,170 @@
+#include "kernels/cpu/cpu_tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/quant/blocks.h"
+
+namespace jitllm::cpu {
+
+namespace {
+
+// The 1B shape's FFN matrices: 2048 x 8192 q4_K (9 MiB each).
+constexpr int64_t kRows = 2048, kCols = 8192;
+constexpr int64_t kPrefillTokens = 32;
+constexpr int kReps = 5;
+
+struct RandomMatrices {
+  std::vector<uint8_t> bytes;
+  size_t matrixBytes = 0;
+  size_t rowStride = 0;
+  int64_t count = 0;
+  WeightRef matrix(int64_t i) const {
+    return WeightRef{quant::TensorType::kQ4_K, bytes.data() + size_t(i) * matrixBytes, kRows, kCols, rowStride};
+  }
+};
+
+// q4_K blocks of random bits with fixed, ordinary scales (random halves would include NaN and
+// subnormals, whose arithmetic may run at another speed).
+RandomMatrices randomMatrices(size_t totalBytes) {
+  RandomMatrices m;
+  m.rowStride = size_t(kCols / quant::kQK_K) * sizeof(quant::block_q4_K);
+  m.matrixBytes = m.rowStride * size_t(kRows);
+  m.count = std::max<int64_t>(1, int64_t(totalBytes / m.matrixBytes));
+  m.bytes.resize(m.matrixBytes * size_t(m.count));
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(m.bytes.data() + i, &v, 8);
+  }
+  auto* blocks = reinterpret_cast<quant::block_q4_K*>(m.bytes.data());
+  const size_t n = m.bytes.size() / sizeof(quant::block_q4_K);
+  for (size_t b = 0; b < n; b++) {
+    blocks[b].d = 0x2C00;     // 1/16
+    blocks[b].dmin = 0x2800;  // 1/32
+  }
+  return m;
+}
+
+using Clock = std::chrono::steady_clock;
+
+template <class F>
+double minMilliseconds(F&& f) {
+  f();  // warm-up
+  double best = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < kReps; r++) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+CpuDeviceOptions deviceOptions(Isa isa, int threads, const CpuTuning& tuning) {
+  CpuDeviceOptions o;
+  o.isa = isa;
+  o.threads = threads;
+  o.tuning = tuning;
+  return o;
+}
+
+// One decode token through the first `count` matrices.
+double decodeMs(CpuDevice& device, const RandomMatrices& m, int64_t count, const std::vector<float>& x,
+                std::vector<float>& y) {
+  return minMilliseconds([&] {
+    for (int64_t i = 0; i < count; i++) device.matmul(m.matrix(i), x.data(), 1, y.data(), nullptr);
+  });
+}
+
+double prefillMs(CpuDevice& device, const RandomMatrices& m, const std::vector<float>& x, std::vector<float>& y) {
+  return minMilliseconds([&] { device.matmul(m.matrix(0), x.data(), kPrefillTokens, y.data(), nullptr); });
+}
+
+std::string format(const char* fmt, double a, double b = 0) {
+  char line[160];
+  std::snprintf(line, sizeof line, fmt, a, b);
+  return line;
+}
+
+}  // namespace
+
+CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::function<void(const std::string&)>& log) {
+  CpuTuning tuning = defaultCpuTuning(topology);
+  tuning.source = "measured";
+  const size_t llc = std::max(topology.l3Bytes, topology.l2Bytes);
+  const size_t workingSet = std::max<size_t>(size_t(64) << 20, 4 * llc);
+  const RandomMatrices m = randomMatrices(workingSet);
+  std::vector<float> x(size_t(kPrefillTokens * kCols)), y(size_t(kPrefillTokens * kRows));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+
+  // Threads: each candidate's decode (always streamed: the working set is past the caches) and
+  // prefill, scored by the sum of each relative to the best of its kind.
+  std::vector<int> candidates = {topology.physicalCores};
+  if (topology.logicalCpus != topology.physicalCores) candidates.push_back(topology.logicalCpus);
+  std::vector<double> decode, prefill;
+  CpuTuning streamed = tuning;
+  streamed.cacheResidentBytes = size_t(1) << 20;
+  for (int threads : candidates) {
+    CpuDevice device(deviceOptions(isa, threads, streamed));
+    decode.push_back(decodeMs(device, m, m.count, x, y));
+    prefill.push_back(prefillMs(device, m, x, y));
+    log("threads " + std::to_string(threads) +
+        format(": decode %.2f ms, prefill %.2f ms", decode.back(), prefill.back()));
+  }
+  const double bestDecode = *std::min_element(decode.begin(), decode.end());
+  const double bestPrefill = *std::min_element(prefill.begin(), prefill.end());
+  size_t chosen = 0;
+  for (size_t i = 1; i < candidates.size(); i++) {
+    const double score = decode[i] / bestDecode + prefill[i] / bestPrefill;
+    if (score < decode[chosen] / bestDecode + prefill[chosen] / bestPrefill) chosen = i;
+  }
+  tuning.threads = candidates[chosen];
+
+  // The streaming threshold (only the AVX-512 VNNI decode reads the hint): working sets of 1, 2,
+  // 4, ... matrices; the largest where decode without the hint is at least as fast as with it
+  // (every larger one is then faster with it).
+  if (isa == Isa::kAvx512Vnni || isa == Isa::kAvx512Amx) {
+    CpuTuning resident = tuning;
+    resident.cacheResidentBytes = size_t(1) << 40;
+    CpuTuning hinted = tuning;
+    hinted.cacheResidentBytes = size_t(1) << 20;
+    CpuDevice plain(deviceOptions(isa, tuning.threads, resident));
+    CpuDevice streaming(deviceOptions(isa, tuning.threads, hinted));
+    size_t threshold = 0;
+    for (int64_t count = 1; count <= m.count; count *= 2) {
+      const double a = decodeMs(plain, m, count, x, y), b = decodeMs(streaming, m, count, x, y);
+      const double mib = double(size_t(count) * m.matrixBytes) / double(1 << 20);
+      log(format("weights %.0f MiB: decode %.3f ms", mib, a) + format(" in the caches' order, %.3f ms streamed", b));
+      if (a <= b) threshold = size_t(count) * m.matrixBytes;
+    }
+    // Nothing faster without the hint: stream anything larger than one matrix.
+    tuning.cacheResidentBytes = std::max(threshold, m.matrixBytes);
+  }
+
+  // The prefill chunk (only the 256-bit kernels have one).
+  if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t chunk : {256, 512, 1024, 2048}) {
+      CpuTuning t = tuning;
+      t.prefillChunk = chunk;
+      CpuDevice device(deviceOptions(isa, tuning.threads, t));
+      const double ms = prefillMs(device, m, x, y);
+      log(format("prefill chunk %.0f: %.2f ms", double(chunk), ms));
+      if (ms < best) {
+        best = ms;
+        tuning.prefillChunk = chunk;
+      }
+    }
+  }
+  return tuning;
+}
+
+}  // namespace jitllm::cpu

@@ -1,0 +1,190 @@
+// The CPU's tuning: its topology read from sysfs, the tuning file (format, damage, location),
+// the device taking its thread count from the file, and one real measurement.
+#include "kernels/cpu/cpu_tuning.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/cpu_topology.h"
+#include "kernels/cpu/cpu_tuner.h"
+
+namespace jitllm::cpu {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A directory of its own under the test's temporary root, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    path_ = fs::path(tmp && *tmp ? tmp : "/tmp") /
+            ("jitllm-cpu-tuning-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+void writeFile(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << text << "\n";
+}
+
+// Sets an environment variable for a scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CpuTopology, CpuListsParseAsTheKernelWritesThem) {
+  EXPECT_EQ(parseCpuList("0-3,8,10-11"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parseCpuList("0"), (std::vector<int>{0}));
+  EXPECT_EQ(parseCpuList("x,3-1,5,-2,7-"), (std::vector<int>{5}));
+  EXPECT_TRUE(parseCpuList("").empty());
+}
+
+TEST(CpuTopology, SmtSiblingsCountOnceAsPhysicalCores) {
+  TempDir sys;
+  writeFile(sys.path() / "online", "0-3,6");
+  // cpu0/cpu2 and cpu1/cpu3 are sibling pairs; cpu6 is alone on the second package's core 0.
+  const int core[] = {0, 1, 0, 1, -1, -1, 0}, package[] = {0, 0, 0, 0, -1, -1, 1};
+  for (int c : {0, 1, 2, 3, 6}) {
+    const fs::path dir = sys.path() / ("cpu" + std::to_string(c)) / "topology";
+    writeFile(dir / "core_id", std::to_string(core[c]));
+    writeFile(dir / "physical_package_id", std::to_string(package[c]));
+  }
+  const fs::path cache = sys.path() / "cpu0" / "cache";
+  writeFile(cache / "index0" / "level", "1");
+  writeFile(cache / "index0" / "type", "Data");
+  writeFile(cache / "index0" / "size", "48K");
+  writeFile(cache / "index1" / "level", "1");
+  writeFile(cache / "index1" / "type", "Instruction");
+  writeFile(cache / "index1" / "size", "32K");
+  writeFile(cache / "index2" / "level", "2");
+  writeFile(cache / "index2" / "type", "Unified");
+  writeFile(cache / "index2" / "size", "2048K");
+  writeFile(cache / "index3" / "level", "3");
+  writeFile(cache / "index3" / "type", "Unified");
+  writeFile(cache / "index3" / "size", "30M");
+  const CpuTopology t = detectCpuTopology(sys.path().string());
+  EXPECT_EQ(t.logicalCpus, 5);
+  EXPECT_EQ(t.physicalCores, 3);
+  EXPECT_EQ(t.l2Bytes, size_t(2048) << 10);
+  EXPECT_EQ(t.l3Bytes, size_t(30) << 20);
+  EXPECT_NE(t.key().find("-c3t5-l2-2048k-l3-30720k"), std::string::npos) << t.key();
+  EXPECT_EQ(defaultCpuTuning(t).threads, 3) << "every physical core, SMT siblings left out";
+}
+
+TEST(CpuTopology, KeysAreFileNamesWhateverTheModelIsCalled) {
+  CpuTopology t;
+  t.model = "Intel(R) Xeon(R) Platinum 8480+ /../../etc";
+  const std::string key = t.key();
+  EXPECT_EQ(key.find('/'), std::string::npos) << key;
+  EXPECT_EQ(key.find(".."), std::string::npos) << key;
+  EXPECT_EQ(key.rfind("intel-r-xeon-r-platinum-8480-etc-c1t1", 0), 0u) << key;
+}
+
+TEST(CpuTuning, TheFileRoundTripsAndDamageCostsOnlyTheDamagedLines) {
+  CpuTopology topology;
+  topology.physicalCores = 4;
+  const CpuTuning defaults = defaultCpuTuning(topology);
+  EXPECT_EQ(defaults.source, "default");
+  CpuTuning t = defaults;
+  t.threads = 7;
+  t.cacheResidentBytes = size_t(96) << 20;
+  t.prefillChunk = 1024;
+  const CpuTuning back = parseCpuTuning(formatCpuTuning(t), defaults);
+  EXPECT_EQ(back.threads, 7);
+  EXPECT_EQ(back.cacheResidentBytes, size_t(96) << 20);
+  EXPECT_EQ(back.prefillChunk, 1024);
+  EXPECT_EQ(back.source, "measured");
+
+  const CpuTuning damaged = parseCpuTuning(
+      "threads 0\nthreads 3 4\nprefill_chunk 1000\ncache_resident_bytes 12\nunknown 5\n\x01\x02 garbage\n"
+      "prefill_chunk 2048\n",
+      defaults);
+  EXPECT_EQ(damaged.threads, defaults.threads);
+  EXPECT_EQ(damaged.cacheResidentBytes, defaults.cacheResidentBytes);
+  EXPECT_EQ(damaged.prefillChunk, 2048);
+  EXPECT_EQ(parseCpuTuning("nonsense", defaults), defaults);
+}
+
+TEST(CpuTuning, KeptUnderTheCacheRootPerTopologyAndOffWithoutOne) {
+  TempDir root;
+  CpuTopology a, b;
+  a.physicalCores = 2;
+  b.physicalCores = 3;
+  CpuTuning t = defaultCpuTuning(a);
+  t.threads = 5;
+  ASSERT_TRUE(storeCpuTuning(root.path().string(), a, t));
+  EXPECT_EQ(loadCpuTuning(root.path().string(), a).threads, 5);
+  EXPECT_EQ(loadCpuTuning(root.path().string(), b).threads, 3) << "another CPU's measurements are not ours";
+  EXPECT_FALSE(storeCpuTuning("", a, t));
+  EXPECT_EQ(loadCpuTuning("", a), defaultCpuTuning(a));
+}
+
+TEST(CpuTuning, ADeviceTakesItsThreadsFromThisCpusFileUnlessGivenACount) {
+  TempDir root;
+  const ScopedEnv env("JITLLM_CACHE_DIR", root.path().string());
+  const CpuTopology here = detectCpuTopology();
+  EXPECT_EQ(CpuDevice().info().threads, here.physicalCores);
+  CpuTuning t = defaultCpuTuning(here);
+  t.threads = here.physicalCores + 2;
+  ASSERT_TRUE(storeCpuTuning(root.path().string(), here, t));
+  CpuDevice tuned;
+  EXPECT_EQ(tuned.info().threads, here.physicalCores + 2);
+  EXPECT_EQ(tuned.tuning().source, "measured");
+  CpuDeviceOptions o;
+  o.threads = 1;
+  EXPECT_EQ(CpuDevice(o).info().threads, 1);
+}
+
+// One real measurement on this machine: what it chooses is one of its candidates, and every
+// setting it times is logged.
+TEST(CpuTuner, MeasuresThisCpuAndChoosesAmongItsCandidates) {
+  const CpuTopology here = detectCpuTopology();
+  const Isa isa = bestIsa();
+  int lines = 0;
+  const CpuTuning t = measureCpuTuning(here, isa, [&](const std::string&) { lines++; });
+  EXPECT_TRUE(t.threads == here.physicalCores || t.threads == here.logicalCpus) << t.threads;
+  EXPECT_EQ(t.source, "measured");
+  if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni) {
+    EXPECT_TRUE(t.prefillChunk == 256 || t.prefillChunk == 512 || t.prefillChunk == 1024 || t.prefillChunk == 2048);
+  }
+  EXPECT_GE(t.cacheResidentBytes, size_t(1) << 20);
+  EXPECT_GE(lines, 1 + (here.logicalCpus != here.physicalCores ? 1 : 0));
+  // What it measured parses back from its own file.
+  EXPECT_EQ(parseCpuTuning(formatCpuTuning(t), defaultCpuTuning(here)).threads, t.threads);
+}
+
+}  // namespace
+}  // namespace jitllm::cpu
