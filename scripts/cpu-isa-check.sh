@@ -8,13 +8,18 @@
 #   run(command="bash scripts/cpu-isa-check.sh", carry=[".carry-cpu", ".devshared"])  # on the warm
 #       machine, within a minute or two: waits for that build, then tests and measures
 # Writes its logs under $OUT. MODELS (default "q4_k_m q6_k q8_0") picks the 1B shapes; the tiny
-# Q4_K_M runs too. ISAS (default "avx2 avxvnni avx512vnni avx512amx") the jitllm paths for the
-# first model. Both engines run on cores 0-1 with 2 threads, alternating, ROUNDS (2) times.
+# Q4_K_M runs too (TINY=0: not). ISAS (default "avx2 avxvnni avx512vnni avx512amx") the jitllm
+# paths for the first model. Both engines run on cores 0-1 with 2 threads, alternating, ROUNDS (2)
+# times. MICRO=0 skips the microbenchmark. TUNE=1 runs `jitllm-bench --tune` on avx2 and on the fastest path (all cores: SMT measured).
+# With .carry-cpu/jitllm-bench-old (prepare-gpu-carry.sh's OLD_BENCH), OLD_MODELS (default
+# "q4_k_m q6_k q8_0") run old against new on OLD_ISAS ("avx512vnni avx512amx"): no-regression rows.
 set -uo pipefail
 C=$PWD/.carry-cpu OUT=${OUT:-/tmp/cpu-isa-out} PEER=/tmp/peer-avx2 M=/tmp/cpu-isa-models
 MODELS=${MODELS:-q4_k_m q6_k q8_0} ISAS=${ISAS:-avx2 avxvnni avx512vnni avx512amx} ROUNDS=${ROUNDS:-2}
+TINY=${TINY:-1} TUNE=${TUNE:-0} OLD_MODELS=${OLD_MODELS:-q4_k_m q6_k q8_0} OLD_ISAS=${OLD_ISAS:-avx512vnni avx512amx}
 mkdir -p "$OUT" "$M"
-lscpu | grep -E "Model name|^CPU\(s\)|L2|L3" | tee "$OUT/cpu.txt"
+lscpu | grep -E "Model name|^CPU\(s\)|Thread|Core|L2|L3" | tee "$OUT/cpu.txt"
+lscpu -e >> "$OUT/cpu.txt"
 grep -o -w -E "avx2|avx_vnni|avx512f|avx512_vnni|avx512_bf16|amx_int8" /proc/cpuinfo | sort | uniq -c >> "$OUT/cpu.txt"
 
 # llama.cpp for AVX2 only, built in the background (setsid: it survives the call that starts it).
@@ -40,19 +45,39 @@ waitPeer() {
 # The goldens are found where the binaries were built.
 mkdir -p /work/main && [ -e /work/main/tests ] || ln -sfn "$PWD/tests" /work/main/tests
 "$C/quant_tests" 2>&1 | grep -vE "^\[ +(RUN|OK) " > "$OUT/quant_tests.log"; tail -4 "$OUT/quant_tests.log"
-"$C/runtime_tests" --gtest_filter='Model.EveryKernelVariant*:Model.TheThreadCount*' > "$OUT/runtime_tests.log" 2>&1
+"$C/runtime_tests" --gtest_filter='*EveryKernelVariant*:Model.TheThreadCount*' > "$OUT/runtime_tests.log" 2>&1
 tail -2 "$OUT/runtime_tests.log"
-REPS=10 PREFILL=2 taskset -c 0 "$C/matmul_microbench" 2048 8192 > "$OUT/microbench.log" 2>&1; cat "$OUT/microbench.log"
+if [ "${MICRO:-1}" = 1 ]; then
+  REPS=10 PREFILL=2 taskset -c 0 "$C/matmul_microbench" 2048 8192 > "$OUT/microbench.log" 2>&1; cat "$OUT/microbench.log"
+fi
 
-for q in $MODELS; do "$C/jitllm-mkmodel" llama-3.2-1b $q $M/1b-$q.gguf --shared .devshared > /dev/null; done
-"$C/jitllm-mkmodel" tiny q4_k_m $M/tiny-q4_k_m.gguf --shared .devshared > /dev/null
+if [ "$TUNE" = 1 ]; then
+  JITLLM_ISA=avx2 JITLLM_CACHE_DIR=$OUT/tuned-avx2 "$C/jitllm-bench" --tune 2>&1 | tee -a "$OUT/tune.log"
+  JITLLM_CACHE_DIR=$OUT/tuned "$C/jitllm-bench" --tune 2>&1 | tee -a "$OUT/tune.log"
+fi
+tiny=
+[ "$TINY" = 1 ] && tiny=$M/tiny-q4_k_m.gguf
+for q in $(echo $MODELS $OLD_MODELS | tr ' ' '\n' | sort -u); do
+  "$C/jitllm-mkmodel" llama-3.2-1b $q $M/1b-$q.gguf --shared .devshared > /dev/null
+done
+[ -n "$tiny" ] && "$C/jitllm-mkmodel" tiny q4_k_m $tiny --shared .devshared > /dev/null
+jit() { taskset -c 0,1 "${BENCH:-$C/jitllm-bench}" "$1" -t 2 -p 128 -n 32 -r 2 2>&1 | grep -E "^(pp|tg)" | tr '\n' ' '; }
+if [ -x "$C/jitllm-bench-old" ]; then
+  for q in $OLD_MODELS; do
+    for isa in $OLD_ISAS; do
+      for r in $(seq $ROUNDS); do
+        echo "1b-$q $isa old: $(JITLLM_ISA=$isa BENCH=$C/jitllm-bench-old jit $M/1b-$q.gguf)"
+        echo "1b-$q $isa new: $(JITLLM_ISA=$isa jit $M/1b-$q.gguf)"
+      done
+    done
+  done 2>&1 | tee "$OUT/no-regression.log"
+fi
 waitPeer
-jit() { taskset -c 0,1 "$C/jitllm-bench" "$1" -t 2 -p 128 -n 32 -r 2 2>&1 | grep -E "^(pp|tg)" | tr '\n' ' '; }
 peer() { LD_LIBRARY_PATH=$PEER/bin taskset -c 0,1 $PEER/bin/llama-bench -m "$1" -t 2 -p 128 -n 32 -r 2 2>&1 |
   awk -F'|' '/pp128|tg32/ {gsub(/ /, "", $7); split($8, v, " "); printf "%s %s ", $7, v[1]}'; }
 {
   first=1
-  for f in $M/1b-*.gguf $M/tiny-q4_k_m.gguf; do
+  for f in $(for q in $MODELS; do echo $M/1b-$q.gguf; done) $tiny; do
     for r in $(seq $ROUNDS); do
       isas=avx2; [ $first = 1 ] && isas=$ISAS
       for isa in $isas; do echo "$(basename $f) jitllm $isa: $(JITLLM_ISA=$isa jit $f)"; done

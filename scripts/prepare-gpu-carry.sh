@@ -61,6 +61,9 @@ if ((cpu)); then
   cmake --build build --target "${bins[@]}" > /dev/null
   rm -rf .carry-cpu && mkdir -p .carry-cpu
   for t in "${bins[@]}"; do strip -o ".carry-cpu/$t" "build/bin/$t"; done
+  # OLD_BENCH=path: an earlier jitllm-bench (built from another commit) for cpu-isa-check.sh's
+  # no-regression rows.
+  if [ -n "${OLD_BENCH:-}" ]; then strip -o .carry-cpu/jitllm-bench-old "$OLD_BENCH"; fi
 fi
 
 exclude=.git/info/exclude

@@ -98,7 +98,8 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
   CpuTuning tuning = defaultCpuTuning(topology);
   tuning.source = "measured";
   const size_t llc = std::max(topology.l3Bytes, topology.l2Bytes);
-  const size_t workingSet = std::max<size_t>(size_t(64) << 20, 4 * llc);
+  // Past every cache, within reason (a server CPU's 300 MiB L3 would ask for 1.2 GB).
+  const size_t workingSet = std::clamp<size_t>(4 * llc, size_t(64) << 20, size_t(1) << 30);
   const RandomMatrices m = randomMatrices(workingSet);
   std::vector<float> x(size_t(kPrefillTokens * kCols)), y(size_t(kPrefillTokens * kRows));
   std::mt19937 rng(3);

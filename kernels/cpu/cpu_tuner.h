@@ -5,7 +5,7 @@
 //   cache_resident  decode with the streaming hint on and off over working sets from L2-sized to
 //                   four times the last-level cache: the largest set still faster without it;
 //   prefill_chunk   the 256-bit prefill's column chunk (avx2 / avxvnni only).
-// A run takes a few seconds and about 4x the last-level cache of memory (at least 64 MiB).
+// A run takes a few seconds and about 4x the last-level cache of memory (64 MiB to 1 GiB).
 // Timings are the minimum of several repetitions, so a busy machine skews them less.
 //
 // Thread-safety: one call at a time per process is sensible (it loads every core).
