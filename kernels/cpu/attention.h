@@ -20,7 +20,7 @@ struct AttentionScratch {
 };
 
 // Writes out[token][head] from q[token][head] over positions [0, positions[token]].
-void attendOneHead(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head,
-                   Isa isa, AttentionScratch& scratch);
+void attendOneHead(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, Isa isa,
+                   AttentionScratch& scratch);
 
 }  // namespace jitllm::cpu
