@@ -93,7 +93,7 @@ ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime
       model_(std::move(model)),
       options_(options),
       events_(events),
-      chatTemplate_(runtime::detectChatTemplate(model_->file().getString("tokenizer.chat_template"))),
+      chatTemplate_(runtime::chatTemplateForModel(*model_, name_)),
       loadedUnixMs_(
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count()),

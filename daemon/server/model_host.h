@@ -40,7 +40,7 @@
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
 #include "daemon/server/migration_ticket.h"
-#include "engine/chat/chat_template.h"
+#include "engine/chat/model_chat_template.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/step_loop.h"
 
@@ -115,7 +115,7 @@ class ModelHost final {
   const std::string& path() const { return path_; }
   const runtime::Model& model() const { return *model_; }
   const ModelHostOptions& options() const { return options_; }
-  runtime::ChatTemplate chatTemplate() const { return chatTemplate_; }
+  const runtime::ChatTemplate& chatTemplate() const { return chatTemplate_; }
   int64_t loadedUnixMs() const { return loadedUnixMs_; }
 
   // Queues a job. Error(OVERLOADED) when maxSessions are busy, Error(DISCONNECTED) after

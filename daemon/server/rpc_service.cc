@@ -98,7 +98,7 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
   b.setVocabSize(uint32_t(c.vocabSize));
   b.setContextLength(uint32_t(std::min<int64_t>(c.contextLength, UINT32_MAX)));
   b.setContextSize(uint32_t(host.options().defaultContext));
-  b.setChatTemplate(runtime::chatTemplateName(host.chatTemplate()));
+  b.setChatTemplate(host.chatTemplate().family());
   b.setLoadedUnixMs(host.loadedUnixMs());
   // Everything that changes with migrations comes from the worker's snapshot, not the model.
   const ModelSnapshot snap = host.snapshot();

@@ -12,7 +12,6 @@
 #include "daemon/server/daemon_config.h"
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
-#include "engine/chat/chat_template.h"
 #include "engine/chat/stop_strings.h"
 
 namespace jitllm::server {
@@ -83,32 +82,6 @@ TEST(DaemonConfig, BadLinesAreErrorsNamingFileAndLine) {
   EXPECT_NE(error("policy = fastest").find("policy must be balanced, thermal, pressure or online"), std::string::npos);
   EXPECT_NE(error("thermal_cool_c = 90").find("thermal_cool_c must be below thermal_hot_c"), std::string::npos);
   EXPECT_NE(error("pressure_low = 0.95").find("pressure_low must be below pressure_high"), std::string::npos);
-}
-
-TEST(ChatTemplate, IsRecognisedFromTheModelsJinjaMarkers) {
-  using runtime::ChatTemplate;
-  EXPECT_EQ(runtime::detectChatTemplate("{{ '<|start_header_id|>' + role }}"), ChatTemplate::kLlama3);
-  EXPECT_EQ(runtime::detectChatTemplate("{{'<|im_start|>' + message['role']}}"), ChatTemplate::kChatMl);
-  EXPECT_EQ(runtime::detectChatTemplate("{{ '[INST] ' + content + ' [/INST]' }}"), ChatTemplate::kLlama2);
-  EXPECT_EQ(runtime::detectChatTemplate(std::nullopt), ChatTemplate::kChatMl);
-}
-
-TEST(ChatTemplate, RendersEachFamilyAsItsModelsWereTrained) {
-  using runtime::ChatTemplate;
-  const std::vector<runtime::ChatMessage> m = {
-      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
-  EXPECT_EQ(runtime::renderChat(ChatTemplate::kLlama3, m),
-            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(runtime::renderChat(ChatTemplate::kChatMl, m),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-            "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(runtime::renderChat(ChatTemplate::kLlama2, m),
-            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello</s><s>[INST] Bye [/INST]");
-  EXPECT_THROW(runtime::renderChat(ChatTemplate::kChatMl, {}), Error);
 }
 
 TEST(StopStrings, NeverEmitPartOfAStopStringAndCutAtTheFirstMatch) {
