@@ -87,7 +87,7 @@ struct ModelInfo {
   placement @8 :List(LayerRange);
   memory @9 :List(DeviceMemory);
   sessions @10 :List(SessionInfo);
-  chatTemplate @11 :Text;       # "llama3" | "chatml" | "llama2"
+  chatTemplate @11 :Text;       # the template family: "llama3", "chatml", "gemma", ... (docs/chat-templates.md)
   loadedUnixMs @12 :Int64;
   layerStates @13 :List(LayerState);  # one per unit, in order (jitllmctl ps -l)
   migration @14 :Text;          # the migration in progress, one line; "" when none
