@@ -91,7 +91,7 @@ endif()
 
 # The fuzzers that exist in this tree. tokenizer_fuzz needs the tokenizer, its own CMake fragment and
 # the real vocabularies it loads at start-up (tests/fuzz/CMakeLists.txt checks the same files).
-set(fuzzers gguf_fuzz)
+set(fuzzers gguf_fuzz jinja_fuzz)
 if(JITLLM_HAVE_DAEMON)
   list(APPEND fuzzers rpc_fuzz)
 endif()
@@ -152,6 +152,7 @@ function(jitllm_fuzz_test name fuzzer)
 endfunction()
 
 jitllm_fuzz_test(gguf gguf_fuzz -dict=${fuzz_src}/gguf.dict)
+jitllm_fuzz_test(jinja jinja_fuzz -dict=${fuzz_src}/jinja.dict -max_len=8192)
 if(JITLLM_HAVE_DAEMON)
   jitllm_fuzz_test(rpc rpc_fuzz)
 endif()

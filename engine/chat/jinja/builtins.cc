@@ -711,7 +711,7 @@ Value stringMethod(const Value& self, const std::string& name) {
        }},
       {"count",
        [](Interpreter&, const Value& s, const CallArgs& a) {
-         const std::string& sub = stringArg(a.get("sub", 0), "count's argument");
+         const std::string sub = stringArg(a.get("sub", 0), "count's argument");
          if (sub.empty()) return Value(int64_t(utf8Length(s.asString()) + 1));
          int64_t n = 0;
          for (size_t at = s.asString().find(sub); at != std::string::npos; at = s.asString().find(sub, at + sub.size()))
@@ -1001,7 +1001,7 @@ void addGlobals(std::map<std::string, Value, std::less<>>& vars) {
     std::time_t now = in.options().now ? in.options().now : std::time(nullptr);
     std::tm tm{};
     gmtime_r(&now, &tm);
-    const std::string& fmt = stringArg(a.get("format", 0), "strftime_now's format");
+    const std::string fmt = stringArg(a.get("format", 0), "strftime_now's format");
     JITLLM_REQUIRE(fmt.size() <= 256, "strftime_now's format is too long");
     std::string buf(fmt.size() * 16 + 64, '\0');
     size_t n = fmt.empty() ? 0 : std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
