@@ -22,6 +22,7 @@
 #include "daemon/scheduler/nvml_telemetry.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/scheduler/scripted_telemetry.h"
+#include "daemon/http/http_listener.h"
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
 #include "daemon/server/device_watcher.h"
@@ -45,7 +46,11 @@ constexpr const char* kUsage = R"(usage: jitllmd [options]
   --devices SPEC         devices to own: auto (default: every device, and GPUs plugged in
                          later), or a list such as cpu:0 or cpu:0,cuda:0
   --threads N            threads per CPU device (default: all cores)
-  --model-dir DIR        a directory `load` may read by path (repeatable)
+  --model-dir DIR        a directory `load` may read by path, and where HTTP requests find
+                         models by name (NAME.gguf) (repeatable)
+  --http ADDR            serve OpenAI's HTTP API on unix:PATH or HOST:PORT (repeatable;
+                         a non-loopback HOST needs --http-token-file)
+  --http-token-file F    bearer tokens for HTTP over TCP ("TOKEN" or "TOKEN admin" a line)
   --preload FILE         load this model at start (repeatable; NAME=FILE names it)
   --default-context N    session context limit when a request names none (default 4096)
   --grace-period S       on SIGTERM, let running generations finish this long (default 10)
@@ -101,6 +106,10 @@ std::optional<Arguments> parseArguments(int argc, char** argv, std::string* conf
       overrides.emplace_back("cpu_threads", value());
     } else if (arg == "--model-dir") {
       overrides.emplace_back("+model_dirs", value());
+    } else if (arg == "--http") {
+      overrides.emplace_back("+http", value());
+    } else if (arg == "--http-token-file") {
+      overrides.emplace_back("http_token_file", value());
     } else if (arg == "--preload") {
       overrides.emplace_back("+preload", value());
     } else if (arg == "--default-context") {
@@ -131,6 +140,8 @@ std::optional<Arguments> parseArguments(int argc, char** argv, std::string* conf
   for (const auto& [key, v] : overrides) {
     if (key == "+model_dirs") {
       a.config.modelDirs.push_back(v);
+    } else if (key == "+http") {
+      a.config.http.push_back(v);
     } else if (key == "+preload") {
       a.config.preload.push_back(v);
     } else {
@@ -158,7 +169,8 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   setupLogging(config.logLevel);
   ::signal(SIGPIPE, SIG_IGN);
   raiseDescriptorLimit();
-  std::optional<ListenSocket> socket = ListenSocket::fromSystemd();
+  ActivatedSockets activated = ListenSocket::fromSystemd();
+  std::optional<ListenSocket>& socket = activated.rpc;
   if (!socket) {
     if (config.socketPath.empty()) config.socketPath = defaultSocketPath();
     // System service: the socket's group (jitllm) may connect. A user's daemon: that user only.
@@ -198,6 +210,14 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   BackgroundThreads background;
   auto listener =
       kj::heap<RpcListener>(core, background, *io.lowLevelProvider, io.provider->getTimer(), socket->release());
+  // OpenAI's HTTP API on the same loop (daemon/http/), when configured or socket-activated.
+  kj::Own<http::HttpListener> httpListener;
+  if (!config.http.empty() || !activated.http.empty()) {
+    httpListener = kj::heap<http::HttpListener>(core, background, *io.provider, *io.lowLevelProvider,
+                                                io.provider->getTimer());
+    for (auto& passed : activated.http) httpListener->adopt(std::move(passed));
+    for (const auto& address : config.http) httpListener->listen(address).wait(io.waitScope);
+  }
 
   boost::asio::io_context daemonLoop;
   auto work = boost::asio::make_work_guard(daemonLoop);
@@ -229,7 +249,10 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
     notify("STOPPING=1");
     watcher.reset();  // no device comes or goes while the models drain
     core.events().emit({0, EventKind::kDaemon, "daemon.stopping", "", "", 0, strsignal(signo)});
-    bridge.toRpc([&] { listener->stopAccepting(); });
+    bridge.toRpc([&] {
+      listener->stopAccepting();
+      if (httpListener) httpListener->stopAccepting();
+    });
     const auto grace = std::chrono::milliseconds(int64_t(core.config().gracePeriodSeconds * 1000));
     const size_t cancelled = core.drain(grace);
     spdlog::info("drained: {} generation(s) cancelled after the {} s grace period", cancelled,
@@ -309,6 +332,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   }
 
   std::thread daemonThread([&] { daemonLoop.run(); });
+  if (httpListener) httpListener->setReady();
   notify("READY=1\nSTATUS=" + core.statusLine());
   core.events().emit({0, EventKind::kDaemon, "daemon.ready", "", "", 0, JITLLM_VERSION_STRING});
 
@@ -329,6 +353,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   daemonLoop.stop();
   daemonThread.join();
   background.joinAll();
+  httpListener = nullptr;
   listener = nullptr;
   spdlog::info("jitllmd stopped");
   return 0;
@@ -356,13 +381,22 @@ int main(int argc, char** argv) {
         "max_queued_tokens: %zu\nlog_level: %s\npolicy: %s\nscheduler_interval_ms: %lld\ntelemetry_script: %s\n"
         "thermal_hot_c: %g\nthermal_cool_c: %g\nthermal_cool_for_ms: %lld\npressure_high: %g\npressure_low: %g\n"
         "speed_probe: %s\nspill: %s\nmax_sessions_per_uid: %zu\nmax_connections_per_uid: %zu\n"
-        "handshake_timeout_ms: %lld\nmessage_timeout_ms: %lld\nidle_timeout_ms: %lld\nmax_inflight_bytes: %zu\nok\n",
+        "handshake_timeout_ms: %lld\nmessage_timeout_ms: %lld\nidle_timeout_ms: %lld\nmax_inflight_bytes: %zu\n",
         (long long)c.defaultContext, c.adminGroup.c_str(), c.gracePeriodSeconds, c.maxSessions, c.maxQueuedTokens,
         c.logLevel.c_str(), c.policy.c_str(), (long long)c.schedulerIntervalMs,
         c.telemetryScript.empty() ? "(none)" : c.telemetryScript.c_str(), c.thermalHotC, c.thermalCoolC,
         (long long)c.thermalCoolForMs, c.pressureHigh, c.pressureLow, c.speedProbe ? "on" : "off", c.spill.c_str(),
         c.maxSessionsPerUid, c.maxConnectionsPerUid, (long long)c.handshakeTimeoutMs, (long long)c.messageTimeoutMs,
         (long long)c.idleTimeoutMs, c.maxInflightBytes);
+    std::printf("http:");
+    for (const auto& h : c.http) std::printf(" %s", h.c_str());
+    std::printf(
+        "\nhttp_token_file: %s\nhttp_max_connections: %zu\nhttp_header_timeout_ms: %lld\nhttp_body_timeout_ms: %lld\n"
+        "http_max_body_bytes: %zu\nauto_load: %s\nkeep_alive: %g\nok\n",
+        c.httpTokenFile.empty() ? "(none)" : c.httpTokenFile.c_str(), c.httpMaxConnections,
+        (long long)c.httpHeaderTimeoutMs, (long long)c.httpBodyTimeoutMs, c.httpMaxBodyBytes,
+        c.autoLoad ? "on" : "off", c.keepAliveSeconds);
+    for (const auto& h : c.http) http::HttpAddress::parse(h);  // a bad address fails the check
     return 0;
   }
   try {

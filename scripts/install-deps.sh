@@ -13,7 +13,13 @@ PACKAGES=(
   libboost-dev libspdlog-dev libfmt-dev   # Boost.Asio event loop, logging
   systemd                            # systemd-analyze verify for the unit files
   stress-ng                          # loads the CPUs while the suite runs (docs/testing.md)
+  nlohmann-json3-dev                 # JSON of the HTTP API (docs/api.md, "HTTP")
+  curl python3-prometheus-client     # the HTTP acceptance test: requests, and /metrics parsed
+  nodejs                             # ... and OpenAI's official Node.js client (npm installs it)
 )
+# npm comes with nodejs from NodeSource; only Debian's nodejs needs Debian's npm (and installing
+# that one beside NodeSource's would conflict).
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,7 +23,7 @@ file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}" --component systemd)
 set(units "${prefix}/lib/systemd/system")
-foreach(f "${units}/jitllmd.service" "${units}/jitllmd.socket" "${prefix}/lib/sysusers.d/jitllm.conf"
+foreach(f "${units}/jitllmd.service" "${units}/jitllmd.socket" "${units}/jitllmd-http.socket" "${prefix}/lib/sysusers.d/jitllm.conf"
           "${prefix}/lib/tmpfiles.d/jitllm.conf" "${prefix}/share/jitllm/jitllmd.conf.example")
   if(NOT EXISTS "${f}")
     message(FATAL_ERROR "not installed: ${f}")
@@ -48,7 +48,8 @@ else()
   file(CHMOD "${prefix}/bin/jitllmd" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 endif()
 
-execute_process(COMMAND "${SYSTEMD_ANALYZE}" verify --man=no "${units}/jitllmd.socket" "${units}/jitllmd.service"
+execute_process(COMMAND "${SYSTEMD_ANALYZE}" verify --man=no "${units}/jitllmd.socket" "${units}/jitllmd-http.socket"
+                        "${units}/jitllmd.service"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 message(STATUS "systemd-analyze verify: exit ${rc}\n${all}")

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -62,6 +63,9 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       cpuThreads = number<int>(value, where, 0, 1024);
     } else if (key == "model_dirs") {
       modelDirs = list(value);
+    } else if (key == "model_dir") {
+      JITLLM_REQUIRE(!value.empty(), where, ": model_dir must not be empty");
+      modelDirs.push_back(value);
     } else if (key == "default_context") {
       defaultContext = number<int64_t>(value, where, 16, int64_t(1) << 24);
     } else if (key == "admin_group") {
@@ -125,6 +129,29 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
     } else if (key == "speed_probe") {
       JITLLM_REQUIRE(value == "on" || value == "off", where, ": speed_probe is on or off, not '", value, "'");
       speedProbe = value == "on";
+    } else if (key == "http") {
+      http = list(value);
+    } else if (key == "http_token_file") {
+      httpTokenFile = value;
+    } else if (key == "http_max_connections") {
+      httpMaxConnections = number<size_t>(value, where, 1, 1000000);
+    } else if (key == "http_header_timeout_ms") {
+      httpHeaderTimeoutMs = number<int64_t>(value, where, 10, 3600000);
+    } else if (key == "http_body_timeout_ms") {
+      httpBodyTimeoutMs = number<int64_t>(value, where, 10, 3600000);
+    } else if (key == "http_max_body_bytes") {
+      const auto bytes = parseByteSize(value);
+      JITLLM_REQUIRE(bytes && *bytes >= 1024, where, ": http_max_body_bytes is a size of at least 1K, such as 8M, not '",
+                     value, "'");
+      httpMaxBodyBytes = *bytes;
+    } else if (key == "auto_load") {
+      JITLLM_REQUIRE(value == "on" || value == "off", where, ": auto_load is on or off, not '", value, "'");
+      autoLoad = value == "on";
+    } else if (key == "keep_alive") {
+      const auto seconds = parseKeepAlive(value);
+      JITLLM_REQUIRE(seconds, where, ": keep_alive is a duration such as 300, 90s, 5m or 1h, or -1 for never, not '",
+                     value, "'");
+      keepAliveSeconds = *seconds;
     } else {
       JITLLM_FAIL(kFailed, where, ": unknown key '", key, "'");
     }
@@ -135,6 +162,31 @@ void DaemonConfig::loadFile(const std::string& path) {
   // A FIFO or device in the config's place must not stall the signal thread (SIGHUP), nor a
   // directory read as an empty config and reset every setting.
   parse(readRegularFile(path, "the config file"), path);
+}
+
+std::optional<double> parseKeepAlive(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  double scale = 1;
+  std::string digits = text;
+  switch (text.back()) {
+    case 's':
+      digits.pop_back();
+      break;
+    case 'm':
+      scale = 60;
+      digits.pop_back();
+      break;
+    case 'h':
+      scale = 3600;
+      digits.pop_back();
+      break;
+    default:
+      break;
+  }
+  double value = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || p != digits.data() + digits.size() || !std::isfinite(value)) return std::nullopt;
+  return value < 0 ? -1.0 : value * scale;
 }
 
 std::string defaultSocketPath() {

@@ -189,9 +189,12 @@ std::vector<std::string> DaemonCore::reload(const DaemonConfig& fresh) {
   if (fresh.socketPath != config_.socketPath) needRestart.push_back("socket");
   if (fresh.devices != config_.devices) needRestart.push_back("devices");
   if (fresh.cpuThreads != config_.cpuThreads) needRestart.push_back("cpu_threads");
+  if (fresh.http != config_.http) needRestart.push_back("http");
   const std::string socket = config_.socketPath, devices = config_.devices;
   const int threads = config_.cpuThreads;
+  const std::vector<std::string> http = config_.http;
   config_ = fresh;
+  config_.http = http;
   config_.socketPath = socket;
   config_.devices = devices;
   config_.cpuThreads = threads;
@@ -284,6 +287,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   hostOptions.idleSessions = cfg.idleSessions;
   hostOptions.maxQueuedTokens = cfg.maxQueuedTokens;
   hostOptions.deviceFault = [this](const std::string& model) { deviceFault(model); };
+  hostOptions.metrics = &metrics_;
   auto host = std::make_shared<ModelHost>(name, source, std::move(model), hostOptions, events_);
   {
     std::lock_guard lock(mutex_);

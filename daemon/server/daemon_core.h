@@ -26,6 +26,7 @@
 #include "daemon/server/event_hub.h"
 #include "daemon/server/model_host.h"
 #include "daemon/server/policy_control.h"
+#include "daemon/server/serving_metrics.h"
 #include "engine/devices/builtin_backends.h"
 #include "kernels/backend.h"
 #include "kernels/device.h"
@@ -56,6 +57,8 @@ class DaemonCore final {
   std::vector<std::string> reload(const DaemonConfig& fresh);
 
   EventHub& events() { return events_; }
+  // What has been served (tokens, latencies, migrations, paging), for /metrics.
+  const ServingMetrics& metrics() const { return metrics_; }
   const AccessPolicy& access() const { return access_; }
   // The online devices (see DeviceTable for those that went away).
   std::vector<Device*> devices() const { return devices_.online(); }
@@ -153,6 +156,7 @@ class DaemonCore final {
   mutable std::mutex mutex_;
   DaemonConfig config_;
   EventHub events_;
+  ServingMetrics metrics_;  // before devices_ and models_: their workers record into it
   AccessPolicy access_;
   DeviceTable devices_;
   std::map<std::string, std::shared_ptr<ModelHost>> models_;

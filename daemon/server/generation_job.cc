@@ -13,6 +13,7 @@ GenerationJob::Batch GenerationJob::take() {
     const bool wasThrottled = ids_.size() >= maxQueuedTokens_;
     b.ids.swap(ids_);
     b.text.swap(text_);
+    b.logprobs.swap(logprobs_);
     b.finished = finished_;
     b.error = error_;
     b.stats = stats_;
@@ -60,9 +61,10 @@ void GenerationJob::wakeLocked(std::unique_lock<std::mutex>& lock) {
   if (w) w();
 }
 
-void GenerationJob::push(int32_t id, const std::string& text) {
+void GenerationJob::push(int32_t id, const std::string& text, std::optional<TokenLogprob> logprob) {
   std::unique_lock lock(mutex_);
   ids_.push_back(id);
+  if (logprob) logprobs_.push_back(std::move(*logprob));
   text_ += text;
   wakeLocked(lock);
 }

@@ -38,6 +38,14 @@ struct GenerationStats {
   uint32_t reusedTokens = 0;  // prompt tokens whose KV an idle session already held (not computed)
 };
 
+// A generated token's log-probability under the model (log-softmax of its logits, before any
+// sampling parameter), and the most likely alternatives at that step, best first.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   uint32_t maxTokens = 128;
@@ -46,6 +54,9 @@ struct GenerationRequest {
   int64_t contextLimit = 0;  // 0: the model's default
   uint32_t ownerUid = 0;
   bool ignoreEndOfGeneration = false;  // benchmarks: maxTokens whatever the tokens
+  // >= 0: each token comes with its TokenLogprob and this many alternatives (the full row of
+  // logits then comes to the host every step); -1: none.
+  int32_t topLogprobs = -1;
 };
 
 class GenerationJob final {
@@ -58,7 +69,8 @@ class GenerationJob final {
   struct Batch {
     std::vector<int32_t> ids;
     std::string text;
-    bool finished = false;       // no more will come
+    std::vector<TokenLogprob> logprobs;  // one per id when the request asked for them
+    bool finished = false;               // no more will come
     std::optional<Error> error;  // set when it finished with an error
     GenerationStats stats;       // valid when finished without error
   };
@@ -71,7 +83,7 @@ class GenerationJob final {
   // --- the worker side ---
   bool cancelled() const;
   bool throttled() const;
-  void push(int32_t id, const std::string& text);
+  void push(int32_t id, const std::string& text, std::optional<TokenLogprob> logprob = std::nullopt);
   void appendText(const std::string& text);
   void finish(const GenerationStats& stats);
   void fail(const Error& error);
@@ -90,6 +102,7 @@ class GenerationJob final {
   mutable std::mutex mutex_;
   std::vector<int32_t> ids_;
   std::string text_;
+  std::vector<TokenLogprob> logprobs_;
   bool finished_ = false;
   bool cancelled_ = false;
   std::optional<Error> error_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -36,20 +37,43 @@ bool someoneListens(const std::string& path) {
 
 }  // namespace
 
-std::optional<ListenSocket> ListenSocket::fromSystemd() {
-  const int n = sd_listen_fds(1);
-  if (n <= 0) return std::nullopt;
-  JITLLM_REQUIRE(n == 1, "systemd passed ", n, " sockets; jitllmd.socket should define exactly one");
-  const int fd = SD_LISTEN_FDS_START;
-  JITLLM_REQUIRE(sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) > 0,
-                 "the socket systemd passed is not a listening Unix stream socket");
-  sockaddr_un addr{};
-  socklen_t len = sizeof addr;
-  std::string path;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && addr.sun_path[0] != '\0') {
-    path = addr.sun_path;
+ActivatedSockets ListenSocket::fromSystemd() {
+  ActivatedSockets out;
+  char** names = nullptr;
+  const int n = sd_listen_fds_with_names(1, &names);
+  if (n <= 0) return out;
+  const auto freeNames = [&] {
+    for (int i = 0; names && i < n; i++) ::free(names[i]);
+    ::free(names);
+  };
+  try {
+    for (int i = 0; i < n; i++) {
+      const int fd = SD_LISTEN_FDS_START + i;
+      const std::string name = names && names[i] ? names[i] : "";
+      if (name == kHttpName) {
+        JITLLM_REQUIRE(sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0, "the socket systemd passed as '", kHttpName,
+                       "' is not a listening stream socket");
+        out.http.push_back(ListenSocket(fd, "", true, false));
+        continue;
+      }
+      JITLLM_REQUIRE(!out.rpc, "systemd passed more than one RPC socket; jitllmd.socket should define exactly one "
+                               "(name HTTP sockets FileDescriptorName=http)");
+      JITLLM_REQUIRE(sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) > 0,
+                     "the socket systemd passed is not a listening Unix stream socket");
+      sockaddr_un addr{};
+      socklen_t len = sizeof addr;
+      std::string path;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && addr.sun_path[0] != '\0') {
+        path = addr.sun_path;
+      }
+      out.rpc.emplace(ListenSocket(fd, path, true, false));
+    }
+  } catch (...) {
+    freeNames();
+    throw;
   }
-  return ListenSocket(fd, path, true, false);
+  freeNames();
+  return out;
 }
 
 ListenSocket ListenSocket::create(const std::string& path, unsigned mode) {

@@ -11,16 +11,24 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace jitllm::server {
 
+struct ActivatedSockets;
+
 class ListenSocket final {
  public:
-  // The socket systemd passed us, if it passed exactly one Unix stream socket; nullopt when it
-  // passed none. Error(FAILED) when it passed something else.
-  static std::optional<ListenSocket> fromSystemd();
+  // What systemd passed (LISTEN_FDS), sorted by the names LISTEN_FDNAMES gives them
+  // (FileDescriptorName= in the .socket units): sockets named `http` serve HTTP (Unix or TCP),
+  // every other one must be the RPC socket - exactly one listening Unix stream socket, or none.
+  // Error(FAILED) when it passed something else. Reads (and unsets) the environment: call once.
+  static constexpr const char* kHttpName = "http";
+  static ActivatedSockets fromSystemd();
   // Creates, binds and listens on `path` with the given file mode.
   static ListenSocket create(const std::string& path, unsigned mode);
+  // An existing listening descriptor this object will own (nothing to remove on destruction).
+  static ListenSocket adopt(int fd, std::string path) { return ListenSocket(fd, std::move(path), false, false); }
 
   ListenSocket(ListenSocket&& other) noexcept;
   ListenSocket& operator=(ListenSocket&&) = delete;
@@ -40,6 +48,11 @@ class ListenSocket final {
   std::string path_;
   bool activated_;
   bool ownsFile_;
+};
+
+struct ActivatedSockets {
+  std::optional<ListenSocket> rpc;
+  std::vector<ListenSocket> http;
 };
 
 }  // namespace jitllm::server

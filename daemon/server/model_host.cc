@@ -3,6 +3,8 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 
@@ -15,6 +17,30 @@
 namespace jitllm::server {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// `token`'s log-softmax in `logits`, and the `top` best tokens' (ties to the lower id, as greedy
+// picks), computed in double so that the sum over a 100k vocabulary keeps its precision.
+TokenLogprob tokenLogprob(int32_t token, std::span<const float> logits, int32_t top) {
+  const float maxLogit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double(l) - maxLogit);
+  const double logSum = double(maxLogit) + std::log(sum);
+  TokenLogprob out;
+  out.id = token;
+  out.logprob = float(double(logits[size_t(token)]) - logSum);
+  const size_t n = std::min(size_t(top), logits.size());
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t(i);
+  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < n; i++) out.top.emplace_back(ids[i], float(double(logits[size_t(ids[i])]) - logSum));
+  return out;
+}
+
+}  // namespace
 
 // A job the worker has admitted: its sequence in the step loop, and what the daemon keeps beside
 // it. The listener of its sequence. Worker thread only.
@@ -34,8 +60,10 @@ struct ModelHost::Active final : runtime::SequenceListener {
   bool done() const { return seq->ended(); }
 
   bool paused() override { return job->throttled(); }
-  void generated(int32_t token, std::string_view text, std::span<const float>) override {
-    job->push(token, std::string(text));
+  void generated(int32_t token, std::string_view text, std::span<const float> logits) override {
+    const int32_t top = job->request().topLogprobs;
+    job->push(token, std::string(text),
+              top >= 0 && !logits.empty() ? std::optional(tokenLogprob(token, logits, top)) : std::nullopt);
   }
   void ended(std::string_view text) override {
     job->appendText(std::string(text));
@@ -423,6 +451,10 @@ void ModelHost::serviceMigration() {
     }
     // A page-out remembers where the model ran, so a request for it can bring it home; any other
     // migration makes its placement the model's own again.
+    if (options_.metrics) {
+      options_.metrics->migrationCommitted(name_, m.migration->stats().pauseMs / 1000.0, r.pageOut && !pagedOut_,
+                                           pagedOut_ && !r.pageOut);
+    }
     if (r.pageOut && !pagedOut_) {
       home_.clear();
       home_ = m.before;
@@ -503,6 +535,10 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     addBytes(kv, s.device, s.kvBytes);
     if (idlePages) addBytes(idleKv, s.device, idlePages * pageBytes);
   }
+  std::vector<KvPoolSnapshot> pools;
+  for (const runtime::KvPagePool* pool : model_->kvPools()) {
+    pools.push_back({pool->device().info().id.str(), pool->pagesInUse(), pool->pagesReserved()});
+  }
   std::string migration =
       running_ ? "migration " + std::to_string(running_->ticket->id()) + ": " + running_->migration->describe()
                : std::string();
@@ -513,6 +549,7 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   publishedIdleKv_ = std::move(idleKv);
   publishedParkedBytes_ = parkedBytes;
   publishedKv_ = std::move(kv);
+  publishedPools_ = std::move(pools);
   publishedUnits_ = std::move(units);
   publishedMigration_ = std::move(migration);
   if (committed_.first) migrating_ = pendingMigration_ != nullptr;  // the committed placement is visible now
@@ -528,6 +565,7 @@ ModelSnapshot ModelHost::snapshot() const {
   s.name = name_;
   s.path = path_;
   s.sessions = published_;
+  s.kvPools = publishedPools_;
   s.idle = publishedIdle_;
   s.kvBytesByDevice = publishedKv_;
   s.idleKvBytesByDevice = publishedIdleKv_;
@@ -590,6 +628,7 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
     q.stops = r.stops;
     q.stopAtEndOfGeneration = !r.ignoreEndOfGeneration;
     q.renderSpecialTokens = false;  // an EOS ends the reply; its text is not part of it
+    q.keepLogits = r.topLogprobs >= 0;
     a->seq = &loop_->add(std::move(session), std::move(q), a.get(), reused);
     job->setSessionId(sessionId);
     events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", sessionId,
@@ -644,6 +683,15 @@ void ModelHost::retire(std::vector<std::unique_ptr<Active>>& active,
   for (std::unique_ptr<runtime::Sequence>& q : loop_->takeEnded()) {
     auto* a = static_cast<Active*>(q->listener());
     if (q->error() && !a->failureReported) a->job->fail(*q->error());
+    if (options_.metrics) {
+      ServingMetrics::Generation g;
+      g.promptTokens = uint32_t(a->job->request().prompt.size());
+      g.generatedTokens = uint32_t(q->generated());
+      if (q->generated() > 0) g.timeToFirstTokenSeconds = std::chrono::duration<double>(q->firstToken() - a->started).count();
+      g.totalSeconds = std::chrono::duration<double>(Clock::now() - a->started).count();
+      g.failed = !a->finished.has_value();
+      options_.metrics->generationEnded(name_, g);
+    }
     if (a->finished) {
       if (a->keep) keepIdle(*a, *q);
       if (finished) finished->emplace_back(a->job, *a->finished);
@@ -684,6 +732,7 @@ std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest&
                     idle->ownerUid});
       return nullptr;
     }
+    if (options_.metrics) options_.metrics->kvPagedIn(name_);
     events_.emit({0, EventKind::kSession, "session.unparked", name_, "", idle->session->id(),
                   humanBytes(idle->parked->bytes()) + " of KV (" + std::to_string(idle->tokens.size()) +
                       " tokens) back from host RAM in " +
@@ -732,6 +781,7 @@ void ModelHost::parkIdle(const std::string& reason) {
     bytes += i->parked->bytes();
   }
   if (sessions == 0) return;
+  if (options_.metrics) options_.metrics->kvPagedOut(name_, sessions);
   const std::string what = "parked the KV of " + std::to_string(sessions) + " idle session(s) of " + name_ + " (" +
                            humanBytes(bytes) + ") in host RAM in " +
                            std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) +

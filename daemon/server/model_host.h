@@ -40,6 +40,7 @@
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
 #include "daemon/server/migration_ticket.h"
+#include "daemon/server/serving_metrics.h"
 #include "engine/chat/model_chat_template.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/step_loop.h"
@@ -55,6 +56,15 @@ struct ModelHostOptions {
   std::function<void(const std::string& model)> deviceFault;
   // Finished replies' sessions kept for a follow-up to continue (see above); 0: none kept.
   size_t idleSessions = 0;
+  // Where generations, migrations and paging are counted (borrowed; may be null: not counted).
+  ServingMetrics* metrics = nullptr;
+};
+
+// One KV pool of the model, as /metrics shows it.
+struct KvPoolSnapshot {
+  std::string device;
+  size_t pagesInUse = 0;
+  size_t pagesReserved = 0;  // held from the device (in use or free); the pool grows by chunks
 };
 
 struct SessionSnapshot {
@@ -85,6 +95,7 @@ struct ModelSnapshot {
   std::vector<SessionSnapshot> idle;                                // kept after their reply, least recently used first
   std::vector<std::pair<std::string, size_t>> kvBytesByDevice;      // every session's pages
   std::vector<std::pair<std::string, size_t>> idleKvBytesByDevice;  // the idle sessions' part of it
+  std::vector<KvPoolSnapshot> kvPools;
   size_t parkedKvBytes = 0;                                         // idle sessions' KV in host RAM
   std::vector<UnitSnapshot> units;
   std::string migration;     // the one in progress, one line; "" when none
@@ -201,6 +212,7 @@ class ModelHost final {
   std::set<uint64_t> cancelRequests_;       // session ids cancelSession() asked to end
   std::vector<SessionSnapshot> published_;  // what snapshot() reports, refreshed each iteration
   std::vector<std::pair<std::string, size_t>> publishedKv_;
+  std::vector<KvPoolSnapshot> publishedPools_;
   size_t activeCount_ = 0;
   std::unique_ptr<runtime::StepLoop> loop_;  // the running sequences; worker thread only
   // Every job submitted and not yet ended, for the per-user limit (guarded by mutex_).

@@ -79,21 +79,28 @@ class DaemonProcess {
   // With `socketActivated`, the test binds the socket and hands it over as systemd does.
   // `watchdogUsec` > 0 sets WATCHDOG_USEC/WATCHDOG_PID as systemd does for WatchdogSec=.
   // `maxDescriptors` > 0 caps the daemon's descriptors (RLIMIT_NOFILE, soft and hard).
+  // `activatedHttpSocket` (with socketActivated): a second socket there, passed as systemd passes
+  // jitllmd-http.socket's (LISTEN_FDNAMES=rpc:http).
   explicit DaemonProcess(std::vector<std::string> args = {}, bool socketActivated = false, long watchdogUsec = 0,
-                         long maxDescriptors = 0) {
+                         long maxDescriptors = 0, const std::string& activatedHttpSocket = "") {
     dir_ = std::filesystem::temp_directory_path() /
            ("jitllmd-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
     std::filesystem::create_directories(dir_);
     socket_ = (dir_ / "jitllmd.sock").string();
     notify_ = std::make_unique<NotifySocket>((dir_ / "notify").string());
-    int listenFd = -1;
-    if (socketActivated) {
-      listenFd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    int listenFd = -1, httpFd = -1;
+    auto listenOn = [](const std::string& path) {
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
       sockaddr_un addr{};
       addr.sun_family = AF_UNIX;
-      std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_.c_str());
-      ::bind(listenFd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-      ::listen(listenFd, 64);
+      std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+      ::listen(fd, 64);
+      return fd;
+    };
+    if (socketActivated) {
+      listenFd = listenOn(socket_);
+      if (!activatedHttpSocket.empty()) httpFd = listenOn(activatedHttpSocket);
     } else {
       args.insert(args.begin(), {"--socket", socket_});
     }
@@ -129,6 +136,11 @@ class DaemonProcess {
         ::dup2(listenFd, 3);
         ::setenv("LISTEN_FDS", "1", 1);
         ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+        if (httpFd >= 0) {
+          ::dup2(httpFd, 4);
+          ::setenv("LISTEN_FDS", "2", 1);
+          ::setenv("LISTEN_FDNAMES", "rpc:http", 1);
+        }
       } else {
         ::unsetenv("LISTEN_FDS");
       }
@@ -138,6 +150,7 @@ class DaemonProcess {
       ::_exit(127);
     }
     if (listenFd >= 0) ::close(listenFd);
+    if (httpFd >= 0) ::close(httpFd);
     // Start-up measures each kind of device once (the speed probe) and opens GPUs: slow under a
     // sanitizer or a loaded machine.
     ready_ = notify_->waitFor("READY=1", scaled(std::chrono::seconds(60)));
@@ -207,6 +220,19 @@ class DaemonProcess {
   bool ready_ = false;
   bool exited_ = false;
 };
+
+// A plain socket connected to `path` (no protocol on it yet); -1 when the connect fails.
+inline int rawConnect(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 // One RPC connection (a capability stream, so it can pass file descriptors).
 class RpcConnection {

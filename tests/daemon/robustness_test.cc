@@ -41,19 +41,6 @@ void raiseOwnDescriptorLimit() {
   ::setrlimit(RLIMIT_NOFILE, &limit);
 }
 
-// A plain socket connected to the daemon (no RPC on it); -1 when the connect fails.
-int rawConnect(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Waits (bounded) until the daemon has closed every one of `fds` (a read sees the end or an error).
 bool allClosedByPeer(std::vector<int>& fds, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
