@@ -142,17 +142,23 @@ bool moreBits(int64_t layer, int64_t layers) {
 
 const std::vector<ModelShape>& knownShapes() {
   static const std::vector<ModelShape> shapes = {
-      // name, arch, embd, layers, heads, kv, ff, vocab, theta, llama3, tied, ctx, eps
-      {"micro", "llama", 256, 2, 4, 2, 512, "models/stories260K.gguf", 10000.0f, false, false, 2048, 1e-5f},
-      {"tiny", "llama", 256, 4, 8, 4, 688, "vocab/ggml-vocab-llama-spm.gguf", 10000.0f, false, false, 2048, 1e-5f},
+      // name, arch, embd, layers, heads, kv, ff, vocab, theta, llama3, tied, ctx, eps, head dim
+      {"micro", "llama", 256, 2, 4, 2, 512, "models/stories260K.gguf", 10000.0f, false, false, 2048, 1e-5f, 0},
+      {"tiny", "llama", 256, 4, 8, 4, 688, "vocab/ggml-vocab-llama-spm.gguf", 10000.0f, false, false, 2048, 1e-5f, 0},
       {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true, 131072,
-       1e-5f},
+       1e-5f, 0},
       {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, true, 131072,
-       1e-5f},
+       1e-5f, 0},
       {"llama-3.1-8b", "llama", 4096, 32, 32, 8, 14336, "vocab/ggml-vocab-llama-bpe.gguf", 500000.0f, true, false,
-       131072, 1e-5f},
+       131072, 1e-5f, 0},
       {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, "vocab/ggml-vocab-qwen2.gguf", 1000000.0f, false, true, 32768,
-       1e-6f},
+       1e-6f, 0},
+      {"qwen3-micro", "qwen3", 256, 4, 4, 2, 512, "vocab/ggml-vocab-qwen2.gguf", 1000000.0f, false, true, 40960, 1e-6f,
+       128},
+      {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, "vocab/ggml-vocab-qwen2.gguf", 1000000.0f, false, true, 40960,
+       1e-6f, 128},
+      {"qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, "vocab/ggml-vocab-qwen2.gguf", 1000000.0f, false, true, 40960, 1e-6f,
+       128},
   };
   return shapes;
 }
@@ -194,7 +200,7 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   const gguf::Value* tokens = vocab->find("tokenizer.ggml.tokens");
   JITLLM_REQUIRE(tokens && tokens->asArray(), vocab->name(), ": no tokenizer.ggml.tokens");
   const int64_t nVocab = int64_t(tokens->asArray()->size());
-  const int64_t headDim = s.embedding / s.heads;
+  const int64_t headDim = s.headDim > 0 ? s.headDim : s.embedding / s.heads;
 
   ModelBuilder b(spec);
   gguf::GgufWriter& w = b.writer();
@@ -208,6 +214,10 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   w.set(a + "attention.head_count", gguf::Value::u32(uint32_t(s.heads)));
   w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(s.kvHeads)));
   w.set(a + "rope.dimension_count", gguf::Value::u32(uint32_t(headDim)));
+  if (s.headDim > 0) {
+    w.set(a + "attention.key_length", gguf::Value::u32(uint32_t(headDim)));
+    w.set(a + "attention.value_length", gguf::Value::u32(uint32_t(headDim)));
+  }
   w.set(a + "rope.freq_base", gguf::Value::f32(s.ropeFreqBase));
   w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(s.rmsEps));
   w.set("general.file_type", gguf::Value::u32(mix.fileType));
@@ -233,6 +243,10 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
       b.vector(p + "attn_q.bias", qDim, 0.0f, 0.1f);
       b.vector(p + "attn_k.bias", kvDim, 0.0f, 0.1f);
       b.vector(p + "attn_v.bias", kvDim, 0.0f, 0.1f);
+    }
+    if (s.arch == "qwen3") {
+      b.vector(p + "attn_q_norm.weight", headDim, 1.0f, 0.1f);
+      b.vector(p + "attn_k_norm.weight", headDim, 1.0f, 0.1f);
     }
     b.matrix(p + "attn_output.weight", mix.base, s.embedding, qDim, 1.0 / std::sqrt(double(qDim)));
     b.vector(p + "ffn_norm.weight", s.embedding, 1.0f, 0.1f);

@@ -20,7 +20,7 @@ namespace jitllm::tools {
 
 struct ModelShape {
   std::string name;  // "micro", "tiny", "llama-3.2-1b", ...
-  std::string arch;  // "llama" or "qwen2"
+  std::string arch;  // "llama", "qwen2" or "qwen3"
   int64_t embedding, layers, heads, kvHeads, feedForward;
   std::string vocabFile;  // under the shared dir: "vocab/ggml-vocab-llama-bpe.gguf"
   float ropeFreqBase;
@@ -28,9 +28,11 @@ struct ModelShape {
   bool tiedEmbeddings;
   int64_t contextLength;
   float rmsEps;
+  int64_t headDim;  // 0: embedding / heads; else written as attention.key_length (qwen3)
 };
 
-// micro, tiny, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b.
+// micro, tiny, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b, qwen3-micro (a 4-layer
+// qwen3 with its real vocab and 128-wide heads, for tests), qwen3-0.6b, qwen3-4b.
 const std::vector<ModelShape>& knownShapes();
 std::optional<ModelShape> findShape(const std::string& name);
 

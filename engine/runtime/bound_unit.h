@@ -34,6 +34,8 @@ struct BoundUnit {
   const float* bq = nullptr;
   const float* bk = nullptr;
   const float* bv = nullptr;
+  const float* qNorm = nullptr;  // per-head norms of q and k (qwen3)
+  const float* kNorm = nullptr;
 
   // Streamed (a block of a model larger than its device): the weights wait in `streamSource`
   // (pinned host memory) laid out as they will be in a device slot, and the pointers above point
@@ -83,7 +85,7 @@ struct BoundUnit {
                                                                    (reinterpret_cast<const uint8_t*>(p) - streamBase));
     };
     for (WeightRef* w : {&wq, &wk, &wv, &wo, &gate, &up, &down}) move(w->data);
-    for (const float** v : {&attnNorm, &ffnNorm, &bq, &bk, &bv}) move(*v);
+    for (const float** v : {&attnNorm, &ffnNorm, &bq, &bk, &bv, &qNorm, &kNorm}) move(*v);
     streamBase = base;
   }
 

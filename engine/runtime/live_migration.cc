@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <set>
 
-#include "engine/runtime/bound_unit.h"
 #include "base/error.h"
+#include "engine/runtime/bound_unit.h"
 
 namespace jitllm::runtime {
 namespace {

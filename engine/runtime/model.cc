@@ -156,7 +156,9 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
                     {t.down, &b.down, nullptr},
                     {t.bq, nullptr, &b.bq},
                     {t.bk, nullptr, &b.bk},
-                    {t.bv, nullptr, &b.bv}});
+                    {t.bv, nullptr, &b.bv},
+                    {t.qNorm, nullptr, &b.qNorm},
+                    {t.kNorm, nullptr, &b.kNorm}});
     return b;
   }
   if (u == 0) {
@@ -178,6 +180,8 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
     b.bq = b.bindVector(t.bq);
     b.bk = b.bindVector(t.bk);
     b.bv = b.bindVector(t.bv);
+    b.qNorm = b.bindVector(t.qNorm);
+    b.kNorm = b.bindVector(t.kNorm);
   }
   return b;
 }
@@ -423,6 +427,15 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
   d.rmsNorm(x, u.attnNorm, normed, T, c.embedding, c.rmsEps);
   const MatmulTarget qkv[] = {{u.wq, q, u.bq}, {u.wk, k, u.bk}, {u.wv, v, u.bv}};
   d.matmuls(qkv, normed, T);
+  if (u.qNorm) {
+    // Each head of q and k normalised on its own (qwen3), out of place: q into `normed` (free
+    // once the products above have read it), k into `attn` (free until attention writes it,
+    // after k is in the cache).
+    d.rmsNorm(q, u.qNorm, normed, T * c.heads, c.headDim, c.rmsEps);
+    d.rmsNorm(k, u.kNorm, attn, T * c.kvHeads, c.headDim, c.rmsEps);
+    q = normed;
+    k = attn;
+  }
   RopeParams rope;
   rope.rotaryDims = int(c.rotaryDims);
   rope.freqBase = c.ropeFreqBase;

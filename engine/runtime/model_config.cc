@@ -1,7 +1,7 @@
 #include "engine/runtime/model_config.h"
 
-#include "engine/gguf/gguf_file.h"
 #include "base/error.h"
+#include "engine/gguf/gguf_file.h"
 
 namespace jitllm::runtime {
 
@@ -11,6 +11,8 @@ const char* architectureName(Architecture arch) {
       return "llama";
     case Architecture::kQwen2:
       return "qwen2";
+    case Architecture::kQwen3:
+      return "qwen3";
   }
   return "unknown";
 }
@@ -41,8 +43,12 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
     c.arch = Architecture::kQwen2;
     c.ropeNeox = true;
     c.qkvBias = true;
+  } else if (*arch == "qwen3") {
+    c.arch = Architecture::kQwen3;
+    c.ropeNeox = true;
+    c.qkNorm = true;
   } else {
-    JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch, "' (supported: llama, qwen2)");
+    JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch, "' (supported: llama, qwen2, qwen3)");
   }
   c.archKey = *arch;
   const std::string p = c.archKey + ".";
@@ -54,15 +60,23 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
       f.find(p + "attention.head_count_kv") ? requireInt(f, p + "attention.head_count_kv", 1, c.heads) : c.heads;
   c.feedForward = requireInt(f, p + "feed_forward_length", 1, kMaxDim * 4);
   c.contextLength = f.find(p + "context_length") ? requireInt(f, p + "context_length", 1, int64_t(1) << 24) : 2048;
-  JITLLM_REQUIRE(c.embedding % c.heads == 0, f.name(), ": embedding_length ", c.embedding,
-                 " is not a multiple of head_count ", c.heads);
   JITLLM_REQUIRE(c.heads % c.kvHeads == 0, f.name(), ": head_count ", c.heads, " is not a multiple of head_count_kv ",
                  c.kvHeads);
-  c.headDim = c.embedding / c.heads;
   if (f.find(p + "attention.key_length")) {
-    const int64_t kl = requireInt(f, p + "attention.key_length", 1, kMaxDim);
-    JITLLM_REQUIRE(kl == c.headDim, f.name(), ": attention.key_length ", kl, " differs from embedding/heads ",
-                   c.headDim, " (unsupported)");
+    // Heads of their own width (qwen3: 16 heads of 128 on a 1024-wide model).
+    c.headDim = requireInt(f, p + "attention.key_length", 2, 4096);
+    JITLLM_REQUIRE(c.headDim % 2 == 0, f.name(), ": metadata key '", p, "attention.key_length' is ", c.headDim,
+                   ", which is odd");
+    JITLLM_REQUIRE(c.heads * c.headDim <= kMaxDim, f.name(), ": head_count x attention.key_length is too large");
+    if (f.find(p + "attention.value_length")) {
+      const int64_t vl = requireInt(f, p + "attention.value_length", 1, kMaxDim);
+      JITLLM_REQUIRE(vl == c.headDim, f.name(), ": metadata key '", p, "attention.value_length' is ", vl,
+                     ", not attention.key_length ", c.headDim, " (unsupported)");
+    }
+  } else {
+    JITLLM_REQUIRE(c.embedding % c.heads == 0, f.name(), ": embedding_length ", c.embedding,
+                   " is not a multiple of head_count ", c.heads);
+    c.headDim = c.embedding / c.heads;
   }
   c.rotaryDims =
       f.find(p + "rope.dimension_count") ? requireInt(f, p + "rope.dimension_count", 2, c.headDim) : c.headDim;

@@ -1,7 +1,8 @@
 // The hyperparameters of a transformer, read from a GGUF file's metadata.
 //
 // One struct for every architecture the runtime knows; `arch` selects the few graph differences
-// (qwen2: QKV biases and NEOX rope). Reading validates everything the forward pass relies on, so
+// (qwen2: QKV biases and NEOX rope; qwen3: NEOX rope, an RMS norm of each head of q and k before
+// it, and heads whose width is not embedding / heads). Reading validates everything the forward pass relies on, so
 // later code can trust it: a missing or inconsistent key is an Error(FAILED) naming the key and
 // the file, an unknown architecture one naming the architecture.
 //
@@ -18,12 +19,12 @@ class GgufFile;
 
 namespace jitllm::runtime {
 
-enum class Architecture { kLlama, kQwen2 };
+enum class Architecture { kLlama, kQwen2, kQwen3 };
 const char* architectureName(Architecture arch);
 
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
-  std::string archKey;  // the GGUF prefix: "llama", "qwen2"
+  std::string archKey;  // the GGUF prefix: "llama", "qwen2", "qwen3"
   std::string name;     // general.name, or the file name
   int64_t vocabSize = 0;
   int64_t contextLength = 0;  // trained context
@@ -31,7 +32,7 @@ struct ModelConfig {
   int64_t layers = 0;
   int64_t heads = 0;
   int64_t kvHeads = 0;
-  int64_t headDim = 0;
+  int64_t headDim = 0;  // attention.key_length, else embedding / heads
   int64_t feedForward = 0;
   int64_t rotaryDims = 0;
   float ropeFreqBase = 10000.0f;
@@ -39,6 +40,7 @@ struct ModelConfig {
   bool ropeNeox = false;
   float rmsEps = 1e-5f;
   bool qkvBias = false;
+  bool qkNorm = false;  // attn_q_norm / attn_k_norm: RMS norm of each head of q and k before rope
 
   static ModelConfig fromGguf(const gguf::GgufFile& file);
 };

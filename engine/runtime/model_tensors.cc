@@ -53,7 +53,7 @@ class TensorFinder final {
 
 size_t BlockTensors::bytes() const {
   size_t n = 0;
-  for (const gguf::TensorInfo* t : {attnNorm, wq, wk, wv, wo, bq, bk, bv, ffnNorm, gate, up, down}) {
+  for (const gguf::TensorInfo* t : {attnNorm, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, ffnNorm, gate, up, down}) {
     if (t) n += t->nbytes;
   }
   return n;
@@ -86,6 +86,10 @@ ModelTensors ModelTensors::find(const gguf::GgufFile& file, ModelConfig& c) {
       b.bq = find.vector(p + "attn_q.bias", qDim);
       b.bk = find.vector(p + "attn_k.bias", kvDim);
       b.bv = find.vector(p + "attn_v.bias", kvDim);
+    }
+    if (c.qkNorm) {
+      b.qNorm = find.vector(p + "attn_q_norm.weight", c.headDim);
+      b.kNorm = find.vector(p + "attn_k_norm.weight", c.headDim);
     }
     b.ffnNorm = find.vector(p + "ffn_norm.weight", c.embedding);
     b.gate = find.matrix(p + "ffn_gate.weight", c.embedding, c.feedForward);

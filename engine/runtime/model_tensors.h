@@ -23,6 +23,8 @@ struct BlockTensors {
   const gguf::TensorInfo* bq = nullptr;  // qwen2 only
   const gguf::TensorInfo* bk = nullptr;
   const gguf::TensorInfo* bv = nullptr;
+  const gguf::TensorInfo* qNorm = nullptr;  // qwen3 only: [headDim] each
+  const gguf::TensorInfo* kNorm = nullptr;
   const gguf::TensorInfo* ffnNorm = nullptr;
   const gguf::TensorInfo* gate = nullptr;
   const gguf::TensorInfo* up = nullptr;

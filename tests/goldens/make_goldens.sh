@@ -12,7 +12,9 @@
 #   micro/<type>.truth.bin        float64 ground truth (reference.py), float32 [64][512], row-major.
 #   micro/<type>.llamacpp.bin     llama.cpp `llama-greedy --score` logits, float32 [64][512].
 #   micro/llamacpp_vs_truth.txt   NMSE and top-1 of llama.cpp vs the truth, per type.
-#   qwen2/*                       llama.cpp logits on our generator's qwen2.5-0.5b f16 model (see 3.)
+#   qwen2/*, qwen3/*              llama.cpp logits on our generator's qwen2.5-0.5b and qwen3-micro f16
+#                                 models (see 3.)
+# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0 skip a part (e.g. to add one golden set alone).
 # What it makes (NOT committed, too big: ~8 MB of logits per file) in $GOLDENS_TINY
 # (default /work/goldens-tiny):
 #   the same for the `tiny` shape (32000-token vocab): tiny-<type>.gguf, tokens.txt,
@@ -45,12 +47,15 @@ BIN=$JITLLM_PEER_DIR/bin
 PY=/usr/bin/python3
 TINY_DIR=${GOLDENS_TINY:-/work/goldens-tiny}
 TYPES="f32 f16 q8_0 q4_0 q4_k_m q5_k_m q6_k"
-for t in llama-greedy llama-quantize; do
+tools=llama-greedy
+[[ ${MICRO:-1} != 0 || ${TINY:-1} != 0 ]] && tools="$tools llama-quantize"
+for t in $tools; do
   [[ -x $BIN/$t ]] || { echo "missing $BIN/$t: run ../shared/peer/setup first" >&2; exit 1; }
 done
 $PY -c 'import numpy' || { echo "/usr/bin/python3 lacks numpy: apt-get install -y python3-numpy" >&2; exit 1; }
 
 # ---------------------------------------------------------------- 1. stories260K greedy goldens
+if [[ ${STORIES:-1} != 0 ]]; then
 $PY - "$BIN/llama-greedy" "$SHARED/models/stories260K.gguf" "$HERE/stories260K_greedy.txt" <<'EOF'
 import subprocess, sys
 greedy, model, out = sys.argv[1:4]
@@ -98,6 +103,7 @@ for p in PROMPTS:
 open(out, "w").write("\n".join(lines))
 print("wrote", out)
 EOF
+fi
 
 # ---------------------------------------------------------------- 2./3. fidelity goldens per shape
 # fidelity SHAPE DIR PREFIX VOCAB
@@ -148,24 +154,27 @@ EOF
   cat "$dir/llamacpp_vs_truth.txt"
 }
 
-fidelity micro "$HERE/micro" micro 512
+if [[ ${MICRO:-1} != 0 ]]; then fidelity micro "$HERE/micro" micro 512; fi
 if [[ ${TINY:-1} != 0 ]]; then fidelity tiny "$TINY_DIR" tiny 32000; fi
 
-# ---------------------------------------------------------------- 3. qwen2 teacher-forced logits
-# The model comes from OUR generator (jitllm-mkmodel qwen2.5-0.5b f16, seed 0: the test re-makes
-# it byte for byte), scored by llama.cpp. Its full logits (64 x 151936 floats, 39 MB) are too big
+# ---------------------------------------------------------------- 3. qwen2 / qwen3 teacher-forced logits
+# The models come from OUR generator (jitllm-mkmodel SHAPE f16, seed 0: the tests re-make them
+# byte for byte), scored by llama.cpp. Their full logits (64 x 151936 floats, 39 MB) are too big
 # to commit, so we keep every 37th vocabulary column plus each position's argmax:
-#   qwen2/tokens.txt          the 64 ids: a tokenized sentence, then fixed pseudo-random ids
-#   qwen2/llamacpp_cols.bin   float32 [64][4107]: llama.cpp's logits at columns 0, 37, 74, ...
-#   qwen2/llamacpp_argmax.txt one line per position: llama.cpp's argmax id
+#   DIR/tokens.txt          the 64 ids: a tokenized sentence, then fixed pseudo-random ids
+#   DIR/llamacpp_cols.bin   float32 [64][4107]: llama.cpp's logits at columns 0, 37, 74, ...
+#   DIR/llamacpp_argmax.txt one line per position: llama.cpp's argmax id
 # (A random tied-embedding model repeats its input greedily, so its own greedy text is useless.)
+#   qwen2/  qwen2.5-0.5b          (QWEN2=0 skips it)
+#   qwen3/  qwen3-micro: 4 layers, 128-wide heads on a 256-wide model, q/k norms (QWEN3=0 skips it)
 JITLLM_MKMODEL=${JITLLM_MKMODEL:-$REPO/build/bin/jitllm-mkmodel}
-if [[ ${QWEN2:-1} != 0 ]]; then
+teacherForced() {
+  local shape=$1 dir=$2 model prompt ids
   [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
-  mkdir -p "$HERE/qwen2"
-  QWEN=$(mktemp -d)/qwen-f16.gguf
-  "$JITLLM_MKMODEL" qwen2.5-0.5b f16 "$QWEN" --seed 0 --shared "$SHARED" >&2
-  prompt=$("$BIN/llama-greedy" "$QWEN" -p "The quick brown fox jumps over the lazy dog. In the beginning" -n 1 2>/dev/null |
+  mkdir -p "$dir"
+  model=$(mktemp -d)/model-f16.gguf
+  "$JITLLM_MKMODEL" "$shape" f16 "$model" --seed 0 --shared "$SHARED" >&2
+  prompt=$("$BIN/llama-greedy" "$model" -p "The quick brown fox jumps over the lazy dog. In the beginning" -n 1 2>/dev/null |
     sed -n 's/^prompt_tokens: //p')
   ids=$($PY -c "
 import sys
@@ -175,15 +184,17 @@ while len(ids) < 64:
     x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
     ids.append(str((x >> 33) % 151643))
 print(' '.join(ids))" "$prompt")
-  echo "$ids" >"$HERE/qwen2/tokens.txt"
-  rm -f "$QWEN.logits"
-  "$BIN/llama-greedy" "$QWEN" --score -t "$ids" --logits "$QWEN.logits" --threads 2 >/dev/null 2>&1
-  $PY - "$QWEN.logits" "$HERE/qwen2" <<'PYEOF'
+  echo "$ids" >"$dir/tokens.txt"
+  rm -f "$model.logits"
+  "$BIN/llama-greedy" "$model" --score -t "$ids" --logits "$model.logits" --threads 2 >/dev/null 2>&1
+  $PY - "$model.logits" "$dir" <<'PYEOF'
 import sys, numpy as np
 l = np.fromfile(sys.argv[1], np.float32).reshape(64, 151936)
 np.ascontiguousarray(l[:, ::37]).tofile(sys.argv[2] + "/llamacpp_cols.bin")
 open(sys.argv[2] + "/llamacpp_argmax.txt", "w").write("\n".join(str(int(i)) for i in l.argmax(1)) + "\n")
 PYEOF
-  rm -rf "$(dirname "$QWEN")"
-fi
+  rm -rf "$(dirname "$model")"
+}
+if [[ ${QWEN2:-1} != 0 ]]; then teacherForced qwen2.5-0.5b "$HERE/qwen2"; fi
+if [[ ${QWEN3:-1} != 0 ]]; then teacherForced qwen3-micro "$HERE/qwen3"; fi
 echo "done"

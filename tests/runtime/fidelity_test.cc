@@ -137,29 +137,37 @@ TEST_P(MicroFidelity, LogitsAreAtLeastAsCloseToTheFloat64TruthAsLlamaCpps) {
 INSTANTIATE_TEST_SUITE_P(EveryWeightType, MicroFidelity,
                          ::testing::Values("f32", "f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"));
 
-TEST(Fidelity, Qwen2TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
-  const auto ids = readIds(readFirstLine(goldenPath("qwen2/tokens.txt")));
-  ASSERT_EQ(ids.size(), 64u);
-  const auto cols = readFloats(goldenPath("qwen2/llamacpp_cols.bin"));
-  std::ifstream argmaxFile(goldenPath("qwen2/llamacpp_argmax.txt"));
+struct TeacherForced {
+  double nmse = 0;
+  double top1 = 0;
+};
+
+// Our generator's f16 model of `shape`, re-made byte for byte as llama.cpp scored it
+// (make_goldens.sh part 3), scored by us on the golden's 64 ids and compared with llama.cpp's
+// logits at every 37th column and its argmax at every position.
+TeacherForced teacherForcedAgainstLlamaCpp(const std::string& shape, const std::string& dir,
+                                           runtime::Architecture arch) {
+  const auto ids = readIds(readFirstLine(goldenPath(dir + "/tokens.txt")));
+  EXPECT_EQ(ids.size(), 64u);
+  const auto cols = readFloats(goldenPath(dir + "/llamacpp_cols.bin"));
+  std::ifstream argmaxFile(goldenPath(dir + "/llamacpp_argmax.txt"));
   std::vector<int32_t> llamaArgmax;
   for (int32_t v; argmaxFile >> v;) llamaArgmax.push_back(v);
-  ASSERT_EQ(llamaArgmax.size(), 64u);
+  EXPECT_EQ(llamaArgmax.size(), 64u);
 
-  // The same model llama.cpp scored, re-made byte for byte by our generator.
-  const std::string path = (std::filesystem::temp_directory_path() / "jitllm-test-qwen2-f16.gguf").string();
-  tools::RandomModelSpec spec{*tools::findShape("qwen2.5-0.5b"), *tools::findMix("f16"), 0, JITLLM_SHARED_DIR};
+  const std::string path = (std::filesystem::temp_directory_path() / ("jitllm-test-" + shape + "-f16.gguf")).string();
+  tools::RandomModelSpec spec{*tools::findShape(shape), *tools::findMix("f16"), 0, JITLLM_SHARED_DIR};
   tools::writeRandomModel(spec, path);
   auto m = loadOnCpu(path);
   std::filesystem::remove(path);  // the mapping keeps the bytes alive
-  ASSERT_EQ(m.model->config().arch, runtime::Architecture::kQwen2);
+  EXPECT_EQ(m.model->config().arch, arch);
   const int64_t vocab = m.model->config().vocabSize;
-  ASSERT_EQ(vocab, 151936);
+  EXPECT_EQ(vocab, 151936);
   const auto ours = scoreAll(*m.model, ids);
 
   constexpr int64_t kStride = 37;
   const size_t width = size_t((vocab + kStride - 1) / kStride);
-  ASSERT_EQ(cols.size(), 64 * width);
+  EXPECT_EQ(cols.size(), 64 * width);
   std::vector<float> oursCols;
   size_t agree = 0;
   for (int64_t p = 0; p < 64; p++) {
@@ -168,10 +176,23 @@ TEST(Fidelity, Qwen2TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
     agree += runtime::argmax({row, size_t(vocab)}) == llamaArgmax[size_t(p)];
   }
   const auto r = compareLogits(oursCols, cols, width);
-  const double top1 = double(agree) / 64.0;
-  std::printf("qwen2 f16 vs llama.cpp: nmse %.3e top1 %.4f\n", r.nmse, top1);
+  TeacherForced out{r.nmse, double(agree) / 64.0};
+  std::printf("%s f16 vs llama.cpp: nmse %.3e top1 %.4f\n", shape.c_str(), out.nmse, out.top1);
+  return out;
+}
+
+TEST(Fidelity, Qwen2TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
+  const TeacherForced r = teacherForcedAgainstLlamaCpp("qwen2.5-0.5b", "qwen2", runtime::Architecture::kQwen2);
   EXPECT_LE(r.nmse, 1e-5);
-  EXPECT_GE(top1, 0.98);
+  EXPECT_GE(r.top1, 0.98);
+}
+
+// Qwen3's graph: q/k RMS norms per head before rope, heads 128 wide on a 256-wide model
+// (attention.key_length), no QKV bias, tied output.
+TEST(Fidelity, Qwen3TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
+  const TeacherForced r = teacherForcedAgainstLlamaCpp("qwen3-micro", "qwen3", runtime::Architecture::kQwen3);
+  EXPECT_LE(r.nmse, 1e-5);
+  EXPECT_GE(r.top1, 0.999);
 }
 
 }  // namespace

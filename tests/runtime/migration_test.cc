@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "base/error.h"
@@ -38,25 +40,33 @@ std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
   return out;
 }
 
-std::string tinyQ4kmPath() {
+// A random-weight model of our generator, made once per process and shape: ctest runs this
+// suite's tests in parallel processes, and one writing the file while another maps it is a torn
+// model.
+std::string generatedModelPath(const std::string& shape, const std::string& mix) {
   struct RemovedAtExit {
-    std::string path;
-    ~RemovedAtExit() { std::filesystem::remove(path); }
+    std::map<std::string, std::string> paths;
+    ~RemovedAtExit() {
+      for (const auto& [key, path] : paths) std::filesystem::remove(path);
+    }
   };
-  static const RemovedAtExit file{[] {
-    // One file per process: ctest runs this suite's tests in parallel processes, and one writing
-    // the file while another maps it is a torn model.
+  static RemovedAtExit files;
+  std::string& path = files.paths[shape + "-" + mix];
+  if (path.empty()) {
     const std::string p = (std::filesystem::temp_directory_path() /
-                           ("jitllm-migration-tiny-q4_k_m-" + std::to_string(::getpid()) + ".gguf"))
+                           ("jitllm-migration-" + shape + "-" + mix + "-" + std::to_string(::getpid()) + ".gguf"))
                               .string();
-    tools::writeRandomModel({*tools::findShape("tiny"), *tools::findMix("q4_k_m"), 11, JITLLM_SHARED_DIR}, p);
-    return p;
-  }()};
-  return file.path;
+    tools::writeRandomModel({*tools::findShape(shape), *tools::findMix(mix), 11, JITLLM_SHARED_DIR}, p);
+    path = p;
+  }
+  return path;
 }
 
+// The parameters of LiveMigrationOnCpu: stories260K from ../shared, or "SHAPE/MIX" generated.
 std::string modelPath(const std::string& which) {
-  return which == "stories260K" ? sharedPath("models/stories260K.gguf") : tinyQ4kmPath();
+  if (which == "stories260K") return sharedPath("models/stories260K.gguf");
+  const size_t slash = which.find('/');
+  return generatedModelPath(which.substr(0, slash), which.substr(slash + 1));
 }
 
 // A model with every unit on cpu:0 and a second device cpu:1 to move to.
@@ -91,12 +101,13 @@ void expectBitwiseEqual(const MigratedRun& a, const MigratedRun& b) {
 class LiveMigrationOnCpu : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    path_ = modelPath(GetParam());
-    if (!std::filesystem::exists(path_)) GTEST_SKIP() << "no " << path_;
-    if (std::string(GetParam()) == "tiny-q4_k_m" &&
-        !std::filesystem::exists(sharedPath(tools::findShape("tiny")->vocabFile))) {
-      GTEST_SKIP() << "no " << sharedPath(tools::findShape("tiny")->vocabFile);
-    }
+    const std::string which = GetParam();
+    // What the model is made of: the shared stories260K, or the vocabulary a shape borrows.
+    const std::string needed = which == "stories260K"
+                                   ? sharedPath("models/stories260K.gguf")
+                                   : sharedPath(tools::findShape(which.substr(0, which.find('/')))->vocabFile);
+    if (!std::filesystem::exists(needed)) GTEST_SKIP() << "no " << needed;
+    path_ = modelPath(which);
   }
   std::string path_;
 };
@@ -217,9 +228,14 @@ TEST_P(LiveMigrationOnCpu, WithoutPrecopyEveryWrittenTokenMovesInThePause) {
   EXPECT_EQ(moved.stats[0].bytesInPause, tokens * size_t(m.model->config().layers) * 2 * kv.tokenBytes());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, LiveMigrationOnCpu, ::testing::Values("stories260K", "tiny-q4_k_m"),
-                         [](const auto& info) {
-                           return std::string(info.param) == "stories260K" ? "Stories260K" : "TinyQ4KM";
+// One per architecture: llama (stories260K, the tiny shape in Q4_K_M), qwen3.
+INSTANTIATE_TEST_SUITE_P(Models, LiveMigrationOnCpu,
+                         ::testing::Values("stories260K", "tiny/q4_k_m", "qwen3-micro/q4_k_m"), [](const auto& info) {
+                           std::string name;
+                           for (char c : std::string(info.param)) {
+                             if (std::isalnum(static_cast<unsigned char>(c))) name += c;
+                           }
+                           return name;
                          });
 
 // A Device that forwards to a CPU device until it "vanishes" (unplugged, driver reset): from then
@@ -481,7 +497,8 @@ TEST_F(LiveMigrationFailures, AMigrationThatMovesNoBlockCommitsWhileSessionsLive
     refSessions.push_back(ref.model->createSession(256));
   }
   std::vector<std::vector<int32_t>> tokens{p[0], p[1]}, refTokens = tokens;
-  for (int i = 0; i < 5; i++) EXPECT_EQ(stepAll(*m.model, sessions, tokens), stepAll(*ref.model, refSessions, refTokens));
+  for (int i = 0; i < 5; i++)
+    EXPECT_EQ(stepAll(*m.model, sessions, tokens), stepAll(*ref.model, refSessions, refTokens));
   const int layers = int(m.model->config().layers);
   struct Case {
     const char* units;

@@ -345,5 +345,52 @@ TEST(Model, InconsistentHyperparametersAreErrorsNamingTheKey) {
   expectLoadError(rewrite(kMicro, "", {{"llama.embedding_length", gguf::Value::u32(0)}}), "embedding_length");
 }
 
+// The micro model relabelled as qwen3 (its keys under "qwen3.", 64-wide heads given as
+// attention.key_length, per-head q/k norm vectors added), less one tensor, with keys overridden.
+std::vector<uint8_t> qwen3FromMicro(const std::string& dropTensor,
+                                    const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
+  auto f = gguf::GgufFile::open(kMicro);
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : f->metadata()) w.set(k.rfind("llama.", 0) == 0 ? "qwen3." + k.substr(6) : k, v);
+  w.set("general.architecture", gguf::Value::string("qwen3"));
+  w.set("qwen3.attention.key_length", gguf::Value::u32(64));
+  w.set("qwen3.attention.value_length", gguf::Value::u32(64));
+  for (const auto& [k, v] : overrides) w.set(k, v);
+  const std::vector<float> ones(64, 1.0f);
+  const std::span<const uint8_t> norm(reinterpret_cast<const uint8_t*>(ones.data()), ones.size() * sizeof(float));
+  for (const auto& t : f->tensors()) {
+    if (t.name != dropTensor) w.addTensor(t.name, t.type, t.dims, {t.data, t.nbytes});
+  }
+  for (int b = 0; b < 2; b++) {
+    for (const char* which : {"attn_q_norm", "attn_k_norm"}) {
+      const std::string name = "blk." + std::to_string(b) + "." + which + ".weight";
+      if (name != dropTensor) w.addTensor(name, quant::TensorType::kF32, {64}, norm);
+    }
+  }
+  return w.serialize();
+}
+
+TEST(Model, Qwen3LoadsAndItsKeysAndNormsAreCheckedByName) {
+  {
+    cpu::CpuDevice device;
+    runtime::ModelLoadOptions options;
+    options.devices = {&device};
+    auto m = runtime::Model::fromFile(gguf::GgufFile::fromBytes(qwen3FromMicro("", {}), "qwen3.gguf"), options);
+    EXPECT_EQ(m->config().arch, runtime::Architecture::kQwen3);
+    EXPECT_TRUE(m->config().qkNorm);
+    EXPECT_TRUE(m->config().ropeNeox);
+    EXPECT_EQ(m->config().headDim, 64);
+  }
+  expectLoadError(qwen3FromMicro("blk.1.attn_k_norm.weight", {}), "missing tensor 'blk.1.attn_k_norm.weight'");
+  expectLoadError(qwen3FromMicro("", {{"qwen3.attention.key_length", gguf::Value::u32(63)}}),
+                  "attention.key_length' is 63, which is odd");
+  expectLoadError(qwen3FromMicro("", {{"qwen3.attention.value_length", gguf::Value::u32(32)}}),
+                  "attention.value_length' is 32");
+  // Heads of their own width: the q matrix must then be heads x key_length rows.
+  expectLoadError(qwen3FromMicro("", {{"qwen3.attention.key_length", gguf::Value::u32(128)},
+                                      {"qwen3.attention.value_length", gguf::Value::u32(128)}}),
+                  "tensor 'blk.0.attn_q.weight' has shape");
+}
+
 }  // namespace
 }  // namespace jitllm::testing
