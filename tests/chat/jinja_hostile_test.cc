@@ -22,7 +22,8 @@ std::string failure(const std::string& source, RenderOptions options = {}) {
   return "";
 }
 
-void expectFailsWithin(const std::string& source, const char* expected, double seconds = 5) {
+// The time bound is loose enough for ASan builds (about 5x slower); what matters is that it ends.
+void expectFailsWithin(const std::string& source, const char* expected, double seconds = 30) {
   auto start = std::chrono::steady_clock::now();
   std::string e = failure(source);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

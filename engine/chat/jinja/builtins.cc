@@ -974,7 +974,7 @@ void addGlobals(std::map<std::string, Value, std::less<>>& vars) {
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.emplace_back(i);
     return makeList(in, std::move(items));
   });
-  vars["namespace"] = Value::function("namespace", [](Interpreter&, const CallArgs& a) {
+  vars["namespace"] = Value::function("namespace", [](Interpreter& in, const CallArgs& a) {
     auto data = std::make_shared<DictData>();
     for (const auto& p : a.positional) {
       if (p.isDict()) {
@@ -982,7 +982,7 @@ void addGlobals(std::map<std::string, Value, std::less<>>& vars) {
       }
     }
     for (const auto& [k, v] : a.named) data->set(k, v);
-    return Value(Namespace{std::move(data)});
+    return in.makeNamespace(std::move(data));
   });
   vars["dict"] = Value::function("dict", [](Interpreter&, const CallArgs& a) {
     auto data = std::make_shared<DictData>();

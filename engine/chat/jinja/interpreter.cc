@@ -283,6 +283,15 @@ Interpreter::DepthGuard::DepthGuard(Interpreter& in) : in(in) {
 
 Interpreter::Interpreter(const RenderOptions& options, std::string& out) : options_(options), out_(&out) {}
 
+Interpreter::~Interpreter() {
+  for (auto& ns : namespaces_) ns->entries.clear();
+}
+
+Value Interpreter::makeNamespace(std::shared_ptr<DictData> data) {
+  namespaces_.push_back(data);
+  return Value(Namespace{std::move(data)});
+}
+
 void Interpreter::step() {
   JITLLM_REQUIRE(++steps_ <= options_.limits.maxSteps, "the template ran more than ", options_.limits.maxSteps,
                  " steps");

@@ -19,6 +19,12 @@ namespace jitllm::jinja {
 class Interpreter {
  public:
   Interpreter(const RenderOptions& options, std::string& out);
+  // Empties the namespaces this render made: `{% set ns.me = ns %}` is a cycle of shared
+  // pointers, which would otherwise outlive the render.
+  ~Interpreter();
+
+  // Makes a namespace() object; the interpreter keeps it to break such cycles at the end.
+  Value makeNamespace(std::shared_ptr<DictData> data);
 
   // Runs a template body in the root scope, whose variables are `context`'s and the globals.
   void run(const Body& body, const Value& context);
@@ -62,6 +68,7 @@ class Interpreter {
 
   const RenderOptions& options_;
   std::string* out_;
+  std::vector<std::shared_ptr<DictData>> namespaces_;
   std::vector<std::unique_ptr<Frame>> frames_;  // owned frames; current_ points into them
   Frame* root_ = nullptr;
   Frame* current_ = nullptr;
