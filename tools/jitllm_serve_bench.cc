@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "jitllm/client.h"
 #include "jitllm/client_capnp.h"
 #include "tools/command_line.h"
+#include "tools/http_completion_stream.h"
 
 namespace jitllm::tools {
 namespace {
@@ -44,13 +46,16 @@ constexpr const char* kUsage = R"(usage: jitllm-serve-bench (--socket PATH | --s
   -r N              rounds per client count, the best kept (default 1)
   --warmup          one round first, not counted (kernels compiled, buffers sized)
   --check           verify every reply against the same prompt answered alone; exit 1 on a mismatch
+  --http PATH       the clients stream /v1/completions over jitllmd's HTTP Unix socket at PATH
+                    instead of calling generate over Cap'n Proto (the same prompts and lengths):
+                    what HTTP costs next to RPC (tools/bench/http_vs_rpc.sh)
   --json            one JSON object per client count instead of the table
 )";
 
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string socket, start, devices = "cpu:0", model;
+  std::string socket, start, devices = "cpu:0", model, http;
   int threads = 0;
   std::vector<int> clients = {8};
   int promptTokens = 16, genTokens = 128, rounds = 1;
@@ -119,9 +124,33 @@ RoundResult runRound(const Options& o, const std::string& socket, const std::str
   for (int i = 0; i < n; i++) conns.push_back(client::DaemonConnection::connect(*io.lowLevelProvider, socket));
   auto busyConn = client::DaemonConnection::connect(*io.lowLevelProvider, socket);
   std::vector<Reply> replies(static_cast<size_t>(n));
+  std::vector<StreamedCompletion> streams(static_cast<size_t>(n));
   kj::Vector<kj::Promise<void>> calls;
   const auto start = Clock::now();
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && !o.http.empty(); i++) {
+    const nlohmann::json request = {{"model", model},
+                                    {"prompt", promptFor(i, o.promptTokens, vocab, salt)},
+                                    {"max_tokens", o.genTokens},
+                                    {"temperature", 0},
+                                    {"ignore_eos", true},
+                                    {"stream", true},
+                                    {"stream_options", {{"include_usage", true}}}};
+    std::string body = request.dump();
+    StreamedCompletion& stream = streams[size_t(i)];
+    Reply& reply = replies[size_t(i)];
+    calls.add(streamCompletion(io.provider->getNetwork(), o.http, std::move(body), stream)
+                  .then(
+                      [&stream, &reply] {
+                        reply.sent = stream.sent;
+                        reply.first = stream.first;
+                        reply.last = stream.last;
+                        reply.gotFirst = stream.gotFirst;
+                        reply.ids.assign(stream.tokens, 0);  // counted, not known: the stream carries text
+                        reply.error = stream.error;
+                      },
+                      [&reply](kj::Exception&& e) { reply.error = e.getDescription().cStr(); }));
+  }
+  for (int i = 0; i < n && o.http.empty(); i++) {
     auto req = conns[size_t(i)]->daemon().generateRequest();
     auto r = req.initRequest();
     r.setModel(model);
@@ -272,12 +301,15 @@ int run(int argc, char** argv) {
       o.check = true;
     } else if (a == "--json") {
       o.json = true;
+    } else if (a == "--http") {
+      o.http = args.value(a);
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
   }
   if (o.promptTokens < 1 || o.genTokens < 1 || o.rounds < 1) throw UsageError("-p, -n and -r must be at least 1");
   if (!o.start.empty() && !o.socket.empty()) throw UsageError("--socket or --start, not both");
+  if (!o.http.empty() && o.check) throw UsageError("--check compares token ids, which an HTTP stream does not carry");
 
   std::unique_ptr<OwnDaemon> own;
   std::string socket = o.socket;
@@ -376,11 +408,12 @@ int run(int argc, char** argv) {
     const double tpot50 = percentile(best.tpotMs, 50), tpot99 = percentile(best.tpotMs, 99);
     if (o.json) {
       std::printf(
-          "{\"clients\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, \"aggregate_tok_s\": %.1f, "
+          "{\"transport\": \"%s\", \"clients\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
+          "\"aggregate_tok_s\": %.1f, "
           "\"decode_tok_s\": %.1f, \"ttft_ms_p50\": %.2f, \"ttft_ms_p99\": %.2f, \"tpot_ms_p50\": %.3f, "
           "\"tpot_ms_p99\": %.3f, \"device_busy\": %s, \"failed\": %zu, \"mismatched\": %zu}\n",
-          n, o.promptTokens, o.genTokens, best.aggregate, best.decode, ttft50, ttft99, tpot50, tpot99,
-          best.busy < 0 ? "null" : std::to_string(best.busy).c_str(), failed, wrong);
+          o.http.empty() ? "rpc" : "http", n, o.promptTokens, o.genTokens, best.aggregate, best.decode, ttft50, ttft99,
+          tpot50, tpot99, best.busy < 0 ? "null" : std::to_string(best.busy).c_str(), failed, wrong);
     } else {
       std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %s |\n", n, best.aggregate, best.decode, ttft50,
                   ttft99, tpot50, tpot99, best.busy < 0 ? "-" : (std::to_string(int(best.busy * 100)) + "%").c_str());

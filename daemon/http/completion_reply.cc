@@ -69,7 +69,8 @@ kj::Promise<void> CompletionReply::streamOn() {
     const GenerationJob::Batch& batch = batch_;
     kj::Promise<void> written = kj::READY_NOW;
     if (!batch.text.empty() || !batch.logprobs.empty()) {
-      written = writeEvent(dumpJson(shape_.chunk(batch.text, batch.logprobs, false)));
+      written = writeEvent(batch.logprobs.empty() ? shape_.textChunk(batch.text)
+                                                  : dumpJson(shape_.chunk(batch.text, batch.logprobs, false)));
     }
     if (!batch.finished) return written.then([this] { return streamOn(); });
     if (batch.error) {

@@ -40,6 +40,13 @@ ReplyShape ReplyShape::start(Endpoint endpoint, std::string model, const tokeniz
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   s.tokenizer = &tokenizer;
   s.withLogprobs = logprobs;
+  // A text no reply can hold marks where each chunk's text goes.
+  constexpr const char* kMarker = "\x01jitllm-text\x01";
+  const std::string whole = dumpJson(s.chunk(kMarker, {}, false));
+  const std::string marker = dumpJson(kMarker);
+  const size_t at = whole.find(marker);
+  s.textChunkPrefix = whole.substr(0, at);
+  s.textChunkSuffix = whole.substr(at + marker.size());
   return s;
 }
 
@@ -133,6 +140,10 @@ json ReplyShape::chunk(const std::string& text, const std::vector<TokenLogprob>&
   out["choices"] = json::array({choice});
   out["usage"] = nullptr;
   return out;
+}
+
+std::string ReplyShape::textChunk(const std::string& text) const {
+  return textChunkPrefix + dumpJson(text) + textChunkSuffix;
 }
 
 json ReplyShape::finalChunk(const GenerationStats& stats) const {

@@ -27,11 +27,18 @@ struct ReplyShape {
   // A new reply's shape: a fresh random id, the time now.
   static ReplyShape start(Endpoint endpoint, std::string model, const tokenizer::Tokenizer& tokenizer, bool logprobs);
 
+  // textChunk's template: the chunk's JSON before and after its text.
+  std::string textChunkPrefix, textChunkSuffix;
+
   // The complete (not streamed) reply.
   nlohmann::json complete(const std::string& text, const std::vector<TokenLogprob>& logprobs,
                           const GenerationStats& stats) const;
   // One chunk of a stream: new text (and its tokens' logprobs); `role` on a chat stream's first.
   nlohmann::json chunk(const std::string& text, const std::vector<TokenLogprob>& logprobs, bool role) const;
+  // The same as JSON text, for a chunk of text alone - the one a stream sends per token. Built from
+  // a template made once per reply: only the text is escaped per token, which keeps the HTTP
+  // stream's cost per token near Cap'n Proto's (docs/benchmarks.md).
+  std::string textChunk(const std::string& text) const;
   // The chunk that ends the stream's choice, with its finish_reason.
   nlohmann::json finalChunk(const GenerationStats& stats) const;
   // stream_options.include_usage: the chunk after the last, with no choices and the usage.
