@@ -141,9 +141,13 @@ void HttpListener::serve(kj::Own<kj::ConnectionReceiver> receiver, bool tcp, std
 void HttpListener::setReady() { shared_->ready = true; }
 
 void HttpListener::stopAccepting() {
+  shared_->draining = true;
   for (auto& l : listening_) {
     l->accepting = kj::READY_NOW;
     l->receiver = nullptr;
+    // A Unix socket's descriptor is the ListenSocket's: closing it is what makes new clients see
+    // ECONNREFUSED rather than wait in the backlog of a listener nobody accepts from.
+    l->socket.reset();
   }
 }
 

@@ -297,7 +297,7 @@ kj::Promise<void> HttpService::models(const std::string& id, Response& response)
 }
 
 kj::Promise<void> HttpService::health(Response& response) {
-  const bool starting = !shared_.ready, draining = !shared_.core.accepting();
+  const bool starting = !shared_.ready, draining = shared_.draining || !shared_.core.accepting();
   const char* status = starting ? "starting" : draining ? "draining" : "ok";
   return sendJson(response, *shared_.headerTable, starting || draining ? 503 : 200,
                   dumpJson({{"status", status}, {"models", shared_.core.models().size()}}));

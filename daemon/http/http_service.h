@@ -57,7 +57,8 @@ struct HttpShared {
   ModelCatalog catalog;
   kj::Own<kj::HttpHeaderTable> headerTable;
   kj::HttpHeaderId authorization;
-  bool ready = false;  // set once the daemon is serving; /health says 503 before and while draining
+  bool ready = false;     // set once the daemon is serving; /health says 503 before
+  bool draining = false;  // set when the listeners stop accepting (SIGTERM); /health says 503
 };
 
 class HttpService final : public kj::HttpService {

@@ -361,6 +361,80 @@ TEST(HttpActivation, TheSocketNamedHttpServesHttpAndModelsLoadByNameAndUnloadAft
   ::unlink(http.c_str());
 }
 
+// A model's sessions all busy: 429 with Retry-After, in OpenAI's shape, and served once one frees.
+TEST(HttpOverload, AFullModelAnswers429WithRetryAfterAndServesOnceASessionFrees) {
+  const auto config =
+      std::filesystem::temp_directory_path() / ("jitllmd-http-busy-" + std::to_string(::getpid()) + ".conf");
+  std::ofstream(config) << "max_sessions = 1\nidle_sessions = 0\nscheduler_interval_ms = 0\n";
+  const std::string http =
+      (std::filesystem::temp_directory_path() / ("jitllmd-http-busy-" + std::to_string(::getpid()) + ".sock")).string();
+  DaemonProcess d({"--config", config.string(), "--http", "unix:" + http, "--preload",
+                   kModel + "=" + sharedPath("models/stories260K.gguf")});
+  std::filesystem::remove(config);
+  ASSERT_TRUE(d.ready()) << d.log();
+  // The one session, held by a client that does not read its (large) stream.
+  const int holder = rawConnect(http);
+  sendAll(
+      holder,
+      request(
+          "POST", "/v1/completions",
+          R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":100000,"logprobs":20,"stream":true})"));
+  ASSERT_TRUE(waitUntil(
+      [&] {
+        const json p = json::parse(call(http, "GET", "/jitllm/v1/ps").body, nullptr, false);
+        return p.is_object() && !p["models"].empty() && !p["models"][0]["sessions"].empty();
+      },
+      10s, 10ms));
+  const int fd = rawConnect(http);
+  sendAll(fd, request("POST", "/v1/completions", kGreedy + "}"));
+  const std::string raw = readResponse(fd);
+  ::close(fd);
+  const Reply busy = parseReply(raw);
+  EXPECT_EQ(busy.status, 429) << raw;
+  EXPECT_NE(raw.find("Retry-After: 1\r\n"), std::string::npos) << raw;
+  EXPECT_EQ(json::parse(busy.body, nullptr, false)["error"]["type"], "rate_limit_error") << busy.body;
+  ::close(holder);
+  EXPECT_TRUE(waitUntil([&] { return call(http, "POST", "/v1/completions", kGreedy + "}").status == 200; }, 10s, 20ms));
+  ::unlink(http.c_str());
+}
+
+// While the daemon drains (SIGTERM, a reply still running), /health says 503 on a connection that
+// was open before, and new connections are refused.
+TEST(HttpDrain, HealthSays503WhileTheDaemonDrains) {
+  const std::string http =
+      (std::filesystem::temp_directory_path() / ("jitllmd-http-drain-" + std::to_string(::getpid()) + ".sock"))
+          .string();
+  DaemonProcess d({"--http", "unix:" + http, "--grace-period", "20", "--preload",
+                   kModel + "=" + sharedPath("models/stories260K.gguf")});
+  ASSERT_TRUE(d.ready()) << d.log();
+  const int holder = rawConnect(http);  // a reply that keeps the drain waiting
+  sendAll(
+      holder,
+      request(
+          "POST", "/v1/completions",
+          R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":100000,"logprobs":20,"stream":true})"));
+  const int probe = rawConnect(http);
+  sendAll(probe, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(parseReply(readResponse(probe)).status, 200);
+  ::kill(d.pid(), SIGTERM);
+  ASSERT_TRUE(d.notify().waitFor("STOPPING=1", 10s));
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        const int fd = rawConnect(http);
+        if (fd >= 0) ::close(fd);
+        return fd < 0;
+      },
+      5s, 10ms))
+      << "the listener still accepts";
+  sendAll(probe, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  const Reply draining = parseReply(readResponse(probe));
+  EXPECT_EQ(draining.status, 503) << d.log().substr(d.log().size() > 3000 ? d.log().size() - 3000 : 0);
+  EXPECT_EQ(json::parse(draining.body, nullptr, false)["status"], "draining") << draining.body;
+  ::close(probe);
+  ::close(holder);  // its generation is cancelled; the drain ends
+  EXPECT_EQ(d.waitExit(std::chrono::seconds(30)), 0);
+}
+
 int tcpConnect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
