@@ -239,6 +239,9 @@ class Device {
   virtual void attention(const float* q, float* out, const AttentionBatch& batch) = 0;
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
+  // x[i] *= s: the multipliers of architectures that scale embeddings, residual branches or
+  // logits (granite), one correctly rounded product each.
+  virtual void scale(float* x, float s, int64_t n) = 0;
 
   // Ops made of the ones above, which a device may run in fewer passes or launches; each gives
   // exactly the results of the plain sequence (the default runs it).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -159,6 +160,10 @@ const std::vector<ModelShape>& knownShapes() {
        1e-6f, 128},
       {"qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, "vocab/ggml-vocab-qwen2.gguf", 1000000.0f, false, true, 40960, 1e-6f,
        128},
+      {"granite-micro", "granite", 256, 4, 4, 2, 512, "vocab/ggml-vocab-refact.gguf", 10000000.0f, false, true, 131072,
+       1e-5f, 0},
+      {"granite-3.3-2b", "granite", 2048, 40, 32, 8, 8192, "vocab/ggml-vocab-refact.gguf", 10000000.0f, false, true,
+       131072, 1e-5f, 0},
   };
   return shapes;
 }
@@ -196,7 +201,13 @@ std::optional<WeightMix> findMix(const std::string& name) {
 void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   const ModelShape& s = spec.shape;
   const WeightMix& mix = spec.mix;
-  auto vocab = gguf::GgufFile::open(spec.sharedDir + "/" + s.vocabFile);
+  // The shared folder's vocabularies, else the repository's own (tests/goldens/vocab: refact).
+  std::string vocabPath = spec.sharedDir + "/" + s.vocabFile;
+  if (!std::filesystem::exists(vocabPath) &&
+      std::filesystem::exists(std::string(JITLLM_REPO_GOLDENS_DIR) + "/" + s.vocabFile)) {
+    vocabPath = std::string(JITLLM_REPO_GOLDENS_DIR) + "/" + s.vocabFile;
+  }
+  auto vocab = gguf::GgufFile::open(vocabPath);
   const gguf::Value* tokens = vocab->find("tokenizer.ggml.tokens");
   JITLLM_REQUIRE(tokens && tokens->asArray(), vocab->name(), ": no tokenizer.ggml.tokens");
   const int64_t nVocab = int64_t(tokens->asArray()->size());
@@ -221,6 +232,14 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   w.set(a + "rope.freq_base", gguf::Value::f32(s.ropeFreqBase));
   w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(s.rmsEps));
   w.set("general.file_type", gguf::Value::u32(mix.fileType));
+  if (s.arch == "granite") {
+    // Granite 3.3's multipliers (its config.json: embedding, residual and attention multipliers,
+    // logits scaling).
+    w.set(a + "embedding_scale", gguf::Value::f32(12.0f));
+    w.set(a + "residual_scale", gguf::Value::f32(0.22f));
+    w.set(a + "attention.scale", gguf::Value::f32(0.015625f));
+    w.set(a + "logit_scale", gguf::Value::f32(8.0f));
+  }
   for (const auto& [key, value] : vocab->metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
   }

@@ -447,11 +447,12 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
   batch.tokens = T;
   batch.heads = int(c.heads);
   batch.kv = kvLayout_;
-  batch.scale = float(1.0 / std::sqrt(double(c.headDim)));
+  batch.scale = c.attentionScale != 0 ? c.attentionScale : float(1.0 / std::sqrt(double(c.headDim)));
   batch.positions = positions;
   batch.pageTables = pageTables;
   d.attention(q, attn, batch);
   d.matmul(u.wo, attn, T, normed, nullptr);
+  if (c.residualScale != 0) d.scale(normed, c.residualScale, T * c.embedding);
   d.add(x, normed, T * c.embedding);
 
   d.rmsNorm(x, u.ffnNorm, normed, T, c.embedding, c.rmsEps);
@@ -459,6 +460,7 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
   d.matmuls(gateUp, normed, T);
   d.swiglu(gate, up, gate, T * c.feedForward);
   d.matmul(u.down, gate, T, normed, nullptr);
+  if (c.residualScale != 0) d.scale(normed, c.residualScale, T * c.embedding);
   d.add(x, normed, T * c.embedding);
 }
 
@@ -548,6 +550,7 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
       busySince = now;
     };
     ws->device->getRows(units_[0].table, ids.data(), T, ws->f(ws->x));
+    if (config_.embeddingScale != 0) ws->device->scale(ws->f(ws->x), config_.embeddingScale, T * config_.embedding);
     units_[0].kernelsReady = true;
     for (int unit = 1; unit < unitCount(); unit++) {
       Device& d = *units_[size_t(unit)].device;
@@ -607,6 +610,7 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
     }
     float* out = ws->f(ws->logits);
     d.matmul(head.table, normed, n, out, nullptr);
+    if (c.logitScale != 1) d.scale(out, 1.0f / c.logitScale, n * c.vocabSize);
     units_.back().kernelsReady = true;
     headOutput(d, out, returned, n);
     returned += n;

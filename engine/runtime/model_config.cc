@@ -1,5 +1,8 @@
 #include "engine/runtime/model_config.h"
 
+#include <cmath>
+#include <optional>
+
 #include "base/error.h"
 #include "engine/gguf/gguf_file.h"
 
@@ -13,6 +16,8 @@ const char* architectureName(Architecture arch) {
       return "qwen2";
     case Architecture::kQwen3:
       return "qwen3";
+    case Architecture::kGranite:
+      return "granite";
   }
   return "unknown";
 }
@@ -31,6 +36,29 @@ int64_t requireInt(const gguf::GgufFile& f, const std::string& key, int64_t lo, 
   return *v;
 }
 
+// A multiplier: finite and positive when present (absent: `absent`).
+float requireScale(const gguf::GgufFile& f, const std::string& key, bool required, float absent) {
+  const std::optional<double> v = f.getFloat(key);
+  JITLLM_REQUIRE(v.has_value() || !required, f.name(), ": missing metadata key '", key, "'");
+  if (!v) return absent;
+  JITLLM_REQUIRE(std::isfinite(*v) && *v > 0 && *v < 1e6, f.name(), ": metadata key '", key, "' is ", *v,
+                 ", not a positive finite multiplier");
+  return float(*v);
+}
+
+void readGraniteMultipliers(const gguf::GgufFile& f, const std::string& p, ModelConfig& c) {
+  c.logitScale = requireScale(f, p + "logit_scale", true, 1.0f);
+  c.embeddingScale = requireScale(f, p + "embedding_scale", false, 0.0f);
+  c.residualScale = requireScale(f, p + "residual_scale", false, 0.0f);
+  c.attentionScale = requireScale(f, p + "attention.scale", false, 0.0f);
+  // Granite turns rope off with rope.scaling.finetuned = false (no model does so yet).
+  if (const gguf::Value* finetuned = f.find(p + "rope.scaling.finetuned")) {
+    const std::optional<bool> on = finetuned->asBool();
+    JITLLM_REQUIRE(!on || *on, f.name(), ": metadata key '", p,
+                   "rope.scaling.finetuned' is false: a granite model without rope is not supported");
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
@@ -47,8 +75,11 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
     c.arch = Architecture::kQwen3;
     c.ropeNeox = true;
     c.qkNorm = true;
+  } else if (*arch == "granite") {
+    c.arch = Architecture::kGranite;
   } else {
-    JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch, "' (supported: llama, qwen2, qwen3)");
+    JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch,
+                "' (supported: llama, qwen2, qwen3, granite)");
   }
   c.archKey = *arch;
   const std::string p = c.archKey + ".";
@@ -93,6 +124,7 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
       JITLLM_FAIL(kUnimplemented, f.name(), ": rope scaling type '", *type, "' is not supported");
     }
   }
+  if (c.arch == Architecture::kGranite) readGraniteMultipliers(f, p, c);
   c.rmsEps = float(f.getFloat(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   JITLLM_REQUIRE(c.rmsEps > 0 && c.rmsEps < 1, f.name(), ": layer_norm_rms_epsilon out of range");
   return c;

@@ -2,7 +2,8 @@
 //
 // One struct for every architecture the runtime knows; `arch` selects the few graph differences
 // (qwen2: QKV biases and NEOX rope; qwen3: NEOX rope, an RMS norm of each head of q and k before
-// it, and heads whose width is not embedding / heads). Reading validates everything the forward pass relies on, so
+// it, and heads whose width is not embedding / heads; granite: multipliers of the embeddings, the
+// residual branches, the attention scores and the logits). Reading validates everything the forward pass relies on, so
 // later code can trust it: a missing or inconsistent key is an Error(FAILED) naming the key and
 // the file, an unknown architecture one naming the architecture.
 //
@@ -19,7 +20,7 @@ class GgufFile;
 
 namespace jitllm::runtime {
 
-enum class Architecture { kLlama, kQwen2, kQwen3 };
+enum class Architecture { kLlama, kQwen2, kQwen3, kGranite };
 const char* architectureName(Architecture arch);
 
 struct ModelConfig {
@@ -41,6 +42,13 @@ struct ModelConfig {
   float rmsEps = 1e-5f;
   bool qkvBias = false;
   bool qkNorm = false;  // attn_q_norm / attn_k_norm: RMS norm of each head of q and k before rope
+  // Granite's multipliers (0: not applied): embeddings times embeddingScale, each block's
+  // attention and FFN outputs times residualScale before they join the residual, attention
+  // scores times attentionScale instead of 1/sqrt(headDim), logits divided by logitScale.
+  float embeddingScale = 0;
+  float residualScale = 0;
+  float attentionScale = 0;
+  float logitScale = 1;
 
   static ModelConfig fromGguf(const gguf::GgufFile& file);
 };

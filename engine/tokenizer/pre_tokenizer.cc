@@ -71,9 +71,7 @@ class Piece final {
 
 uint32_t asciiLower(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + ('a' - 'A') : cp; }
 
-bool isNotSpaceLetterNumber(uint8_t f) {
-  return (f & kInRange) && !(f & (kWhitespace | kLetter | kNumber));
-}
+bool isNotSpaceLetterNumber(uint8_t f) { return (f & kInRange) && !(f & (kWhitespace | kLetter | kNumber)); }
 
 // 's|'t|'re|'ve|'m|'ll|'d (case-folded when `anyCase`, for (?i:...)). Returns the match length, 0
 // when none.
@@ -210,6 +208,17 @@ void splitRuns(Piece& p, InClass inClass) {
   }
 }
 
+// \p{N} : every number character a piece of its own, the runs between them pieces too.
+void splitEachDigit(Piece& p) {
+  for (size_t pos = p.begin(); pos < p.end(); ++pos) {
+    if (p.flags(pos) & kNumber) {
+      p.cutAt(pos);
+      p.cutAt(pos + 1);
+    }
+  }
+  p.cutAt(p.end());
+}
+
 // [0-9][0-9][0-9] : cuts out each leftmost run of three ASCII digits.
 void splitDigitTriples(Piece& p) {
   auto digit = [&](size_t pos) {
@@ -245,8 +254,7 @@ std::vector<size_t> refine(std::span<const uint32_t> cps, std::span<const uint8_
 
 }  // namespace
 
-void splitWords(PreTokenizerKind kind, std::span<const uint32_t> cps,
-                std::vector<size_t>& wordLengths) {
+void splitWords(PreTokenizerKind kind, std::span<const uint32_t> cps, std::vector<size_t>& wordLengths) {
   if (cps.empty()) return;
   std::vector<uint8_t> flags(cps.size());
   for (size_t i = 0; i < cps.size(); ++i) flags[i] = flagsOf(cps[i]);
@@ -266,19 +274,25 @@ void splitWords(PreTokenizerKind kind, std::span<const uint32_t> cps,
       splitLlama3Like(whole, 1);
       return;
     }
+    case PreTokenizerKind::kDigitsThenGpt2: {
+      std::vector<size_t> lengths{cps.size()};
+      lengths = refine(cps, flags, lengths, [](Piece& p) { splitEachDigit(p); });
+      lengths = refine(cps, flags, lengths, [](Piece& p) { splitGpt2(p); });
+      wordLengths.insert(wordLengths.end(), lengths.begin(), lengths.end());
+      return;
+    }
     case PreTokenizerKind::kDefault: {
       std::vector<size_t> lengths{cps.size()};
       lengths = refine(cps, flags, lengths, [](Piece& p) {
         splitRuns(p, [&](size_t pos) {
           const uint32_t c = p.cp(pos);
-          return (p.flags(pos) & kPunctuation) || c == '$' || c == '+' || c == '<' || c == '=' ||
-                 c == '>' || c == '^' || c == '~' || c == '|';
+          return (p.flags(pos) & kPunctuation) || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' ||
+                 c == '^' || c == '~' || c == '|';
         });
       });
       lengths = refine(cps, flags, lengths, [](Piece& p) { splitGpt2(p); });
-      lengths = refine(cps, flags, lengths, [](Piece& p) {
-        splitRuns(p, [&](size_t pos) { return (p.flags(pos) & kNumber) != 0; });
-      });
+      lengths = refine(cps, flags, lengths,
+                       [](Piece& p) { splitRuns(p, [&](size_t pos) { return (p.flags(pos) & kNumber) != 0; }); });
       lengths = refine(cps, flags, lengths, [](Piece& p) { splitDigitTriples(p); });
       wordLengths.insert(wordLengths.end(), lengths.begin(), lengths.end());
       return;

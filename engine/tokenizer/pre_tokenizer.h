@@ -26,6 +26,9 @@ enum class PreTokenizerKind {
   kLlama3,
   // As kLlama3, but \p{N} one digit at a time.
   kQwen2,
+  // \p{N} (every digit a word of its own), then the GPT-2 regex on the pieces between (refact,
+  // starcoder, smollm, command-r and their kin in llama.cpp).
+  kDigitsThenGpt2,
   // llama.cpp's fallback chain, each regex splitting the pieces of the one before:
   // [\p{P}\$\+<=>\^~\|]+, then the GPT-2 regex, then \p{N}+, then [0-9][0-9][0-9].
   kDefault,
@@ -33,7 +36,6 @@ enum class PreTokenizerKind {
 
 // Splits `cps` into words, appending each word's length in code points to `wordLengths`. The
 // lengths add up to cps.size() and none is zero.
-void splitWords(PreTokenizerKind kind, std::span<const uint32_t> cps,
-                std::vector<size_t>& wordLengths);
+void splitWords(PreTokenizerKind kind, std::span<const uint32_t> cps, std::vector<size_t>& wordLengths);
 
 }  // namespace jitllm::tokenizer

@@ -5,13 +5,13 @@
 #include <optional>
 #include <unordered_set>
 
+#include "base/error.h"
 #include "engine/tokenizer/bpe_encoder.h"
 #include "engine/tokenizer/gpt2_byte_map.h"
 #include "engine/tokenizer/special_token_detection.h"
 #include "engine/tokenizer/special_token_splitter.h"
 #include "engine/tokenizer/spm_encoder.h"
 #include "engine/tokenizer/utf8.h"
-#include "base/error.h"
 
 namespace jitllm::tokenizer {
 namespace {
@@ -52,19 +52,22 @@ std::optional<PreTokenizerChoice> preTokenizerFor(std::string_view pre) {
     return std::find(names.begin(), names.end(), pre) != names.end();
   };
   if (pre.empty() || pre == "default") return PreTokenizerChoice{K::kDefault};
-  if (in({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-          "lfm2"})) {
+  if (in({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"})) {
     return PreTokenizerChoice{K::kLlama3, /*ignoreMerges=*/true, /*addBos=*/true};
   }
   if (in({"dbrx", "smaug-bpe"})) return PreTokenizerChoice{K::kLlama3};
-  if (in({"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
-          "mellum", "exaone4"})) {
+  if (in({"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
+          "exaone4"})) {
     return PreTokenizerChoice{K::kGpt2};
   }
   if (in({"qwen2", "deepseek-r1-qwen", "kormo"})) {
     return PreTokenizerChoice{K::kQwen2, false, false, /*cleanSpaces=*/false};
   }
   if (in({"megrez", "stablelm2"})) return PreTokenizerChoice{K::kQwen2};
+  if (in({"starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"})) {
+    return PreTokenizerChoice{K::kDigitsThenGpt2};
+  }
+  if (in({"command-r", "smollm"})) return PreTokenizerChoice{K::kDigitsThenGpt2, false, false, /*cleanSpaces=*/false};
   return std::nullopt;
 }
 
@@ -175,8 +178,7 @@ std::string cleanSpaces(std::string text) {
 }  // namespace
 
 struct Tokenizer::State {
-  State(VocabKind kind, std::vector<std::string> texts, std::vector<float> scores,
-        std::vector<uint32_t> attributes)
+  State(VocabKind kind, std::vector<std::string> texts, std::vector<float> scores, std::vector<uint32_t> attributes)
       : kind(kind), table(std::move(texts), std::move(scores), std::move(attributes)) {}
 
   VocabKind kind;
@@ -228,15 +230,13 @@ Tokenizer::Tokenizer(VocabData vocab) {
   } else if (vocab.model == "gpt2") {
     kind = VocabKind::kBytePairGpt2;
   } else {
-    JITLLM_FAIL(kUnimplemented, "tokenizer model '", vocab.model,
-                "' is not supported (only 'llama' and 'gpt2')");
+    JITLLM_FAIL(kUnimplemented, "tokenizer model '", vocab.model, "' is not supported (only 'llama' and 'gpt2')");
   }
   const size_t n = vocab.tokens.size();
   JITLLM_REQUIRE(n > 0, "the vocabulary has no tokens");
-  JITLLM_REQUIRE(n < size_t(INT32_MAX), "the vocabulary has ", n,
-                 " tokens, too many for int32 ids");
-  JITLLM_REQUIRE(vocab.scores.empty() || vocab.scores.size() == n, "the vocabulary has ",
-                 vocab.scores.size(), " scores for ", n, " tokens");
+  JITLLM_REQUIRE(n < size_t(INT32_MAX), "the vocabulary has ", n, " tokens, too many for int32 ids");
+  JITLLM_REQUIRE(vocab.scores.empty() || vocab.scores.size() == n, "the vocabulary has ", vocab.scores.size(),
+                 " scores for ", n, " tokens");
   JITLLM_REQUIRE(vocab.tokenTypes.empty() || vocab.tokenTypes.size() == n, "the vocabulary has ",
                  vocab.tokenTypes.size(), " token types for ", n, " tokens");
 
@@ -249,8 +249,7 @@ Tokenizer::Tokenizer(VocabData vocab) {
     // llama.cpp renames empty tokens so that no two share the empty text.
     if (vocab.tokens[i].empty()) vocab.tokens[i] = "[EMPTY_" + std::to_string(i) + "]";
   }
-  state_ = std::make_unique<State>(kind, std::move(vocab.tokens), std::move(vocab.scores),
-                                   std::move(attributes));
+  state_ = std::make_unique<State>(kind, std::move(vocab.tokens), std::move(vocab.scores), std::move(attributes));
   State& s = *state_;
   const int32_t count = int32_t(n);
   auto valid = [&](int32_t id) { return id >= 0 && id < count ? id : kNoToken; };
@@ -288,10 +287,8 @@ Tokenizer::Tokenizer(VocabData vocab) {
   if (vocab.addBos) s.addBos = *vocab.addBos;
   if (vocab.addEos) s.addEos = *vocab.addEos;
   if (vocab.addSpacePrefix) s.addSpacePrefix = *vocab.addSpacePrefix;
-  JITLLM_REQUIRE(!s.addBos || s.bos != kNoToken,
-                 "add_bos_token is true, but there is no BOS token");
-  JITLLM_REQUIRE(!s.addEos || s.eos != kNoToken,
-                 "add_eos_token is true, but there is no EOS token");
+  JITLLM_REQUIRE(!s.addBos || s.bos != kNoToken, "add_bos_token is true, but there is no BOS token");
+  JITLLM_REQUIRE(!s.addEos || s.eos != kNoToken, "add_eos_token is true, but there is no EOS token");
 
   // Special tokens found by text, as llama.cpp does until files say so themselves.
   SpecialTokenIds special;
@@ -329,8 +326,7 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool addSpecial,
-                                       bool parseSpecial) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool addSpecial, bool parseSpecial) const {
   const State& s = *state_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
@@ -374,15 +370,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool addSpecial,
 
 std::string_view Tokenizer::tokenPiece(int32_t id, bool renderSpecial) const {
   const State& s = *state_;
-  JITLLM_REQUIRE(s.table.contains(id), "token id ", id, " is outside the vocabulary of ",
-                 s.table.size());
+  JITLLM_REQUIRE(s.table.contains(id), "token id ", id, " is outside the vocabulary of ", s.table.size());
   if (!renderSpecial && (s.table.attributes(id) & (kAttrUnknown | kAttrControl))) return {};
   const uint32_t begin = s.pieceOffsets[size_t(id)];
   return std::string_view(s.pieces).substr(begin, s.pieceOffsets[size_t(id) + 1] - begin);
 }
 
-std::string Tokenizer::detokenize(std::span<const int32_t> ids, bool removeSpecial,
-                                  bool unparseSpecial) const {
+std::string Tokenizer::detokenize(std::span<const int32_t> ids, bool removeSpecial, bool unparseSpecial) const {
   const State& s = *state_;
   // llama.cpp strips the SentencePiece prefix space from the first piece - except right after a
   // BOS it removed, a quirk kept here so that results match.
@@ -423,9 +417,7 @@ uint32_t Tokenizer::tokenAttributes(int32_t id) const {
   return state_->table.attributes(id);
 }
 
-bool Tokenizer::isEndOfGeneration(int32_t id) const {
-  return state_->endOfGeneration.count(id) != 0;
-}
+bool Tokenizer::isEndOfGeneration(int32_t id) const { return state_->endOfGeneration.count(id) != 0; }
 
 int32_t Tokenizer::findToken(std::string_view text) const { return state_->table.find(text); }
 

@@ -278,6 +278,12 @@ void CpuDevice::add(float* x, const float* y, int64_t n) {
   });
 }
 
+void CpuDevice::scale(float* x, float s, int64_t n) {
+  pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) x[i] *= s;
+  });
+}
+
 void CpuDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
                                  int32_t* ids, float* values, int64_t stride) {
   JITLLM_REQUIRE(int64_t(requests.size()) == rows, "selectCandidates: ", requests.size(), " requests for ", rows,

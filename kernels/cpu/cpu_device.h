@@ -57,6 +57,7 @@ class CpuDevice final : public Device {
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
   // The rows are host memory: selected in place, rows spread over the threads.
   void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
                         int32_t* ids, float* values, int64_t stride) override;

@@ -752,6 +752,7 @@ const CudaDevice::ElementwiseKernels& CudaDevice::elementwise() {
     k.rope = function(m, "rope");
     k.swiglu = function(m, "swiglu");
     k.add = function(m, "add");
+    k.scale = function(m, "scale");
     k.kvStore = function(m, "kv_store");
     k.ropeStore = function(m, "rope_store");
     elementwise_ = k;
@@ -1615,6 +1616,17 @@ void CudaDevice::add(float* x, const float* y, int64_t n) {
   const Command c = makeLaunch(elementwise().add, unsigned(blocks), 1, 256, 0, xp, yp, count);
   const size_t index = enqueue("add", c);
   if (index != kNotQueued) lastAdd_ = {index, c, x, y, n};  // an rmsNorm of x next takes it over
+}
+
+void CudaDevice::scale(float* x, float s, int64_t n) {
+  if (n == 0) return;
+  requireOwned(x, size_t(n) * 4, "scale destination");
+  makeCurrent();
+  CUdeviceptr xp = dptr(x);
+  int64_t count = n;
+  float factor = s;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
+  enqueue("scale", makeLaunch(elementwise().scale, unsigned(blocks), 1, 256, 0, xp, factor, count));
 }
 
 // ---- kernels made ahead ----

@@ -122,6 +122,7 @@ class CudaDevice final : public Device {
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
   // q, k and v (gate and up) of a decode step in one launch (matmul_int_group) when they are
   // integer products; else one launch each.
   void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) override;
@@ -138,7 +139,7 @@ class CudaDevice final : public Device {
   friend class CudaBuffer;
 
   struct ElementwiseKernels {
-    CUfunction rmsNorm = nullptr, rope = nullptr, swiglu = nullptr, add = nullptr, kvStore = nullptr,
+    CUfunction rmsNorm = nullptr, rope = nullptr, swiglu = nullptr, add = nullptr, scale = nullptr, kvStore = nullptr,
                ropeStore = nullptr;
   };
   // Host bytes staged for one op: written at `host`, readable by kernels at `device` once

@@ -780,4 +780,15 @@ void VulkanDevice::add(float* x, const float* y, int64_t n) {
   dispatch(pipelines_->get(KernelSpec{"add.comp", {}}), push, groups);
 }
 
+void VulkanDevice::scale(float* x, float s, int64_t n) {
+  if (n <= 0) return;
+  const uint32_t groups = std::min<uint32_t>(groupsFor(uint64_t(n), kElementwiseWorkgroup), 65535);
+  struct {
+    uint64_t x;
+    float s;
+    uint32_t n, stride;
+  } push{address(x, uint64_t(n) * 4, "scale x"), s, uint32_t(n), groups * kElementwiseWorkgroup};
+  dispatch(pipelines_->get(KernelSpec{"scale.comp", {}}), push, groups);
+}
+
 }  // namespace jitllm::vulkan

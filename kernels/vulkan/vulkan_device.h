@@ -84,6 +84,7 @@ class VulkanDevice final : public Device {
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
 
   // Waits until every queued op has run.
   void synchronize();

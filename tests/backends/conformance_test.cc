@@ -383,7 +383,7 @@ TEST_P(OpConformance, RopeIsBitIdenticalToTheReferenceInEveryVariant) {
   }
 }
 
-TEST_P(OpConformance, SwigluAndAddMatchTheReference) {
+TEST_P(OpConformance, SwigluAddAndScaleMatchTheReference) {
   const int64_t n = 100003;
   const auto gHost = randomFloats(size_t(n), freshSeed() + 11, 4.0f);
   const auto uHost = randomFloats(size_t(n), freshSeed() + 12);
@@ -403,6 +403,11 @@ TEST_P(OpConformance, SwigluAndAddMatchTheReference) {
   dev().add(g.as<float>(), u.as<float>(), n);
   want = gHost;
   cpu().add(want.data(), uHost.data(), n);
+  got = download<float>(dev(), *g.buffer, size_t(n));
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
+  // A product per element, correctly rounded everywhere: the CPU's bits.
+  dev().scale(g.as<float>(), 0.3713f, n);
+  cpu().scale(want.data(), 0.3713f, n);
   got = download<float>(dev(), *g.buffer, size_t(n));
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4));
 }

@@ -53,6 +53,7 @@ class NullDevice final : public Device {
   void attention(const float*, float*, const AttentionBatch&) override { none("attention"); }
   void swiglu(const float*, const float*, float*, int64_t) override { none("swiglu"); }
   void add(float*, const float*, int64_t) override { none("add"); }
+  void scale(float*, float, int64_t) override { none("scale"); }
 
   void released(size_t bytes) { releaseMemory(bytes); }
 

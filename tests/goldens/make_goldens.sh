@@ -12,9 +12,9 @@
 #   micro/<type>.truth.bin        float64 ground truth (reference.py), float32 [64][512], row-major.
 #   micro/<type>.llamacpp.bin     llama.cpp `llama-greedy --score` logits, float32 [64][512].
 #   micro/llamacpp_vs_truth.txt   NMSE and top-1 of llama.cpp vs the truth, per type.
-#   qwen2/*, qwen3/*              llama.cpp logits on our generator's qwen2.5-0.5b and qwen3-micro f16
-#                                 models (see 3.)
-# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0 skip a part (e.g. to add one golden set alone).
+#   qwen2/*, qwen3/*, granite/*   llama.cpp logits on our generator's qwen2.5-0.5b, qwen3-micro and
+#                                 granite-micro f16 models (see 3.)
+# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0, GRANITE=0 skip a part (e.g. to add one golden set alone).
 # What it makes (NOT committed, too big: ~8 MB of logits per file) in $GOLDENS_TINY
 # (default /work/goldens-tiny):
 #   the same for the `tiny` shape (32000-token vocab): tiny-<type>.gguf, tokens.txt,
@@ -159,17 +159,20 @@ if [[ ${TINY:-1} != 0 ]]; then fidelity tiny "$TINY_DIR" tiny 32000; fi
 
 # ---------------------------------------------------------------- 3. qwen2 / qwen3 teacher-forced logits
 # The models come from OUR generator (jitllm-mkmodel SHAPE f16, seed 0: the tests re-make them
-# byte for byte), scored by llama.cpp. Their full logits (64 x 151936 floats, 39 MB) are too big
-# to commit, so we keep every 37th vocabulary column plus each position's argmax:
+# byte for byte), scored by llama.cpp. Their full logits (64 x 151936 floats for qwen, 39 MB) are
+# too big to commit, so we keep every 37th vocabulary column plus each position's argmax:
 #   DIR/tokens.txt          the 64 ids: a tokenized sentence, then fixed pseudo-random ids
-#   DIR/llamacpp_cols.bin   float32 [64][4107]: llama.cpp's logits at columns 0, 37, 74, ...
+#   DIR/llamacpp_cols.bin   float32 [64][ceil(vocab / 37)]: llama.cpp's logits at columns 0, 37, 74, ...
 #   DIR/llamacpp_argmax.txt one line per position: llama.cpp's argmax id
 # (A random tied-embedding model repeats its input greedily, so its own greedy text is useless.)
 #   qwen2/  qwen2.5-0.5b          (QWEN2=0 skips it)
+#   granite/ granite-micro: 4 layers with Granite 3.3's multipliers, the refact tokenizer
+#           (GRANITE=0 skips it)
 #   qwen3/  qwen3-micro: 4 layers, 128-wide heads on a 256-wide model, q/k norms (QWEN3=0 skips it)
 JITLLM_MKMODEL=${JITLLM_MKMODEL:-$REPO/build/bin/jitllm-mkmodel}
+# teacherForced SHAPE DIR VOCAB IDS_BELOW: the ids after the prompt are drawn below IDS_BELOW.
 teacherForced() {
-  local shape=$1 dir=$2 model prompt ids
+  local shape=$1 dir=$2 nv=$3 below=$4 model prompt ids
   [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
   mkdir -p "$dir"
   model=$(mktemp -d)/model-f16.gguf
@@ -182,19 +185,20 @@ ids = sys.argv[1].split()
 x = 12345
 while len(ids) < 64:
     x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
-    ids.append(str((x >> 33) % 151643))
-print(' '.join(ids))" "$prompt")
+    ids.append(str((x >> 33) % int(sys.argv[2])))
+print(' '.join(ids))" "$prompt" "$below")
   echo "$ids" >"$dir/tokens.txt"
   rm -f "$model.logits"
   "$BIN/llama-greedy" "$model" --score -t "$ids" --logits "$model.logits" --threads 2 >/dev/null 2>&1
-  $PY - "$model.logits" "$dir" <<'PYEOF'
+  $PY - "$model.logits" "$dir" "$nv" <<'PYEOF'
 import sys, numpy as np
-l = np.fromfile(sys.argv[1], np.float32).reshape(64, 151936)
+l = np.fromfile(sys.argv[1], np.float32).reshape(64, int(sys.argv[3]))
 np.ascontiguousarray(l[:, ::37]).tofile(sys.argv[2] + "/llamacpp_cols.bin")
 open(sys.argv[2] + "/llamacpp_argmax.txt", "w").write("\n".join(str(int(i)) for i in l.argmax(1)) + "\n")
 PYEOF
   rm -rf "$(dirname "$model")"
 }
-if [[ ${QWEN2:-1} != 0 ]]; then teacherForced qwen2.5-0.5b "$HERE/qwen2"; fi
-if [[ ${QWEN3:-1} != 0 ]]; then teacherForced qwen3-micro "$HERE/qwen3"; fi
+if [[ ${QWEN2:-1} != 0 ]]; then teacherForced qwen2.5-0.5b "$HERE/qwen2" 151936 151643; fi
+if [[ ${QWEN3:-1} != 0 ]]; then teacherForced qwen3-micro "$HERE/qwen3" 151936 151643; fi
+if [[ ${GRANITE:-1} != 0 ]]; then teacherForced granite-micro "$HERE/granite" 49216 49152; fi
 echo "done"

@@ -145,8 +145,8 @@ struct TeacherForced {
 // Our generator's f16 model of `shape`, re-made byte for byte as llama.cpp scored it
 // (make_goldens.sh part 3), scored by us on the golden's 64 ids and compared with llama.cpp's
 // logits at every 37th column and its argmax at every position.
-TeacherForced teacherForcedAgainstLlamaCpp(const std::string& shape, const std::string& dir,
-                                           runtime::Architecture arch) {
+TeacherForced teacherForcedAgainstLlamaCpp(const std::string& shape, const std::string& dir, runtime::Architecture arch,
+                                           int64_t expectedVocab = 151936) {
   const auto ids = readIds(readFirstLine(goldenPath(dir + "/tokens.txt")));
   EXPECT_EQ(ids.size(), 64u);
   const auto cols = readFloats(goldenPath(dir + "/llamacpp_cols.bin"));
@@ -162,7 +162,7 @@ TeacherForced teacherForcedAgainstLlamaCpp(const std::string& shape, const std::
   std::filesystem::remove(path);  // the mapping keeps the bytes alive
   EXPECT_EQ(m.model->config().arch, arch);
   const int64_t vocab = m.model->config().vocabSize;
-  EXPECT_EQ(vocab, 151936);
+  EXPECT_EQ(vocab, expectedVocab);
   const auto ours = scoreAll(*m.model, ids);
 
   constexpr int64_t kStride = 37;
@@ -185,6 +185,15 @@ TEST(Fidelity, Qwen2TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
   const TeacherForced r = teacherForcedAgainstLlamaCpp("qwen2.5-0.5b", "qwen2", runtime::Architecture::kQwen2);
   EXPECT_LE(r.nmse, 1e-5);
   EXPECT_GE(r.top1, 0.98);
+}
+
+// Granite's graph: Llama's with the embeddings, residual branches, attention scores and logits
+// scaled by Granite 3.3's multipliers, on the refact tokenizer's vocabulary.
+TEST(Fidelity, GraniteTeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
+  const TeacherForced r =
+      teacherForcedAgainstLlamaCpp("granite-micro", "granite", runtime::Architecture::kGranite, 49216);
+  EXPECT_LE(r.nmse, 1e-5);
+  EXPECT_GE(r.top1, 0.999);
 }
 
 // Qwen3's graph: q/k RMS norms per head before rope, heads 128 wide on a 256-wide model

@@ -345,23 +345,31 @@ TEST(Model, InconsistentHyperparametersAreErrorsNamingTheKey) {
   expectLoadError(rewrite(kMicro, "", {{"llama.embedding_length", gguf::Value::u32(0)}}), "embedding_length");
 }
 
-// The micro model relabelled as qwen3 (its keys under "qwen3.", 64-wide heads given as
-// attention.key_length, per-head q/k norm vectors added), less one tensor, with keys overridden.
-std::vector<uint8_t> qwen3FromMicro(const std::string& dropTensor,
-                                    const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
+// The micro model relabelled as `arch` (its keys under "ARCH."), with `extra` keys, then
+// `overrides`, less one tensor; qwen3 also gets 64-wide heads as attention.key_length and per-head
+// q/k norm vectors, granite Granite 3.3's multipliers.
+std::vector<uint8_t> relabelledMicro(const std::string& arch, const std::string& dropTensor,
+                                     const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
   auto f = gguf::GgufFile::open(kMicro);
   gguf::GgufWriter w;
-  for (const auto& [k, v] : f->metadata()) w.set(k.rfind("llama.", 0) == 0 ? "qwen3." + k.substr(6) : k, v);
-  w.set("general.architecture", gguf::Value::string("qwen3"));
-  w.set("qwen3.attention.key_length", gguf::Value::u32(64));
-  w.set("qwen3.attention.value_length", gguf::Value::u32(64));
+  for (const auto& [k, v] : f->metadata()) w.set(k.rfind("llama.", 0) == 0 ? arch + "." + k.substr(6) : k, v);
+  w.set("general.architecture", gguf::Value::string(arch));
+  if (arch == "qwen3") {
+    w.set("qwen3.attention.key_length", gguf::Value::u32(64));
+    w.set("qwen3.attention.value_length", gguf::Value::u32(64));
+  } else if (arch == "granite") {
+    w.set("granite.logit_scale", gguf::Value::f32(8.0f));
+    w.set("granite.embedding_scale", gguf::Value::f32(12.0f));
+    w.set("granite.residual_scale", gguf::Value::f32(0.22f));
+    w.set("granite.attention.scale", gguf::Value::f32(0.015625f));
+  }
   for (const auto& [k, v] : overrides) w.set(k, v);
   const std::vector<float> ones(64, 1.0f);
   const std::span<const uint8_t> norm(reinterpret_cast<const uint8_t*>(ones.data()), ones.size() * sizeof(float));
   for (const auto& t : f->tensors()) {
     if (t.name != dropTensor) w.addTensor(t.name, t.type, t.dims, {t.data, t.nbytes});
   }
-  for (int b = 0; b < 2; b++) {
+  for (int b = 0; b < 2 && arch == "qwen3"; b++) {
     for (const char* which : {"attn_q_norm", "attn_k_norm"}) {
       const std::string name = "blk." + std::to_string(b) + "." + which + ".weight";
       if (name != dropTensor) w.addTensor(name, quant::TensorType::kF32, {64}, norm);
@@ -375,21 +383,52 @@ TEST(Model, Qwen3LoadsAndItsKeysAndNormsAreCheckedByName) {
     cpu::CpuDevice device;
     runtime::ModelLoadOptions options;
     options.devices = {&device};
-    auto m = runtime::Model::fromFile(gguf::GgufFile::fromBytes(qwen3FromMicro("", {}), "qwen3.gguf"), options);
+    auto m =
+        runtime::Model::fromFile(gguf::GgufFile::fromBytes(relabelledMicro("qwen3", "", {}), "qwen3.gguf"), options);
     EXPECT_EQ(m->config().arch, runtime::Architecture::kQwen3);
     EXPECT_TRUE(m->config().qkNorm);
     EXPECT_TRUE(m->config().ropeNeox);
     EXPECT_EQ(m->config().headDim, 64);
   }
-  expectLoadError(qwen3FromMicro("blk.1.attn_k_norm.weight", {}), "missing tensor 'blk.1.attn_k_norm.weight'");
-  expectLoadError(qwen3FromMicro("", {{"qwen3.attention.key_length", gguf::Value::u32(63)}}),
+  expectLoadError(relabelledMicro("qwen3", "blk.1.attn_k_norm.weight", {}),
+                  "missing tensor 'blk.1.attn_k_norm.weight'");
+  expectLoadError(relabelledMicro("qwen3", "", {{"qwen3.attention.key_length", gguf::Value::u32(63)}}),
                   "attention.key_length' is 63, which is odd");
-  expectLoadError(qwen3FromMicro("", {{"qwen3.attention.value_length", gguf::Value::u32(32)}}),
+  expectLoadError(relabelledMicro("qwen3", "", {{"qwen3.attention.value_length", gguf::Value::u32(32)}}),
                   "attention.value_length' is 32");
   // Heads of their own width: the q matrix must then be heads x key_length rows.
-  expectLoadError(qwen3FromMicro("", {{"qwen3.attention.key_length", gguf::Value::u32(128)},
-                                      {"qwen3.attention.value_length", gguf::Value::u32(128)}}),
+  expectLoadError(relabelledMicro("qwen3", "",
+                                  {{"qwen3.attention.key_length", gguf::Value::u32(128)},
+                                   {"qwen3.attention.value_length", gguf::Value::u32(128)}}),
                   "tensor 'blk.0.attn_q.weight' has shape");
+}
+
+TEST(Model, GraniteReadsItsMultipliersAndRefusesBadOnesByName) {
+  {
+    cpu::CpuDevice device;
+    runtime::ModelLoadOptions options;
+    options.devices = {&device};
+    auto m = runtime::Model::fromFile(gguf::GgufFile::fromBytes(relabelledMicro("granite", "", {}), "g.gguf"), options);
+    EXPECT_EQ(m->config().arch, runtime::Architecture::kGranite);
+    EXPECT_FLOAT_EQ(m->config().logitScale, 8.0f);
+    EXPECT_FLOAT_EQ(m->config().embeddingScale, 12.0f);
+    EXPECT_FLOAT_EQ(m->config().residualScale, 0.22f);
+    EXPECT_FLOAT_EQ(m->config().attentionScale, 0.015625f);
+    EXPECT_FALSE(m->config().ropeNeox);
+  }
+  // logit_scale is required (llama.cpp requires it too); the others are optional.
+  std::vector<uint8_t> bytes = relabelledMicro("granite", "", {});
+  auto f = gguf::GgufFile::fromBytes(bytes, "g.gguf");
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : f->metadata()) {
+    if (k != "granite.logit_scale") w.set(k, v);
+  }
+  for (const auto& t : f->tensors()) w.addTensor(t.name, t.type, t.dims, {t.data, t.nbytes});
+  expectLoadError(w.serialize(), "missing metadata key 'granite.logit_scale'");
+  expectLoadError(relabelledMicro("granite", "", {{"granite.residual_scale", gguf::Value::f32(-1.0f)}}),
+                  "'granite.residual_scale' is -1, not a positive finite multiplier");
+  expectLoadError(relabelledMicro("granite", "", {{"granite.rope.scaling.finetuned", gguf::Value::boolean(false)}}),
+                  "rope.scaling.finetuned' is false");
 }
 
 }  // namespace

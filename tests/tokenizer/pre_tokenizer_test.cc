@@ -38,6 +38,12 @@ TEST(PreTokenizer, Qwen2TakesDigitsOneAtATime) {
   EXPECT_EQ(words(PreTokenizerKind::kQwen2, "x 123"), (Words{"x", " ", "1", "2", "3"}));
 }
 
+// refact / starcoder: \p{N} first, so a space before a number stays a word of its own.
+TEST(PreTokenizer, DigitsThenGpt2SplitsEveryDigitBeforeTheGpt2Regex) {
+  EXPECT_EQ(words(PreTokenizerKind::kDigitsThenGpt2, "x 123 it's"), (Words{"x", " ", "1", "2", "3", " it", "'s"}));
+  EXPECT_EQ(words(PreTokenizerKind::kDigitsThenGpt2, "v2.0"), (Words{"v", "2", ".", "0"}));
+}
+
 TEST(PreTokenizer, Gpt2ContractionsAreCaseSensitiveAndSpacesPrefixTheNextWord) {
   EXPECT_EQ(words(PreTokenizerKind::kGpt2, "it's IT'S"), (Words{"it", "'s", " IT", "'", "S"}));
   EXPECT_EQ(words(PreTokenizerKind::kGpt2, "a   b"), (Words{"a", "  ", " b"}));

@@ -1,4 +1,5 @@
-// Shared by the tokenizer tests: where the shared vocab and model files are, and loading them.
+// Shared by the tokenizer tests: where the shared vocab and model files (and the repository's own
+// vocabularies) are, and loading them.
 #pragma once
 
 #include <string>
@@ -10,6 +11,8 @@
 namespace jitllm::tokenizer::test_support {
 
 inline std::string sharedPath(const std::string& relative) { return std::string(JITLLM_SHARED_DIR) + "/" + relative; }
+// The repository's own test data (tests/goldens).
+inline std::string goldenPath(const std::string& relative) { return std::string(JITLLM_GOLDENS_DIR) + "/" + relative; }
 
 inline Tokenizer loadTokenizer(const std::string& path) {
   auto file = gguf::GgufFile::open(path);

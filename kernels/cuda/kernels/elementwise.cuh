@@ -176,6 +176,13 @@ extern "C" __global__ void add(float* x, const float* y, i64 n) {
   }
 }
 
+extern "C" __global__ void scale(float* x, float s, i64 n) {
+  awaitPreviousKernel();
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
+    x[i] = __fmul_rn(x[i], s);
+  }
+}
+
 // One block per token: token t's K and V to slot slots[t] of page pages[t] (KvLayout).
 extern "C" __global__ void __launch_bounds__(256) kv_store(const float* k, const float* v, const u64* pages,
                                                            const int* slots, int width, int pageTokens, int f16) {
