@@ -142,8 +142,8 @@ kj::Promise<void> ModelCatalog::sweep() {
   return timer_.afterDelay(kSweepInterval).then([this] {
     const auto now = std::chrono::steady_clock::now();
     for (auto it = onDemand_.begin(); it != onDemand_.end();) {
-      const OnDemand& d = it->second;
       const std::string name = it->first;
+      const OnDemand d = it->second;  // a copy: the entry may be erased below
       std::shared_ptr<ModelHost> host;
       for (const auto& h : core_.models()) {
         if (h->name() == name) host = h;

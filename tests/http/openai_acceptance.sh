@@ -54,3 +54,15 @@ metrics >"$WORK/metrics-after.txt"
 echo "Tell me a story" | "$BIN/jitllmctl" --socket "$WORK/rpc.sock" --json chat "$MODEL" -n 48 >"$WORK/ctl-chat.json"
 
 /usr/bin/python3 "$HERE/check_acceptance.py" "$WORK" "$MODEL"
+
+# And it stops cleanly (SIGTERM: drained, exit 0 - under a sanitizer, no report either).
+kill -TERM "$DAEMON"
+status=0
+wait "$DAEMON" || status=$?
+DAEMON=
+if ((status != 0)); then
+  tail -40 "$WORK/jitllmd.log"
+  echo "FAIL: jitllmd exited with status $status on SIGTERM"
+  exit 1
+fi
+echo "ok   jitllmd stopped cleanly"
