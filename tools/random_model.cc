@@ -164,6 +164,10 @@ const std::vector<ModelShape>& knownShapes() {
        1e-5f, 0},
       {"granite-3.3-2b", "granite", 2048, 40, 32, 8, 8192, "vocab/ggml-vocab-refact.gguf", 10000000.0f, false, true,
        131072, 1e-5f, 0},
+      // phi3: contexts past the original 4096 tokens, so the long LongRoPE factors are in use.
+      {"phi3-micro", "phi3", 256, 4, 4, 4, 512, "vocab/ggml-vocab-phi-3.gguf", 10000.0f, false, false, 8192, 1e-5f, 0},
+      {"phi-3.5-mini", "phi3", 3072, 32, 32, 32, 8192, "vocab/ggml-vocab-phi-3.gguf", 10000.0f, false, false, 131072,
+       1e-5f, 0},
   };
   return shapes;
 }
@@ -232,6 +236,12 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   w.set(a + "rope.freq_base", gguf::Value::f32(s.ropeFreqBase));
   w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::f32(s.rmsEps));
   w.set("general.file_type", gguf::Value::u32(mix.fileType));
+  if (s.arch == "phi3") {
+    // Phi-3.5-mini's LongRoPE: the factors are for 4096 tokens, and rope scales q and k by
+    // sqrt(1 + ln(scale) / ln(4096)) for its 32x longer context.
+    w.set(a + "rope.scaling.original_context_length", gguf::Value::u32(4096));
+    w.set(a + "rope.scaling.attn_factor", gguf::Value::f32(1.1902381f));
+  }
   if (s.arch == "granite") {
     // Granite 3.3's multipliers (its config.json: embedding, residual and attention multipliers,
     // logits scaling).
@@ -248,6 +258,17 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   b.vector("output_norm.weight", s.embedding, 1.0f, 0.1f);
   if (!s.tiedEmbeddings) b.matrix("output.weight", mix.output, nVocab, s.embedding, 1.0 / std::sqrt(s.embedding));
   if (s.llama3Rope) b.values("rope_freqs.weight", llama3RopeFactors(headDim, s.ropeFreqBase));
+  if (s.arch == "phi3") {
+    // Divisors of each rotary frequency: near 1 (short), up to tens (long), as Phi-3.5's are.
+    std::vector<float> shortFactors(size_t(headDim / 2)), longFactors(size_t(headDim / 2));
+    for (size_t i = 0; i < shortFactors.size(); i++) {
+      const float x = float(i) / float(shortFactors.size());
+      shortFactors[i] = 1.0f + 0.1f * x;
+      longFactors[i] = 1.0f + 40.0f * x * x;
+    }
+    b.values("rope_factors_short.weight", shortFactors);
+    b.values("rope_factors_long.weight", longFactors);
+  }
   const int64_t qDim = s.heads * headDim, kvDim = s.kvHeads * headDim;
   const bool qwen = s.arch == "qwen2";
   for (int64_t i = 0; i < s.layers; i++) {
@@ -255,9 +276,13 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
     const TensorType more = moreBits(i, s.layers) ? mix.more : mix.base;
     const double inEmb = 1.0 / std::sqrt(double(s.embedding));
     b.vector(p + "attn_norm.weight", s.embedding, 1.0f, 0.1f);
-    b.matrix(p + "attn_q.weight", mix.base, qDim, s.embedding, inEmb);
-    b.matrix(p + "attn_k.weight", mix.base, kvDim, s.embedding, inEmb);
-    b.matrix(p + "attn_v.weight", more, kvDim, s.embedding, inEmb);
+    if (s.arch == "phi3") {
+      b.matrix(p + "attn_qkv.weight", mix.base, qDim + 2 * kvDim, s.embedding, inEmb);  // q, k, v rows
+    } else {
+      b.matrix(p + "attn_q.weight", mix.base, qDim, s.embedding, inEmb);
+      b.matrix(p + "attn_k.weight", mix.base, kvDim, s.embedding, inEmb);
+      b.matrix(p + "attn_v.weight", more, kvDim, s.embedding, inEmb);
+    }
     if (qwen) {
       b.vector(p + "attn_q.bias", qDim, 0.0f, 0.1f);
       b.vector(p + "attn_k.bias", kvDim, 0.0f, 0.1f);
@@ -269,8 +294,12 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
     }
     b.matrix(p + "attn_output.weight", mix.base, s.embedding, qDim, 1.0 / std::sqrt(double(qDim)));
     b.vector(p + "ffn_norm.weight", s.embedding, 1.0f, 0.1f);
-    b.matrix(p + "ffn_gate.weight", mix.base, s.feedForward, s.embedding, inEmb);
-    b.matrix(p + "ffn_up.weight", mix.base, s.feedForward, s.embedding, inEmb);
+    if (s.arch == "phi3") {
+      b.matrix(p + "ffn_up.weight", mix.base, 2 * s.feedForward, s.embedding, inEmb);  // gate rows, then up
+    } else {
+      b.matrix(p + "ffn_gate.weight", mix.base, s.feedForward, s.embedding, inEmb);
+      b.matrix(p + "ffn_up.weight", mix.base, s.feedForward, s.embedding, inEmb);
+    }
     b.matrix(p + "ffn_down.weight", more, s.embedding, s.feedForward, 1.0 / std::sqrt(double(s.feedForward)));
   }
   w.writeFile(path);

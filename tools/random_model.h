@@ -33,7 +33,8 @@ struct ModelShape {
 
 // micro, tiny, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b, qwen3-micro (a 4-layer
 // qwen3 with its real vocab and 128-wide heads, for tests), qwen3-0.6b, qwen3-4b, granite-micro (a
-// 4-layer granite with Granite 3.3's multipliers and tokenizer), granite-3.3-2b.
+// 4-layer granite with Granite 3.3's multipliers and tokenizer), granite-3.3-2b, phi3-micro (fused
+// matrices, LongRoPE, an 8192-token context past the original 4096), phi-3.5-mini.
 const std::vector<ModelShape>& knownShapes();
 std::optional<ModelShape> findShape(const std::string& name);
 

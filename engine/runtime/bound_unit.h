@@ -89,6 +89,24 @@ struct BoundUnit {
     streamBase = base;
   }
 
+  // Rows [begin, begin + rows) of a bound matrix (phi3's fused matrices, one product each part).
+  static WeightRef rowsOf(const WeightRef& m, int64_t begin, int64_t rows) {
+    return WeightRef{m.type, m.data + size_t(begin) * m.rowStride, rows, m.cols, m.rowStride};
+  }
+  // A fused q|k|v matrix into wq, wk, wv, and a fused gate|up one into gate, up (either may be
+  // unset: {} has no rows).
+  void splitFused(const WeightRef& qkv, int64_t qRows, int64_t kvRows, const WeightRef& gateUp, int64_t ffRows) {
+    if (qkv.rows > 0) {
+      wq = rowsOf(qkv, 0, qRows);
+      wk = rowsOf(qkv, qRows, kvRows);
+      wv = rowsOf(qkv, qRows + kvRows, kvRows);
+    }
+    if (gateUp.rows > 0) {
+      gate = rowsOf(gateUp, 0, ffRows);
+      up = rowsOf(gateUp, ffRows, ffRows);
+    }
+  }
+
   uint8_t* adopt(const gguf::TensorInfo* t) {
     buffers.push_back(device->adoptHostBytes(t->data, t->nbytes));
     weightBytes += t->nbytes;

@@ -47,8 +47,8 @@ std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, con
     const auto* f = reinterpret_cast<const float*>(m->tensors_.ropeFreqs->data);
     m->ropeFactors_.assign(f, f + m->config_.rotaryDims / 2);
     for (float v : m->ropeFactors_) {
-      JITLLM_REQUIRE(std::isfinite(v) && v > 0, m->file_->name(), ": tensor 'rope_freqs.weight' holds ", v,
-                     ", not a positive factor");
+      JITLLM_REQUIRE(std::isfinite(v) && v > 0, m->file_->name(), ": tensor '", m->tensors_.ropeFreqs->name, "' holds ",
+                     v, ", not a positive factor");
     }
   }
   JITLLM_REQUIRE(options.kvPageTokens > 0 && options.kvPageTokens <= 4096, "KV page size ", options.kvPageTokens,
@@ -143,9 +143,13 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
   BoundUnit b;
   b.device = &device;
   const int units = int(config_.layers) + 2;
+  const int64_t qRows = config_.heads * config_.headDim, kvRows = config_.kvHeads * config_.headDim;
   if (streamed) {
     const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
+    WeightRef qkv, gateUp;  // phi3's fused matrices, split below
     b.bindStreamed({{t.attnNorm, nullptr, &b.attnNorm},
+                    {t.wqkv, &qkv, nullptr},
+                    {t.gateUp, &gateUp, nullptr},
                     {t.ffnNorm, nullptr, &b.ffnNorm},
                     {t.wq, &b.wq, nullptr},
                     {t.wk, &b.wk, nullptr},
@@ -159,6 +163,7 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
                     {t.bv, nullptr, &b.bv},
                     {t.qNorm, nullptr, &b.qNorm},
                     {t.kNorm, nullptr, &b.kNorm}});
+    b.splitFused(qkv, qRows, kvRows, gateUp, config_.feedForward);
     return b;
   }
   if (u == 0) {
@@ -170,12 +175,20 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
     const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
     b.attnNorm = b.bindVector(t.attnNorm);
     b.ffnNorm = b.bindVector(t.ffnNorm);
-    b.wq = b.bindMatrix(t.wq);
-    b.wk = b.bindMatrix(t.wk);
-    b.wv = b.bindMatrix(t.wv);
+    if (t.wqkv) {
+      b.splitFused(b.bindMatrix(t.wqkv), qRows, kvRows, {}, 0);
+    } else {
+      b.wq = b.bindMatrix(t.wq);
+      b.wk = b.bindMatrix(t.wk);
+      b.wv = b.bindMatrix(t.wv);
+    }
     b.wo = b.bindMatrix(t.wo);
-    b.gate = b.bindMatrix(t.gate);
-    b.up = b.bindMatrix(t.up);
+    if (t.gateUp) {
+      b.splitFused({}, 0, 0, b.bindMatrix(t.gateUp), config_.feedForward);
+    } else {
+      b.gate = b.bindMatrix(t.gate);
+      b.up = b.bindMatrix(t.up);
+    }
     b.down = b.bindMatrix(t.down);
     b.bq = b.bindVector(t.bq);
     b.bk = b.bindVector(t.bk);
@@ -448,6 +461,9 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
   batch.heads = int(c.heads);
   batch.kv = kvLayout_;
   batch.scale = c.attentionScale != 0 ? c.attentionScale : float(1.0 / std::sqrt(double(c.headDim)));
+  // LongRoPE's attention factor multiplies q and k in rope (llama.cpp's mscale): their products by
+  // its square.
+  if (c.ropeAttnFactor != 1) batch.scale *= c.ropeAttnFactor * c.ropeAttnFactor;
   batch.positions = positions;
   batch.pageTables = pageTables;
   d.attention(q, attn, batch);

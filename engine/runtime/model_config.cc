@@ -18,6 +18,8 @@ const char* architectureName(Architecture arch) {
       return "qwen3";
     case Architecture::kGranite:
       return "granite";
+    case Architecture::kPhi3:
+      return "phi3";
   }
   return "unknown";
 }
@@ -77,9 +79,12 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
     c.qkNorm = true;
   } else if (*arch == "granite") {
     c.arch = Architecture::kGranite;
+  } else if (*arch == "phi3") {
+    c.arch = Architecture::kPhi3;
+    c.ropeNeox = true;
   } else {
     JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch,
-                "' (supported: llama, qwen2, qwen3, granite)");
+                "' (supported: llama, qwen2, qwen3, granite, phi3)");
   }
   c.archKey = *arch;
   const std::string p = c.archKey + ".";
@@ -119,12 +124,17 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
       const double factor = f.getFloat(p + "rope.scaling.factor").value_or(1.0);
       JITLLM_REQUIRE(factor > 0, f.name(), ": rope.scaling.factor must be positive");
       c.ropeFreqScale = float(1.0 / factor);
-    } else if (*type != "none" && *type != "llama3") {
+    } else if (*type != "none" && *type != "llama3" &&
+               !(c.arch == Architecture::kPhi3 && (*type == "longrope" || *type == "su"))) {
       // llama3 scaling is carried by the rope_freqs tensor; others (yarn) change the math.
       JITLLM_FAIL(kUnimplemented, f.name(), ": rope scaling type '", *type, "' is not supported");
     }
   }
   if (c.arch == Architecture::kGranite) readGraniteMultipliers(f, p, c);
+  if (f.find(p + "rope.scaling.original_context_length")) {
+    c.ropeOriginalContext = requireInt(f, p + "rope.scaling.original_context_length", 1, int64_t(1) << 24);
+  }
+  c.ropeAttnFactor = requireScale(f, p + "rope.scaling.attn_factor", false, 1.0f);
   c.rmsEps = float(f.getFloat(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   JITLLM_REQUIRE(c.rmsEps > 0 && c.rmsEps < 1, f.name(), ": layer_norm_rms_epsilon out of range");
   return c;

@@ -3,9 +3,10 @@
 // One struct for every architecture the runtime knows; `arch` selects the few graph differences
 // (qwen2: QKV biases and NEOX rope; qwen3: NEOX rope, an RMS norm of each head of q and k before
 // it, and heads whose width is not embedding / heads; granite: multipliers of the embeddings, the
-// residual branches, the attention scores and the logits). Reading validates everything the forward pass relies on, so
-// later code can trust it: a missing or inconsistent key is an Error(FAILED) naming the key and
-// the file, an unknown architecture one naming the architecture.
+// residual branches, the attention scores and the logits; phi3: fused QKV and gate/up matrices,
+// NEOX rope with LongRoPE factors and their attention factor). Reading validates everything the forward pass relies on,
+// so later code can trust it: a missing or inconsistent key is an Error(FAILED) naming the key and the file, an unknown
+// architecture one naming the architecture.
 //
 // Thread-safety: a value.
 #pragma once
@@ -20,7 +21,7 @@ class GgufFile;
 
 namespace jitllm::runtime {
 
-enum class Architecture { kLlama, kQwen2, kQwen3, kGranite };
+enum class Architecture { kLlama, kQwen2, kQwen3, kGranite, kPhi3 };
 const char* architectureName(Architecture arch);
 
 struct ModelConfig {
@@ -49,6 +50,13 @@ struct ModelConfig {
   float residualScale = 0;
   float attentionScale = 0;
   float logitScale = 1;
+  // LongRoPE (phi3): the context the short factors are for (rope.scaling.original_context_length;
+  // 0 when absent), and the factor rope multiplies q and k by (rope.scaling.attn_factor).
+  int64_t ropeOriginalContext = 0;
+  float ropeAttnFactor = 1;
+  // Which LongRoPE factors the model uses: the long ones when its context exceeds the original one
+  // (as llama.cpp chooses for its context size; ours is the trained context sessions may reach).
+  bool longRopeFactors() const { return ropeOriginalContext > 0 && contextLength > ropeOriginalContext; }
 
   static ModelConfig fromGguf(const gguf::GgufFile& file);
 };

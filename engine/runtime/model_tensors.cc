@@ -53,7 +53,8 @@ class TensorFinder final {
 
 size_t BlockTensors::bytes() const {
   size_t n = 0;
-  for (const gguf::TensorInfo* t : {attnNorm, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, ffnNorm, gate, up, down}) {
+  for (const gguf::TensorInfo* t :
+       {attnNorm, wqkv, gateUp, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, ffnNorm, gate, up, down}) {
     if (t) n += t->nbytes;
   }
   return n;
@@ -72,15 +73,23 @@ ModelTensors ModelTensors::find(const gguf::GgufFile& file, ModelConfig& c) {
   m.output =
       file.findTensor("output.weight") ? find.matrix("output.weight", c.embedding, c.vocabSize) : m.tokenEmbedding;
   m.ropeFreqs = find.optionalVector("rope_freqs.weight", c.rotaryDims / 2);
+  if (c.arch == Architecture::kPhi3) {
+    m.ropeFreqs = find.optionalVector(c.longRopeFactors() ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                                      c.rotaryDims / 2);
+  }
   const int64_t qDim = c.heads * c.headDim;
   const int64_t kvDim = c.kvHeads * c.headDim;
   for (int64_t i = 0; i < c.layers; i++) {
     const std::string p = "blk." + std::to_string(i) + ".";
     BlockTensors b;
     b.attnNorm = find.vector(p + "attn_norm.weight", c.embedding);
-    b.wq = find.matrix(p + "attn_q.weight", c.embedding, qDim);
-    b.wk = find.matrix(p + "attn_k.weight", c.embedding, kvDim);
-    b.wv = find.matrix(p + "attn_v.weight", c.embedding, kvDim);
+    if (c.arch == Architecture::kPhi3 && file.findTensor(p + "attn_qkv.weight")) {
+      b.wqkv = find.matrix(p + "attn_qkv.weight", c.embedding, qDim + 2 * kvDim);
+    } else {
+      b.wq = find.matrix(p + "attn_q.weight", c.embedding, qDim);
+      b.wk = find.matrix(p + "attn_k.weight", c.embedding, kvDim);
+      b.wv = find.matrix(p + "attn_v.weight", c.embedding, kvDim);
+    }
     b.wo = find.matrix(p + "attn_output.weight", qDim, c.embedding);
     if (c.qkvBias) {
       b.bq = find.vector(p + "attn_q.bias", qDim);
@@ -92,8 +101,12 @@ ModelTensors ModelTensors::find(const gguf::GgufFile& file, ModelConfig& c) {
       b.kNorm = find.vector(p + "attn_k_norm.weight", c.headDim);
     }
     b.ffnNorm = find.vector(p + "ffn_norm.weight", c.embedding);
-    b.gate = find.matrix(p + "ffn_gate.weight", c.embedding, c.feedForward);
-    b.up = find.matrix(p + "ffn_up.weight", c.embedding, c.feedForward);
+    if (c.arch == Architecture::kPhi3) {
+      b.gateUp = find.matrix(p + "ffn_up.weight", c.embedding, 2 * c.feedForward);
+    } else {
+      b.gate = find.matrix(p + "ffn_gate.weight", c.embedding, c.feedForward);
+      b.up = find.matrix(p + "ffn_up.weight", c.embedding, c.feedForward);
+    }
     b.down = find.matrix(p + "ffn_down.weight", c.feedForward, c.embedding);
     m.blocks.push_back(b);
   }

@@ -16,6 +16,8 @@ namespace jitllm::runtime {
 
 struct BlockTensors {
   const gguf::TensorInfo* attnNorm = nullptr;
+  const gguf::TensorInfo* wqkv = nullptr;    // phi3: q, k and v rows in one matrix (then wq/wk/wv null)
+  const gguf::TensorInfo* gateUp = nullptr;  // phi3: ffn_up holding gate's rows, then up's
   const gguf::TensorInfo* wq = nullptr;
   const gguf::TensorInfo* wk = nullptr;
   const gguf::TensorInfo* wv = nullptr;
@@ -36,8 +38,10 @@ struct BlockTensors {
 struct ModelTensors {
   const gguf::TensorInfo* tokenEmbedding = nullptr;
   const gguf::TensorInfo* outputNorm = nullptr;
-  const gguf::TensorInfo* output = nullptr;     // == tokenEmbedding when tied
-  const gguf::TensorInfo* ropeFreqs = nullptr;  // llama3 frequency divisors, optional
+  const gguf::TensorInfo* output = nullptr;  // == tokenEmbedding when tied
+  // Frequency divisors, optional: llama3's rope_freqs, or phi3's rope_factors_long / _short as
+  // config.longRopeFactors() picks.
+  const gguf::TensorInfo* ropeFreqs = nullptr;
   std::vector<BlockTensors> blocks;
 
   // Also fills config.vocabSize from the embedding's shape.

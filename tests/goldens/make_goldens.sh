@@ -12,9 +12,10 @@
 #   micro/<type>.truth.bin        float64 ground truth (reference.py), float32 [64][512], row-major.
 #   micro/<type>.llamacpp.bin     llama.cpp `llama-greedy --score` logits, float32 [64][512].
 #   micro/llamacpp_vs_truth.txt   NMSE and top-1 of llama.cpp vs the truth, per type.
-#   qwen2/*, qwen3/*, granite/*   llama.cpp logits on our generator's qwen2.5-0.5b, qwen3-micro and
-#                                 granite-micro f16 models (see 3.)
-# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0, GRANITE=0 skip a part (e.g. to add one golden set alone).
+#   qwen2/*, qwen3/*, granite/*, phi3/*
+#                                 llama.cpp logits on our generator's qwen2.5-0.5b, qwen3-micro,
+#                                 granite-micro and phi3-micro f16 models (see 3.)
+# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0, GRANITE=0, PHI3=0 skip a part (e.g. to add one golden set alone).
 # What it makes (NOT committed, too big: ~8 MB of logits per file) in $GOLDENS_TINY
 # (default /work/goldens-tiny):
 #   the same for the `tiny` shape (32000-token vocab): tiny-<type>.gguf, tokens.txt,
@@ -168,11 +169,14 @@ if [[ ${TINY:-1} != 0 ]]; then fidelity tiny "$TINY_DIR" tiny 32000; fi
 #   qwen2/  qwen2.5-0.5b          (QWEN2=0 skips it)
 #   granite/ granite-micro: 4 layers with Granite 3.3's multipliers, the refact tokenizer
 #           (GRANITE=0 skips it)
+#   phi3/   phi3-micro: fused QKV and gate/up, LongRoPE's long factors (llama.cpp at --ctx 8192,
+#           past the original 4096) (PHI3=0 skips it)
 #   qwen3/  qwen3-micro: 4 layers, 128-wide heads on a 256-wide model, q/k norms (QWEN3=0 skips it)
 JITLLM_MKMODEL=${JITLLM_MKMODEL:-$REPO/build/bin/jitllm-mkmodel}
-# teacherForced SHAPE DIR VOCAB IDS_BELOW: the ids after the prompt are drawn below IDS_BELOW.
+# teacherForced SHAPE DIR VOCAB IDS_BELOW [CTX]: the ids after the prompt are drawn below IDS_BELOW;
+# CTX, when given, is llama.cpp's context size (phi3 picks its LongRoPE factors by it).
 teacherForced() {
-  local shape=$1 dir=$2 nv=$3 below=$4 model prompt ids
+  local shape=$1 dir=$2 nv=$3 below=$4 ctx=${5:-} model prompt ids
   [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
   mkdir -p "$dir"
   model=$(mktemp -d)/model-f16.gguf
@@ -189,7 +193,7 @@ while len(ids) < 64:
 print(' '.join(ids))" "$prompt" "$below")
   echo "$ids" >"$dir/tokens.txt"
   rm -f "$model.logits"
-  "$BIN/llama-greedy" "$model" --score -t "$ids" --logits "$model.logits" --threads 2 >/dev/null 2>&1
+  "$BIN/llama-greedy" "$model" --score -t "$ids" --logits "$model.logits" --threads 2 ${ctx:+--ctx $ctx} >/dev/null 2>&1
   $PY - "$model.logits" "$dir" "$nv" <<'PYEOF'
 import sys, numpy as np
 l = np.fromfile(sys.argv[1], np.float32).reshape(64, int(sys.argv[3]))
@@ -201,4 +205,5 @@ PYEOF
 if [[ ${QWEN2:-1} != 0 ]]; then teacherForced qwen2.5-0.5b "$HERE/qwen2" 151936 151643; fi
 if [[ ${QWEN3:-1} != 0 ]]; then teacherForced qwen3-micro "$HERE/qwen3" 151936 151643; fi
 if [[ ${GRANITE:-1} != 0 ]]; then teacherForced granite-micro "$HERE/granite" 49216 49152; fi
+if [[ ${PHI3:-1} != 0 ]]; then teacherForced phi3-micro "$HERE/phi3" 32064 32000 8192; fi
 echo "done"

@@ -196,6 +196,14 @@ TEST(Fidelity, GraniteTeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
   EXPECT_GE(r.top1, 0.999);
 }
 
+// Phi-3's graph: q, k and v from one fused matrix, gate and up from another, NEOX rope with
+// LongRoPE's long factors (the context, 8192, is past the original 4096) and its attention factor.
+TEST(Fidelity, Phi3TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
+  const TeacherForced r = teacherForcedAgainstLlamaCpp("phi3-micro", "phi3", runtime::Architecture::kPhi3, 32064);
+  EXPECT_LE(r.nmse, 1e-5);
+  EXPECT_GE(r.top1, 0.999);
+}
+
 // Qwen3's graph: q/k RMS norms per head before rope, heads 128 wide on a 256-wide model
 // (attention.key_length), no QKV bias, tied output.
 TEST(Fidelity, Qwen3TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {

@@ -230,9 +230,10 @@ TEST_P(LiveMigrationOnCpu, WithoutPrecopyEveryWrittenTokenMovesInThePause) {
   EXPECT_EQ(moved.stats[0].bytesInPause, tokens * size_t(m.model->config().layers) * 2 * kv.tokenBytes());
 }
 
-// One per architecture: llama (stories260K, the tiny shape in Q4_K_M), qwen3, granite.
+// One per architecture: llama (stories260K, the tiny shape in Q4_K_M), qwen3, granite, phi3.
 INSTANTIATE_TEST_SUITE_P(Models, LiveMigrationOnCpu,
-                         ::testing::Values("stories260K", "tiny/q4_k_m", "qwen3-micro/q4_k_m", "granite-micro/q4_k_m"),
+                         ::testing::Values("stories260K", "tiny/q4_k_m", "qwen3-micro/q4_k_m", "granite-micro/q4_k_m",
+                                           "phi3-micro/q4_k_m"),
                          [](const auto& info) {
                            std::string name;
                            for (char c : std::string(info.param)) {

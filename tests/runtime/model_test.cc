@@ -3,12 +3,17 @@
 #include "engine/runtime/model.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "base/error.h"
 #include "engine/gguf/gguf_writer.h"
 #include "tests/runtime/test_support.h"
+#include "tools/random_model.h"
 
 namespace jitllm::testing {
 namespace {
@@ -429,6 +434,48 @@ TEST(Model, GraniteReadsItsMultipliersAndRefusesBadOnesByName) {
                   "'granite.residual_scale' is -1, not a positive finite multiplier");
   expectLoadError(relabelledMicro("granite", "", {{"granite.rope.scaling.finetuned", gguf::Value::boolean(false)}}),
                   "rope.scaling.finetuned' is false");
+}
+
+// Phi-3 from our generator: fused matrices split into their products, LongRoPE's factors picked by
+// the context, its attention factor read; a bad factor is an error naming the key.
+TEST(Model, Phi3SplitsItsFusedMatricesAndPicksItsRopeFactorsByContext) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("jitllm-model-test-phi3-" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  tools::writeRandomModel({*tools::findShape("phi3-micro"), *tools::findMix("f32"), 3, JITLLM_SHARED_DIR}, path);
+  const std::vector<uint8_t> bytes = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }();
+  std::filesystem::remove(path);
+  auto load = [&](const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
+    auto f = gguf::GgufFile::fromBytes(bytes, "phi3.gguf");
+    gguf::GgufWriter w;
+    for (const auto& [k, v] : f->metadata()) w.set(k, v);
+    for (const auto& [k, v] : overrides) w.set(k, v);
+    for (const auto& t : f->tensors()) w.addTensor(t.name, t.type, t.dims, {t.data, t.nbytes});
+    return w.serialize();
+  };
+  cpu::CpuDevice device;
+  runtime::ModelLoadOptions options;
+  options.devices = {&device};
+  {
+    auto m = runtime::Model::fromFile(gguf::GgufFile::fromBytes(load({}), "phi3.gguf"), options);
+    EXPECT_EQ(m->config().arch, runtime::Architecture::kPhi3);
+    EXPECT_TRUE(m->config().longRopeFactors()) << "8192 tokens of context past the original 4096";
+    EXPECT_NEAR(m->config().ropeAttnFactor, 1.1902381f, 1e-6);
+    // The same model scores the same logits whichever way its fused rows are bound (a step runs).
+    const auto logits = scoreAll(*m, {1, 2, 3});
+    EXPECT_EQ(logits.size(), 3u * 32064u);
+  }
+  {
+    auto m = runtime::Model::fromFile(
+        gguf::GgufFile::fromBytes(load({{"phi3.context_length", gguf::Value::u32(4096)}}), "phi3.gguf"), options);
+    EXPECT_FALSE(m->config().longRopeFactors()) << "within the original context: the short factors";
+  }
+  expectLoadError(load({{"phi3.rope.scaling.attn_factor", gguf::Value::f32(0.0f)}}),
+                  "'phi3.rope.scaling.attn_factor' is 0, not a positive finite multiplier");
+  expectLoadError(load({{"phi3.rope.scaling.type", gguf::Value::string("yarn")}}), "rope scaling type 'yarn'");
 }
 
 }  // namespace
