@@ -22,6 +22,8 @@ Modes:
   serve     carried .carry-serve binaries (prepare-gpu-carry.sh --serve): load time and first TTFT
             on a cold and a warm kernel cache, in-process tg, then tools/bench/run SERVE_CASES
   profile   GPU time per op (JITLLM_CUDA_PROFILE=1) of pp512 and tg64; with NCU_KERNEL, Nsight Compute
+  archs     every architecture beyond llama (ARCH_SHAPES) in f16 and Q4_K_M: the same ids scored on
+            cpu:0 and cuda:0, NMSE and top-1 between them; then the backend conformance suite
   migrate   migration tests; jitllm-migrate-bench cuda:0<->cuda:1 (two GPUs) and cuda:0<->cpu:0
   vulkan    carried binaries (.carry, .gl; see vulkan()): vulkan_tests, then vulkan:0 beside cuda:0
   all       tests, sanitize and bench
@@ -42,6 +44,7 @@ Environment (all optional):
   NCU_KERNEL        profile: a regex of kernel names for Nsight Compute's full set (default: no ncu)
   NCU_SKIP          profile: launches of that kernel skipped first (default 0)
   NCU_ARGS          profile: jitllm-bench's arguments under Nsight Compute (default "-p 0 -n 4")
+  ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro")
   BUILT_AT          vulkan: the checkout path the carried binaries were built at (default /work/main)
 EOF
 }
@@ -251,6 +254,36 @@ migrate() {
   return $rc
 }
 
+# archs: each shape's logits on cuda:0 against cpu:0 (float32 files compared in plain python3).
+archs() {
+  local shape type f rc=0
+  local ids="1 450 4996 17354 1701 432 17204 975 278 17366 11203 29889 512 278 6763 310 1568 5960 278"
+  for shape in ${ARCH_SHAPES:-qwen3-micro granite-micro phi3-micro}; do
+    for type in f16 q4_k_m; do
+      f=$(makeModel "$shape" "$type")
+      for dev in cpu:0 cuda:0; do
+        rm -f "$OUT/$dev.bin"
+        timeout 120 "$BIN/jitllm-run" "$f" -t "$ids" --score --logits "$OUT/$dev.bin" --devices $dev \
+          > "$LOGS/archs-$shape-$type-${dev/:/}.log" 2>&1 || { echo "$shape $type on $dev failed"; rc=1; }
+      done
+      python3 - "$OUT/cpu:0.bin" "$OUT/cuda:0.bin" "$shape $type" << 'PYEOF'
+import array, sys
+a, b = array.array("f"), array.array("f")
+a.frombytes(open(sys.argv[1], "rb").read()); b.frombytes(open(sys.argv[2], "rb").read())
+n = 19
+v = len(a) // n
+err = sum((x - y) ** 2 for x, y in zip(a, b))
+mean = sum(a) / len(a)
+ref = sum((x - mean) ** 2 for x in a)
+top = sum(max(range(v), key=lambda i: a[p * v + i]) == max(range(v), key=lambda i: b[p * v + i]) for p in range(n))
+print(f"{sys.argv[3]}: cuda:0 vs cpu:0 nmse {err / ref:.3e} top1 {top}/{n}")
+PYEOF
+    done
+  done 2>&1 | tee "$LOGS/archs.txt"
+  gtest backend_conformance_tests || rc=1
+  return $rc
+}
+
 # The Vulkan backend on NVIDIA's driver, with no build here (no Vulkan SDK on this machine): where it
 # is built with Vulkan and CUDA (docs/vulkan.md, "Running elsewhere"), carry .carry/ (`strip -o .carry/X
 # build-vk/bin/X` for X in jitllm-bench jitllm-mkmodel vulkan_tests) and .gl/ (Debian's libvulkan1).
@@ -287,6 +320,7 @@ case $mode in
   batch) steps=(batch) ;;
   serve) steps=(startLlamaCpp serve) ;;
   migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
+  archs) steps=("build jitllm-run jitllm-mkmodel backend_conformance_tests" archs) ;;
   vulkan) steps=(vulkan) ;;
   all) steps=(startLlamaCpp "build cuda_tests runtime_tests migration_tests backend_conformance_tests step_loop_tests jitllm-bench jitllm-mkmodel" runTests
     "sanitize memcheck $MEMCHECK_FILTER" "sanitize racecheck $RACECHECK_FILTER" bench) ;;
