@@ -435,6 +435,63 @@ TEST(HttpDrain, HealthSays503WhileTheDaemonDrains) {
   EXPECT_EQ(d.waitExit(std::chrono::seconds(30)), 0);
 }
 
+// jitllm's own routes mirror the RPC: migrate and pin move layers (admin: this test runs as root),
+// ps shows where they are, events streams what happened, and /metrics counts the migrations.
+TEST(HttpJitllmRoutes, MigratePinPsAndEventsWorkAndMetricsCountTheMigrations) {
+  const std::string http =
+      (std::filesystem::temp_directory_path() / ("jitllmd-http-routes-" + std::to_string(::getpid()) + ".sock"))
+          .string();
+  DaemonProcess d({"--devices", "cpu:0,cpu:1", "--scheduler-interval-ms", "0", "--http", "unix:" + http, "--preload",
+                   kModel + "=" + sharedPath("models/stories260K.gguf")});
+  ASSERT_TRUE(d.ready()) << d.log();
+  const int events = rawConnect(http);
+  sendAll(events, "GET /jitllm/v1/events HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_NE(readUntil(events, 10s, [](const std::string& r) { return r.find("\r\n\r\n") != std::string::npos; })
+                .find(" 200 "),
+            std::string::npos);
+
+  Reply r = call(http, "POST", "/jitllm/v1/migrate", R"({"model":"stories260K","device":"cpu:1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["committed"], true) << r.body;
+  r = call(http, "POST", "/jitllm/v1/pin", R"({"model":"stories260K","device":"cpu:0","layers":"0-1"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json ps = json::parse(call(http, "GET", "/jitllm/v1/ps").body);
+  const json& units = ps["models"][0]["units"];
+  EXPECT_EQ(units[1]["device"], "cpu:0");  // blk.0, pinned home
+  EXPECT_EQ(units[1]["pinned"], "cpu:0");
+  EXPECT_EQ(units[3]["device"], "cpu:1");  // blk.2, where the migration put it
+  r = call(http, "POST", "/jitllm/v1/migrate", R"({"model":"stories260K","device":"cpu:9"})");
+  EXPECT_EQ(r.status, 400) << r.body;
+
+  const std::string streamed =
+      readUntil(events, 10s, [](const std::string& s) { return s.find("layers.pinned") != std::string::npos; });
+  ::close(events);
+  EXPECT_NE(streamed.find("\"what\":\"migration.committed\""), std::string::npos) << streamed;
+  const std::string metrics = call(http, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("jitllm:migrations_total{model=\"stories260K\"} 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("jitllm:migration_pause_seconds_count{model=\"stories260K\"} 2\n"), std::string::npos);
+  ::unlink(http.c_str());
+}
+
+// Device telemetry (here scripted, as NVML would report it) reaches /metrics with the device label.
+TEST(HttpMetrics, DeviceTemperatureFromTelemetryIsExported) {
+  const auto dir = std::filesystem::temp_directory_path() / ("jitllmd-http-telemetry-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "telemetry") << "0 cpu:0 temp=61\n";
+  const std::string http = (dir / "http.sock").string();
+  DaemonProcess d(
+      {"--telemetry-script", (dir / "telemetry").string(), "--scheduler-interval-ms", "50", "--http", "unix:" + http});
+  ASSERT_TRUE(d.ready()) << d.log();
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        return call(http, "GET", "/metrics").body.find("jitllm:device_temperature_celsius{device=\"cpu:0\"} 61\n") !=
+               std::string::npos;
+      },
+      10s, 20ms))
+      << call(http, "GET", "/metrics").body;
+  std::filesystem::remove_all(dir);
+}
+
 int tcpConnect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
