@@ -191,10 +191,10 @@ TEST_F(HttpDaemon, MalformedJsonAndWrongTypesGetOpenAiErrorObjectsNamingTheParam
 TEST_F(HttpDaemon, AHundredMegabyteBodyIsRefusedWith413BeforeItIsRead) {
   const int fd = rawConnect(httpSocket_);
   ASSERT_GE(fd, 0);
-  const size_t size = size_t(100) << 20;
+  constexpr size_t size = size_t(100) << 20;
   sendAll(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(size) + "\r\n\r\n");
   // The body goes on in the background until the daemon closes the connection on it.
-  auto writer = std::async(std::launch::async, [fd, size] {
+  auto writer = std::async(std::launch::async, [fd] {
     const std::string block(1 << 16, 'x');
     for (size_t sent = 0; sent < size; sent += block.size()) {
       if (!sendAll(fd, block)) return sent;
