@@ -1,7 +1,7 @@
 #!/bin/bash
 # Prepares what a call on the lent GPU machine (the device tool's `run`) carries beside the
 # repository, since that machine has no ../shared and no package registry:
-#   .devshared/  stories260K.gguf, the llama vocab files and ../shared/peer (its setup and tools),
+#   .devshared/  stories260K.gguf, the llama vocab files (and qwen2's with --archs) and ../shared/peer,
 #                which scripts/gpu-check.sh points JITLLM_SHARED_DIR and --shared at;
 #   .peer/       llama.cpp's source as a git bundle (from the npm package node-llama-cpp, through
 #                ../shared/peer/setup --bundle), for the side-by-side runs that build llama.cpp there.
@@ -9,7 +9,7 @@
 # them; run this once per checkout, then name them in the call's carry:
 #   .carry-serve/ (--serve) the daemon and tools built here, with the libraries the GPU machine lacks;
 #   .carry-cpu/ (--cpu) the CPU kernels' test and bench binaries built here (scripts/cpu-isa-check.sh);
-#   bash scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu]  (the size check counts what is named)
+#   bash scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu] [--archs]  (the size check counts what is named)
 #   run(command="bash scripts/gpu-check.sh all", carry=[".devshared", ".peer"], timeout_s=600)
 # A call's carried tree is limited to 64 MiB; this checks the total.
 set -euo pipefail
@@ -17,22 +17,27 @@ cd "$(dirname "$0")/.."
 SHARED=${JITLLM_SHARED_DIR:-../shared}
 [ -f "$SHARED/models/stories260K.gguf" ] || { echo "no $SHARED/models/stories260K.gguf" >&2; exit 1; }
 
-mkdir -p .devshared/models .devshared/vocab
-cp "$SHARED/models/stories260K.gguf" .devshared/models/
-# Only the vocab files the GPU tests use: all of them would push a call with .peer past 64 MiB.
-cp "$SHARED"/vocab/ggml-vocab-llama-bpe.gguf* "$SHARED"/vocab/ggml-vocab-llama-spm.gguf* .devshared/vocab/
-rm -rf .devshared/peer && cp -r "$SHARED/peer" .devshared/peer
-chmod -R u+w .devshared
-
-noPeer=0 serve=0 cpu=0
+noPeer=0 serve=0 cpu=0 archs=0
 for arg in "$@"; do
   case $arg in
     --no-peer) noPeer=1 ;;
     --serve) serve=1 ;;
     --cpu) cpu=1 ;;
-    *) echo "usage: scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu]" >&2; exit 2 ;;
+    --archs) archs=1 ;;
+    *) echo "usage: scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu] [--archs]" >&2; exit 2 ;;
   esac
 done
+
+mkdir -p .devshared/models .devshared/vocab
+cp "$SHARED/models/stories260K.gguf" .devshared/models/
+# Only the vocab files the GPU tests use: all of them would push a call with .peer past 64 MiB.
+cp "$SHARED"/vocab/ggml-vocab-llama-bpe.gguf* "$SHARED"/vocab/ggml-vocab-llama-spm.gguf* .devshared/vocab/
+# --archs: qwen2's too (gpu-check.sh archs' qwen3 shapes), 6 MB that do not fit beside .peer.
+rm -f .devshared/vocab/ggml-vocab-qwen2.gguf
+if ((archs)); then cp "$SHARED"/vocab/ggml-vocab-qwen2.gguf .devshared/vocab/; fi
+rm -rf .devshared/peer && cp -r "$SHARED/peer" .devshared/peer
+chmod -R u+w .devshared
+
 if ((!noPeer)) && [ ! -f .peer/llama.cpp.bundle ]; then
   bash "$SHARED/peer/setup" --bundle .peer > /dev/null
 fi
