@@ -232,6 +232,18 @@ TEST_F(HttpDaemon, AClientSendingOneByteASecondIsCutOffWhileOthersAreServed) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, scaled(10s));
 }
 
+TEST_F(HttpDaemon, ABodyThatStopsHalfWayGets408AfterTheBodyTimeout) {
+  const int fd = rawConnect(httpSocket_);
+  ASSERT_GE(fd, 0);
+  const auto started = std::chrono::steady_clock::now();
+  sendAll(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\":");
+  const Reply r = parseReply(readResponse(fd, 10s));
+  ::close(fd);
+  EXPECT_EQ(r.status, 408) << r.body;
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 1400ms);  // http_body_timeout_ms = 1500
+  expectStillServing();
+}
+
 TEST_F(HttpDaemon, AThousandIdleConnectionsNeitherStopOthersNorStayOpen) {
   rlimit limit{};
   ::getrlimit(RLIMIT_NOFILE, &limit);
@@ -294,6 +306,22 @@ TEST_F(HttpDaemon, AClientVanishingMidStreamCancelsItsGenerationAndFreesItsKv) {
                    .body.find("jitllm:kv_pages_used{model=\"stories260K\",device=\"cpu:0\"} 0\n") != std::string::npos;
       },
       10s, 20ms));
+  expectStillServing();
+}
+
+TEST_F(HttpDaemon, AClientVanishingBeforeACompleteReplyCancelsItsGenerationToo) {
+  const double failuresBefore = std::max(0.0, metric("request_failures_total"));
+  const int fd = rawConnect(httpSocket_);
+  ASSERT_GE(fd, 0);
+  // Not streamed: nothing is written until the end (the context's 2,048 tokens), so only the
+  // daemon's watch on the socket can notice the client leave.
+  sendAll(fd, request("POST", "/v1/completions",
+                      R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":100000,"ignore_eos":true})"));
+  ASSERT_TRUE(waitUntil([&] { return sessions() == 1; }, 10s, 5ms)) << ps().dump();
+  ::close(fd);
+  EXPECT_TRUE(waitUntil([&] { return sessions() == 0; }, 10s, 10ms)) << ps().dump();
+  EXPECT_TRUE(waitUntil([&] { return metric("request_failures_total") == failuresBefore + 1; }, 10s, 20ms))
+      << "the generation ran to its end instead of being cancelled";
   expectStillServing();
 }
 
