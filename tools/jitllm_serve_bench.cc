@@ -408,11 +408,11 @@ int run(int argc, char** argv) {
     const double tpot50 = percentile(best.tpotMs, 50), tpot99 = percentile(best.tpotMs, 99);
     if (o.json) {
       std::printf(
-          "{\"transport\": \"%s\", \"clients\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
+          "{\"clients\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, \"transport\": \"%s\", "
           "\"aggregate_tok_s\": %.1f, "
           "\"decode_tok_s\": %.1f, \"ttft_ms_p50\": %.2f, \"ttft_ms_p99\": %.2f, \"tpot_ms_p50\": %.3f, "
           "\"tpot_ms_p99\": %.3f, \"device_busy\": %s, \"failed\": %zu, \"mismatched\": %zu}\n",
-          o.http.empty() ? "rpc" : "http", n, o.promptTokens, o.genTokens, best.aggregate, best.decode, ttft50, ttft99,
+          n, o.promptTokens, o.genTokens, o.http.empty() ? "rpc" : "http", best.aggregate, best.decode, ttft50, ttft99,
           tpot50, tpot99, best.busy < 0 ? "null" : std::to_string(best.busy).c_str(), failed, wrong);
     } else {
       std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %s |\n", n, best.aggregate, best.decode, ttft50,
