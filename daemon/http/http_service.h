@@ -22,6 +22,7 @@
 #include <kj/compat/http.h>
 #include <kj/timer.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,9 @@ namespace jitllm::server::http {
 
 // The uid generations of TCP clients run as (session ownership, per-user limits): "nobody".
 inline constexpr uint32_t kTcpClientUid = 65534;
+// /jitllm/v1/events streams one user who is not an admin may hold at once (TCP clients share one
+// count): a dashboard or two per user, not a way to pin down every connection.
+inline constexpr int kMaxEventStreamsPerUser = 8;
 
 struct HttpPeer {
   bool tcp = false;
@@ -57,8 +61,9 @@ struct HttpShared {
   ModelCatalog catalog;
   kj::Own<kj::HttpHeaderTable> headerTable;
   kj::HttpHeaderId authorization;
-  bool ready = false;     // set once the daemon is serving; /health says 503 before
-  bool draining = false;  // set when the listeners stop accepting (SIGTERM); /health says 503
+  std::map<uint32_t, int> eventStreams;  // open /jitllm/v1/events streams by user
+  bool ready = false;                    // set once the daemon is serving; /health says 503 before
+  bool draining = false;                 // set when the listeners stop accepting (SIGTERM); /health says 503
 };
 
 class HttpService final : public kj::HttpService {

@@ -148,6 +148,19 @@ kj::Promise<void> HttpService::jitllmRoute(kj::HttpMethod method, const std::str
     return sendJson(response, *shared_.headerTable, 200, dumpJson({{"models", models}}));
   }
   if (route == "events" && method == kj::HttpMethod::GET) {
+    // An event stream never ends, so its connection is never idle and never gives way to a new
+    // one: without a cap, one user could hold every HTTP connection with them.
+    int& streams = shared_.eventStreams[client.uid];
+    if (!client.admin && streams >= kMaxEventStreamsPerUser) {
+      throw HttpError(429, "rate_limit_error",
+                      "you (uid " + std::to_string(client.uid) + ") hold " + std::to_string(streams) +
+                          " event streams already, the most one user may",
+                      std::nullopt, "too_many_event_streams");
+    }
+    streams++;
+    auto counted = kj::defer([&shared = shared_, uid = client.uid] {
+      if (--shared.eventStreams[uid] == 0) shared.eventStreams.erase(uid);
+    });
     const std::optional<uint32_t> viewer = client.admin ? std::nullopt : std::optional<uint32_t>(client.uid);
     auto box = core.events().subscribe(0, viewer);
     kj::HttpHeaders h(*shared_.headerTable);
@@ -155,7 +168,7 @@ kj::Promise<void> HttpService::jitllmRoute(kj::HttpMethod method, const std::str
     h.add("Cache-Control", "no-cache");
     auto stream = kj::heap<EventStream>(shared_, std::move(box), response.send(200, "OK", h));
     auto run = stream->run();
-    return run.attach(kj::mv(stream)).exclusiveJoin(peerGone());
+    return run.attach(kj::mv(stream)).exclusiveJoin(peerGone()).attach(kj::mv(counted));
   }
   const bool admin = route == "load" || route == "unload" || route == "migrate" || route == "pin";
   if (!admin)
