@@ -19,10 +19,10 @@
 
 #include "base/error.h"
 #include "base/regular_file.h"
+#include "daemon/http/http_listener.h"
 #include "daemon/scheduler/nvml_telemetry.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/scheduler/scripted_telemetry.h"
-#include "daemon/http/http_listener.h"
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
 #include "daemon/server/device_watcher.h"
@@ -213,8 +213,8 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   // OpenAI's HTTP API on the same loop (daemon/http/), when configured or socket-activated.
   kj::Own<http::HttpListener> httpListener;
   if (!config.http.empty() || !activated.http.empty()) {
-    httpListener = kj::heap<http::HttpListener>(core, background, *io.provider, *io.lowLevelProvider,
-                                                io.provider->getTimer());
+    httpListener =
+        kj::heap<http::HttpListener>(core, background, *io.provider, *io.lowLevelProvider, io.provider->getTimer());
     for (auto& passed : activated.http) httpListener->adopt(std::move(passed));
     for (const auto& address : config.http) httpListener->listen(address).wait(io.waitScope);
   }
@@ -373,6 +373,12 @@ int main(int argc, char** argv) {
   }
   if (args->checkOnly) {
     const auto& c = args->config;
+    try {
+      for (const auto& h : c.http) http::HttpAddress::parse(h);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "jitllmd: %s\n", e.what());
+      return 1;
+    }
     std::printf("config: %s\nsocket: %s\ndevices: %s\nmodel_dirs:", configPath.empty() ? "(none)" : configPath.c_str(),
                 (c.socketPath.empty() ? defaultSocketPath() : c.socketPath).c_str(), c.devices.c_str());
     for (const auto& d : c.modelDirs) std::printf(" %s", d.c_str());
@@ -394,9 +400,8 @@ int main(int argc, char** argv) {
         "\nhttp_token_file: %s\nhttp_max_connections: %zu\nhttp_header_timeout_ms: %lld\nhttp_body_timeout_ms: %lld\n"
         "http_max_body_bytes: %zu\nauto_load: %s\nkeep_alive: %g\nok\n",
         c.httpTokenFile.empty() ? "(none)" : c.httpTokenFile.c_str(), c.httpMaxConnections,
-        (long long)c.httpHeaderTimeoutMs, (long long)c.httpBodyTimeoutMs, c.httpMaxBodyBytes,
-        c.autoLoad ? "on" : "off", c.keepAliveSeconds);
-    for (const auto& h : c.http) http::HttpAddress::parse(h);  // a bad address fails the check
+        (long long)c.httpHeaderTimeoutMs, (long long)c.httpBodyTimeoutMs, c.httpMaxBodyBytes, c.autoLoad ? "on" : "off",
+        c.keepAliveSeconds);
     return 0;
   }
   try {
