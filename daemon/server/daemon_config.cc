@@ -141,8 +141,8 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       httpBodyTimeoutMs = number<int64_t>(value, where, 10, 3600000);
     } else if (key == "http_max_body_bytes") {
       const auto bytes = parseByteSize(value);
-      JITLLM_REQUIRE(bytes && *bytes >= 1024, where, ": http_max_body_bytes is a size of at least 1K, such as 8M, not '",
-                     value, "'");
+      JITLLM_REQUIRE(bytes && *bytes >= 1024, where,
+                     ": http_max_body_bytes is a size of at least 1K, such as 8M, not '", value, "'");
       httpMaxBodyBytes = *bytes;
     } else if (key == "auto_load") {
       JITLLM_REQUIRE(value == "on" || value == "off", where, ": auto_load is on or off, not '", value, "'");

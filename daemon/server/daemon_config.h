@@ -60,11 +60,11 @@ struct DaemonConfig {
   // `HOST:PORT`; a TCP address that is not loopback needs a token file (the server refuses to
   // start otherwise), since anyone on the network could reach it.
   std::vector<std::string> http;
-  std::string httpTokenFile;  // bearer tokens, one a line ("TOKEN" or "TOKEN admin"); empty: none
-  size_t httpMaxConnections = 512;                   // over all HTTP listeners; idle ones give way first
-  int64_t httpHeaderTimeoutMs = 10000;               // a request's headers, from its first byte (or connect)
-  int64_t httpBodyTimeoutMs = 30000;                 // its body, once the headers are in
-  size_t httpMaxBodyBytes = size_t(8) << 20;         // 413 past this
+  std::string httpTokenFile;                  // bearer tokens, one a line ("TOKEN" or "TOKEN admin"); empty: none
+  size_t httpMaxConnections = 512;            // over all HTTP listeners; idle ones give way first
+  int64_t httpHeaderTimeoutMs = 10000;        // a request's headers, from its first byte (or connect)
+  int64_t httpBodyTimeoutMs = 30000;          // its body, once the headers are in
+  size_t httpMaxBodyBytes = size_t(8) << 20;  // 413 past this
   // Models by name: a request naming a model that is not loaded loads `<model_dir>/<name>.gguf`
   // (the first model dir that has it) when auto_load is on; a model loaded that way is unloaded
   // after keep_alive seconds without a request (negative: never; a request may set its own).

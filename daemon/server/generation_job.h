@@ -71,8 +71,8 @@ class GenerationJob final {
     std::string text;
     std::vector<TokenLogprob> logprobs;  // one per id when the request asked for them
     bool finished = false;               // no more will come
-    std::optional<Error> error;  // set when it finished with an error
-    GenerationStats stats;       // valid when finished without error
+    std::optional<Error> error;          // set when it finished with an error
+    GenerationStats stats;               // valid when finished without error
   };
   Batch take();
   // One-shot: called from the worker thread when something arrives, or at once if something

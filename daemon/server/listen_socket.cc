@@ -56,8 +56,9 @@ ActivatedSockets ListenSocket::fromSystemd() {
         out.http.push_back(ListenSocket(fd, "", true, false));
         continue;
       }
-      JITLLM_REQUIRE(!out.rpc, "systemd passed more than one RPC socket; jitllmd.socket should define exactly one "
-                               "(name HTTP sockets FileDescriptorName=http)");
+      JITLLM_REQUIRE(!out.rpc,
+                     "systemd passed more than one RPC socket; jitllmd.socket should define exactly one "
+                     "(name HTTP sockets FileDescriptorName=http)");
       JITLLM_REQUIRE(sd_is_socket_unix(fd, SOCK_STREAM, 1, nullptr, 0) > 0,
                      "the socket systemd passed is not a listening Unix stream socket");
       sockaddr_un addr{};

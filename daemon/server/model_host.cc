@@ -687,7 +687,8 @@ void ModelHost::retire(std::vector<std::unique_ptr<Active>>& active,
       ServingMetrics::Generation g;
       g.promptTokens = uint32_t(a->job->request().prompt.size());
       g.generatedTokens = uint32_t(q->generated());
-      if (q->generated() > 0) g.timeToFirstTokenSeconds = std::chrono::duration<double>(q->firstToken() - a->started).count();
+      if (q->generated() > 0)
+        g.timeToFirstTokenSeconds = std::chrono::duration<double>(q->firstToken() - a->started).count();
       g.totalSeconds = std::chrono::duration<double>(Clock::now() - a->started).count();
       g.failed = !a->finished.has_value();
       options_.metrics->generationEnded(name_, g);

@@ -95,7 +95,7 @@ struct ModelSnapshot {
   std::vector<SessionSnapshot> idle;                                // kept after their reply, least recently used first
   std::vector<std::pair<std::string, size_t>> kvBytesByDevice;      // every session's pages
   std::vector<std::pair<std::string, size_t>> idleKvBytesByDevice;  // the idle sessions' part of it
-  std::vector<KvPoolSnapshot> kvPools;
+  std::vector<KvPoolSnapshot> kvPools;                              // pages per pool (/metrics)
   size_t parkedKvBytes = 0;                                         // idle sessions' KV in host RAM
   std::vector<UnitSnapshot> units;
   std::string migration;     // the one in progress, one line; "" when none
