@@ -190,22 +190,6 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
     spdlog::info("devices: re-enumerated every {} ms{}", config.rescanIntervalMs,
                  watcher->monitoring() ? " and on udev's drm/nvidia news" : " (" + watcher->problem() + ")");
   }
-  for (const auto& item : config.preload) {
-    LoadRequest r;
-    const size_t eq = item.find('=');
-    r.path = eq == std::string::npos ? item : item.substr(eq + 1);
-    if (eq != std::string::npos) r.name = item.substr(0, eq);
-    try {
-      // Preloads are the operator's own choice: any path, not only model_dirs.
-      const int file = openRegularFile(r.path, "preload");
-      const auto closeFile = kj::defer([file] { ::close(file); });
-      r.fd = file;
-      core.load(r, nullptr);
-    } catch (const Error& e) {
-      spdlog::error("preload failed: {}", e.what());
-    }
-  }
-
   auto io = kj::setupAsyncIo();
   BackgroundThreads background;
   auto listener =
@@ -218,6 +202,27 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
     for (auto& passed : activated.http) httpListener->adopt(std::move(passed));
     for (const auto& address : config.http) httpListener->listen(address).wait(io.waitScope);
   }
+  // Preloads run on a loader thread while this loop serves: meanwhile /health answers 503
+  // "starting" (and RPC answers with what is loaded so far); READY=1 comes after them.
+  std::function<bool()> preloadAll = [&core, &config] {
+    for (const auto& item : config.preload) {
+      LoadRequest r;
+      const size_t eq = item.find('=');
+      r.path = eq == std::string::npos ? item : item.substr(eq + 1);
+      if (eq != std::string::npos) r.name = item.substr(0, eq);
+      try {
+        // Preloads are the operator's own choice: any path, not only model_dirs.
+        const int file = openRegularFile(r.path, "preload");
+        const auto closeFile = kj::defer([file] { ::close(file); });
+        r.fd = file;
+        core.load(r, nullptr);
+      } catch (const Error& e) {
+        spdlog::error("preload failed: {}", e.what());
+      }
+    }
+    return true;
+  };
+  if (!config.preload.empty()) background.run(preloadAll).wait(io.waitScope);
 
   boost::asio::io_context daemonLoop;
   auto work = boost::asio::make_work_guard(daemonLoop);
