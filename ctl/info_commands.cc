@@ -107,22 +107,22 @@ int runPs(Context& c) {
     for (size_t i = 0; i < models.size(); i++) {
       const auto& m = models[i];
       if (i > 0) c.out << "\n";
-      c.out << m.name << " (" << m.architecture << ", " << m.layers << " layers"
+      c.out << m.name << " (" << m.architecture << ", " << templateLabel(m) << ", " << m.layers << " layers"
             << (m.state.empty() || m.state == "ready" ? "" : ", " + m.state) << "): " << placementSummary(m) << "\n";
       if (!m.migration.empty()) c.out << "migration: " << m.migration << "\n";
       c.out << layerTable(m);
     }
     return 0;
   }
-  TextTable t({"MODEL", "STATE", "ARCH", "LAYERS", "CTX", "SESSIONS", "MEMORY", "PLACEMENT"});
+  TextTable t({"MODEL", "STATE", "ARCH", "TEMPLATE", "LAYERS", "CTX", "SESSIONS", "MEMORY", "PLACEMENT"});
   for (const auto& m : models) {
     std::string memory;
     for (const auto& mem : m.memory) {
       if (!memory.empty()) memory += ", ";
       memory += mem.device + " " + humanBytes(mem.weightBytes + mem.kvBytes);
     }
-    t.add({m.name, m.state.empty() ? "ready" : m.state, m.architecture, std::to_string(m.layers),
-           std::to_string(m.contextSize),
+    t.add({m.name, m.state.empty() ? "ready" : m.state, m.architecture, m.chatTemplate.empty() ? "-" : m.chatTemplate,
+           std::to_string(m.layers), std::to_string(m.contextSize),
            std::to_string(m.sessions.size()) +
                (m.idleSessions.empty() ? "" : " +" + std::to_string(m.idleSessions.size()) + " idle"),
            memory.empty() ? "-" : memory, placementSummary(m)});

@@ -57,9 +57,9 @@ int runLoad(Context& c) {
     c.out << j.str() << "\n";
     return 0;
   }
-  c.out << "loaded " << model.name << " (" << model.architecture << ", " << model.layers << " layers, "
-        << humanBytes(model.fileBytes) << ", context " << model.contextSize << ") on " << placementSummary(model)
-        << "\n";
+  c.out << "loaded " << model.name << " (" << model.architecture << ", " << templateLabel(model) << ", " << model.layers
+        << " layers, " << humanBytes(model.fileBytes) << ", context " << model.contextSize << ") on "
+        << placementSummary(model) << "\n";
   return 0;
 }
 

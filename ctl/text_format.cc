@@ -49,6 +49,10 @@ std::string isoTime(int64_t unixMs) {
   return buf;
 }
 
+std::string templateLabel(const client::ModelInfo& m) {
+  return m.chatTemplate.empty() ? "no template" : m.chatTemplate + " template";
+}
+
 std::string placementSummary(const client::ModelInfo& m) {
   std::string out;
   for (const auto& p : m.placement) {

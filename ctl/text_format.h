@@ -22,9 +22,10 @@ class TextTable final {
   std::vector<std::vector<std::string>> rows_;
 };
 
-std::string humanBytes(uint64_t bytes);             // "812 B", "1.2 KiB", "3.4 GiB"
-std::string isoTime(int64_t unixMs);                // "2025-01-31T12:34:56.789Z"
+std::string humanBytes(uint64_t bytes);                    // "812 B", "1.2 KiB", "3.4 GiB"
+std::string isoTime(int64_t unixMs);                       // "2025-01-31T12:34:56.789Z"
 std::string placementSummary(const client::ModelInfo& m);  // "cpu:0 token_embd..blk.2, cpu:1 blk.3..output"
+std::string templateLabel(const client::ModelInfo& m);     // "chatml template" ("no template" when unknown)
 // One line for `jitllmctl events`: "2025-01-31T12:34:56.789Z  model.loaded model=stories: ..."
 std::string eventLine(const client::Event& e);
 std::string statsLine(const client::GenerationStats& s);  // "32 tokens, first after 4.1 ms, 812.3 tok/s"

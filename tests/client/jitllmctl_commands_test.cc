@@ -80,7 +80,7 @@ TEST_F(JitllmctlCommands, DevicesListsEachDeviceAndJsonWritesUnknownTelemetryAsN
 TEST_F(JitllmctlCommands, LoadPassesTheFileAndPrintsTheModel) {
   const auto r = ctl({"load", model_, "--name", "stories"});
   EXPECT_EQ(r.exitCode, 0) << r.err;
-  EXPECT_EQ(r.out.rfind("loaded stories (llama, 5 layers", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind("loaded stories (llama, llama2 template, 5 layers", 0), 0u) << r.out;
   EXPECT_EQ(daemon_->record().fileMagics, std::vector<std::string>{"GGUF"});
   const auto j = JsonReader::parse(ctl({"load", model_, "--name", "second", "--json"}).out);
   EXPECT_EQ(j["model"]["name"].string, "second");
@@ -137,6 +137,9 @@ TEST_F(JitllmctlCommands, PsShowsModelsTheirPlacementAndRunningSessions) {
     if (sawSession) {
       EXPECT_NE(out.str().find("decode"), std::string::npos) << out.str();
       EXPECT_NE(out.str().find("token_embd..output"), std::string::npos) << out.str();
+      // The architecture and the chat template's family, each in its column.
+      EXPECT_NE(out.str().find("ARCH   TEMPLATE"), std::string::npos) << out.str();
+      EXPECT_NE(out.str().find("llama  llama2"), std::string::npos) << out.str();
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -388,7 +391,7 @@ TEST_F(JitllmctlCommands, PsLongShowsARowPerUnitWithStagingPinsAndTheMigration) 
   const auto r = ctl({"ps", "-l", "stories"});
   EXPECT_EQ(r.exitCode, 0) << r.err;
   EXPECT_EQ(r.out,
-            "stories (llama, 5 layers): cpu:0 token_embd..blk.4, cpu:1 output\n"
+            "stories (llama, llama2 template, 5 layers): cpu:0 token_embd..blk.4, cpu:1 output\n"
             "migration: migration 2: blk.0-blk.1 cpu:0 -> cpu:1, preparing\n"
             "UNIT  NAME        DEVICE  RESIDENCY               WEIGHTS    KERNELS  PINNED  KV PAGES  KV BYTES  "
             "SESSION:PAGES\n"

@@ -97,7 +97,7 @@ struct ModelInfo {
   std::vector<LayerRange> placement;
   std::vector<DeviceMemory> memory;
   std::vector<SessionInfo> sessions;
-  std::string chatTemplate;  // "llama3" | "chatml" | "llama2"
+  std::string chatTemplate;  // the chat template's family: "llama3", "chatml", "gemma", ... (docs/chat-templates.md)
   int64_t loadedUnixMs = 0;
   std::vector<LayerState> layerStates;    // one per unit, in order (schema: ModelInfo.layerStates)
   std::string migration;                  // the migration in progress, one line; empty when none
