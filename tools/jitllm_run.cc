@@ -42,7 +42,8 @@ constexpr const char* kUsage = R"(usage: jitllm-run MODEL.gguf (-p TEXT | -t "ID
   --threads N           CPU threads per CPU device (default: all cores)
   --devices SPEC        devices to spread the layers over, e.g. cpu:0, cpu:0,cpu:1, vulkan:0, cpu:0,vulkan:0
                         (default cpu:0; vulkan:N counts real GPUs first, software ones last)
-  --ctx N               session context limit (default: prompt + n)
+  --ctx N               session context limit (default: prompt + n); also the context a model
+                        whose rope depends on it is loaded for (phi3's LongRoPE; default: trained)
   --kv f32|f16          KV cache precision (default f32: exact attention; f16 halves its memory)
   --temp T              sampling temperature (default 0: greedy)
   --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N, --seed S
@@ -179,6 +180,7 @@ int run(int argc, char** argv) {
   runtime::ModelLoadOptions options;
   for (auto& d : devices) options.devices.push_back(d.get());
   options.kvPrecision = kvPrecision;
+  options.contextSize = ctx;
   auto model = runtime::Model::load(modelPath, options);
   const auto& config = model->config();
 

@@ -252,6 +252,9 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   if (progress) progress("parsing", 1, 3);
 
   runtime::ModelLoadOptions options;
+  // Its sessions' default limit (the model clamps it to its trained context): what LongRoPE's
+  // choice of factors follows.
+  options.contextSize = request.contextSize > 0 ? request.contextSize : cfg.defaultContext;
   if (request.devices.empty()) {
     options.devices = devices();
     JITLLM_REQUIRE(!options.devices.empty(), "the daemon has no device online to place '", name, "' on");

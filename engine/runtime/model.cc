@@ -37,6 +37,9 @@ std::unique_ptr<Model> Model::fromFile(std::unique_ptr<gguf::GgufFile> file, con
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(file);
   m->config_ = ModelConfig::fromGguf(*m->file_);
+  JITLLM_REQUIRE(options.contextSize >= 0, "context size ", options.contextSize, " is negative");
+  m->config_.servedContext =
+      options.contextSize > 0 ? std::min(options.contextSize, m->config_.contextLength) : m->config_.contextLength;
   m->tensors_ = ModelTensors::find(*m->file_, m->config_);
   if (m->file_->find("tokenizer.ggml.model")) {
     m->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::vocabFromGguf(*m->file_));

@@ -46,6 +46,10 @@ std::vector<int> evenPlacement(int layers, int devices);
 
 struct ModelLoadOptions {
   std::vector<Device*> devices;  // at least one; blocks are spread over them in order
+  // The longest context its sessions will have (0: the trained context). Only a model whose rope
+  // depends on it reads it: phi3's LongRoPE takes its long factors past the original context, as
+  // llama.cpp does for its context size (n_ctx), so the two agree on the same file and context.
+  int64_t contextSize = 0;
   // Optional explicit placement: one index into `devices` per unit (layers + 2). Empty: blocks
   // split evenly in order, the embedding with the first block, the head with the last.
   std::vector<int> placement;

@@ -54,9 +54,15 @@ struct ModelConfig {
   // 0 when absent), and the factor rope multiplies q and k by (rope.scaling.attn_factor).
   int64_t ropeOriginalContext = 0;
   float ropeAttnFactor = 1;
-  // Which LongRoPE factors the model uses: the long ones when its context exceeds the original one
-  // (as llama.cpp chooses for its context size; ours is the trained context sessions may reach).
-  bool longRopeFactors() const { return ropeOriginalContext > 0 && contextLength > ropeOriginalContext; }
+  // The longest context the model is loaded for (ModelLoadOptions::contextSize, at most the trained
+  // one; set by Model, not read from the file).
+  int64_t servedContext = 0;
+  // Which LongRoPE factors the model uses: the long ones when the context it serves exceeds the
+  // original one, as llama.cpp chooses for its context size.
+  bool longRopeFactors() const {
+    const int64_t served = servedContext > 0 ? servedContext : contextLength;
+    return ropeOriginalContext > 0 && served > ropeOriginalContext;
+  }
 
   static ModelConfig fromGguf(const gguf::GgufFile& file);
 };

@@ -473,6 +473,16 @@ TEST(Model, Phi3SplitsItsFusedMatricesAndPicksItsRopeFactorsByContext) {
         gguf::GgufFile::fromBytes(load({{"phi3.context_length", gguf::Value::u32(4096)}}), "phi3.gguf"), options);
     EXPECT_FALSE(m->config().longRopeFactors()) << "within the original context: the short factors";
   }
+  {
+    // Loaded for sessions of at most 4096 tokens (the daemon's default): the short factors too,
+    // as llama.cpp at -c 4096 - and other logits than the long ones give.
+    runtime::ModelLoadOptions shortContext = options;
+    shortContext.contextSize = 4096;
+    auto shortModel = runtime::Model::fromFile(gguf::GgufFile::fromBytes(load({}), "phi3.gguf"), shortContext);
+    EXPECT_FALSE(shortModel->config().longRopeFactors());
+    auto longModel = runtime::Model::fromFile(gguf::GgufFile::fromBytes(load({}), "phi3.gguf"), options);
+    EXPECT_NE(scoreAll(*shortModel, {1, 2, 3, 4}), scoreAll(*longModel, {1, 2, 3, 4}));
+  }
   expectLoadError(load({{"phi3.rope.scaling.attn_factor", gguf::Value::f32(0.0f)}}),
                   "'phi3.rope.scaling.attn_factor' is 0, not a positive finite multiplier");
   expectLoadError(load({{"phi3.rope.scaling.type", gguf::Value::string("yarn")}}), "rope scaling type 'yarn'");
