@@ -11,6 +11,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 
+#include <atomic>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -518,6 +520,105 @@ TEST(HttpMetrics, DeviceTemperatureFromTelemetryIsExported) {
       10s, 20ms))
       << call(http, "GET", "/metrics").body;
   std::filesystem::remove_all(dir);
+}
+
+// A sample of /metrics at `socket`, e.g. page_outs_total with labels model="stories260K",kind="kv"
+// (-1 when absent).
+double sample(const std::string& socket, const std::string& name, const std::string& labels) {
+  const std::string body = call(socket, "GET", "/metrics").body;
+  const std::string key = "jitllm:" + name + "{" + labels + "} ";
+  const size_t at = body.find(key);
+  return at == std::string::npos ? -1 : std::stod(body.substr(at + key.size()));
+}
+
+// Memory pressure on the GPU (lavapipe here, told 95 % full by the telemetry script appended once
+// the first reply is done) parks the idle session's KV in host RAM: a KV page-out in /metrics. The
+// conversation's next turn brings the KV back: a KV page-in, and the turn computes only its new
+// tokens.
+TEST(HttpMetrics, ParkingAnIdleSessionsKvIsAPageOutAndItsReturnAPageIn) {
+  const auto dir = std::filesystem::temp_directory_path() / ("jitllmd-http-park-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto telemetry = dir / "telemetry";
+  std::ofstream(telemetry) << "# pressure is appended once a session is idle\n";
+  const std::string http = (dir / "http.sock").string();
+  DaemonProcess d({"--devices", "vulkan:0", "--telemetry-script", telemetry.string(), "--scheduler-interval-ms", "50",
+                   "--http", "unix:" + http});
+  if (!d.ready() && d.log().find("vulkan") != std::string::npos) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "no Vulkan device for the daemon here: " << d.log().substr(0, 400);
+  }
+  ASSERT_TRUE(d.ready()) << d.log();
+  const std::string labels = "model=\"" + kModel + "\",kind=\"kv\"";
+  const Reply first = call(http, "POST", "/v1/completions", kGreedy + "}");
+  ASSERT_EQ(first.status, 200) << first.body << d.log();
+  const std::string text = json::parse(first.body)["choices"][0]["text"];
+  EXPECT_EQ(sample(http, "page_outs_total", labels), 0);
+
+  std::ofstream(telemetry, std::ios::app) << "0 vulkan:0 mem_used=95G mem_total=100G\n";
+  EXPECT_TRUE(waitUntil([&] { return sample(http, "page_outs_total", labels) == 1; }, 20s, 20ms))
+      << call(http, "GET", "/metrics").body << d.log();
+  std::ofstream(telemetry, std::ios::app) << "0 vulkan:0 mem_used=1G mem_total=100G\n";
+
+  // The next turn of the same text: its KV comes back from host RAM.
+  const Reply second = call(
+      http, "POST", "/v1/completions",
+      json{{"model", kModel}, {"prompt", "Once upon a time" + text + " And"}, {"max_tokens", 8}, {"temperature", 0}}
+          .dump());
+  ASSERT_EQ(second.status, 200) << second.body << d.log();
+  EXPECT_TRUE(waitUntil([&] { return sample(http, "page_ins_total", labels) == 1; }, 10s, 20ms))
+      << call(http, "GET", "/metrics").body << d.log();
+  EXPECT_EQ(sample(http, "page_outs_total", labels), 1);
+  std::filesystem::remove_all(dir);
+}
+
+// While preloads load the sockets are already served, and /health says 503 "starting" until the
+// daemon is ready, then 200. The preload is a model on Vulkan (lavapipe here) with no kernel
+// cache, so its shaders compile while a thread asks /health.
+TEST(HttpHealth, ItSays503StartingWhilePreloadsLoadThen200) {
+  const auto dir = std::filesystem::temp_directory_path() / ("jitllmd-http-start-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string http = (dir / "http.sock").string();
+  std::atomic<bool> stop{false};
+  std::vector<std::string> seen;  // each distinct /health answer, in order: "503 starting", "200 ok"
+  std::thread poller([&] {
+    while (!stop) {
+      const int fd = rawConnect(http);
+      if (fd >= 0) {
+        sendAll(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        const Reply r = parseReply(readResponse(fd));
+        ::close(fd);
+        const json body = json::parse(r.body, nullptr, false);
+        const std::string answer =
+            std::to_string(r.status) + " " + (body.is_object() ? body.value("status", std::string()) : r.body);
+        if (seen.empty() || seen.back() != answer) seen.push_back(answer);
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  const char* cache = std::getenv("JITLLM_CACHE_DIR");
+  const std::string savedCache = cache ? cache : "";
+  ::setenv("JITLLM_CACHE_DIR", "", 1);  // no disk cache: the preload compiles its kernels
+  DaemonProcess d({"--devices", "vulkan:0", "--http", "unix:" + http, "--preload",
+                   kModel + "=" + sharedPath("models/stories260K.gguf")});
+  if (cache) {
+    ::setenv("JITLLM_CACHE_DIR", savedCache.c_str(), 1);
+  } else {
+    ::unsetenv("JITLLM_CACHE_DIR");
+  }
+  const bool ready = d.ready();
+  // Ready: the next answer is 200.
+  EXPECT_TRUE(waitUntil([&] { return call(http, "GET", "/health").status == 200; }, 10s, 10ms));
+  std::this_thread::sleep_for(20ms);
+  stop = true;
+  poller.join();
+  std::filesystem::remove_all(dir);
+  if (!ready && d.log().find("vulkan") != std::string::npos) {
+    GTEST_SKIP() << "no Vulkan device for the daemon here: " << d.log().substr(0, 400);
+  }
+  ASSERT_TRUE(ready) << d.log();
+  ASSERT_GE(seen.size(), 2u) << "the preload was too quick to be seen starting";
+  EXPECT_EQ(seen.front(), "503 starting");
+  EXPECT_EQ(seen.back(), "200 ok");
 }
 
 int tcpConnect(int port) {
