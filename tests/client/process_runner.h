@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/scoped_test_state.h"  // TempDir, which these tests use with it
+
 namespace jitllm::testing {
 
 struct ProcessResult {
@@ -35,8 +37,8 @@ ProcessResult runProcess(const std::string& program, const std::vector<std::stri
 // A child left running (a daemon): started with its output in files, stopped with a signal.
 class BackgroundProcess final {
  public:
-  BackgroundProcess(const std::string& program, const std::vector<std::string>& args,
-                    const std::string& logPath, const std::map<std::string, std::string>& setEnv = {});
+  BackgroundProcess(const std::string& program, const std::vector<std::string>& args, const std::string& logPath,
+                    const std::map<std::string, std::string>& setEnv = {});
   ~BackgroundProcess();  // SIGKILL if still running
   BackgroundProcess(const BackgroundProcess&) = delete;
   BackgroundProcess& operator=(const BackgroundProcess&) = delete;
@@ -53,19 +55,6 @@ class BackgroundProcess final {
   int status_ = 0;
   bool reaped_ = false;
   std::string logPath_;
-};
-
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
-class TempDir final {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
 }  // namespace jitllm::testing

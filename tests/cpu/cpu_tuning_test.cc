@@ -3,67 +3,28 @@
 #include "kernels/cpu/cpu_tuning.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/cpu/cpu_topology.h"
 #include "kernels/cpu/cpu_tuner.h"
+#include "tests/scoped_test_state.h"
 
 namespace jitllm::cpu {
 namespace {
 
+using jitllm::testing::ScopedEnv;
+using jitllm::testing::TempDir;
+
 namespace fs = std::filesystem;
-
-// A directory of its own under the test's temporary root, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    path_ = fs::path(tmp && *tmp ? tmp : "/tmp") /
-            ("jitllm-cpu-tuning-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
 
 void writeFile(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
   std::ofstream(path) << text << "\n";
 }
-
-// Sets an environment variable for a scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(CpuTopology, CpuListsParseAsTheKernelWritesThem) {
   EXPECT_EQ(parseCpuList("0-3,8,10-11"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
@@ -74,15 +35,15 @@ TEST(CpuTopology, CpuListsParseAsTheKernelWritesThem) {
 
 TEST(CpuTopology, SmtSiblingsCountOnceAsPhysicalCores) {
   TempDir sys;
-  writeFile(sys.path() / "online", "0-3,6");
+  writeFile(fs::path(sys.path()) / "online", "0-3,6");
   // cpu0/cpu2 and cpu1/cpu3 are sibling pairs; cpu6 is alone on the second package's core 0.
   const int core[] = {0, 1, 0, 1, -1, -1, 0}, package[] = {0, 0, 0, 0, -1, -1, 1};
   for (int c : {0, 1, 2, 3, 6}) {
-    const fs::path dir = sys.path() / ("cpu" + std::to_string(c)) / "topology";
+    const fs::path dir = fs::path(sys.path()) / ("cpu" + std::to_string(c)) / "topology";
     writeFile(dir / "core_id", std::to_string(core[c]));
     writeFile(dir / "physical_package_id", std::to_string(package[c]));
   }
-  const fs::path cache = sys.path() / "cpu0" / "cache";
+  const fs::path cache = fs::path(sys.path()) / "cpu0" / "cache";
   writeFile(cache / "index0" / "level", "1");
   writeFile(cache / "index0" / "type", "Data");
   writeFile(cache / "index0" / "size", "48K");
@@ -95,7 +56,7 @@ TEST(CpuTopology, SmtSiblingsCountOnceAsPhysicalCores) {
   writeFile(cache / "index3" / "level", "3");
   writeFile(cache / "index3" / "type", "Unified");
   writeFile(cache / "index3" / "size", "30M");
-  const CpuTopology t = detectCpuTopology(sys.path().string());
+  const CpuTopology t = detectCpuTopology(sys.path());
   EXPECT_EQ(t.logicalCpus, 5);
   EXPECT_EQ(t.physicalCores, 3);
   EXPECT_EQ(t.l2Bytes, size_t(2048) << 10);
@@ -145,21 +106,21 @@ TEST(CpuTuning, KeptUnderTheCacheRootPerTopologyAndOffWithoutOne) {
   b.physicalCores = 3;
   CpuTuning t = defaultCpuTuning(a);
   t.threads = 5;
-  ASSERT_TRUE(storeCpuTuning(root.path().string(), a, t));
-  EXPECT_EQ(loadCpuTuning(root.path().string(), a).threads, 5);
-  EXPECT_EQ(loadCpuTuning(root.path().string(), b).threads, 3) << "another CPU's measurements are not ours";
+  ASSERT_TRUE(storeCpuTuning(root.path(), a, t));
+  EXPECT_EQ(loadCpuTuning(root.path(), a).threads, 5);
+  EXPECT_EQ(loadCpuTuning(root.path(), b).threads, 3) << "another CPU's measurements are not ours";
   EXPECT_FALSE(storeCpuTuning("", a, t));
   EXPECT_EQ(loadCpuTuning("", a), defaultCpuTuning(a));
 }
 
 TEST(CpuTuning, ADeviceTakesItsThreadsFromThisCpusFileUnlessGivenACount) {
   TempDir root;
-  const ScopedEnv env("JITLLM_CACHE_DIR", root.path().string());
+  const ScopedEnv env("JITLLM_CACHE_DIR", root.path());
   const CpuTopology here = detectCpuTopology();
   EXPECT_EQ(CpuDevice().info().threads, here.physicalCores);
   CpuTuning t = defaultCpuTuning(here);
   t.threads = here.physicalCores + 2;
-  ASSERT_TRUE(storeCpuTuning(root.path().string(), here, t));
+  ASSERT_TRUE(storeCpuTuning(root.path(), here, t));
   CpuDevice tuned;
   EXPECT_EQ(tuned.info().threads, here.physicalCores + 2);
   EXPECT_EQ(tuned.tuning().source, "measured");

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tests/daemon/daemon_harness.h"
+#include "tests/scoped_test_state.h"
 
 namespace jitllm::testing {
 namespace {
@@ -595,27 +596,23 @@ TEST(HttpHealth, ItSays503StartingWhilePreloadsLoadThen200) {
       std::this_thread::sleep_for(2ms);
     }
   });
-  const char* cache = std::getenv("JITLLM_CACHE_DIR");
-  const std::string savedCache = cache ? cache : "";
-  ::setenv("JITLLM_CACHE_DIR", "", 1);  // no disk cache: the preload compiles its kernels
-  DaemonProcess d({"--devices", "vulkan:0", "--http", "unix:" + http, "--preload",
-                   kModel + "=" + sharedPath("models/stories260K.gguf")});
-  if (cache) {
-    ::setenv("JITLLM_CACHE_DIR", savedCache.c_str(), 1);
-  } else {
-    ::unsetenv("JITLLM_CACHE_DIR");
-  }
-  const bool ready = d.ready();
+  const auto d = [&] {
+    const ScopedEnv noCache("JITLLM_CACHE_DIR", "");  // no disk cache: the preload compiles its kernels
+    return std::make_unique<DaemonProcess>(
+        std::vector<std::string>{"--devices", "vulkan:0", "--http", "unix:" + http, "--preload",
+                                 kModel + "=" + sharedPath("models/stories260K.gguf")});
+  }();
+  const bool ready = d->ready();
   // Ready: the next answer is 200.
   EXPECT_TRUE(waitUntil([&] { return call(http, "GET", "/health").status == 200; }, 10s, 10ms));
   std::this_thread::sleep_for(20ms);
   stop = true;
   poller.join();
   std::filesystem::remove_all(dir);
-  if (!ready && d.log().find("vulkan") != std::string::npos) {
-    GTEST_SKIP() << "no Vulkan device for the daemon here: " << d.log().substr(0, 400);
+  if (!ready && d->log().find("vulkan") != std::string::npos) {
+    GTEST_SKIP() << "no Vulkan device for the daemon here: " << d->log().substr(0, 400);
   }
-  ASSERT_TRUE(ready) << d.log();
+  ASSERT_TRUE(ready) << d->log();
   ASSERT_GE(seen.size(), 2u) << "the preload was too quick to be seen starting";
   EXPECT_EQ(seen.front(), "503 starting");
   EXPECT_EQ(seen.back(), "200 ok");

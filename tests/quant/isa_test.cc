@@ -6,37 +6,16 @@
 #include <string>
 
 #include "base/error.h"
+#include "tests/scoped_test_state.h"
 
 namespace jitllm::cpu {
 namespace {
 
-// Sets JITLLM_ISA for one scope and restores what was there, so tests run in one process do not
-// leak the override into each other.
-class ScopedIsaEnv final {
- public:
-  explicit ScopedIsaEnv(const char* value) {
-    if (const char* old = std::getenv("JITLLM_ISA")) saved_ = old;
-    if (value) {
-      setenv("JITLLM_ISA", value, 1);
-    } else {
-      unsetenv("JITLLM_ISA");
-    }
-  }
-  ~ScopedIsaEnv() {
-    if (saved_) {
-      setenv("JITLLM_ISA", saved_->c_str(), 1);
-    } else {
-      unsetenv("JITLLM_ISA");
-    }
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
+using jitllm::testing::ScopedEnv;  // JITLLM_ISA for one scope, so tests in one process do not leak it
 
 TEST(Isa, DetectedFeaturesAreConsistentWithTheChosenIsa) {
   const CpuFeatures f = detectCpuFeatures();
-  ScopedIsaEnv env(nullptr);
+  const ScopedEnv env("JITLLM_ISA", std::nullopt);
   const Isa best = bestIsa();
   EXPECT_EQ(best, fastestIsa(f));
   EXPECT_TRUE(isaSupported(best));
@@ -81,12 +60,12 @@ TEST(Isa, TheFastestPathFollowsTheFeatures) {
 TEST(Isa, JitllmIsaForcesAnySupportedPathAndRefusesTheOthersByName) {
   Isa best;
   {
-    ScopedIsaEnv env(nullptr);
+    const ScopedEnv env("JITLLM_ISA", std::nullopt);
     best = bestIsa();
   }
   for (Isa isa : kAllIsas) {
     SCOPED_TRACE(isaName(isa));
-    ScopedIsaEnv env(isaName(isa));
+    const ScopedEnv env("JITLLM_ISA", isaName(isa));
     if (isaSupported(isa)) {
       EXPECT_EQ(bestIsa(), isa);
     } else {
@@ -100,13 +79,13 @@ TEST(Isa, JitllmIsaForcesAnySupportedPathAndRefusesTheOthersByName) {
     }
   }
   {
-    ScopedIsaEnv env("");
+    const ScopedEnv env("JITLLM_ISA", "");
     EXPECT_EQ(bestIsa(), best);
   }
 }
 
 TEST(Isa, AnUnknownJitllmIsaValueIsAnErrorNotASilentDefault) {
-  ScopedIsaEnv env("avx1024");
+  const ScopedEnv env("JITLLM_ISA", "avx1024");
   EXPECT_THROW(bestIsa(), Error);
 }
 
