@@ -3,16 +3,13 @@
 #include "engine/runtime/model.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "base/error.h"
 #include "engine/gguf/gguf_writer.h"
 #include "tests/runtime/test_support.h"
+#include "tests/scoped_test_state.h"
 #include "tools/random_model.h"
 
 namespace jitllm::testing {
@@ -350,23 +347,28 @@ TEST(Model, InconsistentHyperparametersAreErrorsNamingTheKey) {
   expectLoadError(rewrite(kMicro, "", {{"llama.embedding_length", gguf::Value::u32(0)}}), "embedding_length");
 }
 
-// The micro model relabelled as `arch` (its keys under "ARCH."), with `extra` keys, then
-// `overrides`, less one tensor; qwen3 also gets 64-wide heads as attention.key_length and per-head
-// q/k norm vectors, granite Granite 3.3's multipliers.
+// The micro model relabelled as `arch` (its keys under "ARCH.") with the keys the architecture
+// needs - qwen3 64-wide heads as attention.key_length (and per-head q/k norm vectors), granite
+// Granite 3.3's multipliers - less `dropKey` of those, then `overrides`, less one tensor.
 std::vector<uint8_t> relabelledMicro(const std::string& arch, const std::string& dropTensor,
-                                     const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
+                                     const std::vector<std::pair<std::string, gguf::Value>>& overrides,
+                                     const std::string& dropKey = "") {
   auto f = gguf::GgufFile::open(kMicro);
   gguf::GgufWriter w;
   for (const auto& [k, v] : f->metadata()) w.set(k.rfind("llama.", 0) == 0 ? arch + "." + k.substr(6) : k, v);
   w.set("general.architecture", gguf::Value::string(arch));
+  std::vector<std::pair<std::string, gguf::Value>> needed;
   if (arch == "qwen3") {
-    w.set("qwen3.attention.key_length", gguf::Value::u32(64));
-    w.set("qwen3.attention.value_length", gguf::Value::u32(64));
+    needed = {{"qwen3.attention.key_length", gguf::Value::u32(64)},
+              {"qwen3.attention.value_length", gguf::Value::u32(64)}};
   } else if (arch == "granite") {
-    w.set("granite.logit_scale", gguf::Value::f32(8.0f));
-    w.set("granite.embedding_scale", gguf::Value::f32(12.0f));
-    w.set("granite.residual_scale", gguf::Value::f32(0.22f));
-    w.set("granite.attention.scale", gguf::Value::f32(0.015625f));
+    needed = {{"granite.logit_scale", gguf::Value::f32(8.0f)},
+              {"granite.embedding_scale", gguf::Value::f32(12.0f)},
+              {"granite.residual_scale", gguf::Value::f32(0.22f)},
+              {"granite.attention.scale", gguf::Value::f32(0.015625f)}};
+  }
+  for (const auto& [k, v] : needed) {
+    if (k != dropKey) w.set(k, v);
   }
   for (const auto& [k, v] : overrides) w.set(k, v);
   const std::vector<float> ones(64, 1.0f);
@@ -422,14 +424,8 @@ TEST(Model, GraniteReadsItsMultipliersAndRefusesBadOnesByName) {
     EXPECT_FALSE(m->config().ropeNeox);
   }
   // logit_scale is required (llama.cpp requires it too); the others are optional.
-  std::vector<uint8_t> bytes = relabelledMicro("granite", "", {});
-  auto f = gguf::GgufFile::fromBytes(bytes, "g.gguf");
-  gguf::GgufWriter w;
-  for (const auto& [k, v] : f->metadata()) {
-    if (k != "granite.logit_scale") w.set(k, v);
-  }
-  for (const auto& t : f->tensors()) w.addTensor(t.name, t.type, t.dims, {t.data, t.nbytes});
-  expectLoadError(w.serialize(), "missing metadata key 'granite.logit_scale'");
+  expectLoadError(relabelledMicro("granite", "", {}, "granite.logit_scale"),
+                  "missing metadata key 'granite.logit_scale'");
   expectLoadError(relabelledMicro("granite", "", {{"granite.residual_scale", gguf::Value::f32(-1.0f)}}),
                   "'granite.residual_scale' is -1, not a positive finite multiplier");
   expectLoadError(relabelledMicro("granite", "", {{"granite.rope.scaling.finetuned", gguf::Value::boolean(false)}}),
@@ -439,22 +435,11 @@ TEST(Model, GraniteReadsItsMultipliersAndRefusesBadOnesByName) {
 // Phi-3 from our generator: fused matrices split into their products, LongRoPE's factors picked by
 // the context, its attention factor read; a bad factor is an error naming the key.
 TEST(Model, Phi3SplitsItsFusedMatricesAndPicksItsRopeFactorsByContext) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("jitllm-model-test-phi3-" + std::to_string(::getpid()) + ".gguf"))
-          .string();
+  const TempDir dir;
+  const std::string path = dir.path() + "/phi3.gguf";
   tools::writeRandomModel({*tools::findShape("phi3-micro"), *tools::findMix("f32"), 3, JITLLM_SHARED_DIR}, path);
-  const std::vector<uint8_t> bytes = [&] {
-    std::ifstream in(path, std::ios::binary);
-    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }();
-  std::filesystem::remove(path);
   auto load = [&](const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
-    auto f = gguf::GgufFile::fromBytes(bytes, "phi3.gguf");
-    gguf::GgufWriter w;
-    for (const auto& [k, v] : f->metadata()) w.set(k, v);
-    for (const auto& [k, v] : overrides) w.set(k, v);
-    for (const auto& t : f->tensors()) w.addTensor(t.name, t.type, t.dims, {t.data, t.nbytes});
-    return w.serialize();
+    return rewrite(path, "", overrides);
   };
   cpu::CpuDevice device;
   runtime::ModelLoadOptions options;
