@@ -1,7 +1,5 @@
 #include "engine/devices/speed_probe.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -9,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "kernels/quant/quantize.h"
 
 namespace jitllm::runtime {
@@ -81,14 +80,10 @@ double decodeSpeed(Device& device, const std::string& cacheRoot, bool* measured)
   if (!path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(cacheRoot, ec);
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    {
-      std::ofstream out(tmp);
-      for (const auto& [k, v] : entries) out << k << '\t' << v << '\n';
-      out << key << '\t' << speed << '\n';
-    }
-    std::filesystem::rename(tmp, path, ec);  // a read-only cache: the next start measures again
-    if (ec) std::filesystem::remove(tmp, ec);
+    std::ostringstream out;
+    for (const auto& [k, v] : entries) out << k << '\t' << v << '\n';
+    out << key << '\t' << speed << '\n';
+    writeFileAtomically(path, out.str());  // a read-only cache: the next start measures again
   }
   return speed;
 }

@@ -1,12 +1,11 @@
 #include "kernels/cpu/cpu_tuning.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "base/atomic_file.h"
 
 namespace jitllm::cpu {
 
@@ -79,20 +78,7 @@ bool storeCpuTuning(const std::string& cacheRoot, const CpuTopology& topology, c
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec) return false;
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << formatCpuTuning(tuning);
-    if (!out) {
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
+  return writeFileAtomically(path, formatCpuTuning(tuning));
 }
 
 }  // namespace jitllm::cpu

@@ -1,7 +1,6 @@
 #include "kernels/cuda/kernel_library.h"
 
 #include <nvrtc.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <fstream>
 #include <tuple>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "kernels/cuda/kernel_sources.h"
 #include "kernels/device.h"
@@ -360,26 +360,13 @@ std::optional<std::vector<char>> KernelCache::load(const std::string& keyMateria
 void KernelCache::store(const std::string& keyMaterial, const std::vector<char>& image) const {
   if (!enabled()) return;
   const std::string path = pathFor(keyMaterial);
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const uint64_t keyCheck = fnv1a64(keyMaterial, 0x9e3779b97f4a7c15ull);
-    const uint64_t size = image.size();
-    const uint64_t check = fnv1a64(std::string_view(image.data(), image.size()), kSeedA);
-    out.write(kMagic, 8);
-    out.write(reinterpret_cast<const char*>(&keyCheck), 8);
-    out.write(reinterpret_cast<const char*>(&size), 8);
-    out.write(reinterpret_cast<const char*>(&check), 8);
-    out.write(image.data(), std::streamsize(image.size()));
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      return;  // a full disk only costs a recompile later
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
+  const uint64_t keyCheck = fnv1a64(keyMaterial, 0x9e3779b97f4a7c15ull);
+  const uint64_t size = image.size();
+  const uint64_t check = fnv1a64(std::string_view(image.data(), image.size()), kSeedA);
+  std::string file(kMagic, 8);
+  for (const uint64_t* field : {&keyCheck, &size, &check}) file.append(reinterpret_cast<const char*>(field), 8);
+  file.append(image.data(), image.size());
+  writeFileAtomically(path, file);  // a full disk only costs a recompile later
 }
 
 }  // namespace jitllm::cuda

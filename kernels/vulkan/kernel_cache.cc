@@ -1,7 +1,5 @@
 #include "kernels/vulkan/kernel_cache.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "base/atomic_file.h"
 #include "kernels/device.h"
 
 namespace jitllm::vulkan {
@@ -64,18 +63,7 @@ std::string KernelCache::spirvPath(uint64_t key) const {
 }
 
 void KernelCache::writeAtomically(const std::string& path, const void* data, size_t size) const {
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return;
-    out.write(static_cast<const char*>(data), std::streamsize(size));
-    if (!out) {
-      out.close();
-      std::remove(tmp.c_str());
-      return;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+  writeFileAtomically(path, std::string_view(static_cast<const char*>(data), size));
 }
 
 std::optional<std::vector<uint32_t>> KernelCache::loadSpirv(uint64_t key, uint64_t check) const {
