@@ -159,14 +159,22 @@ float referenceQ8_0(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
   return sumTree8(acc);
 }
 
-float referenceQ4_0(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
+// q4_0, and q5_0 with its fifth bits (bit i of qh for element i) and an offset of 16.
+template <class Block>
+float referenceBlocks32(const uint8_t* row, int64_t cols, const ReferenceRow& x) {
+  constexpr bool kFifthBit = std::is_same_v<Block, quant::block_q5_0>;
   float acc[8] = {};
   for (int64_t j = 0; j < cols / 32; j++) {
-    const auto* blk = reinterpret_cast<const quant::block_q4_0*>(row) + j;
+    const auto* blk = reinterpret_cast<const Block*>(row) + j;
+    uint32_t qh = 0;
+    if constexpr (kFifthBit) std::memcpy(&qh, blk->qh, sizeof qh);
+    const int offset = kFifthBit ? 16 : 8;
     int32_t sum = 0;
     for (int i = 0; i < 16; i++) {
-      sum += ((blk->qs[i] & 0xF) - 8) * x.value[size_t(32 * j + i)];
-      sum += ((blk->qs[i] >> 4) - 8) * x.value[size_t(32 * j + 16 + i)];
+      const int lo = (blk->qs[i] & 0xF) | int((qh >> i) & 1) << 4;
+      const int hi = (blk->qs[i] >> 4) | int((qh >> (16 + i)) & 1) << 4;
+      sum += (lo - offset) * x.value[size_t(32 * j + i)];
+      sum += (hi - offset) * x.value[size_t(32 * j + 16 + i)];
     }
     acc[j % 8] = std::fma(float(sum), halfToFloat(blk->d) * x.scale[size_t(j)], acc[j % 8]);
   }
@@ -182,7 +190,9 @@ float reference(TensorType type, const uint8_t* row, int64_t cols, const Referen
     case TensorType::kQ6_K:
       return referenceQ6_K(row, cols, x);
     case TensorType::kQ4_0:
-      return referenceQ4_0(row, cols, x);
+      return referenceBlocks32<quant::block_q4_0>(row, cols, x);
+    case TensorType::kQ5_0:
+      return referenceBlocks32<quant::block_q5_0>(row, cols, x);
     case TensorType::kQ8_0:
       return referenceQ8_0(row, cols, x);
     default:
@@ -262,11 +272,12 @@ TEST(Int8Contract, EveryIntegerPathGivesTheReferenceBits) {
     int64_t cols;
   };
   // q8_0 rows of 15 and 1 blocks end in a partial unit of 8 (the tail), 2048 is a 1B-model row.
-  // q4_0 as q8_0.
+  // q4_0 and q5_0 as q8_0; 1152 is gemma3-1b's row (q5_0 in its Q4_K_M file).
   for (const Shape s : {Shape{TensorType::kQ4_K, 512}, Shape{TensorType::kQ4_K, 2048}, Shape{TensorType::kQ5_K, 512},
                         Shape{TensorType::kQ5_K, 2048}, Shape{TensorType::kQ6_K, 512}, Shape{TensorType::kQ6_K, 2048},
                         Shape{TensorType::kQ8_0, 480}, Shape{TensorType::kQ8_0, 32}, Shape{TensorType::kQ8_0, 2048},
-                        Shape{TensorType::kQ4_0, 480}, Shape{TensorType::kQ4_0, 32}, Shape{TensorType::kQ4_0, 2048}}) {
+                        Shape{TensorType::kQ4_0, 480}, Shape{TensorType::kQ4_0, 32}, Shape{TensorType::kQ4_0, 2048},
+                        Shape{TensorType::kQ5_0, 480}, Shape{TensorType::kQ5_0, 32}, Shape{TensorType::kQ5_0, 1152}}) {
     constexpr int64_t kRows = 13;
     const Weights w = randomWeights(s.type, kRows, s.cols, 40 + uint32_t(s.cols) + uint32_t(s.type));
     for (int64_t tokens : {1, 2, 4, 5, 21}) {

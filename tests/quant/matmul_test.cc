@@ -74,6 +74,7 @@ std::vector<float> randomActivations(int64_t tokens, int64_t stride, uint32_t se
 // The types the integer kernels multiply with int8-pair activations (about 15 bits) instead of
 // floats: every Isa but the scalar and the plain AVX-512 one.
 bool usesIntegerActivations(TensorType type, Isa isa) {
+  if (isa != Isa::kScalar && type == TensorType::kQ5_0) return true;  // no float kernel: kAvx512 too
   return isa != Isa::kScalar && isa != Isa::kAvx512 &&
          (type == TensorType::kQ4_0 || type == TensorType::kQ4_K || type == TensorType::kQ5_K ||
           type == TensorType::kQ6_K || type == TensorType::kQ8_0);

@@ -181,6 +181,7 @@ void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, 
       return vnniRows<KernelQ8_0>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case TensorType::kQ5_K:
     case TensorType::kQ4_0:
+    case TensorType::kQ5_0:
       // The contract's 256-bit kernels (no 512-bit form of these yet): the same bits as every
       // other integer path, and far faster than the float kernels.
       if (isaSupported(Isa::kAvxVnni)) return matmulRowsAvxVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
