@@ -1,6 +1,7 @@
 #include "kernels/device.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -78,6 +79,13 @@ void Device::ropeAndStore(float* q, float* k, const float* v, int64_t tokens, in
   rope(q, tokens, heads, layout.headDim, positions, params);
   rope(k, tokens, kvHeads, layout.headDim, positions, params);
   kvStore(k, v, tokens, slots, layout);
+}
+
+void Device::softcap(float* x, float cap, int64_t n) {
+  std::vector<float> host(static_cast<size_t>(n));
+  copyToHost(host.data(), reinterpret_cast<const uint8_t*>(x), host.size() * sizeof(float));
+  for (float& v : host) v = cap * std::tanh(v / cap);
+  copyFromHost(reinterpret_cast<uint8_t*>(x), host.data(), host.size() * sizeof(float));
 }
 
 void Device::copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) {

@@ -133,13 +133,16 @@ struct MatmulTarget {
 };
 
 // Attention for a batch of query tokens over paged KV. Token t attends to positions
-// [0, positions[t]] of its session, whose pages are pageTables[t][0..].
+// [first(t), positions[t]] of its session, whose pages are pageTables[t][0..]: first(t) is 0, or
+// with a sliding window (window > 0) max(0, positions[t] - window + 1). Pages that end before
+// first(t) may have been freed: their entries in the page table can be null and are never read.
 struct AttentionBatch {
   int64_t tokens = 0;
   int heads = 0;
   KvLayout kv;
   float scale = 1.0f;
-  const int32_t* positions = nullptr;                 // host, per token
+  int window = 0;                      // > 0: the sliding window of the layer (gemma3's local layers), in tokens
+  const int32_t* positions = nullptr;  // host, per token
   const uint8_t* const* const* pageTables = nullptr;  // host, per token: page addresses
 };
 
@@ -155,7 +158,7 @@ struct KernelWorkload {
   };
   std::vector<Attention> attention;  // with ropeAndStore's and kvStore's shapes
   int64_t maxTokens = 1;             // the most tokens one op of a step takes
-  bool elementwise = false;          // rmsNorm, swiglu, add, rope
+  bool elementwise = false;          // rmsNorm, swiglu, geglu, add, rope
   bool candidates = false;           // selectCandidates (the head)
 };
 
@@ -238,10 +241,18 @@ class Device {
   virtual void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) = 0;
   virtual void attention(const float* q, float* out, const AttentionBatch& batch) = 0;
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // GEGLU with GELU's tanh form (gemma): out[i] = gelu(gate[i]) * up[i], where
+  // gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), computed in every backend as its
+  // equal g / (1 + exp(-z)) * up[i] with z = 1.5957691216 * (g + 0.044715 * g * g * g), the
+  // form of swiglu with z for g in the exponent.
+  virtual void geglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // x[i] *= s: the multipliers of architectures that scale embeddings, residual branches or
   // logits (granite), one correctly rounded product each.
   virtual void scale(float* x, float s, int64_t n) = 0;
+  // x[i] = cap * tanh(x[i] / cap): a final logit soft-cap (gemma's final_logit_softcapping).
+  // Default: through host memory (no model in common use sets it; a device may do better).
+  virtual void softcap(float* x, float cap, int64_t n);
 
   // Ops made of the ones above, which a device may run in fewer passes or launches; each gives
   // exactly the results of the plain sequence (the default runs it).

@@ -45,6 +45,8 @@ waitPeer() {
 # The goldens are found where the binaries were built.
 mkdir -p /work/main && [ -e /work/main/tests ] || ln -sfn "$PWD/tests" /work/main/tests
 "$C/quant_tests" 2>&1 | grep -vE "^\[ +(RUN|OK) " > "$OUT/quant_tests.log"; tail -4 "$OUT/quant_tests.log"
+# The activations (swiglu, geglu) on every ISA here, against float64.
+"$C/cpu_tests" 2>&1 | grep -vE "^\[ +(RUN|OK) " > "$OUT/cpu_tests.log"; tail -2 "$OUT/cpu_tests.log"
 "$C/runtime_tests" --gtest_filter='*EveryKernelVariant*:Model.TheThreadCount*' > "$OUT/runtime_tests.log" 2>&1
 tail -2 "$OUT/runtime_tests.log"
 if [ "${MICRO:-1}" = 1 ]; then

@@ -44,7 +44,7 @@ Environment (all optional):
   NCU_KERNEL        profile: a regex of kernel names for Nsight Compute's full set (default: no ncu)
   NCU_SKIP          profile: launches of that kernel skipped first (default 0)
   NCU_ARGS          profile: jitllm-bench's arguments under Nsight Compute (default "-p 0 -n 4")
-  ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro")
+  ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro gemma3-micro")
   BUILT_AT          vulkan: the checkout path the carried binaries were built at (default /work/main)
 EOF
 }
@@ -257,8 +257,10 @@ migrate() {
 # archs: each shape's logits on cuda:0 against cpu:0 (float32 files compared in plain python3).
 archs() {
   local shape type f rc=0
-  local ids="1 450 4996 17354 1701 432 17204 975 278 17366 11203 29889 512 278 6763 310 1568 5960 278"
-  for shape in ${ARCH_SHAPES:-qwen3-micro granite-micro phi3-micro}; do
+  # 64 ids, all below 32000 (every shape's vocabulary): past gemma3-micro's 24-token window.
+  local ids
+  ids=$(cat tests/goldens/gemma3/tokens.txt)
+  for shape in ${ARCH_SHAPES:-qwen3-micro granite-micro phi3-micro gemma3-micro}; do
     for type in f16 q4_k_m; do
       f=$(makeModel "$shape" "$type")
       for dev in cpu:0 cuda:0; do
@@ -266,11 +268,11 @@ archs() {
         timeout 120 "$BIN/jitllm-run" "$f" -t "$ids" --score --logits "$OUT/$dev.bin" --devices $dev \
           > "$LOGS/archs-$shape-$type-${dev/:/}.log" 2>&1 || { echo "$shape $type on $dev failed"; rc=1; }
       done
-      python3 - "$OUT/cpu:0.bin" "$OUT/cuda:0.bin" "$shape $type" << 'PYEOF'
+      python3 - "$OUT/cpu:0.bin" "$OUT/cuda:0.bin" "$shape $type" "$(wc -w <<< "$ids")" << 'PYEOF'
 import array, sys
 a, b = array.array("f"), array.array("f")
 a.frombytes(open(sys.argv[1], "rb").read()); b.frombytes(open(sys.argv[2], "rb").read())
-n = 19
+n = int(sys.argv[4])
 v = len(a) // n
 err = sum((x - y) ** 2 for x, y in zip(a, b))
 mean = sum(a) / len(a)

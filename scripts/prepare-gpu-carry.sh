@@ -61,7 +61,7 @@ fi
 # --cpu: .carry-cpu/, the binaries scripts/cpu-isa-check.sh runs there (only the C/C++ runtimes and
 # NVRTC, which that machine has, are linked dynamically).
 if ((cpu)); then
-  bins=(quant_tests runtime_tests matmul_microbench jitllm-bench jitllm-mkmodel)
+  bins=(quant_tests cpu_tests runtime_tests matmul_microbench jitllm-bench jitllm-mkmodel)
   [ -f build/build.ninja ] || { echo "--cpu needs the release build in build/" >&2; exit 1; }
   cmake --build build --target "${bins[@]}" > /dev/null
   rm -rf .carry-cpu && mkdir -p .carry-cpu

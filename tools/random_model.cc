@@ -139,6 +139,76 @@ bool moreBits(int64_t layer, int64_t layers) {
   return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
+// Gemma 3's chat template (its tokenizer_config.json).
+constexpr const char* kGemma3Template = R"JINJA({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+)JINJA";
+
+// The tokenizer keys of `vocab` (llama-spm's) in gemma's form: see random_model.h.
+void writeGemmaTokenizer(const gguf::GgufFile& vocab, int64_t size, gguf::GgufWriter& w) {
+  std::vector<std::string> tokens = *vocab.getStringArray("tokenizer.ggml.tokens");
+  std::vector<float> scores = *vocab.getF32Array("tokenizer.ggml.scores");
+  std::vector<int32_t> types = *vocab.getI32Array("tokenizer.ggml.token_type");
+  constexpr int32_t kControl = 3, kUnused = 5;  // llama.cpp's token types
+  for (const char* marker : {"<start_of_turn>", "<end_of_turn>"}) {
+    tokens.push_back(marker);
+    scores.push_back(0.0f);
+    types.push_back(kControl);
+  }
+  for (int64_t i = 0; int64_t(tokens.size()) < size; i++) {
+    tokens.push_back("<unused" + std::to_string(i) + ">");
+    scores.push_back(0.0f);
+    types.push_back(kUnused);
+  }
+  for (const auto& [key, value] : vocab.metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  }
+  w.set("tokenizer.ggml.tokens", gguf::Value::stringArray(tokens));
+  w.set("tokenizer.ggml.scores", gguf::Value::f32Array(scores));
+  w.set("tokenizer.ggml.token_type", gguf::Value::i32Array(types));
+  w.set("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(false));
+  w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(true));
+  w.set("tokenizer.chat_template", gguf::Value::string(kGemma3Template));
+}
+
 }  // namespace
 
 const std::vector<ModelShape>& knownShapes() {
@@ -168,6 +238,14 @@ const std::vector<ModelShape>& knownShapes() {
       {"phi3-micro", "phi3", 256, 4, 4, 4, 512, "vocab/ggml-vocab-phi-3.gguf", 10000.0f, false, false, 8192, 1e-5f, 0},
       {"phi-3.5-mini", "phi3", 3072, 32, 32, 32, 8192, "vocab/ggml-vocab-phi-3.gguf", 10000.0f, false, false, 131072,
        1e-5f, 0},
+      // gemma3: llama-spm's pieces in gemma's form (random_model.h); window, heads and context of
+      // Gemma 3 1B and 4B (4B: linear rope scaling 8 on its global layers).
+      {"gemma3-micro", "gemma3", 256, 6, 4, 2, 512, "vocab/ggml-vocab-llama-spm.gguf", 1000000.0f, false, true, 32768,
+       1e-6f, 64, 24, 0, 0},
+      {"gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, "vocab/ggml-vocab-llama-spm.gguf", 1000000.0f, false, true, 32768,
+       1e-6f, 256, 512, 0, 262144},
+      {"gemma3-4b", "gemma3", 2560, 34, 8, 4, 10240, "vocab/ggml-vocab-llama-spm.gguf", 1000000.0f, false, true, 131072,
+       1e-6f, 256, 1024, 8.0f, 262144},
   };
   return shapes;
 }
@@ -214,7 +292,9 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   auto vocab = gguf::GgufFile::open(vocabPath);
   const gguf::Value* tokens = vocab->find("tokenizer.ggml.tokens");
   JITLLM_REQUIRE(tokens && tokens->asArray(), vocab->name(), ": no tokenizer.ggml.tokens");
-  const int64_t nVocab = int64_t(tokens->asArray()->size());
+  const bool gemma = s.arch == "gemma3";
+  const int64_t fileVocab = int64_t(tokens->asArray()->size()) + (gemma ? 2 : 0);  // + gemma's turn markers
+  const int64_t nVocab = std::max(fileVocab, s.vocabSize);
   const int64_t headDim = s.headDim > 0 ? s.headDim : s.embedding / s.heads;
 
   ModelBuilder b(spec);
@@ -250,10 +330,26 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
     w.set(a + "attention.scale", gguf::Value::f32(0.015625f));
     w.set(a + "logit_scale", gguf::Value::f32(8.0f));
   }
-  for (const auto& [key, value] : vocab->metadata()) {
-    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  if (s.slidingWindow > 0) {
+    w.set(a + "attention.sliding_window", gguf::Value::u32(uint32_t(s.slidingWindow)));
+    w.set(a + "rope.freq_base_swa", gguf::Value::f32(10000.0f));
+  }
+  if (s.ropeLinearFactor > 0) {
+    w.set(a + "rope.scaling.type", gguf::Value::string("linear"));
+    w.set(a + "rope.scaling.factor", gguf::Value::f32(s.ropeLinearFactor));
+  }
+  if (gemma) {
+    writeGemmaTokenizer(*vocab, nVocab, w);
+  } else {
+    for (const auto& [key, value] : vocab->metadata()) {
+      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+    }
   }
 
+  if (spec.vocabOnly) {
+    w.writeFile(path);
+    return;
+  }
   b.matrix("token_embd.weight", s.tiedEmbeddings ? mix.output : mix.base, nVocab, s.embedding, 1.0);
   b.vector("output_norm.weight", s.embedding, 1.0f, 0.1f);
   if (!s.tiedEmbeddings) b.matrix("output.weight", mix.output, nVocab, s.embedding, 1.0 / std::sqrt(s.embedding));
@@ -288,11 +384,12 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
       b.vector(p + "attn_k.bias", kvDim, 0.0f, 0.1f);
       b.vector(p + "attn_v.bias", kvDim, 0.0f, 0.1f);
     }
-    if (s.arch == "qwen3") {
+    if (s.arch == "qwen3" || gemma) {
       b.vector(p + "attn_q_norm.weight", headDim, 1.0f, 0.1f);
       b.vector(p + "attn_k_norm.weight", headDim, 1.0f, 0.1f);
     }
     b.matrix(p + "attn_output.weight", mix.base, s.embedding, qDim, 1.0 / std::sqrt(double(qDim)));
+    if (gemma) b.vector(p + "post_attention_norm.weight", s.embedding, 1.0f, 0.1f);
     b.vector(p + "ffn_norm.weight", s.embedding, 1.0f, 0.1f);
     if (s.arch == "phi3") {
       b.matrix(p + "ffn_up.weight", mix.base, 2 * s.feedForward, s.embedding, inEmb);  // gate rows, then up
@@ -301,6 +398,7 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
       b.matrix(p + "ffn_up.weight", mix.base, s.feedForward, s.embedding, inEmb);
     }
     b.matrix(p + "ffn_down.weight", more, s.embedding, s.feedForward, 1.0 / std::sqrt(double(s.feedForward)));
+    if (gemma) b.vector(p + "post_ffw_norm.weight", s.embedding, 1.0f, 0.1f);
   }
   w.writeFile(path);
 }

@@ -28,13 +28,22 @@ struct ModelShape {
   bool tiedEmbeddings;
   int64_t contextLength;
   float rmsEps;
-  int64_t headDim;  // 0: embedding / heads; else written as attention.key_length (qwen3)
+  int64_t headDim;             // 0: embedding / heads; else written as attention.key_length (qwen3)
+  int64_t slidingWindow = 0;   // gemma3: attention.sliding_window (every 6th layer global)
+  float ropeLinearFactor = 0;  // rope.scaling.type linear with this factor (0: none)
+  int64_t vocabSize = 0;       // the vocabulary padded to this many tokens (0: the vocab file's)
 };
 
 // micro, tiny, llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b, qwen3-micro (a 4-layer
 // qwen3 with its real vocab and 128-wide heads, for tests), qwen3-0.6b, qwen3-4b, granite-micro (a
 // 4-layer granite with Granite 3.3's multipliers and tokenizer), granite-3.3-2b, phi3-micro (fused
-// matrices, LongRoPE, an 8192-token context past the original 4096), phi-3.5-mini.
+// matrices, LongRoPE, an 8192-token context past the original 4096), phi-3.5-mini, gemma3-micro
+// (6 layers, one global, a 24-token sliding window), gemma3-1b, gemma3-4b.
+//
+// Gemma's own tokenizer (SentencePiece, 262144 pieces) is not among the vocab files llama.cpp
+// ships, so the gemma3 shapes carry llama-spm's pieces in gemma's form: no space prefix, gemma's
+// turn markers <start_of_turn> and <end_of_turn> as control tokens, unused pieces padding the
+// vocabulary to gemma's 262144 tokens (the micro shape keeps 32002), and Gemma 3's chat template.
 const std::vector<ModelShape>& knownShapes();
 std::optional<ModelShape> findShape(const std::string& name);
 
@@ -54,7 +63,8 @@ struct RandomModelSpec {
   ModelShape shape;
   WeightMix mix;
   uint64_t seed = 0;
-  std::string sharedDir;  // where vocabFile is found
+  std::string sharedDir;   // where vocabFile is found
+  bool vocabOnly = false;  // the metadata only (a vocabulary file, as llama.cpp's ggml-vocab-*.gguf)
 };
 
 // Writes the model to `path`; Error(FAILED) naming the file on I/O problems.

@@ -713,7 +713,10 @@ std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest&
     const Idle& i = **it;
     if (i.ownerUid != r.ownerUid || i.contextLimit != limit) continue;
     const size_t n = std::min(commonPrefix(i.tokens, r.prompt), r.prompt.size() - 1);
-    if (n > bestLength && 2 * n >= i.tokens.size()) {
+    // A sliding-window model's session cannot rewind behind the KV its windows have freed.
+    const bool rewindable =
+        i.session ? i.session->canTruncate(int64_t(n)) : i.parked && i.parked->canTruncate(int64_t(n));
+    if (n > bestLength && 2 * n >= i.tokens.size() && rewindable) {
       best = it;
       bestLength = n;
     }

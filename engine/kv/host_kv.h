@@ -1,7 +1,8 @@
 // A session's KV cache parked in host RAM: how an idle conversation gives its device memory back
 // and later continues without recomputing a token.
 //
-// Parking copies the written pages of every layer to host memory, one gather per layer from the
+// Parking copies the written pages of every layer (the live ones: not those a sliding window has
+// freed) to host memory, one gather per layer from the
 // device the layer's pages live on; the caller then destroys the session, which returns its pages
 // to their pools. Restoring makes a new session of the model - its pages from the pools of the
 // devices the layers run on *now*, so a migration or a lost device in between does not matter -
@@ -32,6 +33,8 @@ class HostKv final {
   std::unique_ptr<Session> restore(Model& model) const;
 
   int64_t length() const { return length_; }
+  // Whether the restored session could be rewound to `length` (Session::canTruncate).
+  bool canTruncate(int64_t length) const;
   int64_t contextLimit() const { return contextLimit_; }
   size_t bytes() const;
 
@@ -39,7 +42,10 @@ class HostKv final {
   int64_t length_ = 0;
   int64_t contextLimit_ = 0;
   size_t pageBytes_ = 0;
-  std::vector<std::vector<uint8_t>> layers_;  // per layer: its written pages, back to back
+  std::vector<std::vector<uint8_t>> layers_;  // per layer: its written live pages, back to back
+  std::vector<size_t> firstPages_;            // per layer: the page index layers_ starts at
+  std::vector<int64_t> windows_;              // per layer: its sliding window (0: none)
+  int64_t pageTokens_ = 0;
 };
 
 // True when some of `session`'s pages are in device memory rather than host RAM (a CPU device's

@@ -23,6 +23,8 @@
 namespace jitllm::runtime {
 
 using PageId = uint32_t;
+// A page-table entry whose page was freed (a sliding-window layer's pages behind its window).
+constexpr PageId kNoPage = ~PageId{0};
 
 class KvPagePool final {
  public:

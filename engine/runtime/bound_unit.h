@@ -36,6 +36,8 @@ struct BoundUnit {
   const float* bv = nullptr;
   const float* qNorm = nullptr;  // per-head norms of q and k (qwen3)
   const float* kNorm = nullptr;
+  const float* attnPostNorm = nullptr;  // norms of each branch's output (gemma3)
+  const float* ffnPostNorm = nullptr;
 
   // Streamed (a block of a model larger than its device): the weights wait in `streamSource`
   // (pinned host memory) laid out as they will be in a device slot, and the pointers above point
@@ -85,7 +87,7 @@ struct BoundUnit {
                                                                    (reinterpret_cast<const uint8_t*>(p) - streamBase));
     };
     for (WeightRef* w : {&wq, &wk, &wv, &wo, &gate, &up, &down}) move(w->data);
-    for (const float** v : {&attnNorm, &ffnNorm, &bq, &bk, &bv, &qNorm, &kNorm}) move(*v);
+    for (const float** v : {&attnNorm, &ffnNorm, &bq, &bk, &bv, &qNorm, &kNorm, &attnPostNorm, &ffnPostNorm}) move(*v);
     streamBase = base;
   }
 

@@ -58,7 +58,9 @@ void LiveMigration::releaseTargetPages() {
 
 void LiveMigration::freeTargetPages(SessionCopy& copy) {
   for (auto& pages : copy.pages) {
-    for (PageId p : pages) targetPool_->free(p);
+    for (PageId p : pages) {
+      if (p != kNoPage) targetPool_->free(p);
+    }
     pages.clear();
   }
 }
@@ -81,6 +83,7 @@ void LiveMigration::reconcileSessions() {
       c.pages.resize(movingLayers_.size());
       c.addresses.resize(movingLayers_.size());
       c.valid.assign(movingLayers_.size(), 0);
+      c.freedBefore.assign(movingLayers_.size(), 0);
       c.rewinds = s->rewinds();
     } else if (c.rewinds != s->rewinds()) {
       // A rewind may have rewritten positions we copied: copy them again.
@@ -102,9 +105,13 @@ bool LiveMigration::precopy(size_t budget) {
       const int layer = movingLayers_[i];
       Device& source = s->layerPool(layer).device();
       while (c.valid[i] < sealed) {
-        if (spent + pageBytes > budget && spent > 0) return false;
         const size_t p = size_t(c.valid[i] / pageTokens);
-        while (c.pages[i].size() <= p) addTargetPage(c, i);
+        if (p < s->firstLivePage(layer)) {  // freed by a sliding window: nothing to copy
+          c.valid[i] = int64_t(s->firstLivePage(layer)) * pageTokens;
+          continue;
+        }
+        if (spent + pageBytes > budget && spent > 0) return false;
+        while (c.pages[i].size() <= p) addTargetPage(c, i, *s);
         source.copyToDevice(*options_.target, c.addresses[i][p], s->pageAddresses(layer)[p], pageBytes);
         c.valid[i] = int64_t(p + 1) * pageTokens;
         spent += pageBytes;
@@ -156,12 +163,14 @@ void LiveMigration::warmTail() {
     const size_t written = size_t((s->length() + kv.pageTokens - 1) / kv.pageTokens);
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       const int layer = movingLayers_[i];
-      const size_t count = s->layerPageCount(layer);
+      const size_t count = s->layerPageTableSize(layer);
       // Room for a page or two more, so the pause does not grow (copy) a long page table.
       c.pages[i].reserve(count + 2);
       c.addresses[i].reserve(count + 2);
-      while (c.pages[i].size() < count) addTargetPage(c, i);
-      for (size_t p = size_t(c.valid[i] / kv.pageTokens); p < std::min(count, written); p++) {
+      while (c.pages[i].size() < count) addTargetPage(c, i, *s);
+      dropFreedTargetPages(c, i, *s);
+      for (size_t p = std::max(size_t(c.valid[i] / kv.pageTokens), s->firstLivePage(layer));
+           p < std::min(count, written); p++) {
         s->layerPool(layer).device().copyToDevice(*options_.target, c.addresses[i][p], s->pageAddresses(layer)[p],
                                                   kv.pageBytes());
         stats_.bytesPrecopied += kv.pageBytes();
@@ -223,11 +232,14 @@ void LiveMigration::commit() {
     const int64_t length = s->length();
     for (size_t i = 0; i < movingLayers_.size(); i++) {
       const int layer = movingLayers_[i];
-      const size_t count = s->layerPageCount(layer);
-      while (c.pages[i].size() < count) addTargetPage(c, i);  // may throw OVERLOADED
+      const size_t count = s->layerPageTableSize(layer);
+      while (c.pages[i].size() < count) addTargetPage(c, i, *s);  // may throw OVERLOADED
+      // Pages a sliding window has freed since they were copied are freed on the target too (a
+      // page or two per layer since the last step: the pause stays short).
+      dropFreedTargetPages(c, i, *s);
       Device& source = s->layerPool(layer).device();
       // Pages past the written length hold nothing yet: they are allocated, nothing is copied.
-      for (int64_t p = c.valid[i] / P; p * P < length; p++) {
+      for (int64_t p = std::max(c.valid[i] / P, int64_t(s->firstLivePage(layer))); p * P < length; p++) {
         const uint8_t* from = s->pageAddresses(layer)[size_t(p)];
         uint8_t* to = c.addresses[i][size_t(p)];
         if (hostToHost && source.info().caps.hostMemory) {
@@ -301,14 +313,21 @@ void LiveMigration::releaseSource() noexcept {
   releaseSpares();
   copies_.clear();  // the old page tables' vectors; freeing them is not for the pause
   for (auto& [pool, pages] : retiredPages_) {
-    for (PageId p : pages) pool->free(p);
+    for (PageId p : pages) {
+      if (p != kNoPage) pool->free(p);
+    }
   }
   retiredPages_.clear();
   retiredUnits_.clear();
   model_.releaseIdleWorkspaces();
 }
 
-void LiveMigration::addTargetPage(SessionCopy& c, size_t layer) {
+void LiveMigration::addTargetPage(SessionCopy& c, size_t layer, const Session& s) {
+  if (c.pages[layer].size() < s.firstLivePage(movingLayers_[layer])) {
+    c.pages[layer].push_back(kNoPage);
+    c.addresses[layer].push_back(nullptr);
+    return;
+  }
   PageId page;
   if (!spares_.empty()) {
     page = spares_.back();
@@ -318,6 +337,15 @@ void LiveMigration::addTargetPage(SessionCopy& c, size_t layer) {
   }
   c.pages[layer].push_back(page);
   c.addresses[layer].push_back(targetPool_->address(page));
+}
+
+void LiveMigration::dropFreedTargetPages(SessionCopy& c, size_t layer, const Session& s) {
+  const size_t end = std::min(s.firstLivePage(movingLayers_[layer]), c.pages[layer].size());
+  for (size_t& p = c.freedBefore[layer]; p < end; p++) {
+    if (c.pages[layer][p] != kNoPage) targetPool_->free(c.pages[layer][p]);
+    c.pages[layer][p] = kNoPage;
+    c.addresses[layer][p] = nullptr;
+  }
 }
 
 std::string LiveMigration::describe() const {

@@ -94,6 +94,7 @@ class LiveMigration final {
     std::vector<std::vector<PageId>> pages;        // per moving layer: target pages, in position order
     std::vector<std::vector<uint8_t*>> addresses;  // their addresses
     std::vector<int64_t> valid;                    // per moving layer: leading positions whose KV is on the target
+    std::vector<size_t> freedBefore;               // per moving layer: target entries before it are kNoPage
   };
 
   void reconcileSessions();
@@ -104,7 +105,11 @@ class LiveMigration final {
   void freeTargetPages(SessionCopy& copy);  // a session's target pages, back to the pool
   void warmTail();
   void releaseSpares() noexcept;
-  void addTargetPage(SessionCopy& c, size_t layer);  // may throw OVERLOADED
+  // Appends a target page to the copy of `layer` (the index of movingLayers_), or a kNoPage entry
+  // where the source's page table has a freed one. May throw OVERLOADED.
+  void addTargetPage(SessionCopy& c, size_t layer, const Session& s);
+  // Frees the target pages of a copy behind the source's freed ones (its sliding windows moved on).
+  void dropFreedTargetPages(SessionCopy& c, size_t layer, const Session& s);
 
   Model& model_;
   MigrationOptions options_;

@@ -165,7 +165,9 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
                     {t.bk, nullptr, &b.bk},
                     {t.bv, nullptr, &b.bv},
                     {t.qNorm, nullptr, &b.qNorm},
-                    {t.kNorm, nullptr, &b.kNorm}});
+                    {t.kNorm, nullptr, &b.kNorm},
+                    {t.attnPostNorm, nullptr, &b.attnPostNorm},
+                    {t.ffnPostNorm, nullptr, &b.ffnPostNorm}});
     b.splitFused(qkv, qRows, kvRows, gateUp, config_.feedForward);
     return b;
   }
@@ -198,6 +200,8 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
     b.bv = b.bindVector(t.bv);
     b.qNorm = b.bindVector(t.qNorm);
     b.kNorm = b.bindVector(t.kNorm);
+    b.attnPostNorm = b.bindVector(t.attnPostNorm);
+    b.ffnPostNorm = b.bindVector(t.ffnPostNorm);
   }
   return b;
 }
@@ -290,7 +294,7 @@ void Model::warmUp(int u, BoundUnit& b, bool prepared) {
     const KvSlot slot{address, 0};
     const int32_t position = 0;
     d.copyFromHost(ws.x->data(), zeros.data(), zeros.size() * sizeof(float));
-    runBlock(b, ws, 1, &position, &slot, tables);
+    runBlock(b, u - 1, ws, 1, &position, &slot, tables);
   }
   std::vector<float> sink(1);
   d.copyToHost(sink.data(), ws.x->data(), sizeof(float));  // waits for the queued ops (GPU)
@@ -346,7 +350,7 @@ void Model::releaseIdleWorkspaces() {
 size_t Model::workspaceBytesEstimate() const {
   const ModelConfig& c = config_;
   const int64_t widths = 2 * std::max(c.embedding, c.heads * c.headDim) + 2 * c.heads * c.headDim +
-                         2 * c.kvHeads * c.headDim + 2 * c.feedForward;
+                         2 * c.kvHeads * c.headDim + 2 * std::max(c.feedForward, c.embedding);
   return size_t(kMaxStepTokens * widths + 64 * c.vocabSize) * sizeof(float);
 }
 
@@ -395,8 +399,13 @@ std::unique_ptr<Session> Model::createSession(int64_t contextLimit) {
   if (contextLimit == 0) contextLimit = config_.contextLength;
   JITLLM_REQUIRE(contextLimit > 0, "context limit must be positive, not ", contextLimit);
   std::vector<KvPagePool*> layerPools;
-  for (int l = 0; l < config_.layers; l++) layerPools.push_back(&kvPool(*units_[size_t(l + 1)].device));
-  return std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools), &sessions_);
+  std::vector<int64_t> windows;
+  for (int l = 0; l < config_.layers; l++) {
+    layerPools.push_back(&kvPool(*units_[size_t(l + 1)].device));
+    windows.push_back(config_.slidingLayer(l) ? config_.slidingWindow : 0);
+  }
+  return std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools), &sessions_,
+                                   std::move(windows));
 }
 
 Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
@@ -417,8 +426,9 @@ Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
     fresh.k = alloc(c.kvHeads * c.headDim);
     fresh.v = alloc(c.kvHeads * c.headDim);
     fresh.attn = alloc(c.heads * c.headDim);
-    fresh.gate = alloc(c.feedForward);
-    fresh.up = alloc(c.feedForward);
+    // Also the post norms' outputs (runBlock), so at least embedding wide.
+    fresh.gate = alloc(std::max(c.feedForward, c.embedding));
+    fresh.up = alloc(std::max(c.feedForward, c.embedding));
     fresh.capacity = tokens;
     fresh.logits = std::move(ws->logits);
     fresh.logitsCapacity = ws->logitsCapacity;
@@ -427,8 +437,8 @@ Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
   return *ws;
 }
 
-void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t* positions, const KvSlot* slots,
-                     const uint8_t* const* const* pageTables) {
+void Model::runBlock(const BoundUnit& u, int layer, Workspace& ws, int64_t T, const int32_t* positions,
+                     const KvSlot* slots, const uint8_t* const* const* pageTables) {
   const ModelConfig& c = config_;
   Device& d = *u.device;
   float* x = ws.f(ws.x);
@@ -452,10 +462,12 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
     q = normed;
     k = attn;
   }
+  // Sliding-window layers (gemma3) attend to their window only, with rope of their own.
+  const bool sliding = c.slidingLayer(layer);
   RopeParams rope;
   rope.rotaryDims = int(c.rotaryDims);
-  rope.freqBase = c.ropeFreqBase;
-  rope.freqScale = c.ropeFreqScale;
+  rope.freqBase = sliding ? c.ropeFreqBaseSliding : c.ropeFreqBase;
+  rope.freqScale = sliding ? c.ropeFreqScaleSliding : c.ropeFreqScale;
   rope.freqFactors = ropeFactors_.empty() ? nullptr : ropeFactors_.data();
   rope.neox = c.ropeNeox;
   d.ropeAndStore(q, k, v, T, int(c.heads), int(c.kvHeads), positions, rope, slots, kvLayout_);
@@ -469,18 +481,35 @@ void Model::runBlock(const BoundUnit& u, Workspace& ws, int64_t T, const int32_t
   if (c.ropeAttnFactor != 1) batch.scale *= c.ropeAttnFactor * c.ropeAttnFactor;
   batch.positions = positions;
   batch.pageTables = pageTables;
+  batch.window = sliding ? int(c.slidingWindow) : 0;
   d.attention(q, attn, batch);
   d.matmul(u.wo, attn, T, normed, nullptr);
-  if (c.residualScale != 0) d.scale(normed, c.residualScale, T * c.embedding);
-  d.add(x, normed, T * c.embedding);
+  // A branch's output joins the residual through its post norm (gemma3), written to a buffer the
+  // FFN has not used yet (gate and up are at least embedding wide).
+  float* branch = normed;
+  if (u.attnPostNorm) {
+    d.rmsNorm(normed, u.attnPostNorm, gate, T, c.embedding, c.rmsEps);
+    branch = gate;
+  }
+  if (c.residualScale != 0) d.scale(branch, c.residualScale, T * c.embedding);
+  d.add(x, branch, T * c.embedding);
 
   d.rmsNorm(x, u.ffnNorm, normed, T, c.embedding, c.rmsEps);
   const MatmulTarget gateUp[] = {{u.gate, gate, nullptr}, {u.up, up, nullptr}};
   d.matmuls(gateUp, normed, T);
-  d.swiglu(gate, up, gate, T * c.feedForward);
+  if (c.geluFfn) {
+    d.geglu(gate, up, gate, T * c.feedForward);
+  } else {
+    d.swiglu(gate, up, gate, T * c.feedForward);
+  }
   d.matmul(u.down, gate, T, normed, nullptr);
-  if (c.residualScale != 0) d.scale(normed, c.residualScale, T * c.embedding);
-  d.add(x, normed, T * c.embedding);
+  branch = normed;
+  if (u.ffnPostNorm) {
+    d.rmsNorm(normed, u.ffnPostNorm, up, T, c.embedding, c.rmsEps);
+    branch = up;
+  }
+  if (c.residualScale != 0) d.scale(branch, c.residualScale, T * c.embedding);
+  d.add(x, branch, T * c.embedding);
 }
 
 void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& logits) {
@@ -590,7 +619,7 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
         }
         BoundUnit& b = units_[size_t(unit)];
         if (b.streamed) streamIn(unit, *ws);
-        runBlock(b, *ws, T, positions.data(), slots.data(), pageTables.data());
+        runBlock(b, layer, *ws, T, positions.data(), slots.data(), pageTables.data());
         if (b.streamed) ws->slotFree[ws->inFlight.at(unit).first] = d.markOps();
         if (b.streamed) ws->inFlight.erase(unit);
         b.kernelsReady = true;
@@ -630,6 +659,7 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
     float* out = ws->f(ws->logits);
     d.matmul(head.table, normed, n, out, nullptr);
     if (c.logitScale != 1) d.scale(out, 1.0f / c.logitScale, n * c.vocabSize);
+    if (c.logitSoftcap != 0) d.softcap(out, c.logitSoftcap, n * c.vocabSize);
     units_.back().kernelsReady = true;
     headOutput(d, out, returned, n);
     returned += n;

@@ -165,8 +165,8 @@ class Model final {
   // Drops workspaces of devices no unit runs on any more.
   void releaseIdleWorkspaces();
   Workspace& workspace(Device& device, int64_t tokens);
-  void runBlock(const BoundUnit& unit, Workspace& ws, int64_t tokens, const int32_t* positions, const KvSlot* slots,
-                const uint8_t* const* const* pageTables);
+  void runBlock(const BoundUnit& unit, int layer, Workspace& ws, int64_t tokens, const int32_t* positions,
+                const KvSlot* slots, const uint8_t* const* const* pageTables);
   // The step both forward()s run: `head` gets each microbatch's logits on the head's device, `rows`
   // of them (the positions that asked, in order), the `first` of which is the step's first-th.
   using HeadOutput = std::function<void(Device& device, float* logits, int64_t first, int64_t rows)>;

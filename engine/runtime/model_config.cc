@@ -20,6 +20,8 @@ const char* architectureName(Architecture arch) {
       return "granite";
     case Architecture::kPhi3:
       return "phi3";
+    case Architecture::kGemma3:
+      return "gemma3";
   }
   return "unknown";
 }
@@ -61,6 +63,48 @@ void readGraniteMultipliers(const gguf::GgufFile& f, const std::string& p, Model
   }
 }
 
+// Gemma3's sliding-window layers: attention.sliding_window (absent or 0: every layer global) and
+// attention.sliding_window_pattern, a period N (layer l slides unless l % N == N - 1; llama.cpp's
+// default 6) or one bool per layer (true: sliding).
+void readSlidingWindow(const gguf::GgufFile& f, const std::string& p, ModelConfig& c) {
+  const std::string windowKey = p + "attention.sliding_window";
+  if (!f.find(windowKey)) return;
+  c.slidingWindow = requireInt(f, windowKey, 0, int64_t(1) << 24);
+  if (c.slidingWindow == 0) return;
+  c.slidingLayers.assign(size_t(c.layers), false);
+  const std::string patternKey = p + "attention.sliding_window_pattern";
+  const gguf::Value* pattern = f.find(patternKey);
+  if (pattern && pattern->asArray()) {
+    const gguf::Array& flags = *pattern->asArray();
+    JITLLM_REQUIRE(flags.elementType == gguf::ValueType::kBool && int64_t(flags.size()) == c.layers, f.name(),
+                   ": metadata key '", patternKey, "' is an array of ", flags.size(),
+                   " elements, not one bool per layer (", c.layers, ")");
+    for (size_t l = 0; l < flags.size(); l++) c.slidingLayers[l] = *flags.at(l).asBool();
+  } else {
+    const int64_t period = pattern ? requireInt(f, patternKey, 0, kMaxLayers) : 6;
+    for (int64_t l = 0; l < c.layers; l++) c.slidingLayers[size_t(l)] = period == 0 || l % period < period - 1;
+  }
+  const std::optional<double> base = f.getFloat(p + "rope.freq_base_swa");
+  if (base) {
+    JITLLM_REQUIRE(std::isfinite(*base) && *base > 0, f.name(), ": metadata key '", p, "rope.freq_base_swa' is ", *base,
+                   ", not a positive base");
+    c.ropeFreqBaseSliding = float(*base);
+  }
+}
+
+void readGemma3(const gguf::GgufFile& f, const std::string& p, ModelConfig& c) {
+  c.geluFfn = true;
+  c.postNorms = true;
+  // sqrt(d) rounded to float, as llama.cpp multiplies by sqrtf(n_embd).
+  c.embeddingScale = std::sqrt(float(c.embedding));
+  // Query scale 1/sqrt(query_pre_attn_scalar): the head width, except the 27B (62 layers) whose
+  // scalar is embedding / heads (gemma_pytorch's config, as llama.cpp encodes it).
+  c.attentionScale =
+      c.layers == 62 ? 1.0f / std::sqrt(float(c.embedding / c.heads)) : 1.0f / std::sqrt(float(c.headDim));
+  readSlidingWindow(f, p, c);
+  c.logitSoftcap = requireScale(f, p + "final_logit_softcapping", false, 0.0f);
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
@@ -82,9 +126,13 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
   } else if (*arch == "phi3") {
     c.arch = Architecture::kPhi3;
     c.ropeNeox = true;
+  } else if (*arch == "gemma3") {
+    c.arch = Architecture::kGemma3;
+    c.ropeNeox = true;
+    c.qkNorm = true;
   } else {
     JITLLM_FAIL(kUnimplemented, f.name(), ": unsupported architecture '", *arch,
-                "' (supported: llama, qwen2, qwen3, granite, phi3)");
+                "' (supported: llama, qwen2, qwen3, granite, phi3, gemma3)");
   }
   c.archKey = *arch;
   const std::string p = c.archKey + ".";
@@ -131,6 +179,7 @@ ModelConfig ModelConfig::fromGguf(const gguf::GgufFile& f) {
     }
   }
   if (c.arch == Architecture::kGranite) readGraniteMultipliers(f, p, c);
+  if (c.arch == Architecture::kGemma3) readGemma3(f, p, c);
   if (f.find(p + "rope.scaling.original_context_length")) {
     c.ropeOriginalContext = requireInt(f, p + "rope.scaling.original_context_length", 1, int64_t(1) << 24);
   }

@@ -4,9 +4,12 @@
 // (qwen2: QKV biases and NEOX rope; qwen3: NEOX rope, an RMS norm of each head of q and k before
 // it, and heads whose width is not embedding / heads; granite: multipliers of the embeddings, the
 // residual branches, the attention scores and the logits; phi3: fused QKV and gate/up matrices,
-// NEOX rope with LongRoPE factors and their attention factor). Reading validates everything the forward pass relies on,
-// so later code can trust it: a missing or inconsistent key is an Error(FAILED) naming the key and the file, an unknown
-// architecture one naming the architecture.
+// NEOX rope with LongRoPE factors and their attention factor; gemma3: embeddings times sqrt(d),
+// norms after attention and the FFN as well as before, a GELU-gated FFN, q/k norms,
+// sliding-window layers with their own rope base among global ones, an optional logit soft-cap).
+// Reading validates everything the forward pass relies on, so later code can trust it: a missing
+// or inconsistent key is an Error(FAILED) naming the key and the file, an unknown architecture one
+// naming the architecture.
 //
 // Thread-safety: a value.
 #pragma once
@@ -21,7 +24,7 @@ class GgufFile;
 
 namespace jitllm::runtime {
 
-enum class Architecture { kLlama, kQwen2, kQwen3, kGranite, kPhi3 };
+enum class Architecture { kLlama, kQwen2, kQwen3, kGranite, kPhi3, kGemma3 };
 const char* architectureName(Architecture arch);
 
 struct ModelConfig {
@@ -50,6 +53,20 @@ struct ModelConfig {
   float residualScale = 0;
   float attentionScale = 0;
   float logitScale = 1;
+  // Gemma3. The FFN's gate activation: SiLU (SwiGLU), or GELU's tanh form (GEGLU).
+  bool geluFfn = false;
+  // attn_post_norm / ffn_post_norm: RMS norms of each branch's output before it joins the residual.
+  bool postNorms = false;
+  // Sliding-window attention (0: none): layer l attends to the last slidingWindow positions only
+  // when slidingLayers[l], with rope base and scale of their own.
+  int64_t slidingWindow = 0;
+  std::vector<bool> slidingLayers;  // per layer; empty without a window
+  float ropeFreqBaseSliding = 10000.0f;
+  float ropeFreqScaleSliding = 1.0f;
+  // final_logit_softcapping (0: none): logits become cap * tanh(logits / cap).
+  float logitSoftcap = 0;
+  bool slidingLayer(int64_t layer) const { return slidingWindow > 0 && slidingLayers[size_t(layer)]; }
+
   // LongRoPE (phi3): the context the short factors are for (rope.scaling.original_context_length;
   // 0 when absent), and the factor rope multiplies q and k by (rope.scaling.attn_factor).
   int64_t ropeOriginalContext = 0;

@@ -53,8 +53,8 @@ class TensorFinder final {
 
 size_t BlockTensors::bytes() const {
   size_t n = 0;
-  for (const gguf::TensorInfo* t :
-       {attnNorm, wqkv, gateUp, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, ffnNorm, gate, up, down}) {
+  for (const gguf::TensorInfo* t : {attnNorm, wqkv, gateUp, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, ffnNorm,
+                                    attnPostNorm, ffnPostNorm, gate, up, down}) {
     if (t) n += t->nbytes;
   }
   return n;
@@ -101,6 +101,10 @@ ModelTensors ModelTensors::find(const gguf::GgufFile& file, ModelConfig& c) {
       b.kNorm = find.vector(p + "attn_k_norm.weight", c.headDim);
     }
     b.ffnNorm = find.vector(p + "ffn_norm.weight", c.embedding);
+    if (c.postNorms) {
+      b.attnPostNorm = find.vector(p + "post_attention_norm.weight", c.embedding);
+      b.ffnPostNorm = find.vector(p + "post_ffw_norm.weight", c.embedding);
+    }
     if (c.arch == Architecture::kPhi3) {
       b.gateUp = find.matrix(p + "ffn_up.weight", c.embedding, 2 * c.feedForward);
     } else {

@@ -28,6 +28,8 @@ struct BlockTensors {
   const gguf::TensorInfo* qNorm = nullptr;  // qwen3 only: [headDim] each
   const gguf::TensorInfo* kNorm = nullptr;
   const gguf::TensorInfo* ffnNorm = nullptr;
+  const gguf::TensorInfo* attnPostNorm = nullptr;  // gemma3 only: [embedding] each
+  const gguf::TensorInfo* ffnPostNorm = nullptr;
   const gguf::TensorInfo* gate = nullptr;
   const gguf::TensorInfo* up = nullptr;
   const gguf::TensorInfo* down = nullptr;

@@ -6,6 +6,12 @@
 // pool of the device each layer runs on and go back when the session is destroyed. A live
 // migration moves a layer's pages to another pool (rebindLayer) between steps.
 //
+// A layer with a sliding window (gemma3's local layers) keeps only the pages its window can still
+// reach: once the next token's window starts past a page, advance() frees it and its page-table
+// entry becomes kNoPage / a null address. Page tables stay indexed by position / pageTokens; the
+// live pages of a layer are [firstLivePage, layerPageTableSize). A rewind (truncate) back behind
+// what was freed is refused.
+//
 // Ownership: owns its pages (returned to their pools on destruction); the Model (its pools and its
 // SessionRegistry) must outlive it.
 // Thread-safety: used by one thread at a time (the model's step loop).
@@ -19,6 +25,10 @@
 namespace jitllm::runtime {
 
 class Session;
+
+// The first page a layer with sliding window `window` (0: none) still needs once a session is
+// `length` tokens long: the one holding the next token's window start.
+size_t firstPageInWindow(int64_t window, int64_t pageTokens, int64_t length);
 
 // The live sessions of one model, for the work that must reach all of them (a migration moves
 // every session's pages). Sessions add and remove themselves. Step-loop thread only.
@@ -37,7 +47,9 @@ class SessionRegistry final {
 class Session final {
  public:
   // `registry` may be null (a session no migration will reach).
-  Session(uint64_t id, int64_t contextLimit, std::vector<KvPagePool*> layerPools, SessionRegistry* registry = nullptr);
+  // `layerWindows`, when given, holds each layer's sliding window in tokens (0: none).
+  Session(uint64_t id, int64_t contextLimit, std::vector<KvPagePool*> layerPools, SessionRegistry* registry = nullptr,
+          std::vector<int64_t> layerWindows = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -52,23 +64,35 @@ class Session final {
   // Makes room for `tokens` more tokens in every layer (allocating pages as needed); throws
   // Error(FAILED) past the context limit, Error(OVERLOADED) when a device has no memory.
   void reserve(int64_t tokens);
-  // Records that `tokens` more tokens now have their KV written.
+  // Records that `tokens` more tokens now have their KV written; frees the pages sliding windows
+  // have left behind.
   void advance(int64_t tokens);
-  // Forgets tokens after `length` (keeps the pages), for rewinding a conversation.
+  // Forgets tokens after `length` (keeps the pages), for rewinding a conversation. Error(FAILED)
+  // when a sliding window would need pages already freed (canTruncate says so beforehand).
   void truncate(int64_t length);
+  bool canTruncate(int64_t length) const;
+  // A parked session coming back (HostKv): the session becomes `length` tokens long at once,
+  // with the pages a session advanced to that length would hold allocated, for the caller to
+  // fill. Only on a new session; Error(OVERLOADED) when a device has no room.
+  void resume(int64_t length);
 
   int layerCount() const { return int(layers_.size()); }
-  // The device addresses of layer `layer`'s pages, in position order.
+  int64_t layerWindow(int layer) const { return layers_[size_t(layer)].window; }
+  // The device addresses of layer `layer`'s pages, in position order (null: freed, see above).
   const std::vector<uint8_t*>& pageAddresses(int layer) const { return layers_[size_t(layer)].addresses; }
   KvPagePool& layerPool(int layer) const { return *layers_[size_t(layer)].pool; }
-  size_t layerPageCount(int layer) const { return layers_[size_t(layer)].pages.size(); }
+  // Pages the layer holds (live ones).
+  size_t layerPageCount(int layer) const { return layerPageTableSize(layer) - firstLivePage(layer); }
+  size_t layerPageTableSize(int layer) const { return layers_[size_t(layer)].pages.size(); }
+  size_t firstLivePage(int layer) const { return layers_[size_t(layer)].firstLive; }
   KvSlot slotFor(int layer, int64_t position) const;
   size_t pageCount() const;  // over all layers
 
   // Replaces layer `layer`'s pages with `pages` of `pool` (as many, holding the same KV; their
-  // `addresses` from pool.address()). On return `pages` and `addresses` hold the old ones: the
-  // caller gives the pages back to their pool (a migration does so after its pause) and frees
-  // the vectors when it likes. O(1): no page is touched, no memory allocated or freed.
+  // `addresses` from pool.address(); kNoPage and null where the layer's are freed). On return
+  // `pages` and `addresses` hold the old ones: the caller gives the pages back to their pool (a
+  // migration does so after its pause) and frees the vectors when it likes. O(1): no page is
+  // touched, no memory allocated or freed.
   void rebindLayer(int layer, KvPagePool& pool, std::vector<PageId>& pages, std::vector<uint8_t*>& addresses) noexcept;
 
  private:
@@ -76,7 +100,13 @@ class Session final {
     KvPagePool* pool = nullptr;
     std::vector<PageId> pages;
     std::vector<uint8_t*> addresses;
+    int64_t window = 0;
+    size_t firstLive = 0;  // pages before it are freed
   };
+  static size_t firstNeededPage(const LayerPages& layer, int64_t length) {
+    return firstPageInWindow(layer.window, layer.pool->layout().pageTokens, length);
+  }
+  void allocatePages(int64_t length);
 
   uint64_t id_;
   int64_t contextLimit_;

@@ -106,11 +106,15 @@ void attend(const float* q, float* out, const AttentionBatch& batch, int64_t tok
   const int hd = kv.headDim;
   const int group = batch.heads / kv.kvHeads;
   const int kvHead = head / group;
-  const int64_t n = int64_t(batch.positions[token]) + 1;
+  // Positions [first, first + n): all so far, or the sliding window's last ones.
+  const int64_t seen = int64_t(batch.positions[token]) + 1;
+  const int64_t first = batch.window > 0 ? std::max<int64_t>(0, seen - batch.window) : 0;
+  const int64_t n = seen - first;
   const uint8_t* const* pages = batch.pageTables[token];
   const size_t tokenBytes = kv.tokenBytes();
   const HeadKernels<T> k = kernelsFor<T>(isa, hd);
-  auto row = [&](int64_t j, int which) {  // which: 0 = K, 1 = V
+  auto row = [&](int64_t i, int which) {  // i-th position of the window; which: 0 = K, 1 = V
+    const int64_t j = first + i;
     const uint8_t* page = pages[j / kv.pageTokens];
     return reinterpret_cast<const T*>(page + size_t(which * kv.pageTokens + j % kv.pageTokens) * tokenBytes) +
            size_t(kvHead) * size_t(hd);

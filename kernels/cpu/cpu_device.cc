@@ -257,7 +257,10 @@ void CpuDevice::attention(const float* q, float* out, const AttentionBatch& batc
   const int64_t pairs = batch.tokens * batch.heads;
   // Split only when each thread gets enough positions x dims to outweigh the hand-off.
   int64_t work = 0;
-  for (int64_t t = 0; t < batch.tokens; t++) work += int64_t(batch.positions[t]) + 1;
+  for (int64_t t = 0; t < batch.tokens; t++) {
+    const int64_t seen = int64_t(batch.positions[t]) + 1;
+    work += batch.window > 0 ? std::min<int64_t>(seen, batch.window) : seen;
+  }
   work *= int64_t(batch.heads) * batch.kv.headDim;
   const int64_t minPairs = std::max<int64_t>(1, pairs * kMinAttentionWorkPerThread / std::max<int64_t>(1, work));
   pool_.parallelFor(pairs, minPairs, [&](int64_t begin, int64_t end) {
@@ -272,6 +275,10 @@ void CpuDevice::swiglu(const float* gate, const float* up, float* out, int64_t n
   pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) { swigluRange(gate, up, out, begin, end, isa_); });
 }
 
+void CpuDevice::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) { gegluRange(gate, up, out, begin, end, isa_); });
+}
+
 void CpuDevice::add(float* x, const float* y, int64_t n) {
   pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) x[i] += y[i];
@@ -281,6 +288,12 @@ void CpuDevice::add(float* x, const float* y, int64_t n) {
 void CpuDevice::scale(float* x, float s, int64_t n) {
   pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) x[i] *= s;
+  });
+}
+
+void CpuDevice::softcap(float* x, float cap, int64_t n) {
+  pool_.parallelFor(n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) x[i] = cap * std::tanh(x[i] / cap);
   });
 }
 

@@ -56,8 +56,10 @@ class CpuDevice final : public Device {
   void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) override;
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
   void scale(float* x, float s, int64_t n) override;
+  void softcap(float* x, float cap, int64_t n) override;
   // The rows are host memory: selected in place, rows spread over the threads.
   void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
                         int32_t* ids, float* values, int64_t stride) override;

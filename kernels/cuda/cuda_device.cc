@@ -751,6 +751,7 @@ const CudaDevice::ElementwiseKernels& CudaDevice::elementwise() {
     k.rmsNorm = function(m, "rms_norm");
     k.rope = function(m, "rope");
     k.swiglu = function(m, "swiglu");
+    k.geglu = function(m, "geglu");
     k.add = function(m, "add");
     k.scale = function(m, "scale");
     k.kvStore = function(m, "kv_store");
@@ -1460,13 +1461,19 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   requireOwned(out, elems * 4, "attention output");
   makeCurrent();
   // One copy of each distinct page table (tokens of one session share theirs), as long as the
-  // longest of its tokens needs.
+  // longest of its tokens needs. With a sliding window the entries of pages before a token's
+  // window may be null (freed): they are copied as they are, and no kernel reads them (attention.cuh
+  // starts every token's positions at its window).
+  const int window = std::max(0, batch.window);
   std::vector<std::pair<const uint8_t* const*, size_t>> tables;  // table, pages needed
   std::vector<int32_t> tableOf(static_cast<size_t>(batch.tokens));
-  int maxPositions = 0;  // the longest context of the batch
+  int maxPositions = 0;  // the most positions a token of the batch attends to
+  bool slid = false;     // some token's window starts past position 0
   for (int64_t t = 0; t < batch.tokens; t++) {
     JITLLM_REQUIRE(batch.positions[t] >= 0, info_.id, ": attention: negative position");
-    maxPositions = std::max(maxPositions, batch.positions[t] + 1);
+    const int seen = batch.positions[t] + 1;
+    maxPositions = std::max(maxPositions, window > 0 ? std::min(seen, window) : seen);
+    slid = slid || (window > 0 && seen > window);
     const size_t need = size_t(batch.positions[t]) / size_t(kv.pageTokens) + 1;
     size_t i = 0;
     while (i < tables.size() && tables[i].first != batch.pageTables[t]) i++;
@@ -1550,23 +1557,25 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
       const int maxUnits = maxChunks / perBlock;
       const unsigned unitsY = gridY * unsigned(maxUnits);
       offer("attention_spans", [=](CUdeviceptr xq, uint64_t stride) {
-        return makeLaunch(sf, tokens, unitsY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,
-                          pagesPtr, maxUnits, perBlock, xq, stride);
+        return makeLaunch(sf, tokens, unitsY, attentionThreads(kv.headDim), 0, qp, pp, counters, op, heads, kvHeads,
+                          scale, posPtr, offPtr, pagesPtr, maxUnits, perBlock, xq, stride, window);
       });
       return;
     }
     const unsigned splitY = gridY * unsigned(maxChunks);
     offer("attention_split", [=](CUdeviceptr xq, uint64_t stride) {
-      return makeLaunch(sf, tokens, splitY, 128, 0, qp, pp, counters, op, heads, kvHeads, scale, posPtr, offPtr,
-                        pagesPtr, maxChunks, xq, stride);
+      return makeLaunch(sf, tokens, splitY, attentionThreads(kv.headDim), 0, qp, pp, counters, op, heads, kvHeads,
+                        scale, posPtr, offPtr, pagesPtr, maxChunks, xq, stride, window);
     });
     return;
   }
   // Prefill (many blocks, one session): blocks of several tokens over all query heads of a KV
-  // head, each K/V tile serving them all - the same bits (attention.cuh: attention_rows).
+  // head, each K/V tile serving them all - the same bits (attention.cuh: attention_rows). Not once
+  // a window has slid: its rows would start at different positions (the one-token kernel below
+  // takes those batches, with the same bits).
   const int perBlock = attentionRowTokens_ >= 0 ? attentionRowTokens_ : defaultAttentionRowTokens(kv.headDim);
-  const bool rows =
-      perBlock > 0 && !fewBlocks && tables.size() == 1 && blockGroup == group && attentionRowsSupported(kv.headDim);
+  const bool rows = perBlock > 0 && !fewBlocks && !slid && tables.size() == 1 && blockGroup == group &&
+                    attentionRowsSupported(kv.headDim);
   if (CUfunction rf =
           rows ? attentionRowsKernel(kv.headDim, group, kv.pageTokens, kv.precision == KvPrecision::kF16, perBlock)
                : nullptr) {
@@ -1584,7 +1593,8 @@ void CudaDevice::attention(const float* q, float* out, const AttentionBatch& bat
   // one's compile would be wasted on it.)
   CUfunction f = attentionKernel(kv.headDim, blockGroup, kv.pageTokens, kv.precision == KvPrecision::kF16);
   offer("attention", [=](CUdeviceptr xq, uint64_t stride) {
-    return makeLaunch(f, tokens, gridY, 128, 0, qp, op, heads, kvHeads, scale, posPtr, offPtr, pagesPtr, xq, stride);
+    return makeLaunch(f, tokens, gridY, attentionThreads(kv.headDim), 0, qp, op, heads, kvHeads, scale, posPtr, offPtr,
+                      pagesPtr, xq, stride, window);
   });
 }
 
@@ -1594,14 +1604,27 @@ void CudaDevice::swiglu(const float* gate, const float* up, float* out, int64_t 
   requireOwned(up, size_t(n) * 4, "swiglu up");
   requireOwned(out, size_t(n) * 4, "swiglu output");
   makeCurrent();
-  CUdeviceptr gp = dptr(gate), up2 = dptr(up), op = dptr(out);
+  gatedActivation("swiglu", elementwise().swiglu, gate, up, out, n);
+}
+
+void CudaDevice::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (n == 0) return;
+  requireOwned(gate, size_t(n) * 4, "geglu gate");
+  requireOwned(up, size_t(n) * 4, "geglu up");
+  requireOwned(out, size_t(n) * 4, "geglu output");
+  makeCurrent();
+  gatedActivation("geglu", elementwise().geglu, gate, up, out, n);
+}
+
+void CudaDevice::gatedActivation(const char* op, CUfunction f, const float* gate, const float* up, float* out,
+                                 int64_t n) {
+  CUdeviceptr gp = dptr(gate), up2 = dptr(up), op2 = dptr(out);
   int64_t count = n;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(multiprocessors_) * 16);
-  const CUfunction f = elementwise().swiglu;
-  const Command c = makeLaunch(f, unsigned(blocks), 1, 256, 0, gp, up2, op, count, CUdeviceptr(0), uint64_t(0), 0);
-  offerFusion(enqueue("swiglu", c), c, out, n, [=](CUdeviceptr xq, uint64_t stride, int k) -> std::optional<Command> {
+  const Command c = makeLaunch(f, unsigned(blocks), 1, 256, 0, gp, up2, op2, count, CUdeviceptr(0), uint64_t(0), 0);
+  offerFusion(enqueue(op, c), c, out, n, [=](CUdeviceptr xq, uint64_t stride, int k) -> std::optional<Command> {
     if (k % 32 != 0 || count % k != 0) return std::nullopt;
-    return makeLaunch(f, unsigned(blocks), 1, 256, 0, gp, up2, op, count, xq, stride, k);
+    return makeLaunch(f, unsigned(blocks), 1, 256, 0, gp, up2, op2, count, xq, stride, k);
   });
 }
 

@@ -121,6 +121,7 @@ class CudaDevice final : public Device {
   void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) override;
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
   void scale(float* x, float s, int64_t n) override;
   // q, k and v (gate and up) of a decode step in one launch (matmul_int_group) when they are
@@ -139,8 +140,8 @@ class CudaDevice final : public Device {
   friend class CudaBuffer;
 
   struct ElementwiseKernels {
-    CUfunction rmsNorm = nullptr, rope = nullptr, swiglu = nullptr, add = nullptr, scale = nullptr, kvStore = nullptr,
-               ropeStore = nullptr;
+    CUfunction rmsNorm = nullptr, rope = nullptr, swiglu = nullptr, geglu = nullptr, add = nullptr, scale = nullptr,
+               kvStore = nullptr, ropeStore = nullptr;
   };
   // Host bytes staged for one op: written at `host`, readable by kernels at `device` once
   // commit() has queued the copy.
@@ -316,6 +317,10 @@ class CudaDevice final : public Device {
   // The integer kernels' rows per warp for w at perWarpTokens tokens per warp (dp4a kernels).
   int intRowsPerWarp(const WeightRef& w, int perWarpTokens) const;
   const ElementwiseKernels& elementwise();
+  // swiglu and geglu (kernel f, named op), their buffers checked and the context current: one
+  // launch over n elements, offered for fusion with the quantization of its output (the down
+  // projection's input).
+  void gatedActivation(const char* op, CUfunction f, const float* gate, const float* up, float* out, int64_t n);
   CUfunction attentionKernel(int headDim, int group, int pageTokens, bool f16);
   // attention_split of the same module (attention.cuh): a decode token's chunks over many blocks;
   // attention_spans when chunks fold in spans (attentionSpan_).
@@ -429,7 +434,7 @@ class CudaDevice final : public Device {
     bool& flag;
   };
   // The last op queued, when it produced a float array a product may read next and can write that
-  // array's integer form as it goes (rms_norm, swiglu with an xq argument): an integer product
+  // array's integer form as it goes (rms_norm, swiglu and geglu with an xq argument): an integer product
   // reading exactly that array swaps the queued command for its fused form instead of launching
   // quantize_x. `fused` returns the fused command for activations of `k` columns at xq (rows of
   // `stride` bytes), or nothing when the op cannot produce that shape.
@@ -507,8 +512,8 @@ class CudaDevice final : public Device {
   size_t nextPartCommands_ = kEarlySubmitCommands;  // this step's next part (executor thread)
   void submitEarly();
 
-  // Tokens of the op being queued (executor thread; each op that knows them sets it first - swiglu
-  // and add keep the op before's), and the most of any op in the queue (under pendingMutex_):
+  // Tokens of the op being queued (executor thread; each op that knows them sets it first - swiglu,
+  // geglu and add keep the op before's), and the most of any op in the queue (under pendingMutex_):
   // which queues take programmatic launch.
   int64_t opTokens_ = 0;
   int64_t queueTokens_ = 0;

@@ -220,6 +220,10 @@ std::vector<ModuleSpec> representativeModules() {
     }
   }
   specs.push_back(attentionModule(16, 3, 4, true, kSpan));
+  // Gemma 3's 256-wide heads (a thread per column: 256-thread blocks): decode's per-query-head
+  // blocks, its 1B's group of 4 and 4B's of 2, and the 1B's prefill rows.
+  for (int group : {1, 2, 4}) specs.push_back(attentionModule(256, group, 16, group == 2, kSpan));
+  specs.push_back(attentionModule(256, 4, 16, false, kSpan, defaultAttentionRowTokens(256)));
   // attention_rows at other tokens a block (JITLLM_CUDA_ATTENTION_ROWS): 16 (64 rows of 64
   // columns), 3 (9 rows: blocks' rows not a multiple of the threads' row split), and the 3B shape's
   // default.

@@ -84,6 +84,9 @@ constexpr int kDefaultAttentionRowTokens = 8;
 int defaultAttentionRowTokens(int headDim);
 // Whether attention_rows exists for a head dim (its threads split evenly over the columns in fours).
 bool attentionRowsSupported(int headDim);
+// The threads of a block of attention, attention_split and attention_spans (attention.cuh's
+// kThreads): 128, or the head width when it is wider.
+constexpr unsigned attentionThreads(int headDim) { return headDim > 128 ? unsigned(headDim) : 128u; }
 // attention_rows' threads a block (attention.cuh: kRowThreads).
 constexpr int kAttentionRowThreads = 256;
 // The dynamic shared memory attention_rows takes at `qTokens` tokens a block of `group` query heads

@@ -676,20 +676,29 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   JITLLM_REQUIRE(kv.kvHeads > 0 && batch.heads % kv.kvHeads == 0, "attention: ", batch.heads,
                  " heads are not a multiple of ", kv.kvHeads, " KV heads");
   // Page tables: tokens of one session share theirs, so each distinct table goes up once, as
-  // long as its longest user needs.
-  std::map<const uint8_t* const*, std::pair<uint32_t, uint32_t>> tables;  // table -> (first, pages)
-  int64_t maxPositions = 0;                                               // the longest context of the batch
+  // long as its longest user needs. With a sliding window, pages that end before every one of its
+  // users' windows may have been freed (null entries): they go up as 0, unchecked, and the shader
+  // never reads them (attention.comp starts each token's positions at its window).
+  const int64_t window = std::max(0, batch.window);
+  struct Table {
+    uint32_t first = 0;            // its first page's index in the upload
+    uint32_t pages = 0;            // pages its longest user needs
+    uint32_t used = ~uint32_t(0);  // the first page any user reads
+  };
+  std::map<const uint8_t* const*, Table> tables;
+  int64_t maxPositions = 0;  // the most positions a token of the batch attends to
   for (int64_t t = 0; t < batch.tokens; t++) {
     JITLLM_REQUIRE(batch.positions[t] >= 0, "attention: negative position ", batch.positions[t]);
-    maxPositions = std::max<int64_t>(maxPositions, batch.positions[t] + 1);
-    const uint32_t pages = uint32_t(batch.positions[t] / kv.pageTokens + 1);
+    const int64_t seen = int64_t(batch.positions[t]) + 1, start = window > 0 ? std::max<int64_t>(0, seen - window) : 0;
+    maxPositions = std::max(maxPositions, seen - start);
     auto& e = tables[batch.pageTables[t]];
-    e.second = std::max(e.second, pages);
+    e.pages = std::max(e.pages, uint32_t(batch.positions[t] / kv.pageTokens + 1));
+    e.used = std::min(e.used, uint32_t(start / kv.pageTokens));
   }
   uint32_t totalPages = 0;
   for (auto& [table, e] : tables) {
     e.first = totalPages;
-    totalPages += e.second;
+    totalPages += e.pages;
   }
   // Few workgroups (decode: one per head) over a long context: each chunk of positions gets its
   // own workgroup, and a second pass folds the chunks in order - the same bits as one workgroup
@@ -716,8 +725,8 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
     std::memcpy(up.host + t * 8, words, sizeof words);
   }
   for (const auto& [table, e] : tables) {
-    for (uint32_t i = 0; i < e.second; i++) {
-      const uint64_t page = address(table[i], kv.pageBytes(), "attention KV page");
+    for (uint32_t i = 0; i < e.pages; i++) {
+      const uint64_t page = i < e.used ? 0 : address(table[i], kv.pageBytes(), "attention KV page");
       std::memcpy(up.host + infoBytes + size_t(e.first + i) * 8, &page, 8);
     }
   }
@@ -725,7 +734,7 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   struct {
     uint64_t q, out, info, pages, partials, xq;
     float scale;
-    uint32_t maxChunks, xqStride;
+    uint32_t maxChunks, xqStride, window;
   } push{address(q, qBytes, "attention queries"),
          address(out, qBytes, "attention output"),
          up.address,
@@ -734,7 +743,8 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
          xq,
          batch.scale,
          0,
-         xqStride};
+         xqStride,
+         uint32_t(window)};
   const auto pipeline = [&](int mode) {
     KernelSpec spec{"attention.comp", {}};
     spec.define("HD", int64_t(kv.headDim))
@@ -760,13 +770,23 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
 
 void VulkanDevice::swiglu(const float* gate, const float* up, float* out, int64_t n) {
   if (n <= 0) return;
+  gatedActivation("swiglu.comp", address(gate, uint64_t(n) * 4, "swiglu gate"),
+                  address(up, uint64_t(n) * 4, "swiglu up"), address(out, uint64_t(n) * 4, "swiglu output"), n);
+}
+
+void VulkanDevice::geglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (n <= 0) return;
+  gatedActivation("geglu.comp", address(gate, uint64_t(n) * 4, "geglu gate"), address(up, uint64_t(n) * 4, "geglu up"),
+                  address(out, uint64_t(n) * 4, "geglu output"), n);
+}
+
+void VulkanDevice::gatedActivation(const char* shader, uint64_t gate, uint64_t up, uint64_t out, int64_t n) {
   const uint32_t groups = std::min<uint32_t>(groupsFor(uint64_t(n), kElementwiseWorkgroup), 65535);
   struct {
     uint64_t gate, up, out;
     uint32_t n, stride;
-  } push{address(gate, uint64_t(n) * 4, "swiglu gate"), address(up, uint64_t(n) * 4, "swiglu up"),
-         address(out, uint64_t(n) * 4, "swiglu output"), uint32_t(n), groups * kElementwiseWorkgroup};
-  dispatch(pipelines_->get(KernelSpec{"swiglu.comp", {}}), push, groups);
+  } push{gate, up, out, uint32_t(n), groups * kElementwiseWorkgroup};
+  dispatch(pipelines_->get(KernelSpec{shader, {}}), push, groups);
 }
 
 void VulkanDevice::add(float* x, const float* y, int64_t n) {

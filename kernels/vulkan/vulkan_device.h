@@ -83,6 +83,7 @@ class VulkanDevice final : public Device {
   void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) override;
   void attention(const float* q, float* out, const AttentionBatch& batch) override;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override;
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
   void scale(float* x, float s, int64_t n) override;
 
@@ -105,6 +106,8 @@ class VulkanDevice final : public Device {
   template <typename Push>
   void dispatch(VkPipeline pipeline, const Push& push, uint32_t x, uint32_t y = 1, uint32_t z = 1);
   void stageToDevice(const LocatedRange& dst, const uint8_t* src, size_t bytes);
+  // swiglu and geglu: `shader` (swiglu.comp, geglu.comp) over n elements at checked addresses.
+  void gatedActivation(const char* shader, uint64_t gate, uint64_t up, uint64_t out, int64_t n);
   // Grows a scratch buffer of this device to at least `need` bytes (at least doubling it) after
   // the queued work that may read it ran; false when it was large enough. Contents are lost.
   bool growScratch(std::unique_ptr<DeviceBuffer>& buffer, uint64_t need);

@@ -52,6 +52,7 @@ class NullDevice final : public Device {
   void kvStore(const float*, const float*, int64_t, const KvSlot*, const KvLayout&) override { none("kvStore"); }
   void attention(const float*, float*, const AttentionBatch&) override { none("attention"); }
   void swiglu(const float*, const float*, float*, int64_t) override { none("swiglu"); }
+  void geglu(const float*, const float*, float*, int64_t) override { none("geglu"); }
   void add(float*, const float*, int64_t) override { none("add"); }
   void scale(float*, float, int64_t) override { none("scale"); }
 

@@ -1,16 +1,20 @@
 // What only the CUDA backend has, on fresh random inputs: tensor-core prefill, fused producers,
-// products grouped into one launch, blocks moved between CUDA devices. The ops every backend has
+// products grouped into one launch, blocks moved between CUDA devices; and gemma3's GEGLU and
+// sliding-window attention through every attention kernel. The ops every backend has
 // are in the conformance suite (tests/backends/conformance_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <string>
 
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 #include "tests/backends/op_inputs.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/gpu/gemma_op_checks.h"
 #include "tests/gpu/integer_product_checks.h"
 
 namespace jitllm::testing {
@@ -109,9 +113,9 @@ TEST_F(CudaOps, AnInputWrittenBetweenIntegerProductsIsQuantizedAgain) {
   }
 }
 
-// rms_norm (also fused with the residual add before it) and swiglu write the integer form of their
-// output themselves when an integer product reads it next; the product's result is bit for bit
-// what quantize_x's form gives.
+// rms_norm (also fused with the residual add before it), swiglu and geglu write the integer form of
+// their output themselves when an integer product reads it next; the product's result is bit for
+// bit what quantize_x's form gives.
 TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfter) {
   ProducerCheck<cuda::CudaDevice> p(*gpu, freshSeed());
   constexpr int64_t kTokens = p.kTokens, kCols = p.kCols;
@@ -122,10 +126,12 @@ TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfte
   // The first integer product of a shape grows the device's scratch, which runs the queue (no
   // fusion then): a real step's first product is a prefill's.
   gpu->matmul(p.gw, x.as<float>(), kTokens, p.ys(), nullptr);
-  for (bool swiglu : {false, true}) {
-    SCOPED_TRACE(swiglu ? "swiglu" : "add + rmsNorm");
-    if (swiglu) {
+  for (const std::string producer : {"add + rmsNorm", "swiglu", "geglu"}) {
+    SCOPED_TRACE(producer);
+    if (producer == "swiglu") {
       gpu->swiglu(x.as<float>(), u.as<float>(), o, kTokens * kCols);
+    } else if (producer == "geglu") {
+      gpu->geglu(x.as<float>(), u.as<float>(), o, kTokens * kCols);
     } else {
       // The residual add and the norm after it run as one kernel: x is updated all the same, and
       // the norm is of the sum.
@@ -152,6 +158,47 @@ TEST_F(CudaOps, ProducersFusedWithTheQuantizationGiveTheSameBitsAsQuantizingAfte
       EXPECT_EQ(adds + 2, gpu->stats().fusedAdds);
     }
     p.expectProductsReadTheProducersForm(gpu->stats().fusedQuantizations, gpu->stats().separateQuantizations);
+  }
+}
+
+// GEGLU (elementwise.cuh's geglu) against float64, out of place and in place: a length that leaves
+// the last block part-filled, and one shorter than a block.
+TEST_F(CudaOps, GegluMatchesAFloat64ReferenceInPlaceAndOut) {
+  expectGegluMatchesFloat64(*gpu, 100003, freshSeed());
+  expectGegluMatchesFloat64(*gpu, 37, freshSeed() + 7);
+}
+
+// A sliding window (attention.cuh's contextStart) reads only its positions - pages before it are
+// null, positions before it on its first page NaN - and gives the bits of a context holding just
+// those positions: decode through attention_spans (the default device), attention_split (spans
+// off), the one-block kernel (no split) and blocks per KV head rather than per query head; prefill
+// batches through the one-block kernel (a slid window) and attention_rows (a window not yet slid);
+// fp32 pages (by cp.async, and by plain loads) and fp16; both tile sizes (head dims 64 and 128).
+TEST_F(CudaOps, SlidingWindowAttentionReadsOnlyItsPositionsWithTheBitsOfAContextOfThem) {
+  struct Variant {
+    const char* name;
+    std::function<void(cuda::CudaSettings&)> set;
+  };
+  const Variant variants[] = {
+      {"default", [](cuda::CudaSettings&) {}},
+      {"attention_split", [](cuda::CudaSettings& s) { s.attentionSpan = 0; }},
+      {"no split", [](cuda::CudaSettings& s) { s.attentionSplit = 0; }},
+      {"a block per KV head", [](cuda::CudaSettings& s) { s.attentionPerHead = false; }},
+      {"plain loads", [](cuda::CudaSettings& s) { s.defines.emplace_back("JL_ATTN_PREFETCH", 0); }},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    cuda::CudaDeviceOptions o;
+    o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+    v.set(o.settings);
+    auto dev = cuda::CudaDevice::create(o);
+    for (int headDim : {64, 128}) {
+      for (KvPrecision precision : {KvPrecision::kF32, KvPrecision::kF16}) {
+        SCOPED_TRACE(std::string(precision == KvPrecision::kF16 ? "fp16" : "fp32") + " pages, head dim " +
+                     std::to_string(headDim));
+        expectSlidingWindowsAttendOnlyTheirPositions(*dev, *cpu, precision, freshSeed() + 60, headDim);
+      }
+    }
   }
 }
 

@@ -12,10 +12,12 @@
 #   micro/<type>.truth.bin        float64 ground truth (reference.py), float32 [64][512], row-major.
 #   micro/<type>.llamacpp.bin     llama.cpp `llama-greedy --score` logits, float32 [64][512].
 #   micro/llamacpp_vs_truth.txt   NMSE and top-1 of llama.cpp vs the truth, per type.
-#   qwen2/*, qwen3/*, granite/*, phi3/*
-#                                 llama.cpp logits on our generator's qwen2.5-0.5b, qwen3-micro,
+#   qwen2/*, qwen3/*, granite/*, phi3/*, gemma3/*
+#                                 llama.cpp logits on our generator's qwen2.5-0.5b, qwen3-micro, gemma3-micro,
+#                                 (and for the last four their Q4_K_M files' float64 truth, see 5.)
 #                                 granite-micro and phi3-micro f16 models (see 3.)
-# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0, GRANITE=0, PHI3=0 skip a part (e.g. to add one golden set alone).
+# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0, GRANITE=0, PHI3=0, GEMMA3=0, QUANT_TRUTH=0,
+# GEMMA_VOCAB=0 skip a part (e.g. to add one golden set alone).
 # What it makes (NOT committed, too big: ~8 MB of logits per file) in $GOLDENS_TINY
 # (default /work/goldens-tiny):
 #   the same for the `tiny` shape (32000-token vocab): tiny-<type>.gguf, tokens.txt,
@@ -172,6 +174,8 @@ if [[ ${TINY:-1} != 0 ]]; then fidelity tiny "$TINY_DIR" tiny 32000; fi
 #   phi3/   phi3-micro: fused QKV and gate/up, LongRoPE's long factors (llama.cpp at --ctx 8192,
 #           past the original 4096) (PHI3=0 skips it)
 #   qwen3/  qwen3-micro: 4 layers, 128-wide heads on a 256-wide model, q/k norms (QWEN3=0 skips it)
+#   gemma3/ gemma3-micro: 6 layers (5 with a 24-token sliding window, 1 global), post norms, GEGLU;
+#           the 64 positions reach 2.6 windows (GEMMA3=0 skips it)
 JITLLM_MKMODEL=${JITLLM_MKMODEL:-$REPO/build/bin/jitllm-mkmodel}
 # teacherForced SHAPE DIR VOCAB IDS_BELOW [CTX]: the ids after the prompt are drawn below IDS_BELOW;
 # CTX, when given, is llama.cpp's context size (phi3 picks its LongRoPE factors by it).
@@ -206,4 +210,74 @@ if [[ ${QWEN2:-1} != 0 ]]; then teacherForced qwen2.5-0.5b "$HERE/qwen2" 151936 
 if [[ ${QWEN3:-1} != 0 ]]; then teacherForced qwen3-micro "$HERE/qwen3" 151936 151643; fi
 if [[ ${GRANITE:-1} != 0 ]]; then teacherForced granite-micro "$HERE/granite" 49216 49152; fi
 if [[ ${PHI3:-1} != 0 ]]; then teacherForced phi3-micro "$HERE/phi3" 32064 32000 8192; fi
+if [[ ${GEMMA3:-1} != 0 ]]; then teacherForced gemma3-micro "$HERE/gemma3" 32002 32000; fi
+# ---------------------------------------------------------------- 5. quantized files vs float64 truth
+# For qwen3, granite, phi3 and gemma3 (reference_archs.py; the peer's reference.py is llama only):
+# our generator's Q4_K_M micro file (seed 0: the tests re-make it byte for byte) on the ids of
+# part 3, in DIR (the arch's folder):
+#   q4_k_m.truth_cols.bin        float32 [64][ceil(vocab / 37)]: the float64 truth's every 37th column
+#   q4_k_m.truth_argmax.txt      its argmax per position (whole vocabulary)
+#   q4_k_m.llamacpp_vs_truth.txt "nmse N top1 T": llama.cpp's logits on the file against the truth
+# QUANT_TRUTH=0 skips it.
+quantTruth() {
+  local shape=$1 dir=$2 nv=$3 ctx=${4:-} model
+  model=$(mktemp -d)/model-q4_k_m.gguf
+  "$JITLLM_MKMODEL" "$shape" q4_k_m "$model" --seed 0 --shared "$SHARED" >&2
+  $PY "$HERE/reference_archs.py" "$model" -t "$(cat "$dir/tokens.txt")" ${ctx:+--ctx $ctx} --out "$dir/q4_k_m.truth"
+  mv "$dir/q4_k_m.truth.cols.bin" "$dir/q4_k_m.truth_cols.bin"
+  mv "$dir/q4_k_m.truth.argmax.txt" "$dir/q4_k_m.truth_argmax.txt"
+  "$BIN/llama-greedy" "$model" --score -t "$(cat "$dir/tokens.txt")" --logits "$model.logits" --threads 2 \
+    ${ctx:+--ctx $ctx} >/dev/null 2>&1
+  $PY - "$model.logits" "$dir" "$nv" <<'PYEOF'
+import sys, numpy as np
+l = np.fromfile(sys.argv[1], np.float32).reshape(64, int(sys.argv[3]))
+truth = np.fromfile(sys.argv[2] + "/q4_k_m.truth_cols.bin", np.float32).reshape(64, -1).astype(np.float64)
+cols = l[:, ::37].astype(np.float64)
+nmse = ((cols - truth) ** 2).sum() / (truth ** 2).sum()
+argmax = [int(v) for v in open(sys.argv[2] + "/q4_k_m.truth_argmax.txt").read().split()]
+top1 = float(np.mean(l.argmax(1) == np.array(argmax)))
+open(sys.argv[2] + "/q4_k_m.llamacpp_vs_truth.txt", "w").write("nmse %.6e top1 %.6f\n" % (nmse, top1))
+print(sys.argv[2], "llama.cpp q4_k_m vs truth: nmse %.3e top1 %.4f" % (nmse, top1))
+PYEOF
+  rm -rf "$(dirname "$model")"
+}
+if [[ ${QUANT_TRUTH:-1} != 0 ]]; then
+  [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
+  quantTruth qwen3-micro "$HERE/qwen3" 151936
+  quantTruth granite-micro "$HERE/granite" 49216
+  quantTruth phi3-micro "$HERE/phi3" 32064 8192
+  quantTruth gemma3-micro "$HERE/gemma3" 32002
+fi
+
+# ---------------------------------------------------------------- 4. Gemma's tokenizer form
+# Gemma 3's SentencePiece files carry no space prefix (tokenizer.ggml.add_space_prefix = false).
+# Its real vocabulary is not in llama.cpp's models/, so the vectors are for the vocabulary our
+# generator writes for the gemma3 shapes (llama-spm's pieces in Gemma's form, tools/random_model.h),
+# tokenized by llama.cpp: vocab/ggml-vocab-gemma3-form.gguf (jitllm-mkmodel --vocab-only) with
+# llama-spm's inputs, and llama.cpp's ids for each (from llama-greedy's prompt_tokens, BOS removed).
+# GEMMA_VOCAB=0 skips it.
+if [[ ${GEMMA_VOCAB:-1} != 0 ]]; then
+  [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
+  vocab=$HERE/vocab/ggml-vocab-gemma3-form.gguf
+  scratch=$(mktemp -d)
+  "$JITLLM_MKMODEL" gemma3-micro f16 "$vocab" --vocab-only --seed 0 --shared "$SHARED" >&2
+  "$JITLLM_MKMODEL" gemma3-micro f16 "$scratch/model.gguf" --seed 0 --shared "$SHARED" >&2
+  rm -f "$vocab.inp" && cp "$SHARED/vocab/ggml-vocab-llama-spm.gguf.inp" "$vocab.inp" && chmod 644 "$vocab.inp"
+  $PY - "$BIN/llama-greedy" "$scratch/model.gguf" "$vocab.inp" "$vocab.out" <<'PYEOF'
+import subprocess, sys
+greedy, model, inp, out = sys.argv[1:5]
+inputs = open(inp, encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
+if inputs and inputs[-1] == "":
+    inputs.pop()
+lines = []
+for text in inputs:
+    r = subprocess.run([greedy, model, "-p", text, "-n", "1"], capture_output=True, check=True)
+    stdout = r.stdout.decode("utf-8", "replace")  # the generated text may be any bytes
+    ids = next(l for l in stdout.splitlines() if l.startswith("prompt_tokens:")).split()[1:]
+    assert ids[0] == "1", ids  # the BOS llama.cpp adds
+    lines.append("".join(" " + i for i in ids[1:]))
+open(out, "w").write("\n".join(lines) + "\n")
+PYEOF
+  rm -rf "$scratch"
+fi
 echo "done"

@@ -151,6 +151,15 @@ TEST_P(LiveMigrationOnCpu, AllLayersThereAndBackThenAPartialRangeChangeNoLogitBi
   for (const runtime::KvPagePool* pool : m.model->kvPools()) EXPECT_EQ(pool->pagesReserved(), 0u);
 }
 
+// Positions of a session `length` tokens long whose K and V `layer` still holds: all, or in a
+// sliding-window layer (gemma3) those from the first page its window still needs.
+int64_t heldPositions(const runtime::Model& model, int layer, int64_t length) {
+  const runtime::ModelConfig& c = model.config();
+  const int64_t pageTokens = model.kvLayout().pageTokens;
+  const int64_t window = c.slidingLayer(layer) ? c.slidingWindow : 0;
+  return length - int64_t(runtime::firstPageInWindow(window, pageTokens, length)) * pageTokens;
+}
+
 // Decodes `session` greedily for `steps` tokens from `tokens` (the last one not yet fed), appending
 // what it samples; returns every step's logits.
 std::vector<std::vector<float>> decode(runtime::Model& model, runtime::Session& session, std::vector<int32_t>& tokens,
@@ -183,9 +192,14 @@ TEST_P(LiveMigrationOnCpu, ASessionParkedInHostMemoryContinuesBitwiseEvenAfterIt
   const runtime::HostKv parked(*session);
   EXPECT_EQ(parked.length(), length);
   EXPECT_EQ(parked.contextLimit(), 256);
-  EXPECT_EQ(parked.bytes(), size_t(m.model->config().layers) *
-                                size_t((length + m.model->kvLayout().pageTokens - 1) / m.model->kvLayout().pageTokens) *
-                                m.model->kvLayout().pageBytes());
+  // Every layer's written pages, less those sliding windows freed.
+  const int64_t pageTokens = m.model->kvLayout().pageTokens;
+  size_t pages = 0;
+  for (int l = 0; l < int(m.model->config().layers); l++) {
+    pages += size_t((length + pageTokens - 1) / pageTokens -
+                    int64_t(runtime::firstPageInWindow(session->layerWindow(l), pageTokens, length)));
+  }
+  EXPECT_EQ(parked.bytes(), pages * m.model->kvLayout().pageBytes());
   session.reset();
   EXPECT_EQ(pagesInUse(*m.model), 0u);  // the device memory went back
 
@@ -223,17 +237,22 @@ TEST_P(LiveMigrationOnCpu, WithoutPrecopyEveryWrittenTokenMovesInThePause) {
   ASSERT_EQ(moved.stats.size(), 1u);
   EXPECT_EQ(moved.stats[0].bytesPrecopied, 0u);
   // Between CPU devices the pause copies exactly the written tokens' K and V, in every layer:
-  // prompt + decoded tokens before the commit.
+  // prompt + decoded tokens before the commit (in a sliding-window layer, those its pages still hold).
   const auto& kv = m.model->kvLayout();
   size_t tokens = 0;
-  for (const auto& prompt : p) tokens += prompt.size() + size_t(moved.commitSteps[0]) - 1;
-  EXPECT_EQ(moved.stats[0].bytesInPause, tokens * size_t(m.model->config().layers) * 2 * kv.tokenBytes());
+  for (const auto& prompt : p) {
+    const int64_t length = int64_t(prompt.size()) + moved.commitSteps[0] - 1;
+    for (int l = 0; l < int(m.model->config().layers); l++) tokens += size_t(heldPositions(*m.model, l, length));
+  }
+  EXPECT_EQ(moved.stats[0].bytesInPause, tokens * 2 * kv.tokenBytes());
 }
 
-// One per architecture: llama (stories260K, the tiny shape in Q4_K_M), qwen3, granite, phi3.
+// One per architecture: llama (stories260K, the tiny shape in Q4_K_M), qwen3, granite, phi3,
+// gemma3 (whose sliding layers free pages while the sessions decode, before and during the
+// migrations).
 INSTANTIATE_TEST_SUITE_P(Models, LiveMigrationOnCpu,
                          ::testing::Values("stories260K", "tiny/q4_k_m", "qwen3-micro/q4_k_m", "granite-micro/q4_k_m",
-                                           "phi3-micro/q4_k_m"),
+                                           "phi3-micro/q4_k_m", "gemma3-micro/q4_k_m"),
                          [](const auto& info) {
                            std::string name;
                            for (char c : std::string(info.param)) {
@@ -279,6 +298,7 @@ class VanishingDevice final : public Device {
   }
   void attention(const float* q, float* out, const AttentionBatch& batch) override { check().attention(q, out, batch); }
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override { check().swiglu(gate, up, out, n); }
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override { check().geglu(gate, up, out, n); }
   void add(float* x, const float* y, int64_t n) override { check().add(x, y, n); }
   void scale(float* x, float s, int64_t n) override { check().scale(x, s, n); }
 

@@ -473,5 +473,67 @@ TEST(Model, Phi3SplitsItsFusedMatricesAndPicksItsRopeFactorsByContext) {
   expectLoadError(load({{"phi3.rope.scaling.type", gguf::Value::string("yarn")}}), "rope scaling type 'yarn'");
 }
 
+// Gemma 3 from our generator: which layers slide (the period, or one flag per layer), their rope
+// base, the multipliers; bad keys and missing post norms are errors naming them; a soft-cap caps.
+TEST(Model, Gemma3ReadsItsSlidingLayersAndRefusesBadKeysByName) {
+  const TempDir dir;
+  const std::string path = dir.path() + "/gemma3.gguf";
+  tools::writeRandomModel({*tools::findShape("gemma3-micro"), *tools::findMix("f32"), 3, JITLLM_SHARED_DIR}, path);
+  auto load = [&](const std::vector<std::pair<std::string, gguf::Value>>& overrides, const std::string& drop = "") {
+    return rewrite(path, drop, overrides);
+  };
+  cpu::CpuDevice device;
+  runtime::ModelLoadOptions options;
+  options.devices = {&device};
+  auto open = [&](const std::vector<uint8_t>& bytes) {
+    return runtime::Model::fromFile(gguf::GgufFile::fromBytes(bytes, "gemma3.gguf"), options);
+  };
+  {
+    auto m = open(load({}));
+    const runtime::ModelConfig& c = m->config();
+    EXPECT_EQ(c.arch, runtime::Architecture::kGemma3);
+    EXPECT_TRUE(c.geluFfn && c.postNorms && c.qkNorm && c.ropeNeox);
+    EXPECT_FLOAT_EQ(c.embeddingScale, 16.0f);          // sqrt(256)
+    EXPECT_FLOAT_EQ(c.attentionScale, 1.0f / 8.0f);    // 1 / sqrt(64)
+    EXPECT_FLOAT_EQ(c.ropeFreqBaseSliding, 10000.0f);  // rope.freq_base_swa
+    EXPECT_EQ(c.slidingWindow, 24);
+    // Period 6 (llama.cpp's default): layer 5 is the global one.
+    for (int l = 0; l < 6; l++) EXPECT_EQ(c.slidingLayer(l), l != 5) << "layer " << l;
+    EXPECT_EQ(c.logitSoftcap, 0.0f);
+  }
+  {
+    auto m = open(load({{"gemma3.attention.sliding_window_pattern", gguf::Value::u32(2)}}));
+    for (int l = 0; l < 6; l++) EXPECT_EQ(m->config().slidingLayer(l), l % 2 == 0) << "layer " << l;
+  }
+  {
+    std::vector<gguf::Value> flags;
+    for (int l = 0; l < 6; l++) flags.push_back(gguf::Value::boolean(l < 3));
+    auto m =
+        open(load({{"gemma3.attention.sliding_window_pattern", gguf::Value::array(gguf::ValueType::kBool, flags)}}));
+    for (int l = 0; l < 6; l++) EXPECT_EQ(m->config().slidingLayer(l), l < 3) << "layer " << l;
+  }
+  {
+    // No window: every layer global, every page kept.
+    auto m = open(load({{"gemma3.attention.sliding_window", gguf::Value::u32(0)}}));
+    EXPECT_FALSE(m->config().slidingLayer(0));
+  }
+  {
+    // A soft-cap bounds every logit by the cap.
+    auto m = open(load({{"gemma3.final_logit_softcapping", gguf::Value::f32(0.5f)}}));
+    for (float v : scoreAll(*m, {1, 2, 3})) ASSERT_LE(std::fabs(v), 0.5f);
+  }
+  std::vector<gguf::Value> fewFlags(5, gguf::Value::boolean(true));
+  expectLoadError(
+      load({{"gemma3.attention.sliding_window_pattern", gguf::Value::array(gguf::ValueType::kBool, fewFlags)}}),
+      "'gemma3.attention.sliding_window_pattern' is an array of 5 elements, not one bool per layer (6)");
+  expectLoadError(load({{"gemma3.attention.sliding_window", gguf::Value::i32(-4)}}),
+                  "'gemma3.attention.sliding_window' is -4");
+  expectLoadError(load({{"gemma3.rope.freq_base_swa", gguf::Value::f32(-1.0f)}}), "rope.freq_base_swa' is -1");
+  expectLoadError(load({{"gemma3.final_logit_softcapping", gguf::Value::f32(-3.0f)}}),
+                  "'gemma3.final_logit_softcapping' is -3, not a positive finite multiplier");
+  expectLoadError(load({}, "blk.2.post_ffw_norm.weight"), "missing tensor 'blk.2.post_ffw_norm.weight'");
+  expectLoadError(load({}, "blk.0.post_attention_norm.weight"), "missing tensor 'blk.0.post_attention_norm.weight'");
+}
+
 }  // namespace
 }  // namespace jitllm::testing

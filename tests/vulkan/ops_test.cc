@@ -1,7 +1,7 @@
 // What only the Vulkan backend has, on fresh random inputs: its integer products with and without
 // the dot-product extension, producers that quantize, tuned product shapes, subgroup shuffles,
-// attention spread over workgroups. The ops every backend has are in the conformance suite
-// (tests/backends/conformance_test.cc).
+// attention spread over workgroups; and gemma3's GEGLU and sliding-window attention. The ops every backend has are in
+// the conformance suite (tests/backends/conformance_test.cc).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +16,7 @@
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 #include "tests/backends/op_inputs.h"
+#include "tests/gpu/gemma_op_checks.h"
 #include "tests/gpu/integer_product_checks.h"
 #include "tests/gpu/long_context.h"
 #include "tests/vulkan/vulkan_test_support.h"
@@ -209,6 +210,25 @@ TEST_F(VulkanOps, AttentionChunksSpreadOverWorkgroupsGiveTheBitsOfOneWorkgroupPe
   const std::vector<int32_t> positions = {ctx.length() - 1, 0, 63, 64, 200};  // 5 x 8 = 40 workgroups
   const auto q = randomFloats(positions.size() * heads * 64, freshSeed() + 42, 0.3f);
   ctx.expectChunkedAndWholeAgree(q, positions, heads, 0.125f, 8);  // 40 x 8 = 320 workgroups
+}
+
+// GEGLU (geglu.comp) against float64, out of place and in place: a length that leaves the last
+// workgroup part-filled (and the grid-stride loop more than one round), and one shorter than a
+// workgroup.
+TEST_F(VulkanOps, GegluMatchesAFloat64ReferenceInPlaceAndOut) {
+  expectGegluMatchesFloat64(*gpu, 100003, freshSeed());
+  expectGegluMatchesFloat64(*gpu, 37, freshSeed() + 7);
+}
+
+// A sliding window (attention.comp's window) reads only its positions - pages before it are null,
+// positions before it on its first page NaN - and gives the bits of a context holding just those
+// positions, in decode (chunks in workgroups of their own, MODE 1 + 2) and prefill (MODE 0); a
+// window no context reaches gives window 0's bits. fp32 and fp16 pages.
+TEST_F(VulkanOps, SlidingWindowAttentionReadsOnlyItsPositionsWithTheBitsOfAContextOfThem) {
+  for (KvPrecision precision : {KvPrecision::kF32, KvPrecision::kF16}) {
+    SCOPED_TRACE(precision == KvPrecision::kF16 ? "fp16 pages" : "fp32 pages");
+    expectSlidingWindowsAttendOnlyTheirPositions(*gpu, *cpu, precision, freshSeed() + 60);
+  }
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // Attention of a batch of query tokens over the paged KV cache (kernels/device.h: KvLayout).
 //
 // Specialised by JL_HD (head dim), JL_GROUP (query heads per block), JL_PAGE_TOKENS and JL_KV_F16
-// (fp16 pages, else fp32). A block of 128 threads serves JL_GROUP query heads of one token that
-// share a KV head: all of that KV head's (the model's group), so each K/V row is read once for all
-// of them - or, when a token has few blocks (decode), fewer: one per query head, so four times the
-// blocks share the work (each block reads its KV head's rows, mostly from L2). A head's arithmetic
+// (fp16 pages, else fp32). A block of 128 threads (one per column of heads wider than 128) serves
+// JL_GROUP query heads of one token that share a KV head: all of that KV head's (the model's
+// group), so each K/V row is read once for all of them - or, when a token has few blocks
+// (decode), fewer: one per query head, so four times the blocks share the work (each block reads its KV head's rows, mostly from L2). A head's arithmetic
 // is the same either way (nothing in it depends on the other heads of the block), so are its bits.
 // Positions go in tiles of kTile through shared memory with an online softmax (running max and
 // sum, rescaled per tile). Every sum has a fixed order: a dot product is four running sums over
@@ -21,7 +21,12 @@
 // token's result does not depend on which kernel ran it, so prefill and decode agree exactly.
 //
 // Tables: token t's pages are tables[tableOffsets[t] ..] (device addresses); it attends to
-// positions 0..positions[t].
+// positions start..positions[t], where start is 0 or, with a sliding window (window > 0, gemma3's
+// local layers), max(0, positions[t] - window + 1) (contextStart). The kernels work in positions
+// relative to start - chunks, spans, tiles and the four running sums over a tile's positions all
+// begin there - and add start only to find a position's page and row: a token's window has the bits
+// of a context holding just those positions (so window 0 keeps its bits), and the entries of pages
+// that end before start (freed pages: null) are never read.
 
 constexpr int kHd = JL_HD, kGroup = JL_GROUP, kPageTokens = JL_PAGE_TOKENS;
 // JL_ATTN_TIMING=1 (profiling only, through JITLLM_CUDA_DEFINES; docs/cuda.md): attention_split's
@@ -35,7 +40,9 @@ __shared__ long long jlStamps[9];  // [0] unused: the first stamp is taken after
 #define JL_STAMP(i)
 #endif
 constexpr int kTile = 4096 / JL_HD > 64 ? 64 : 4096 / JL_HD;  // K and V tiles take 32 KiB together
-constexpr int kThreads = 128;
+// A block's threads: 128, or one per column for heads wider than that (gemma3's 256), since a
+// thread's output elements share one column (below). The host launches attentionThreads(hd).
+constexpr int kThreads = JL_HD > 128 ? JL_HD : 128;
 constexpr int kOwned = (kGroup * kHd + kThreads - 1) / kThreads;  // output elements per thread
 constexpr int kChunk = 64;                                        // positions; a multiple of kTile
 static_assert(kChunk % kTile == 0, "chunks hold whole tiles");
@@ -213,6 +220,9 @@ JL_DEV void foldElement(const FoldFactors& f, float o, float& totO) {
   totO = f.first ? o : __fadd_rn(__fmul_rn(totO, f.a), __fmul_rn(o, f.b));
 }
 
+// The first position a token at `position` attends to (see the top of the file).
+JL_DEV int contextStart(int position, int window) { return window > 0 ? max(0, position - window + 1) : 0; }
+
 // Block `hb` of a token (hb = 0 .. heads / kGroup - 1) serves query heads hb kGroup .. + kGroup - 1,
 // of KV head hb kGroup / (heads / kvHeads).
 JL_DEV int kvHeadOf(int hb, int heads, int kvHeads) { return hb * kGroup / (heads / kvHeads); }
@@ -228,10 +238,11 @@ JL_DEV void storeOutput(float* out, u8* xq, u64 xqStride, int heads, int t, int 
   }
 }
 
-// The chunks [c0, c1) of token t for heads block hb. partial == null: folds them and writes the
-// normalised output; else (one chunk) writes that chunk's state to `partial`.
+// The chunks [c0, c1) of token t for heads block hb, over the n positions from `start` (chunk c:
+// start + c kChunk ..). partial == null: folds them and writes the normalised output; else (one
+// chunk) writes that chunk's state to `partial`.
 JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, int kvHeads, float scale, int t, int hb,
-                         int n, int c0, int c1, const u64* pages, u8* xq, u64 xqStride) {
+                         int n, int start, int c0, int c1, const u64* pages, u8* xq, u64 xqStride) {
   __shared__ __align__(16) float qs[kGroup][kHd];
   // +4: rows stay 16-byte aligned for float4 reads, and the 8 rows a quarter-warp reads at once
   // start 4 banks apart, so they hit different banks.
@@ -253,8 +264,8 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
   const i64 vOffset = i64(kPageTokens) * tokenElems;  // a page's V rows after its K rows
   if constexpr (kAsyncTiles) {                        // the block's first tile: K, then V
     const int first = c0 * kChunk, count = min(kTile, last - first);
-    requestTile(ks, pages, tokenElems, 0, kh, first, count);
-    requestTile(vs, pages, tokenElems, vOffset, kh, first, count);
+    requestTile(ks, pages, tokenElems, 0, kh, start + first, count);
+    requestTile(vs, pages, tokenElems, vOffset, kh, start + first, count);
   }
   for (int c = c0; c < c1; c++) {
     __syncthreads();  // the previous chunk's state is read (and qs is written, first time)
@@ -274,7 +285,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
         __syncthreads();   // everyone's pieces of it (and the state is reset, first time)
       } else {
         __syncthreads();  // the previous tile is consumed (and the state is reset, first time)
-        loadTile(ks, vs, pages, tokenElems, kh, base, count);
+        loadTile(ks, vs, pages, tokenElems, kh, start + base, count);
         __syncthreads();
       }
       JL_STAMP(3);
@@ -312,7 +323,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
       __syncthreads();
       JL_STAMP(4);
       if constexpr (kAsyncTiles) {  // the scores have read this K tile: the next one may come in
-        if (nextCount > 0) requestTile(ks, pages, tokenElems, 0, kh, next, nextCount);
+        if (nextCount > 0) requestTile(ks, pages, tokenElems, 0, kh, start + next, nextCount);
       }
       for (int g = warp; g < kGroup; g += kThreads / 32) {
         float m = -__int_as_float(0x7f800000);
@@ -376,7 +387,7 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
       }
       if constexpr (kAsyncTiles) {
         __syncthreads();  // the outputs have read this V tile: the next one may come in
-        if (nextCount > 0) requestTile(vs, pages, tokenElems, vOffset, kh, next, nextCount);
+        if (nextCount > 0) requestTile(vs, pages, tokenElems, vOffset, kh, start + next, nextCount);
       }
     }
     __syncthreads();  // runMax / runSum final for this chunk
@@ -440,12 +451,13 @@ JL_DEV void attendChunks(const float* q, float* out, float* partial, int heads, 
 
 // Grid (tokens, heads / kGroup): every chunk of token t in one block.
 // xq: null, or where the output's integer form goes (rows of xqStride bytes; heads * kHd columns).
-extern "C" __global__ void __launch_bounds__(128)
+// window: the sliding window (contextStart), 0 for none.
+extern "C" __global__ void __launch_bounds__(kThreads)
     attention(const float* q, float* out, int heads, int kvHeads, float scale, const int* positions,
-              const int* tableOffsets, const u64* tables, u8* xq, u64 xqStride) {
+              const int* tableOffsets, const u64* tables, u8* xq, u64 xqStride, int window) {
   awaitPreviousKernel();
-  const int t = blockIdx.x, n = positions[t] + 1;
-  attendChunks(q, out, nullptr, heads, kvHeads, scale, t, blockIdx.y, n, 0, (n + kChunk - 1) / kChunk,
+  const int t = blockIdx.x, start = contextStart(positions[t], window), n = positions[t] + 1 - start;
+  attendChunks(q, out, nullptr, heads, kvHeads, scale, t, blockIdx.y, n, start, 0, (n + kChunk - 1) / kChunk,
                tables + tableOffsets[t], xq, xqStride);
 }
 
@@ -462,7 +474,10 @@ extern "C" __global__ void __launch_bounds__(128)
 // as its own context goes (rows of one block end at different positions), so its bits are the
 // one-token kernel's, and prefill still agrees with decode exactly. Needs the page table of one
 // session for all of the block's tokens (the host checks) and dynamic shared memory
-// (attentionRowsSharedBytes, kernel_library.cc, computes the same size).
+// (attentionRowsSharedBytes, kernel_library.cc, computes the same size). It has no sliding window:
+// the rows of a block share tiles of absolute positions, while a window's chunks and tiles begin at
+// each token's own start, so the host takes the one-token kernel for a batch where any token's
+// window has moved past position 0 (before that a window changes nothing).
 #ifndef JL_QTOKENS
 #define JL_QTOKENS 8
 #endif
@@ -920,7 +935,7 @@ JL_DEV void combineInSpans(const float* base, float* out, int heads, int t, int 
 // counts: no result goes through it).
 JL_DEV void attendUnit(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
                        float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxUnits,
-                       int chunksPerBlock, int statesPerSpan, u8* xq, u64 xqStride) {
+                       int chunksPerBlock, int statesPerSpan, u8* xq, u64 xqStride, int window) {
 #if JL_ATTN_TIMING
   unsigned startNs;
   asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(startNs));
@@ -928,12 +943,13 @@ JL_DEV void attendUnit(const float* q, float* partials, unsigned* counters, floa
   JL_STAMP(1);
   __shared__ bool folds;
   const int blocks = heads / kGroup;
-  const int t = blockIdx.x, hb = blockIdx.y % blocks, u = blockIdx.y / blocks, n = positions[t] + 1;
+  const int t = blockIdx.x, hb = blockIdx.y % blocks, u = blockIdx.y / blocks;
+  const int start = contextStart(positions[t], window), n = positions[t] + 1 - start;
   const int chunks = (n + kChunk - 1) / kChunk, units = (chunks + chunksPerBlock - 1) / chunksPerBlock;
   if (u >= units) return;
   float* base = partials + i64(t * blocks + hb) * maxUnits * kPartialFloats;
   const int c0 = u * chunksPerBlock, c1 = min(c0 + chunksPerBlock, chunks);
-  attendChunks(q, nullptr, base + i64(u) * kPartialFloats, heads, kvHeads, scale, t, hb, n, c0, c1,
+  attendChunks(q, nullptr, base + i64(u) * kPartialFloats, heads, kvHeads, scale, t, hb, n, start, c0, c1,
                tables + tableOffsets[t], nullptr, 0);
   __threadfence();  // this block's state is visible to every block before it is counted
   __syncthreads();
@@ -965,13 +981,13 @@ JL_DEV void attendUnit(const float* q, float* partials, unsigned* counters, floa
 
 // A chunk a block: grid (tokens, B * maxChunks), blockIdx.y = hb + B * chunk. (In a JL_SPAN module
 // the fold goes in spans here too, though the host launches attention_spans there.)
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(kThreads)
     attention_split(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
                     float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxChunks,
-                    u8* xq, u64 xqStride) {
+                    u8* xq, u64 xqStride, int window) {
   awaitPreviousKernel();
   attendUnit(q, partials, counters, out, heads, kvHeads, scale, positions, tableOffsets, tables, maxChunks, 1, kSpan,
-             xq, xqStride);
+             xq, xqStride, window);
 }
 
 #if JL_SPAN > 0
@@ -979,12 +995,12 @@ extern "C" __global__ void __launch_bounds__(128)
 // spans) or a chunk (chunksPerBlock = 1; the last block folds them in spans, then the spans).
 // Grid (tokens, B * maxUnits). Decode's blocks of one query head capped at 80 registers, 6 a
 // multiprocessor (as attention_split has by itself): latency-bound, so warps in flight matter more.
-extern "C" __global__ void __launch_bounds__(128, JL_GROUP == 1 ? 6 : 1)
+extern "C" __global__ void __launch_bounds__(kThreads, JL_GROUP == 1 ? 6 : 1)
     attention_spans(const float* q, float* partials, unsigned* counters, float* out, int heads, int kvHeads,
                     float scale, const int* positions, const int* tableOffsets, const u64* tables, int maxUnits,
-                    int chunksPerBlock, u8* xq, u64 xqStride) {
+                    int chunksPerBlock, u8* xq, u64 xqStride, int window) {
   awaitPreviousKernel();
   attendUnit(q, partials, counters, out, heads, kvHeads, scale, positions, tableOffsets, tables, maxUnits,
-             chunksPerBlock, chunksPerBlock == 1 ? kSpan : 0, xq, xqStride);
+             chunksPerBlock, chunksPerBlock == 1 ? kSpan : 0, xq, xqStride, window);
 }
 #endif

@@ -1,8 +1,8 @@
-// The small ops: RMS norm, RoPE, SwiGLU, add, and storing K/V into pages (also right after RoPE,
+// The small ops: RMS norm, RoPE, SwiGLU, GEGLU, add, and storing K/V into pages (also right after RoPE,
 // in one launch). Each mirrors the CPU device's arithmetic (kernels/cpu/cpu_device.cc) operation
 // for operation; the RMS sum of squares is in double, in a fixed tree order.
 //
-// rms_norm and swiglu feed matrix products; given xq (non-null) they also write their output's
+// rms_norm, swiglu and geglu feed matrix products; given xq (non-null) they also write their output's
 // integer form for the integer kernels (quantize_x.cuh, compiled into this module before this
 // file), saving the separate quantize_x launch. Then the row length is a multiple of 32, so each
 // warp's 32 consecutive outputs are one quantization block.
@@ -164,6 +164,22 @@ extern "C" __global__ void swiglu(const float* gate, const float* up, float* out
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
     const float g = gate[i];
     const float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    out[i] = v;
+    if (xq) quantizeBlock32(v, xq + u64(i / k) * xqStride, k, int(i % k) & ~31);
+  }
+}
+
+// GEGLU with GELU's tanh form (gemma): g / (1 + exp(-z)) * up, z = sqrt(8 / pi) (g + 0.044715 g^3)
+// written as g (c + c 0.044715 g^2) with the CPU's constants (kernels/cpu/activation.cc, rounded to
+// float there: 0x3fcc422a and 0x3d922279) and its vector kernels' operations - one fma for the
+// bracket - so only exp differs from the CPU. With xq as swiglu.
+constexpr float kGeluScale = 1.59576917f, kGeluCubic = 0.0713548139f;
+extern "C" __global__ void geglu(const float* gate, const float* up, float* out, i64 n, u8* xq, u64 xqStride, int k) {
+  awaitPreviousKernel();
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    const float z = __fmul_rn(g, fmaf(kGeluCubic, __fmul_rn(g, g), kGeluScale));
+    const float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-z))), up[i]);
     out[i] = v;
     if (xq) quantizeBlock32(v, xq + u64(i / k) * xqStride, k, int(i % k) & ~31);
   }

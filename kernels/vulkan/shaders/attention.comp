@@ -6,6 +6,12 @@
 // a fixed order (scores: sequential FMAs over the head dim; chunk max and sum: a fixed tree;
 // o: sequential over the chunk's positions), so results depend only on WG, which the host fixes.
 //
+// A token at position P attends to positions start .. P, where start is 0 or, with a sliding
+// window (p.window > 0, gemma3's local layers), max(0, P - window + 1). Chunks are counted from
+// start, and start is added only to find a position's page and row: a window has the bits of a
+// context holding just its positions (window 0 keeps its bits), and page-table entries of pages
+// that end before start (freed, possibly null) are never read.
+//
 // MODE 0: a workgroup per (head, token) computes and folds all of that token's chunks.
 // MODE 1: a workgroup per (head, token, chunk) writes that chunk's state to `partials`, and
 // MODE 2: a workgroup per (head, token) folds them in order - the same operations as MODE 0, so
@@ -23,13 +29,14 @@ layout(local_size_x = WG) in;
 layout(push_constant) uniform Params {
   uint64_t q;
   uint64_t out_;
-  uint64_t info;      // per token: uvec2(position, first index into pages)
+  uint64_t info;      // per token: uvec2(position, index of its table's first page in pages)
   uint64_t pages;     // page addresses
   uint64_t partials;  // MODE 1, 2: per (token, head, chunk) a state of HD + 2 floats
   uint64_t xq;        // QUANTIZE
   float scale;
   uint maxChunks;     // MODE 1, 2: chunks per (token, head) in `partials`
   uint xqStride;      // QUANTIZE
+  uint window;        // the sliding window in positions; 0: none
 } p;
 
 #define DPT ((HD + WG - 1) / WG)
@@ -69,8 +76,10 @@ void fold(bool first, float m, float s, float o[DPT], inout float totM, inout fl
   totM = now;
 }
 
-// Chunk c of token t (n positions) for head `head`: its max, sum and output dims lid + i WG.
-void chunkState(uint t, uint head, uint n, uint first, uint c, out float m, out float s, out float o[DPT]) {
+// Chunk c of token t (n positions from `start`; its page table at pages[table]) for head `head`:
+// its max, sum and output dims lid + i WG.
+void chunkState(uint t, uint head, uint n, uint start, uint table, uint c, out float m, out float s,
+                out float o[DPT]) {
   const uint kvh = head / GROUP;
   const uint lid = gl_LocalInvocationID.x;
   U64Buf pages = U64Buf(p.pages);
@@ -78,9 +87,9 @@ void chunkState(uint t, uint head, uint n, uint first, uint c, out float m, out 
   const uint j = j0 + lid;
   float score = 0.0;
   if (j < n) {
-    const uint64_t page = pages.v[first + j / PAGE_TOKENS];
+    const uint64_t page = pages.v[table + (start + j) / PAGE_TOKENS];
     pg[lid] = page;
-    const uint base = (j % PAGE_TOKENS) * ROW + kvh * HD;
+    const uint base = ((start + j) % PAGE_TOKENS) * ROW + kvh * HD;
     for (uint d = 0u; d < HD; d++) score = fma(qs[d], kvAt(page, base + d), score);
     score *= p.scale;
   }
@@ -107,7 +116,7 @@ void chunkState(uint t, uint head, uint n, uint first, uint c, out float m, out 
     float a = 0.0;
     if (d < HD) {
       for (uint jj = 0u; jj < count; jj++) {
-        const uint pos = j0 + jj;
+        const uint pos = start + j0 + jj;
         a = fma(pr[jj], kvAt(pg[jj], (PAGE_TOKENS + pos % PAGE_TOKENS) * ROW + kvh * HD + d), a);
       }
     }
@@ -148,8 +157,10 @@ void main() {
   const uint head = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
   const uint lid = gl_LocalInvocationID.x;
   U32Buf info = U32Buf(p.info + uint64_t(t) * 8u);
-  const uint n = info.v[0] + 1u;
-  const uint first = info.v[1];
+  const uint position = info.v[0];
+  const uint start = p.window > 0u && position >= p.window ? position - p.window + 1u : 0u;
+  const uint n = position + 1u - start;
+  const uint table = info.v[1];
   const uint chunks = (n + WG - 1u) / WG;
 #if MODE == 2
   F32Buf states = F32Buf(p.partials + (uint64_t(t) * HEADS + head) * p.maxChunks * STATE * 4u);
@@ -172,7 +183,7 @@ void main() {
   const uint c = gl_WorkGroupID.z;
   if (c >= chunks) return;  // the whole workgroup: no barrier is left waiting
   float m, s, o[DPT];
-  chunkState(t, head, n, first, c, m, s, o);
+  chunkState(t, head, n, start, table, c, m, s, o);
   F32Buf state = F32Buf(p.partials + ((uint64_t(t) * HEADS + head) * p.maxChunks + c) * STATE * 4u);
   for (uint i = 0u; i < DPT; i++) {
     const uint d = lid + i * WG;
@@ -186,7 +197,7 @@ void main() {
   float totM = 0.0, totS = 0.0, totO[DPT];
   for (uint c = 0u; c < chunks; c++) {
     float m, s, o[DPT];
-    chunkState(t, head, n, first, c, m, s, o);
+    chunkState(t, head, n, start, table, c, m, s, o);
     fold(c == 0u, m, s, o, totM, totS, totO);
   }
   writeOutput(t, head, totS, totO);
