@@ -160,7 +160,11 @@ void readAsModel(const GgufFile& f) {
   mayRefuse([&] {
     jitllm::runtime::ModelConfig config = jitllm::runtime::ModelConfig::fromGguf(f);
     FUZZ_CHECK(config.embedding > 0 && config.heads > 0 && config.kvHeads > 0 && config.layers > 0);
-    FUZZ_CHECK(config.headDim * config.heads == config.embedding);
+    // Heads are embedding / heads wide, or attention.key_length's even width (qwen3, gemma3).
+    FUZZ_CHECK(config.headDim > 0 && (config.headDim * config.heads == config.embedding || config.headDim % 2 == 0));
+    FUZZ_CHECK(config.rotaryDims > 0 && config.rotaryDims <= config.headDim);
+    // A sliding window names every layer as sliding or not.
+    FUZZ_CHECK(config.slidingWindow == 0 || int64_t(config.slidingLayers.size()) == config.layers);
     const jitllm::runtime::ModelTensors m = jitllm::runtime::ModelTensors::find(f, config);
     FUZZ_CHECK(m.tokenEmbedding && m.outputNorm && m.output);
     FUZZ_CHECK(int64_t(m.blocks.size()) == config.layers);
