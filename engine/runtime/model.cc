@@ -358,8 +358,10 @@ void Model::rebindUnit(int unit, Device& device) {
   JITLLM_REQUIRE(unit >= 0 && unit < unitCount(), "no unit ", unit, " in a model of ", unitCount());
   if (unit > 0 && unit < unitCount() - 1) {
     for (const Session* s : sessions_.all()) {
-      JITLLM_REQUIRE(s->layerPageCount(unit - 1) == 0, "session ", s->id(), " still holds KV of ", unitName(unit),
-                     "; it must end before the unit is re-placed");
+      // The page table, not just its live pages: a tiny sliding window can leave a table of freed
+      // entries only, which the rebind below cannot take over either.
+      JITLLM_REQUIRE(s->layerPageTableSize(unit - 1) == 0, "session ", s->id(), " still holds KV of ",
+                     unitName(unit), "; it must end before the unit is re-placed");
     }
   }
   BoundUnit fresh = bindUnit(unit, device);

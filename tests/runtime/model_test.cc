@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/kv/host_kv.h"
 #include "tests/runtime/test_support.h"
 #include "tests/scoped_test_state.h"
 #include "tools/random_model.h"
@@ -533,6 +534,44 @@ TEST(Model, Gemma3ReadsItsSlidingLayersAndRefusesBadKeysByName) {
                   "'gemma3.final_logit_softcapping' is -3, not a positive finite multiplier");
   expectLoadError(load({}, "blk.2.post_ffw_norm.weight"), "missing tensor 'blk.2.post_ffw_norm.weight'");
   expectLoadError(load({}, "blk.0.post_attention_norm.weight"), "missing tensor 'blk.0.post_attention_norm.weight'");
+}
+
+// A sliding layer's pages go back to the pool as its window passes them - with a window of one
+// token, every page of a table can be behind it - while a global layer keeps all of its; rewinds
+// behind freed pages are refused and parking takes live pages only.
+TEST(Session, SlidingLayersFreeThePagesTheirWindowHasLeft) {
+  cpu::CpuDevice device;
+  runtime::KvPagePool pool(device, KvLayout{16, 1, 2, KvPrecision::kF32});
+  runtime::Session s(1, 100, {&pool, &pool, &pool}, nullptr, {1, 24, 0});
+  s.reserve(32);
+  s.advance(32);
+  // Window 1: the next token (position 32) needs no page so far; window 24: positions 9..32.
+  EXPECT_EQ(s.layerPageCount(0), 0u);
+  EXPECT_EQ(s.layerPageTableSize(0), 2u);
+  EXPECT_EQ(s.pageAddresses(0)[0], nullptr);
+  EXPECT_EQ(s.pageAddresses(0)[1], nullptr);
+  EXPECT_EQ(s.firstLivePage(1), 0u);
+  EXPECT_EQ(s.layerPageCount(2), 2u);
+  EXPECT_EQ(pool.pagesInUse(), 4u);
+  s.reserve(8);
+  s.advance(8);  // 40 tokens: window 24 needs positions 17..40, from page 1 on
+  EXPECT_EQ(s.firstLivePage(1), 1u);
+  EXPECT_EQ(s.layerPageCount(0), 1u);
+  EXPECT_EQ(s.layerPageCount(1), 2u);
+  EXPECT_EQ(s.layerPageCount(2), 3u);
+  EXPECT_EQ(s.pageCount(), 6u);
+  EXPECT_EQ(pool.pagesInUse(), 6u);
+  // Back to 39: the next token's windows need page 2 (window 1) and positions 16.. (window 24,
+  // page 1 on): all live. Back to 31 or 16: window 1 needs page 1, which layer 0 has freed.
+  EXPECT_TRUE(s.canTruncate(39));
+  EXPECT_FALSE(s.canTruncate(31));
+  EXPECT_FALSE(s.canTruncate(16));
+  EXPECT_THROW(s.truncate(16), Error);
+  EXPECT_EQ(s.length(), 40);
+  const runtime::HostKv parked(s);
+  EXPECT_EQ(parked.bytes(), 6 * pool.layout().pageBytes());
+  EXPECT_TRUE(parked.canTruncate(40));
+  EXPECT_FALSE(parked.canTruncate(16));
 }
 
 }  // namespace
