@@ -360,8 +360,8 @@ void Model::rebindUnit(int unit, Device& device) {
     for (const Session* s : sessions_.all()) {
       // The page table, not just its live pages: a tiny sliding window can leave a table of freed
       // entries only, which the rebind below cannot take over either.
-      JITLLM_REQUIRE(s->layerPageTableSize(unit - 1) == 0, "session ", s->id(), " still holds KV of ",
-                     unitName(unit), "; it must end before the unit is re-placed");
+      JITLLM_REQUIRE(s->layerPageTableSize(unit - 1) == 0, "session ", s->id(), " still holds KV of ", unitName(unit),
+                     "; it must end before the unit is re-placed");
     }
   }
   BoundUnit fresh = bindUnit(unit, device);
