@@ -24,7 +24,7 @@ struct Node;
 
 struct RenderLimits {
   // A long real conversation (1000 turns, 50 tools) takes well under 1M steps and tens of MiB.
-  int64_t maxSteps = 5'000'000;           // expressions evaluated and statements run: ~1 s at most
+  int64_t maxSteps = 5'000'000;           // expressions evaluated and statements run: 2-4 s of a core
   size_t maxOutputBytes = 64u << 20;      // the rendered text
   size_t maxAllocatedBytes = 256u << 20;  // strings and lists made while rendering, summed
   int maxDepth = 200;                     // nested statements, expressions and macro calls
