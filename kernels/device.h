@@ -243,8 +243,9 @@ class Device {
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   // GEGLU with GELU's tanh form (gemma): out[i] = gelu(gate[i]) * up[i], where
   // gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), computed in every backend as its
-  // equal g / (1 + exp(-z)) * up[i] with z = 1.5957691216 * (g + 0.044715 * g * g * g), the
-  // form of swiglu with z for g in the exponent.
+  // equal g / (1 + exp(-z)) * up[i] with z = g * fma(0.0713548139, g * g, 1.59576917) (float
+  // constants: sqrt(8/pi) and 0.044715 times it), the form of swiglu with z for g in the
+  // exponent; backends differ only in exp.
   virtual void geglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // x[i] *= s: the multipliers of architectures that scale embeddings, residual branches or
