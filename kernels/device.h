@@ -100,6 +100,10 @@ struct RopeParams {
   float freqScale = 1.0f;              // linear context scaling: positions are multiplied by this
   const float* freqFactors = nullptr;  // host; rotaryDims/2 divisors (llama3 rope_freqs) or null
   bool neox = false;                   // rotate halves (qwen2) instead of adjacent pairs (llama)
+  // LongRoPE's attention factor (ggml's mscale): cos and sin, each rounded to float, are multiplied
+  // by it, so it scales the rotated dims of q and k and leaves the dims past rotaryDims alone (as
+  // llama.cpp and Hugging Face's Phi-3 do with partial rotary).
+  float attnFactor = 1.0f;
 };
 
 // What the KV cache stores. fp16 halves the memory and the bytes a migration moves; fp32 keeps

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything jitllm needs to build and test on Debian 12 (run as root).
 # Idempotent: packages already present are left alone, and apt is only asked when one is missing.
+#   scripts/install-deps.sh             what the build and the test suite need
+#   scripts/install-deps.sh --goldens   also what regenerating the goldens needs (numpy for the
+#                                       float64 references, jinja2 for the chat-template renders)
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
@@ -20,6 +23,7 @@ PACKAGES=(
 # npm comes with nodejs from NodeSource; only Debian's nodejs needs Debian's npm (and installing
 # that one beside NodeSource's would conflict).
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+[[ ${1:-} == --goldens ]] && PACKAGES+=(python3-numpy python3-jinja2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: jitllm-mkmodel SHAPE TYPE OUT.gguf [--seed N] [--shared DIR]
   SHAPE   micro | tiny | llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | qwen2.5-0.5b | qwen3-micro |
           qwen3-0.6b | qwen3-4b | granite-micro | granite-3.3-2b | phi3-micro | phi-3.5-mini |
-          gemma3-micro | gemma3-1b | gemma3-4b
+          phi4-micro | phi-4-mini | gemma3-micro | gemma3-1b | gemma3-4b
   TYPE    f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k
   --seed N      weight seed (default 0): the same seed gives the same file, byte for byte
   --shared DIR  the shared/ folder holding vocab/ and models/ (default ../shared)

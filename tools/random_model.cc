@@ -182,31 +182,103 @@ constexpr const char* kGemma3Template = R"JINJA({{ bos_token }}
 {%- endif -%}
 )JINJA";
 
+// Phi-4-mini's chat template (its tokenizer_config.json).
+constexpr const char* kPhi4MiniTemplate =
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is "
+    "not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + "
+    "'<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor "
+    "%}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}";
+
+constexpr int32_t kControlToken = 3, kUnusedToken = 5;  // llama.cpp's token types
+
+// A vocabulary file's pieces with a family's markers appended as control tokens and unused
+// pieces padding it to `size` (random_model.h says why the shapes need this).
+struct FormedVocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;  // empty when the file has none (BPE)
+  std::vector<int32_t> types;
+
+  FormedVocab(const gguf::GgufFile& vocab, std::initializer_list<const char*> markers) {
+    tokens = *vocab.getStringArray("tokenizer.ggml.tokens");
+    scores = vocab.getF32Array("tokenizer.ggml.scores").value_or(std::vector<float>{});
+    types = *vocab.getI32Array("tokenizer.ggml.token_type");
+    for (const char* marker : markers) add(marker, kControlToken);
+  }
+  int32_t add(const std::string& piece, int32_t type) {
+    tokens.push_back(piece);
+    if (!scores.empty()) scores.push_back(0.0f);
+    types.push_back(type);
+    return int32_t(tokens.size() - 1);
+  }
+  void padTo(int64_t size, const std::string& prefix, const std::string& suffix) {
+    for (int64_t i = 0; int64_t(tokens.size()) < size; i++) add(prefix + std::to_string(i) + suffix, kUnusedToken);
+  }
+  // The file's tokenizer keys with these pieces in place of its own.
+  void write(const gguf::GgufFile& vocab, gguf::GgufWriter& w) const {
+    for (const auto& [key, value] : vocab.metadata()) {
+      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+    }
+    w.set("tokenizer.ggml.tokens", gguf::Value::stringArray(tokens));
+    if (!scores.empty()) w.set("tokenizer.ggml.scores", gguf::Value::f32Array(scores));
+    w.set("tokenizer.ggml.token_type", gguf::Value::i32Array(types));
+  }
+};
+
+// Which vocabulary a shape writes: its file's as it is, or the file's pieces in a family's form.
+enum class TokenizerForm { kAsFile, kGemma, kPhi4 };
+
+TokenizerForm tokenizerForm(const ModelShape& s) {
+  if (s.arch == "gemma3") return TokenizerForm::kGemma;
+  if (s.arch == "phi3" && s.vocabFile.find("llama-bpe") != std::string::npos) return TokenizerForm::kPhi4;
+  return TokenizerForm::kAsFile;
+}
+
+// How many markers the form appends to the file's pieces.
+int64_t formMarkers(TokenizerForm form) {
+  switch (form) {
+    case TokenizerForm::kGemma:
+      return 2;
+    case TokenizerForm::kPhi4:
+      return 11;
+    case TokenizerForm::kAsFile:
+      break;
+  }
+  return 0;
+}
+
 // The tokenizer keys of `vocab` (llama-spm's) in gemma's form: see random_model.h.
 void writeGemmaTokenizer(const gguf::GgufFile& vocab, int64_t size, gguf::GgufWriter& w) {
-  std::vector<std::string> tokens = *vocab.getStringArray("tokenizer.ggml.tokens");
-  std::vector<float> scores = *vocab.getF32Array("tokenizer.ggml.scores");
-  std::vector<int32_t> types = *vocab.getI32Array("tokenizer.ggml.token_type");
-  constexpr int32_t kControl = 3, kUnused = 5;  // llama.cpp's token types
-  for (const char* marker : {"<start_of_turn>", "<end_of_turn>"}) {
-    tokens.push_back(marker);
-    scores.push_back(0.0f);
-    types.push_back(kControl);
-  }
-  for (int64_t i = 0; int64_t(tokens.size()) < size; i++) {
-    tokens.push_back("<unused" + std::to_string(i) + ">");
-    scores.push_back(0.0f);
-    types.push_back(kUnused);
-  }
-  for (const auto& [key, value] : vocab.metadata()) {
-    if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
-  }
-  w.set("tokenizer.ggml.tokens", gguf::Value::stringArray(tokens));
-  w.set("tokenizer.ggml.scores", gguf::Value::f32Array(scores));
-  w.set("tokenizer.ggml.token_type", gguf::Value::i32Array(types));
+  FormedVocab v(vocab, {"<start_of_turn>", "<end_of_turn>"});
+  v.padTo(size, "<unused", ">");
+  v.write(vocab, w);
   w.set("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(false));
   w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(true));
   w.set("tokenizer.chat_template", gguf::Value::string(kGemma3Template));
+}
+
+// The tokenizer keys of `vocab` (llama-bpe's) in Phi-4-mini's form: see random_model.h.
+void writePhi4Tokenizer(const gguf::GgufFile& vocab, int64_t size, gguf::GgufWriter& w) {
+  FormedVocab v(vocab, {});
+  const int32_t endOfText = v.add("<|endoftext|>", kControlToken);
+  v.add("<|assistant|>", kControlToken);
+  const int32_t endOfTurn = v.add("<|end|>", kControlToken);
+  for (const char* marker : {"<|user|>", "<|system|>", "<|tool|>", "<|/tool|>", "<|tool_call|>", "<|/tool_call|>",
+                             "<|tool_response|>", "<|tag|>"}) {
+    v.add(marker, kControlToken);
+  }
+  v.padTo(size, "<|dummy_", "|>");
+  v.write(vocab, w);
+  w.set("tokenizer.ggml.pre", gguf::Value::string("gpt-4o"));
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                          "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id"}) {
+    w.set(key, gguf::Value::u32(uint32_t(endOfText)));
+  }
+  // Named, not left to detection: llama-bpe's <|eot_id|> is a candidate too, and llama.cpp takes
+  // whichever its hash map lists first.
+  w.set("tokenizer.ggml.eot_token_id", gguf::Value::u32(uint32_t(endOfTurn)));
+  w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(false));
+  w.set("tokenizer.ggml.add_eos_token", gguf::Value::boolean(false));
+  w.set("tokenizer.chat_template", gguf::Value::string(kPhi4MiniTemplate));
 }
 
 }  // namespace
@@ -238,6 +310,12 @@ const std::vector<ModelShape>& knownShapes() {
       {"phi3-micro", "phi3", 256, 4, 4, 4, 512, "vocab/ggml-vocab-phi-3.gguf", 10000.0f, false, false, 8192, 1e-5f, 0},
       {"phi-3.5-mini", "phi3", 3072, 32, 32, 32, 8192, "vocab/ggml-vocab-phi-3.gguf", 10000.0f, false, false, 131072,
        1e-5f, 0},
+      // Phi-4-mini: llama-bpe's pieces in Phi-4's form (random_model.h), grouped-query heads, a tied
+      // output and rope over 3/4 of each head.
+      {"phi4-micro", "phi3", 256, 4, 4, 2, 512, "vocab/ggml-vocab-llama-bpe.gguf", 10000.0f, false, true, 8192, 1e-5f,
+       0, 0, 0, 0, 48},
+      {"phi-4-mini", "phi3", 3072, 32, 24, 8, 8192, "vocab/ggml-vocab-llama-bpe.gguf", 10000.0f, false, true, 131072,
+       1e-5f, 0, 0, 0, 200064, 96},
       // gemma3: llama-spm's pieces in gemma's form (random_model.h); window, heads and context of
       // Gemma 3 1B and 4B (4B: linear rope scaling 8 on its global layers).
       {"gemma3-micro", "gemma3", 256, 6, 4, 2, 512, "vocab/ggml-vocab-llama-spm.gguf", 1000000.0f, false, true, 32768,
@@ -293,7 +371,8 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   const gguf::Value* tokens = vocab->find("tokenizer.ggml.tokens");
   JITLLM_REQUIRE(tokens && tokens->asArray(), vocab->name(), ": no tokenizer.ggml.tokens");
   const bool gemma = s.arch == "gemma3";
-  const int64_t fileVocab = int64_t(tokens->asArray()->size()) + (gemma ? 2 : 0);  // + gemma's turn markers
+  const TokenizerForm form = tokenizerForm(s);
+  const int64_t fileVocab = int64_t(tokens->asArray()->size()) + formMarkers(form);
   const int64_t nVocab = std::max(fileVocab, s.vocabSize);
   const int64_t headDim = s.headDim > 0 ? s.headDim : s.embedding / s.heads;
 
@@ -308,7 +387,8 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   w.set(a + "feed_forward_length", gguf::Value::u32(uint32_t(s.feedForward)));
   w.set(a + "attention.head_count", gguf::Value::u32(uint32_t(s.heads)));
   w.set(a + "attention.head_count_kv", gguf::Value::u32(uint32_t(s.kvHeads)));
-  w.set(a + "rope.dimension_count", gguf::Value::u32(uint32_t(headDim)));
+  const int64_t rotaryDims = s.rotaryDims > 0 ? s.rotaryDims : headDim;
+  w.set(a + "rope.dimension_count", gguf::Value::u32(uint32_t(rotaryDims)));
   if (s.headDim > 0) {
     w.set(a + "attention.key_length", gguf::Value::u32(uint32_t(headDim)));
     w.set(a + "attention.value_length", gguf::Value::u32(uint32_t(headDim)));
@@ -338,8 +418,10 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
     w.set(a + "rope.scaling.type", gguf::Value::string("linear"));
     w.set(a + "rope.scaling.factor", gguf::Value::f32(s.ropeLinearFactor));
   }
-  if (gemma) {
+  if (form == TokenizerForm::kGemma) {
     writeGemmaTokenizer(*vocab, nVocab, w);
+  } else if (form == TokenizerForm::kPhi4) {
+    writePhi4Tokenizer(*vocab, nVocab, w);
   } else {
     for (const auto& [key, value] : vocab->metadata()) {
       if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
@@ -353,10 +435,10 @@ void writeRandomModel(const RandomModelSpec& spec, const std::string& path) {
   b.matrix("token_embd.weight", s.tiedEmbeddings ? mix.output : mix.base, nVocab, s.embedding, 1.0);
   b.vector("output_norm.weight", s.embedding, 1.0f, 0.1f);
   if (!s.tiedEmbeddings) b.matrix("output.weight", mix.output, nVocab, s.embedding, 1.0 / std::sqrt(s.embedding));
-  if (s.llama3Rope) b.values("rope_freqs.weight", llama3RopeFactors(headDim, s.ropeFreqBase));
+  if (s.llama3Rope) b.values("rope_freqs.weight", llama3RopeFactors(rotaryDims, s.ropeFreqBase));
   if (s.arch == "phi3") {
     // Divisors of each rotary frequency: near 1 (short), up to tens (long), as Phi-3.5's are.
-    std::vector<float> shortFactors(size_t(headDim / 2)), longFactors(size_t(headDim / 2));
+    std::vector<float> shortFactors(size_t(rotaryDims / 2)), longFactors(size_t(rotaryDims / 2));
     for (size_t i = 0; i < shortFactors.size(); i++) {
       const float x = float(i) / float(shortFactors.size());
       shortFactors[i] = 1.0f + 0.1f * x;

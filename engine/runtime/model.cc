@@ -472,15 +472,13 @@ void Model::runBlock(const BoundUnit& u, int layer, Workspace& ws, int64_t T, co
   rope.freqScale = sliding ? c.ropeFreqScaleSliding : c.ropeFreqScale;
   rope.freqFactors = ropeFactors_.empty() ? nullptr : ropeFactors_.data();
   rope.neox = c.ropeNeox;
+  rope.attnFactor = c.ropeAttnFactor;
   d.ropeAndStore(q, k, v, T, int(c.heads), int(c.kvHeads), positions, rope, slots, kvLayout_);
   AttentionBatch batch;
   batch.tokens = T;
   batch.heads = int(c.heads);
   batch.kv = kvLayout_;
   batch.scale = c.attentionScale != 0 ? c.attentionScale : float(1.0 / std::sqrt(double(c.headDim)));
-  // LongRoPE's attention factor multiplies q and k in rope (llama.cpp's mscale): their products by
-  // its square.
-  if (c.ropeAttnFactor != 1) batch.scale *= c.ropeAttnFactor * c.ropeAttnFactor;
   batch.positions = positions;
   batch.pageTables = pageTables;
   batch.window = sliding ? int(c.slidingWindow) : 0;

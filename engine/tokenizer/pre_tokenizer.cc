@@ -102,6 +102,20 @@ bool matchTrailingWhitespace(Piece& p, size_t& pos) {
   return true;
 }
 
+// \s*[\r\n]+, in Llama 3's and GPT-4o's patterns: a whitespace run up to and including its last
+// line break. Returns false when the run at `pos` holds no line break.
+bool matchWhitespaceThroughLastBreak(Piece& p, size_t& pos) {
+  size_t afterLastBreak = 0;
+  for (size_t n = pos; p.flags(n) & kWhitespace; ++n) {
+    const uint32_t c = p.cp(n);
+    if (c == '\r' || c == '\n') afterLastBreak = n + 1;
+  }
+  if (afterLastBreak == 0) return false;
+  pos = afterLastBreak;
+  p.cutAt(pos);
+  return true;
+}
+
 void splitGpt2(Piece& p) {
   for (size_t pos = p.begin(); pos < p.end();) {
     if (size_t n = matchContraction(p, pos, /*anyCase=*/false)) {
@@ -178,20 +192,68 @@ void splitLlama3Like(Piece& p, size_t maxDigits) {
       continue;
     }
 
-    // \s*[\r\n]+ : a whitespace run up to and including its last line break.
-    size_t n = 0;
-    size_t afterLastBreak = 0;
-    while (p.flags(pos + n) & kWhitespace) {
-      const uint32_t c = p.cp(pos + n);
-      if (c == '\r' || c == '\n') afterLastBreak = pos + n + 1;
-      ++n;
+    if (matchWhitespaceThroughLastBreak(p, pos)) continue;  // \s*[\r\n]+
+    if (matchTrailingWhitespace(p, pos)) continue;
+    p.cutAt(++pos);
+  }
+}
+
+// GPT-4o's pattern with ECMAScript's ordered alternation and greedy backtracking, as std::regex
+// runs llama.cpp's rewrite of it (pre_tokenizer.h).
+void splitGpt4o(Piece& p) {
+  auto isUpper = [&](size_t pos) {  // (?=[\p{L}])[^a-z]
+    const uint32_t c = p.cp(pos);
+    return (p.flags(pos) & kLetter) && !(c >= 'a' && c <= 'z');
+  };
+  auto isLower = [&](size_t pos) {  // (?=[\p{L}])[^A-Z]
+    const uint32_t c = p.cp(pos);
+    return (p.flags(pos) & kLetter) && !(c >= 'A' && c <= 'Z');
+  };
+  // W* then the optional contraction, from `pos`; returns the end.
+  auto lowersThenContraction = [&](size_t pos) {
+    while (isLower(pos)) ++pos;
+    return pos + matchContraction(p, pos, /*anyCase=*/true);
+  };
+  for (size_t pos = p.begin(); pos < p.end();) {
+    const uint32_t cp = p.cp(pos);
+    const uint8_t f = p.flags(pos);
+
+    // [^\r\n\p{L}\p{N}]? : taken when it can be; without it the letters must start at `pos`, which
+    // then is no letter, so the prefix-less tries fail and need no second look.
+    const size_t letters = pos + (cp != '\r' && cp != '\n' && !(f & (kLetter | kNumber)) ? 1 : 0);
+    size_t uppers = 0;
+    while (isUpper(letters + uppers)) ++uppers;
+    // U*W+C? : U* gives back letters until a W can start; the last one it gave back is the first W.
+    size_t firstLower = letters + uppers;
+    while (!isLower(firstLower) && firstLower > letters) --firstLower;
+    if (isLower(firstLower)) {
+      pos = lowersThenContraction(firstLower);
+      p.cutAt(pos);
+      continue;
     }
-    if (afterLastBreak > 0) {
-      pos = afterLastBreak;
+    if (uppers > 0) {  // U+W*C?
+      pos = lowersThenContraction(letters + uppers);
       p.cutAt(pos);
       continue;
     }
 
+    if (f & kNumber) {  // \p{N}{1,3}
+      for (size_t n = 0; n < 3 && (p.flags(pos) & kNumber); ++n) ++pos;
+      p.cutAt(pos);
+      continue;
+    }
+
+    //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+    if (isNotSpaceLetterNumber(cp == ' ' ? p.flags(pos + 1) : f)) {
+      pos += (cp == ' ');
+      while (isNotSpaceLetterNumber(p.flags(pos))) ++pos;
+      for (uint32_t c = p.cp(pos); c == '\r' || c == '\n' || c == '/'; c = p.cp(++pos)) {
+      }
+      p.cutAt(pos);
+      continue;
+    }
+
+    if (matchWhitespaceThroughLastBreak(p, pos)) continue;
     if (matchTrailingWhitespace(p, pos)) continue;
     p.cutAt(++pos);
   }
@@ -272,6 +334,11 @@ void splitWords(PreTokenizerKind kind, std::span<const uint32_t> cps, std::vecto
     case PreTokenizerKind::kQwen2: {
       Piece whole(cps, flags, 0, cps.size(), wordLengths);
       splitLlama3Like(whole, 1);
+      return;
+    }
+    case PreTokenizerKind::kGpt4o: {
+      Piece whole(cps, flags, 0, cps.size(), wordLengths);
+      splitGpt4o(whole);
       return;
     }
     case PreTokenizerKind::kDigitsThenGpt2: {

@@ -26,6 +26,13 @@ enum class PreTokenizerKind {
   kLlama3,
   // As kLlama3, but \p{N} one digit at a time.
   kQwen2,
+  // GPT-4o's (o200k), as llama.cpp runs it: words split at case changes and carry their
+  // contraction, \p{N}{1,3}, and punctuation runs keep trailing line breaks and slashes. llama.cpp
+  // approximates \p{Lu} by "a letter not a-z" and \p{Ll} by "a letter not A-Z", so every letter
+  // outside ASCII counts as both, and combining marks are not letters:
+  // [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|
+  // \s*[\r\n]+|\s+(?!\S)|\s+   (U: letter not a-z, W: letter not A-Z, C: (?i:'s|'t|'re|'ve|'m|'ll|'d))
+  kGpt4o,
   // \p{N} (every digit a word of its own), then the GPT-2 regex on the pieces between (refact,
   // starcoder, smollm, command-r and their kin in llama.cpp).
   kDigitsThenGpt2,

@@ -64,6 +64,9 @@ std::optional<PreTokenizerChoice> preTokenizerFor(std::string_view pre) {
     return PreTokenizerChoice{K::kQwen2, false, false, /*cleanSpaces=*/false};
   }
   if (in({"megrez", "stablelm2"})) return PreTokenizerChoice{K::kQwen2};
+  if (in({"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"})) {
+    return PreTokenizerChoice{K::kGpt4o, false, false, /*cleanSpaces=*/false};
+  }
   if (in({"starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"})) {
     return PreTokenizerChoice{K::kDigitsThenGpt2};
   }

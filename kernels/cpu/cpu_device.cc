@@ -221,8 +221,8 @@ void CpuDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int
       for (int i = 0; i < half; i++) {
         double inv = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
         if (params.freqFactors) inv /= double(params.freqFactors[i]);
-        cosv[size_t(i)] = float(std::cos(pos * inv));
-        sinv[size_t(i)] = float(std::sin(pos * inv));
+        cosv[size_t(i)] = float(std::cos(pos * inv)) * params.attnFactor;
+        sinv[size_t(i)] = float(std::sin(pos * inv)) * params.attnFactor;
       }
       for (int h = 0; h < heads; h++) {
         float* v = x + (t * heads + h) * headDim;

@@ -1394,8 +1394,9 @@ void CudaDevice::rope(float* x, int64_t tokens, int heads, int headDim, const in
   CUdeviceptr xp = dptr(x), invPtr = s.device, posPtr = s.device + size_t(half) * sizeof(double);
   int h = heads, hd = headDim, hf = half, neox = params.neox ? 1 : 0;
   double scale = double(params.freqScale);
+  float mscale = params.attnFactor;
   launch("rope", elementwise().rope, unsigned(tokens), 1, 128, size_t(2 * half) * sizeof(float), xp, h, hd, posPtr,
-         invPtr, hf, scale, neox);
+         invPtr, hf, scale, neox, mscale);
 }
 
 void CudaDevice::kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) {
@@ -1439,9 +1440,10 @@ void CudaDevice::ropeAndStore(float* q, float* k, const float* v, int64_t tokens
   int h = heads, kvh = kvHeads, hd = headDim, hf = half, neox = params.neox ? 1 : 0, pt = layout.pageTokens,
       f16 = layout.precision == KvPrecision::kF16 ? 1 : 0;
   double scale = double(params.freqScale);
+  float mscale = params.attnFactor;
   const int64_t items = int64_t(heads + kvHeads) * half + int64_t(kvHeads) * headDim;  // rope_store's, per token
   launch("ropeStore", elementwise().ropeStore, unsigned(tokens), unsigned((items + 255) / 256), 256, 0, qp, kp, vp, h,
-         kvh, hd, posPtr, invPtr, hf, scale, neox, pagesPtr, slotsPtr, pt, f16);
+         kvh, hd, posPtr, invPtr, hf, scale, neox, mscale, pagesPtr, slotsPtr, pt, f16);
 }
 
 void CudaDevice::attention(const float* q, float* out, const AttentionBatch& batch) {

@@ -604,7 +604,8 @@ void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const 
   RopeTable& r = rope_;
   const bool sameKey =
       r.rotaryDims == params.rotaryDims && r.freqBase == params.freqBase && r.freqScale == params.freqScale &&
-      r.positions.size() == size_t(tokens) && std::equal(r.positions.begin(), r.positions.end(), positions) &&
+      r.attnFactor == params.attnFactor && r.positions.size() == size_t(tokens) &&
+      std::equal(r.positions.begin(), r.positions.end(), positions) &&
       (params.freqFactors
            ? r.factors.size() == size_t(half) && std::equal(r.factors.begin(), r.factors.end(), params.freqFactors)
            : r.factors.empty());
@@ -615,6 +616,7 @@ void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const 
     r.rotaryDims = params.rotaryDims;
     r.freqBase = params.freqBase;
     r.freqScale = params.freqScale;
+    r.attnFactor = params.attnFactor;
     r.values.resize(size_t(tokens) * size_t(half) * 2);
     // Exactly the CPU device's arithmetic (kernels/cpu/cpu_device.cc): angles in double.
     for (int64_t t = 0; t < tokens; t++) {
@@ -622,8 +624,8 @@ void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const 
       for (int i = 0; i < half; i++) {
         double inv = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
         if (params.freqFactors) inv /= double(params.freqFactors[i]);
-        r.values[size_t(t * half + i) * 2] = float(std::cos(pos * inv));
-        r.values[size_t(t * half + i) * 2 + 1] = float(std::sin(pos * inv));
+        r.values[size_t(t * half + i) * 2] = float(std::cos(pos * inv)) * params.attnFactor;
+        r.values[size_t(t * half + i) * 2 + 1] = float(std::sin(pos * inv)) * params.attnFactor;
       }
     }
     r.generation = 0;

@@ -143,7 +143,7 @@ class VulkanDevice final : public Device {
     std::vector<int32_t> positions;
     std::vector<float> factors;
     int rotaryDims = 0;
-    float freqBase = 0, freqScale = 0;
+    float freqBase = 0, freqScale = 0, attnFactor = 0;
     std::vector<float> values;  // (cos, sin) per (token, i)
     uint64_t address = 0;
     uint64_t generation = 0;

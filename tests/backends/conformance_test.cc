@@ -372,7 +372,9 @@ TEST_P(OpConformance, RopeIsBitIdenticalToTheReferenceInEveryVariant) {
   const RopeParams normal{64, 10000.0f, 1.0f, nullptr, false};
   const RopeParams neox{64, 1000000.0f, 1.0f, nullptr, true};
   const RopeParams partial{32, 500000.0f, 0.25f, factors.data(), false};
-  for (const Variant& v : {Variant{"normal", normal}, Variant{"neox", neox}, Variant{"llama3 partial", partial}}) {
+  const RopeParams longRope{32, 10000.0f, 1.0f, factors.data(), true, 1.1902381f};  // Phi-4-mini's kind
+  for (const Variant& v : {Variant{"normal", normal}, Variant{"neox", neox}, Variant{"llama3 partial", partial},
+                           Variant{"longrope partial", longRope}}) {
     SCOPED_TRACE(v.name);
     const auto xHost = randomFloats(positions.size() * heads * headDim, freshSeed() + 3);
     auto x = upload(dev(), xHost);
@@ -380,6 +382,25 @@ TEST_P(OpConformance, RopeIsBitIdenticalToTheReferenceInEveryVariant) {
     std::vector<float> want = xHost;
     cpu().rope(want.data(), int64_t(positions.size()), heads, headDim, positions.data(), v.params);
     EXPECT_EQ(0, std::memcmp(download<float>(dev(), *x.buffer, want.size()).data(), want.data(), want.size() * 4));
+  }
+}
+
+// LongRoPE's attention factor scales the rotated dims only: with a factor of 2 (exact in float)
+// they are twice those of factor 1, and the dims past the rotary ones are the input's.
+TEST_P(OpConformance, RopeAttentionFactorScalesTheRotatedDimsAndNoOthers) {
+  const int heads = 2, headDim = 64, rotary = 48;
+  const std::vector<int32_t> positions = {0, 5, 9000};
+  const auto xHost = randomFloats(positions.size() * heads * headDim, freshSeed() + 5);
+  auto x = upload(dev(), xHost);
+  dev().rope(x.as<float>(), int64_t(positions.size()), heads, headDim, positions.data(),
+             RopeParams{rotary, 10000.0f, 1.0f, nullptr, true, 2.0f});
+  const auto got = download<float>(dev(), *x.buffer, xHost.size());
+  std::vector<float> plain = xHost;
+  cpu().rope(plain.data(), int64_t(positions.size()), heads, headDim, positions.data(),
+             RopeParams{rotary, 10000.0f, 1.0f, nullptr, true, 1.0f});
+  for (size_t i = 0; i < got.size(); i++) {
+    const bool rotated = int(i % headDim) < rotary;
+    ASSERT_EQ(got[i], rotated ? 2.0f * plain[i] : xHost[i]) << i;
   }
 }
 
@@ -504,8 +525,10 @@ TEST_P(OpConformance, RopeAndStoreIsRopeThenKvStore) {
   const int64_t tokens = int64_t(positions.size());
   for (KvPrecision precision : {KvPrecision::kF32, KvPrecision::kF16}) {
     for (const RopeParams& params :
-         {RopeParams{32, 10000.0f, 1.0f, nullptr, false}, RopeParams{16, 1000000.0f, 0.5f, nullptr, true}}) {
-      SCOPED_TRACE(std::string(precision == KvPrecision::kF16 ? "fp16" : "fp32") + (params.neox ? " neox" : ""));
+         {RopeParams{32, 10000.0f, 1.0f, nullptr, false}, RopeParams{16, 1000000.0f, 0.5f, nullptr, true},
+          RopeParams{24, 10000.0f, 1.0f, nullptr, true, 1.1902381f}}) {
+      SCOPED_TRACE(std::string(precision == KvPrecision::kF16 ? "fp16" : "fp32") + (params.neox ? " neox" : "") +
+                   (params.attnFactor != 1.0f ? " longrope" : ""));
       const KvLayout kv{4, kvHeads, headDim, precision};
       const int64_t width = int64_t(kvHeads) * headDim;
       const auto qHost = randomFloats(size_t(tokens * heads * headDim), freshSeed() + 41);

@@ -12,12 +12,12 @@
 #   micro/<type>.truth.bin        float64 ground truth (reference.py), float32 [64][512], row-major.
 #   micro/<type>.llamacpp.bin     llama.cpp `llama-greedy --score` logits, float32 [64][512].
 #   micro/llamacpp_vs_truth.txt   NMSE and top-1 of llama.cpp vs the truth, per type.
-#   qwen2/*, qwen3/*, granite/*, phi3/*, gemma3/*
+#   qwen2/*, qwen3/*, granite/*, phi3/*, phi4/*, gemma3/*
 #                                 llama.cpp logits on our generator's qwen2.5-0.5b, qwen3-micro, gemma3-micro,
 #                                 (and for the last four their Q4_K_M files' float64 truth, see 5.)
 #                                 granite-micro and phi3-micro f16 models (see 3.)
-# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0, GRANITE=0, PHI3=0, GEMMA3=0, QUANT_TRUTH=0,
-# GEMMA_VOCAB=0 skip a part (e.g. to add one golden set alone).
+# STORIES=0, MICRO=0, TINY=0, QWEN2=0, QWEN3=0, GRANITE=0, PHI3=0, PHI4=0, GEMMA3=0, QUANT_TRUTH=0,
+# FORM_VOCAB=0 skip a part (e.g. to add one golden set alone).
 # What it makes (NOT committed, too big: ~8 MB of logits per file) in $GOLDENS_TINY
 # (default /work/goldens-tiny):
 #   the same for the `tiny` shape (32000-token vocab): tiny-<type>.gguf, tokens.txt,
@@ -25,7 +25,7 @@
 #
 # Needs: ../shared/peer/setup already run (llama-greedy, llama-quantize and gguf-py in
 #   $JITLLM_PEER_DIR, default ~/.cache/jitllm-peer), and /usr/bin/python3 with numpy
-#   (Debian: apt-get install -y python3-numpy). On a CPU with AMX it builds a no-AMX copy of the
+#   (scripts/install-deps.sh --goldens). On a CPU with AMX it builds a no-AMX copy of the
 #   peer tools once (see below), since llama.cpp's AMX kernels crash on this machine.
 # Deterministic: fixed seeds, fixed prompts, fixed token sequences, 2 threads. llama.cpp's logits
 #   depend on the CPU's SIMD paths, so *.llamacpp.bin may differ in the last bits on another CPU.
@@ -55,7 +55,7 @@ tools=llama-greedy
 for t in $tools; do
   [[ -x $BIN/$t ]] || { echo "missing $BIN/$t: run ../shared/peer/setup first" >&2; exit 1; }
 done
-$PY -c 'import numpy' || { echo "/usr/bin/python3 lacks numpy: apt-get install -y python3-numpy" >&2; exit 1; }
+$PY -c 'import numpy' || { echo "/usr/bin/python3 lacks numpy: scripts/install-deps.sh --goldens" >&2; exit 1; }
 
 # ---------------------------------------------------------------- 1. stories260K greedy goldens
 if [[ ${STORIES:-1} != 0 ]]; then
@@ -173,6 +173,8 @@ if [[ ${TINY:-1} != 0 ]]; then fidelity tiny "$TINY_DIR" tiny 32000; fi
 #           (GRANITE=0 skips it)
 #   phi3/   phi3-micro: fused QKV and gate/up, LongRoPE's long factors (llama.cpp at --ctx 8192,
 #           past the original 4096) (PHI3=0 skips it)
+#   phi4/   phi4-micro: as phi3-micro with grouped-query heads, a tied output, rope over 48 of 64
+#           dims and Phi-4's tokenizer form (gpt-4o pre-tokenizer) (PHI4=0 skips it)
 #   qwen3/  qwen3-micro: 4 layers, 128-wide heads on a 256-wide model, q/k norms (QWEN3=0 skips it)
 #   gemma3/ gemma3-micro: 6 layers (5 with a 24-token sliding window, 1 global), post norms, GEGLU;
 #           the 64 positions reach 2.6 windows (GEMMA3=0 skips it)
@@ -210,6 +212,7 @@ if [[ ${QWEN2:-1} != 0 ]]; then teacherForced qwen2.5-0.5b "$HERE/qwen2" 151936 
 if [[ ${QWEN3:-1} != 0 ]]; then teacherForced qwen3-micro "$HERE/qwen3" 151936 151643; fi
 if [[ ${GRANITE:-1} != 0 ]]; then teacherForced granite-micro "$HERE/granite" 49216 49152; fi
 if [[ ${PHI3:-1} != 0 ]]; then teacherForced phi3-micro "$HERE/phi3" 32064 32000 8192; fi
+if [[ ${PHI4:-1} != 0 ]]; then teacherForced phi4-micro "$HERE/phi4" 128267 128000 8192; fi
 if [[ ${GEMMA3:-1} != 0 ]]; then teacherForced gemma3-micro "$HERE/gemma3" 32002 32000; fi
 # ---------------------------------------------------------------- 5. quantized files vs float64 truth
 # For qwen3, granite, phi3 and gemma3 (reference_archs.py; the peer's reference.py is llama only):
@@ -246,38 +249,51 @@ if [[ ${QUANT_TRUTH:-1} != 0 ]]; then
   quantTruth qwen3-micro "$HERE/qwen3" 151936
   quantTruth granite-micro "$HERE/granite" 49216
   quantTruth phi3-micro "$HERE/phi3" 32064 8192
+  quantTruth phi4-micro "$HERE/phi4" 128267 8192
   quantTruth gemma3-micro "$HERE/gemma3" 32002
 fi
 
-# ---------------------------------------------------------------- 4. Gemma's tokenizer form
-# Gemma 3's SentencePiece files carry no space prefix (tokenizer.ggml.add_space_prefix = false).
-# Its real vocabulary is not in llama.cpp's models/, so the vectors are for the vocabulary our
-# generator writes for the gemma3 shapes (llama-spm's pieces in Gemma's form, tools/random_model.h),
-# tokenized by llama.cpp: vocab/ggml-vocab-gemma3-form.gguf (jitllm-mkmodel --vocab-only) with
-# llama-spm's inputs, and llama.cpp's ids for each (from llama-greedy's prompt_tokens, BOS removed).
-# GEMMA_VOCAB=0 skips it.
-if [[ ${GEMMA_VOCAB:-1} != 0 ]]; then
-  [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
-  vocab=$HERE/vocab/ggml-vocab-gemma3-form.gguf
+# ---------------------------------------------------------------- 4. Tokenizer forms of our own
+# Gemma 3's and Phi-4's real vocabularies are not in llama.cpp's models/, so the vectors are for
+# the vocabularies our generator writes for those shapes (a vocab file's pieces in the family's
+# form, tools/random_model.h), tokenized by llama.cpp: vocab/ggml-vocab-NAME-form.gguf
+# (jitllm-mkmodel --vocab-only) with the source vocabulary's inputs, and llama.cpp's ids for each
+# (from llama-greedy's prompt_tokens, the BOS it adds removed).
+# - gemma3-form: llama-spm's pieces, SentencePiece without the space prefix (Gemma's files).
+# - phi4-form: llama-bpe's pieces under the gpt-4o pre-tokenizer (Phi-4-mini's), no BOS added.
+# FORM_VOCAB=0 skips it.
+formVocab() {  # SHAPE NAME SOURCE-VOCAB BOS-ID-OR-none
+  local shape=$1 name=$2 source=$3 bos=$4
+  local vocab=$HERE/vocab/ggml-vocab-$name.gguf scratch
   scratch=$(mktemp -d)
-  "$JITLLM_MKMODEL" gemma3-micro f16 "$vocab" --vocab-only --seed 0 --shared "$SHARED" >&2
-  "$JITLLM_MKMODEL" gemma3-micro f16 "$scratch/model.gguf" --seed 0 --shared "$SHARED" >&2
-  rm -f "$vocab.inp" && cp "$SHARED/vocab/ggml-vocab-llama-spm.gguf.inp" "$vocab.inp" && chmod 644 "$vocab.inp"
-  $PY - "$BIN/llama-greedy" "$scratch/model.gguf" "$vocab.inp" "$vocab.out" <<'PYEOF'
+  "$JITLLM_MKMODEL" "$shape" f16 "$vocab" --vocab-only --seed 0 --shared "$SHARED" >&2
+  "$JITLLM_MKMODEL" "$shape" f16 "$scratch/model.gguf" --seed 0 --shared "$SHARED" >&2
+  rm -f "$vocab.inp" && cp "$SHARED/vocab/ggml-vocab-$source.gguf.inp" "$vocab.inp" && chmod 644 "$vocab.inp"
+  $PY - "$BIN/llama-greedy" "$scratch/model.gguf" "$vocab.inp" "$vocab.out" "$bos" <<'PYEOF'
 import subprocess, sys
-greedy, model, inp, out = sys.argv[1:5]
+greedy, model, inp, out, bos = sys.argv[1:6]
 inputs = open(inp, encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
 if inputs and inputs[-1] == "":
     inputs.pop()
 lines = []
 for text in inputs:
+    if text == "" and bos == "none":  # no ids at all: nothing for llama-greedy to decode from
+        lines.append("")
+        continue
     r = subprocess.run([greedy, model, "-p", text, "-n", "1"], capture_output=True, check=True)
     stdout = r.stdout.decode("utf-8", "replace")  # the generated text may be any bytes
     ids = next(l for l in stdout.splitlines() if l.startswith("prompt_tokens:")).split()[1:]
-    assert ids[0] == "1", ids  # the BOS llama.cpp adds
-    lines.append("".join(" " + i for i in ids[1:]))
+    if bos != "none":
+        assert ids[0] == bos, ids  # the BOS llama.cpp adds
+        ids = ids[1:]
+    lines.append("".join(" " + i for i in ids))
 open(out, "w").write("\n".join(lines) + "\n")
 PYEOF
   rm -rf "$scratch"
+}
+if [[ ${FORM_VOCAB:-1} != 0 ]]; then
+  [[ -x $JITLLM_MKMODEL ]] || { echo "missing $JITLLM_MKMODEL: build jitllm first" >&2; exit 1; }
+  formVocab gemma3-micro gemma3-form llama-spm 1
+  formVocab phi4-micro phi4-form llama-bpe none
 fi
 echo "done"

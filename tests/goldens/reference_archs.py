@@ -55,14 +55,16 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, n_rot, base, scale, neox, factors):
-    """x: [tokens, heads, head_dim]; ggml's rope (neox: halves, else adjacent pairs)."""
+def rope(x, pos, n_rot, base, scale, neox, factors, mscale=1.0):
+    """x: [tokens, heads, head_dim]; ggml's rope (neox: halves, else adjacent pairs). mscale
+    (LongRoPE's attention factor) multiplies cos and sin: the rotated dims only, as ggml and
+    Hugging Face's Phi-3 scale them; dims past n_rot pass through."""
     i = np.arange(n_rot // 2, dtype=np.float64)
     inv = base ** (-2.0 * i / n_rot)
     if factors is not None:
         inv = inv / factors
     theta = (pos[:, None].astype(np.float64) * scale) * inv[None, :]  # [tokens, n_rot / 2]
-    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     out = x.copy()
     if neox:
         a, b = x[..., : n_rot // 2], x[..., n_rot // 2 : n_rot]
@@ -110,7 +112,6 @@ def forward(m, ids, ctx):
         attn_scale = 1.0 / np.sqrt(n_embd // n_head if n_layer == 62 else head_dim)
     else:
         attn_scale = 1.0 / np.sqrt(head_dim)
-    attn_scale *= mscale * mscale  # rope's mscale multiplies q and k: their products by its square
 
     x = w["token_embd.weight"][ids]
     if arch == "granite":
@@ -135,8 +136,8 @@ def forward(m, ids, ctx):
             q = rms_norm(q, w[p + "attn_q_norm.weight"], eps)
             k = rms_norm(k, w[p + "attn_k_norm.weight"], eps)
         layer_base, layer_scale = (base_swa, 1.0) if sliding[layer] else (base, scale)
-        q = rope(q, pos, n_rot, layer_base, layer_scale, neox, factors)
-        k = rope(k, pos, n_rot, layer_base, layer_scale, neox, factors)
+        q = rope(q, pos, n_rot, layer_base, layer_scale, neox, factors, mscale)
+        k = rope(k, pos, n_rot, layer_base, layer_scale, neox, factors, mscale)
         mask = causal
         if sliding[layer]:
             mask = causal & (pos[:, None] - pos[None, :] < window)

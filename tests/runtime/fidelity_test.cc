@@ -205,6 +205,14 @@ TEST(Fidelity, Phi3TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
   EXPECT_GE(r.top1, 0.999);
 }
 
+// Phi-4-mini's form of it: grouped-query heads, a tied output, rope over 48 of each head's 64 dims
+// (partial_rotary_factor 0.75), llama-bpe's pieces under Phi-4's markers.
+TEST(Fidelity, Phi4TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
+  const TeacherForced r = teacherForcedAgainstLlamaCpp("phi4-micro", "phi4", runtime::Architecture::kPhi3, 128267);
+  EXPECT_LE(r.nmse, 1e-5);
+  EXPECT_GE(r.top1, 0.999);
+}
+
 // Qwen3's graph: q/k RMS norms per head before rope, heads 128 wide on a 256-wide model
 // (attention.key_length), no QKV bias, tied output.
 TEST(Fidelity, Qwen3TeacherForcedLogitsStayWithin1e5OfLlamaCpps) {
@@ -266,6 +274,7 @@ INSTANTIATE_TEST_SUITE_P(NewArchitectures, QuantizedTruth,
                          ::testing::Values(QuantTruthCase{"qwen3-micro", "qwen3", 151936},
                                            QuantTruthCase{"granite-micro", "granite", 49216},
                                            QuantTruthCase{"phi3-micro", "phi3", 32064},
+                                           QuantTruthCase{"phi4-micro", "phi4", 128267},
                                            QuantTruthCase{"gemma3-micro", "gemma3", 32002}),
                          [](const auto& info) { return std::string(info.param.dir); });
 

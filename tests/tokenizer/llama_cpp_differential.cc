@@ -6,7 +6,8 @@
 // end-of-generation flags must agree.
 //
 // Built only when the peer build is found (see CMakeLists.txt); run as
-//   tokenizer_llama_cpp_differential [INPUTS_PER_VOCAB [SEED]]
+//   tokenizer_llama_cpp_differential [INPUTS_PER_VOCAB [SEED [MORE.gguf ...]]]
+// (MORE: vocabularies checked beside the shared four, e.g. one `jitllm-mkmodel --vocab-only` wrote)
 // Exit status 0 when everything agrees. Inputs llama.cpp throws on (code points past U+10FFFF)
 // are skipped; jitllm reads those as U+FFFD instead of failing.
 
@@ -166,8 +167,13 @@ int main(int argc, char** argv) {
   llama_backend_init();
   llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
   int totalBad = 0;
-  for (const char* name : {"llama-spm", "llama-bpe", "qwen2", "gpt-2"}) {
-    const std::string path = std::string(JITLLM_SHARED_DIR) + "/vocab/ggml-vocab-" + name + ".gguf";
+  std::vector<std::string> paths;
+  for (const char* shared : {"llama-spm", "llama-bpe", "qwen2", "gpt-2"}) {
+    paths.push_back(std::string(JITLLM_SHARED_DIR) + "/vocab/ggml-vocab-" + shared + ".gguf");
+  }
+  for (int i = 3; i < argc; ++i) paths.push_back(argv[i]);
+  for (const std::string& path : paths) {
+    const char* name = path.c_str();
     llama_model_params params = llama_model_default_params();
     params.vocab_only = true;
     llama_model* model = llama_model_load_from_file(path.c_str(), params);
@@ -185,7 +191,11 @@ int main(int argc, char** argv) {
     if (llama_vocab_bos(v) != ours.bosId() || llama_vocab_eos(v) != ours.eosId() ||
         llama_vocab_eot(v) != ours.eotId() || llama_vocab_get_add_bos(v) != ours.addBos() ||
         llama_vocab_get_add_eos(v) != ours.addEos()) {
-      report("special ids or add_bos/add_eos differ");
+      report("special ids or add_bos/add_eos differ: bos " + std::to_string(llama_vocab_bos(v)) + "/" +
+             std::to_string(ours.bosId()) + " eos " + std::to_string(llama_vocab_eos(v)) + "/" +
+             std::to_string(ours.eosId()) + " eot " + std::to_string(llama_vocab_eot(v)) + "/" +
+             std::to_string(ours.eotId()) + " add_bos " + std::to_string(llama_vocab_get_add_bos(v)) + "/" +
+             std::to_string(ours.addBos()) + " (llama.cpp/jitllm)");
     }
     for (int32_t id = 0; id < ours.vocabSize(); ++id) {
       for (bool special : {true, false}) {

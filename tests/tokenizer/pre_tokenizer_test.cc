@@ -55,6 +55,26 @@ TEST(PreTokenizer, Llama3KeepsLineBreaksWithTheWhitespaceBeforeThem) {
   EXPECT_EQ(words(PreTokenizerKind::kLlama3, "x!!\n\ny"), (Words{"x", "!!\n\n", "y"}));
 }
 
+// Expected words: llama.cpp's unicode_regex_split with its gpt-4o pattern, on the same texts.
+TEST(PreTokenizer, Gpt4oSplitsAtCaseChangesAndKeepsContractionsOnTheirWord) {
+  EXPECT_EQ(words(PreTokenizerKind::kGpt4o, "HelloWorld ABCdef x://a/b\n"),
+            (Words{"Hello", "World", " ABCdef", " x", "://", "a", "/b", "\n"}));
+  EXPECT_EQ(words(PreTokenizerKind::kGpt4o, "'s 'LL it'S don'T"), (Words{"'s", " '", "LL", " it'S", " don'T"}));
+  EXPECT_EQ(words(PreTokenizerKind::kGpt4o, "12345 WORLD"), (Words{"123", "45", " WORLD"}));
+  EXPECT_EQ(words(PreTokenizerKind::kGpt4o, "  x\n\n y"), (Words{" ", " x", "\n\n", " y"}));
+}
+
+// llama.cpp's rewrite counts a letter outside ASCII as upper and lower case at once, and a
+// combining mark as no letter.
+TEST(PreTokenizer, Gpt4oTreatsNonAsciiLettersAsBothCasesAndMarksAsPunctuation) {
+  EXPECT_EQ(words(PreTokenizerKind::kGpt4o,
+                  "Hello WORLD \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E"
+                  "ABC"),
+            (Words{"Hello", " WORLD", " \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", "ABC"}));
+  EXPECT_EQ(words(PreTokenizerKind::kGpt4o, "caf\xC3\xA9 e\xCC\x81t\xC3\xA9 \xF0\x9F\x98\x80!!\n\n1"),
+            (Words{"caf\xC3\xA9", " e", "\xCC\x81t\xC3\xA9", " \xF0\x9F\x98\x80!!\n\n", "1"}));
+}
+
 TEST(PreTokenizer, NonAsciiLettersNumbersAndWhitespaceFollowUnicodeCategories) {
   // U+00E9 is a letter, U+0663 an Arabic-Indic digit, U+3000 an ideographic space.
   EXPECT_EQ(words(PreTokenizerKind::kGpt2, "caf\xC3\xA9 \xD9\xA3\xE3\x80\x80x"),

@@ -4,16 +4,19 @@
 // (no BOS even for SentencePiece) and parse_special = false.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/tokenizer/utf8.h"
 #include "tests/tokenizer/test_vocab.h"
+#include "tools/random_model.h"
 
 namespace jitllm::tokenizer {
 namespace {
@@ -82,6 +85,15 @@ std::string escaped(const std::string& text) {
 // (tests/goldens/vocab: the pre-tokenizers the shared folder lacks).
 std::vector<fs::path> vocabDirs() { return {sharedPath("vocab"), goldenPath("vocab")}; }
 
+// Vocabularies in a family's form (tools/random_model.h) that are not committed, being a shared
+// vocabulary's pieces plus a few markers (Phi-4's: 7.8 MB): jitllm-mkmodel --vocab-only writes
+// them byte for byte as make_goldens.sh did, so the test writes them too. Only their .inp and
+// .out are in tests/goldens/vocab.
+const std::map<std::string, std::string>& formShapes() {
+  static const std::map<std::string, std::string> shapes = {{"phi4-form", "phi4-micro"}};
+  return shapes;
+}
+
 // The vocab names with test data, e.g. "llama-spm" for ggml-vocab-llama-spm.gguf.
 std::vector<std::string> vocabNames() {
   std::vector<std::string> names;
@@ -95,8 +107,27 @@ std::vector<std::string> vocabNames() {
       }
     }
   }
+  for (const auto& [name, shape] : formShapes()) {
+    if (fs::exists(goldenPath("vocab/ggml-vocab-" + name + ".gguf.inp"))) names.push_back(name);
+  }
   std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
+}
+
+fs::path formVocabPath(const std::string& name) {
+  return fs::temp_directory_path() / ("jitllm-test-" + std::to_string(::getpid()) + "-ggml-vocab-" + name + ".gguf");
+}
+
+// A form vocabulary, written once per run to the temp folder.
+fs::path writtenFormVocab(const std::string& name) {
+  static std::map<std::string, fs::path> written;
+  if (auto it = written.find(name); it != written.end()) return it->second;
+  const fs::path path = formVocabPath(name);
+  tools::RandomModelSpec spec{*tools::findShape(formShapes().at(name)), *tools::findMix("f16"), 0, JITLLM_SHARED_DIR};
+  spec.vocabOnly = true;
+  tools::writeRandomModel(spec, path.string());
+  return written[name] = path;
 }
 
 class VocabFileTest : public ::testing::TestWithParam<std::string> {
@@ -106,7 +137,17 @@ class VocabFileTest : public ::testing::TestWithParam<std::string> {
       const fs::path p = dir / ("ggml-vocab-" + GetParam() + ".gguf");
       if (fs::exists(p)) return p;
     }
+    if (formShapes().count(GetParam())) return writtenFormVocab(GetParam());
     return sharedPath("vocab/ggml-vocab-" + GetParam() + ".gguf");
+  }
+  // The test data: beside the vocabulary, or in tests/goldens/vocab for a written one.
+  std::string data(const char* suffix) const {
+    if (formShapes().count(GetParam())) return goldenPath("vocab/ggml-vocab-" + GetParam() + ".gguf" + suffix);
+    return gguf().string() + suffix;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    for (const auto& [name, shape] : formShapes()) fs::remove(formVocabPath(name), ignored);
   }
 };
 
@@ -118,8 +159,8 @@ TEST(VocabFiles, TheSharedFolderHasTheFourReferenceVocabularies) {
 }
 
 TEST_P(VocabFileTest, EveryTestInputTokenizesToLlamaCppsIds) {
-  const std::vector<std::string> inputs = readInputs(gguf().string() + ".inp");
-  const std::vector<std::vector<int32_t>> outputs = readOutputs(gguf().string() + ".out");
+  const std::vector<std::string> inputs = readInputs(data(".inp"));
+  const std::vector<std::vector<int32_t>> outputs = readOutputs(data(".out"));
   ASSERT_FALSE(inputs.empty());
   ASSERT_EQ(inputs.size(), outputs.size()) << "the .inp and .out files disagree on the count";
   const Tokenizer tokenizer = loadTokenizer(gguf().string());
@@ -143,7 +184,7 @@ TEST_P(VocabFileTest, EveryTestInputTokenizesToLlamaCppsIds) {
 // clean up spaces before punctuation drop the space of " ," or " 's" (Hugging Face's
 // clean_up_tokenization_spaces), so those inputs are skipped for them.
 TEST_P(VocabFileTest, DetokenizingTheTokensOfEachInputGivesTheInputBack) {
-  const std::vector<std::string> inputs = readInputs(gguf().string() + ".inp");
+  const std::vector<std::string> inputs = readInputs(data(".inp"));
   const Tokenizer tokenizer = loadTokenizer(gguf().string());
   const bool cleansSpaces =
       GetParam() == "gpt-2" || GetParam() == "llama-bpe" || GetParam() == "refact" || GetParam() == "starcoder";
@@ -166,7 +207,7 @@ TEST_P(VocabFileTest, DetokenizingTheTokensOfEachInputGivesTheInputBack) {
 
 TEST_P(VocabFileTest, EveryTokenIdProducedIsInsideTheVocabulary) {
   const Tokenizer tokenizer = loadTokenizer(gguf().string());
-  for (const std::string& input : readInputs(gguf().string() + ".inp")) {
+  for (const std::string& input : readInputs(data(".inp"))) {
     for (int32_t id : tokenizer.encode(input, true, true)) {
       EXPECT_GE(id, 0);
       EXPECT_LT(id, tokenizer.vocabSize());
@@ -183,7 +224,7 @@ std::string paramName(const ::testing::TestParamInfo<std::string>& info) {
 
 TEST(VocabFiles, TheRepositoryHasTheVocabulariesTheSharedFolderLacks) {
   const std::vector<std::string> names = vocabNames();
-  for (const char* expected : {"refact", "starcoder", "phi-3"}) {
+  for (const char* expected : {"refact", "starcoder", "phi-3", "gemma3-form", "phi4-form"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   }
 }

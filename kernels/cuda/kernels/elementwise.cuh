@@ -59,13 +59,14 @@ JL_DEV double ropeAngle(int position, double freqScale, double invFreq) {
   return double(position) * freqScale * invFreq;
 }
 
-// cos and sin of token t's angles into cs[0, half) and cs[half, 2 half) (shared memory; the caller
-// synchronises before reading them).
-JL_DEV void ropeAngles(float* cs, int position, const double* invFreq, int half, double freqScale) {
+// cos and sin of token t's angles, each rounded to float and times mscale (LongRoPE's attention
+// factor), into cs[0, half) and cs[half, 2 half) (shared memory; the caller synchronises before
+// reading them).
+JL_DEV void ropeAngles(float* cs, int position, const double* invFreq, int half, double freqScale, float mscale) {
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const double angle = ropeAngle(position, freqScale, invFreq[i]);
-    cs[i] = float(cos(angle));
-    cs[half + i] = float(sin(angle));
+    cs[i] = __fmul_rn(float(cos(angle)), mscale);
+    cs[half + i] = __fmul_rn(float(sin(angle)), mscale);
   }
 }
 
@@ -95,11 +96,12 @@ JL_DEV void ropeRow(float* x, int heads, int headDim, const float* cs, int half,
 
 // One block per token: x[t] rotated in place.
 extern "C" __global__ void __launch_bounds__(256) rope(float* x, int heads, int headDim, const int* positions,
-                                                       const double* invFreq, int half, double freqScale, int neox) {
+                                                       const double* invFreq, int half, double freqScale, int neox,
+                                                       float mscale) {
   awaitPreviousKernel();
   extern __shared__ float cs[];  // cos[half], sin[half]
   const int t = blockIdx.x;
-  ropeAngles(cs, positions[t], invFreq, half, freqScale);
+  ropeAngles(cs, positions[t], invFreq, half, freqScale, mscale);
   __syncthreads();
   ropeRow(x + i64(t) * heads * headDim, heads, headDim, cs, half, neox);
 }
@@ -134,8 +136,9 @@ JL_DEV void storeKvRow(const float* k, const float* v, u64 page, int slot, int w
 // k, store) that one block per token walked.
 extern "C" __global__ void __launch_bounds__(256) rope_store(float* q, float* k, const float* v, int heads, int kvHeads,
                                                              int headDim, const int* positions, const double* invFreq,
-                                                             int half, double freqScale, int neox, const u64* pages,
-                                                             const int* slots, int pageTokens, int f16) {
+                                                             int half, double freqScale, int neox, float mscale,
+                                                             const u64* pages, const int* slots, int pageTokens,
+                                                             int f16) {
   awaitPreviousKernel();
   const int t = blockIdx.x, width = kvHeads * headDim, qPairs = heads * half, kPairs = kvHeads * half;
   const int item = blockIdx.y * blockDim.x + threadIdx.x;
@@ -144,7 +147,8 @@ extern "C" __global__ void __launch_bounds__(256) rope_store(float* q, float* k,
     const int idx = isK ? item - qPairs : item, h = idx / half, i = idx % half;
     float* x = isK ? k + i64(t) * width + i64(h) * headDim : q + (i64(t) * heads + h) * headDim;
     const double angle = ropeAngle(positions[t], freqScale, invFreq[i]);
-    const RotatedPair p = rotatePair(x, i, half, neox, float(cos(angle)), float(sin(angle)));
+    const RotatedPair p =
+        rotatePair(x, i, half, neox, __fmul_rn(float(cos(angle)), mscale), __fmul_rn(float(sin(angle)), mscale));
     if (isK) {
       storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + p.a, p.y0, false);
       storeKv(pages[t], slots[t], width, pageTokens, f16, h * headDim + p.b, p.y1, false);
