@@ -44,7 +44,7 @@ Environment (all optional):
   NCU_KERNEL        profile: a regex of kernel names for Nsight Compute's full set (default: no ncu)
   NCU_SKIP          profile: launches of that kernel skipped first (default 0)
   NCU_ARGS          profile: jitllm-bench's arguments under Nsight Compute (default "-p 0 -n 4")
-  ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro gemma3-micro")
+  ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro phi4-micro gemma3-micro")
   BUILT_AT          vulkan: the checkout path the carried binaries were built at (default /work/main)
 EOF
 }
@@ -260,7 +260,7 @@ archs() {
   # 64 ids, all below 32000 (every shape's vocabulary): past gemma3-micro's 24-token window.
   local ids
   ids=$(cat tests/goldens/gemma3/tokens.txt)
-  for shape in ${ARCH_SHAPES:-qwen3-micro granite-micro phi3-micro gemma3-micro}; do
+  for shape in ${ARCH_SHAPES:-qwen3-micro granite-micro phi3-micro phi4-micro gemma3-micro}; do
     for type in f16 q4_k_m; do
       f=$(makeModel "$shape" "$type")
       for dev in cpu:0 cuda:0; do
