@@ -32,7 +32,8 @@ constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-
                     [--devices SPEC] [--kv f32|f16] [--fit MODE] [-b B,...]
        jitllm-bench --tune [MODEL.gguf ...]
   --tune       measure this CPU's kernel settings (threads with and without SMT siblings, the
-               decode streaming threshold, the prefill chunk), keep them with the kernel cache
+               decode streaming threshold, the prefill chunk, and on AVX-512 VNNI which products
+               run faster on the 256-bit integer kernels), keep them with the kernel cache
                (where every CPU device then finds them), print them; then benchmark MODEL if given
   -t THREADS   CPU threads per CPU device (default: the tuned count, else every physical core)
   -p N         prompt tokens for the prefill test (default 128; 0 skips it)
@@ -120,8 +121,8 @@ void tuneThisCpu() {
               cpu::isaName(isa));
   const cpu::CpuTuning tuning =
       cpu::measureCpuTuning(topology, isa, [](const std::string& line) { std::printf("  %s\n", line.c_str()); });
-  std::printf("tuned: threads %d, cache_resident_bytes %zu, prefill_chunk %lld\n", tuning.threads,
-              tuning.cacheResidentBytes, static_cast<long long>(tuning.prefillChunk));
+  std::printf("tuned: threads %d, cache_resident_bytes %zu, prefill_chunk %lld, narrow_int8 %u\n", tuning.threads,
+              tuning.cacheResidentBytes, static_cast<long long>(tuning.prefillChunk), tuning.narrowInt8);
   const std::string root = cacheRoot();
   if (cpu::storeCpuTuning(root, topology, tuning)) {
     std::printf("kept in %s\n", cpu::cpuTuningPath(root, topology).c_str());

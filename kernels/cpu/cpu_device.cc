@@ -177,7 +177,10 @@ bool CpuDevice::streamsFromMemory(const WeightRef& w) {
 }
 
 void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
-  const WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride, streamsFromMemory(w), tuning_.prefillChunk};
+  WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride};
+  view.streamed = streamsFromMemory(w);
+  view.prefillChunk = tuning_.prefillChunk;
+  view.narrowInt8 = runsNarrow(tuning_, w.type, tokens);
   // Rows are split among threads in contiguous ranges; each row's result depends only on the
   // kernel variant, so the thread count never changes the output.
   const int64_t minRows = int64_t(kMinWeightBytesPerThread / std::max<size_t>(1, w.rowStride * size_t(tokens)));

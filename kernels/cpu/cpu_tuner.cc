@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/quant/blocks.h"
+#include "kernels/quant/tensor_type.h"
 
 namespace jitllm::cpu {
 
@@ -21,20 +22,29 @@ constexpr int64_t kPrefillTokens = 32;
 constexpr int kReps = 5;
 
 struct RandomMatrices {
+  quant::TensorType type = quant::TensorType::kQ4_K;
   std::vector<uint8_t> bytes;
   size_t matrixBytes = 0;
   size_t rowStride = 0;
   int64_t count = 0;
   WeightRef matrix(int64_t i) const {
-    return WeightRef{quant::TensorType::kQ4_K, bytes.data() + size_t(i) * matrixBytes, kRows, kCols, rowStride};
+    return WeightRef{type, bytes.data() + size_t(i) * matrixBytes, kRows, kCols, rowStride};
   }
 };
 
-// q4_K blocks of random bits with fixed, ordinary scales (random halves would include NaN and
-// subnormals, whose arithmetic may run at another speed).
-RandomMatrices randomMatrices(size_t totalBytes) {
+// Sets every block's float16 scales to ordinary values: random halves would include NaN and
+// subnormals, whose arithmetic may run at another speed.
+template <class Block>
+void fixScales(std::vector<uint8_t>& bytes, void (*fix)(Block&)) {
+  auto* blocks = reinterpret_cast<Block*>(bytes.data());
+  for (size_t b = 0; b < bytes.size() / sizeof(Block); b++) fix(blocks[b]);
+}
+
+// Blocks of `type` (q4_K, q6_K or q8_0) of random bits with ordinary scales.
+RandomMatrices randomMatrices(size_t totalBytes, quant::TensorType type = quant::TensorType::kQ4_K) {
   RandomMatrices m;
-  m.rowStride = size_t(kCols / quant::kQK_K) * sizeof(quant::block_q4_K);
+  m.type = type;
+  m.rowStride = *quant::rowBytes(type, kCols);
   m.matrixBytes = m.rowStride * size_t(kRows);
   m.count = std::max<int64_t>(1, int64_t(totalBytes / m.matrixBytes));
   m.bytes.resize(m.matrixBytes * size_t(m.count));
@@ -43,11 +53,21 @@ RandomMatrices randomMatrices(size_t totalBytes) {
     const uint64_t v = rng();
     std::memcpy(m.bytes.data() + i, &v, 8);
   }
-  auto* blocks = reinterpret_cast<quant::block_q4_K*>(m.bytes.data());
-  const size_t n = m.bytes.size() / sizeof(quant::block_q4_K);
-  for (size_t b = 0; b < n; b++) {
-    blocks[b].d = 0x2C00;     // 1/16
-    blocks[b].dmin = 0x2800;  // 1/32
+  switch (type) {
+    case quant::TensorType::kQ4_K:
+      fixScales<quant::block_q4_K>(m.bytes, [](quant::block_q4_K& b) {
+        b.d = 0x2C00;     // 1/16
+        b.dmin = 0x2800;  // 1/32
+      });
+      break;
+    case quant::TensorType::kQ6_K:
+      fixScales<quant::block_q6_K>(m.bytes, [](quant::block_q6_K& b) { b.d = 0x2C00; });
+      break;
+    case quant::TensorType::kQ8_0:
+      fixScales<quant::block_q8_0>(m.bytes, [](quant::block_q8_0& b) { b.d = 0x2C00; });
+      break;
+    default:
+      break;
   }
   return m;
 }
@@ -148,6 +168,29 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
     }
     // Nothing faster without the hint: stream anything larger than one matrix.
     tuning.cacheResidentBytes = std::max(threshold, m.matrixBytes);
+  }
+
+  // AVX-512 VNNI: per type, decode and prefill on the 512-bit kernels against the 256-bit ones
+  // (avxvnni where the CPU has it, else avx2), which give the same bits. The 256-bit ones take a
+  // product when they are clearly faster (5 %), as on CPUs that split 512-bit operations in two.
+  if (isa == Isa::kAvx512Vnni) {
+    const Isa narrowIsa = isaSupported(Isa::kAvxVnni) ? Isa::kAvxVnni : Isa::kAvx2;
+    CpuTuning wide = tuning, narrow = tuning;
+    wide.narrowInt8 = 0;
+    narrow.narrowInt8 = ~uint32_t(0);
+    wide.cacheResidentBytes = narrow.cacheResidentBytes = size_t(1) << 20;  // decode streams
+    CpuDevice wideDevice(deviceOptions(isa, tuning.threads, wide));
+    CpuDevice narrowDevice(deviceOptions(isa, tuning.threads, narrow));
+    // A quarter of the working set per type keeps the run short and still past the caches.
+    for (quant::TensorType type : kNarrowableTypes) {
+      const RandomMatrices t = randomMatrices(std::max(workingSet / 4, size_t(2) * llc), type);
+      const double wd = decodeMs(wideDevice, t, t.count, x, y), nd = decodeMs(narrowDevice, t, t.count, x, y);
+      const double wp = prefillMs(wideDevice, t, x, y), np = prefillMs(narrowDevice, t, x, y);
+      log(std::string(quant::typeTraits(type).name) + format(": decode %.3f ms (512-bit), %.3f ms", wd, nd) + " (" +
+          isaName(narrowIsa) + format("); prefill %.2f ms, %.2f ms", wp, np));
+      if (nd < 0.95 * wd) tuning.narrowInt8 |= narrowInt8Bit(type, false);
+      if (np < 0.95 * wp) tuning.narrowInt8 |= narrowInt8Bit(type, true);
+    }
   }
 
   // The prefill chunk (only the 256-bit kernels have one).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "base/atomic_file.h"
@@ -21,11 +22,23 @@ CpuTuning defaultCpuTuning(const CpuTopology& topology) {
   return t;
 }
 
+uint32_t narrowInt8Bit(quant::TensorType type, bool prefill) {
+  for (size_t i = 0; i < std::size(kNarrowableTypes); i++) {
+    if (kNarrowableTypes[i] == type) return uint32_t(1) << (2 * i + (prefill ? 1 : 0));
+  }
+  return 0;
+}
+
+bool runsNarrow(const CpuTuning& tuning, quant::TensorType type, int64_t tokens) {
+  return (tuning.narrowInt8 & narrowInt8Bit(type, tokens >= kNarrowPrefillTokens)) != 0;
+}
+
 std::string formatCpuTuning(const CpuTuning& t) {
   std::ostringstream out;
   out << "threads " << t.threads << "\n"
       << "cache_resident_bytes " << t.cacheResidentBytes << "\n"
-      << "prefill_chunk " << t.prefillChunk << "\n";
+      << "prefill_chunk " << t.prefillChunk << "\n"
+      << "narrow_int8 " << t.narrowInt8 << "\n";
   return out.str();
 }
 
@@ -48,6 +61,9 @@ CpuTuning parseCpuTuning(std::string_view text, const CpuTuning& defaults) {
       used = true;
     } else if (name == "prefill_chunk" && value >= 64 && value <= 16384 && value % 32 == 0) {
       t.prefillChunk = value;
+      used = true;
+    } else if (name == "narrow_int8" && value >= 0 && value < (1ll << (2 * std::size(kNarrowableTypes)))) {
+      t.narrowInt8 = uint32_t(value);
       used = true;
     }
   }

@@ -4,13 +4,18 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/cpu/cpu_topology.h"
 #include "kernels/cpu/cpu_tuner.h"
+#include "kernels/cpu/gemm/isa.h"
+#include "kernels/quant/quantize.h"
+#include "kernels/quant/tensor_type.h"
 #include "tests/scoped_test_state.h"
 
 namespace jitllm::cpu {
@@ -83,16 +88,23 @@ TEST(CpuTuning, TheFileRoundTripsAndDamageCostsOnlyTheDamagedLines) {
   t.threads = 7;
   t.cacheResidentBytes = size_t(96) << 20;
   t.prefillChunk = 1024;
+  t.narrowInt8 = narrowInt8Bit(quant::TensorType::kQ4_K, true) | narrowInt8Bit(quant::TensorType::kQ8_0, false);
   const CpuTuning back = parseCpuTuning(formatCpuTuning(t), defaults);
   EXPECT_EQ(back.threads, 7);
   EXPECT_EQ(back.cacheResidentBytes, size_t(96) << 20);
   EXPECT_EQ(back.prefillChunk, 1024);
+  EXPECT_EQ(back.narrowInt8, t.narrowInt8);
+  EXPECT_TRUE(runsNarrow(back, quant::TensorType::kQ4_K, kNarrowPrefillTokens));
+  EXPECT_FALSE(runsNarrow(back, quant::TensorType::kQ4_K, 1)) << "q4_K decode stays on the 512-bit kernels";
+  EXPECT_TRUE(runsNarrow(back, quant::TensorType::kQ8_0, 1));
+  EXPECT_FALSE(runsNarrow(back, quant::TensorType::kQ5_0, 1)) << "no 512-bit kernel to leave";
   EXPECT_EQ(back.source, "measured");
 
   const CpuTuning damaged = parseCpuTuning(
       "threads 0\nthreads 3 4\nprefill_chunk 1000\ncache_resident_bytes 12\nunknown 5\n\x01\x02 garbage\n"
-      "prefill_chunk 2048\n",
+      "prefill_chunk 2048\nnarrow_int8 64\nnarrow_int8 -1\n",
       defaults);
+  EXPECT_EQ(damaged.narrowInt8, 0u) << "bits past the three types, or negative, are refused";
   EXPECT_EQ(damaged.threads, defaults.threads);
   EXPECT_EQ(damaged.cacheResidentBytes, defaults.cacheResidentBytes);
   EXPECT_EQ(damaged.prefillChunk, 2048);
@@ -127,6 +139,38 @@ TEST(CpuTuning, ADeviceTakesItsThreadsFromThisCpusFileUnlessGivenACount) {
   CpuDeviceOptions o;
   o.threads = 1;
   EXPECT_EQ(CpuDevice(o).info().threads, 1);
+}
+
+// The 256-bit kernels an AVX-512 VNNI CPU may be tuned to take give the 512-bit ones' bits (the
+// integer contract), decode and prefill, for every type the tuning can move.
+TEST(CpuTuning, NarrowIntegerKernelsGiveTheWideKernelsBits) {
+  if (!isaSupported(Isa::kAvx512Vnni)) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: nothing to narrow";
+  CpuTuning wide = defaultCpuTuning(detectCpuTopology()), narrow = wide;
+  narrow.narrowInt8 = ~uint32_t(0);
+  CpuDeviceOptions wo, no;
+  wo.isa = no.isa = Isa::kAvx512Vnni;
+  wo.threads = no.threads = 2;
+  wo.tuning = wide;
+  no.tuning = narrow;
+  CpuDevice wideDevice(wo), narrowDevice(no);
+  const int64_t rows = 40, cols = 512;
+  std::vector<float> weights(size_t(rows * cols)), x(size_t(16 * cols));
+  for (size_t i = 0; i < weights.size(); i++) weights[i] = float(int(i * 7919 % 257) - 128) / 64.0f;
+  for (size_t i = 0; i < x.size(); i++) x[i] = float(int(i * 104729 % 1001) - 500) / 97.0f;
+  for (quant::TensorType type : kNarrowableTypes) {
+    SCOPED_TRACE(std::string(quant::typeTraits(type).name));
+    const size_t rowBytes = *quant::rowBytes(type, cols);
+    std::vector<uint8_t> q(rowBytes * size_t(rows));
+    for (int64_t r = 0; r < rows; r++)
+      quant::quantizeRow(type, weights.data() + r * cols, q.data() + r * rowBytes, cols);
+    const WeightRef w{type, q.data(), rows, cols, rowBytes};
+    for (int64_t tokens : {int64_t(1), int64_t(3), int64_t(16)}) {
+      std::vector<float> a(size_t(tokens * rows)), b(a.size());
+      wideDevice.matmul(w, x.data(), tokens, a.data(), nullptr);
+      narrowDevice.matmul(w, x.data(), tokens, b.data(), nullptr);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << tokens << " tokens";
+    }
+  }
 }
 
 // One real measurement on this machine: what it chooses is one of its candidates, and every

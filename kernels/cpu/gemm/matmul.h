@@ -36,6 +36,9 @@ struct WeightView {
   // Also a hint: columns per chunk of the avx2 / avxvnni token-vector prefill (a multiple of 32;
   // anything else: the kernels' default). Measured per CPU (kernels/cpu/cpu_tuning.h).
   int64_t prefillChunk = 0;
+  // Also a hint: on an AVX-512 VNNI CPU, run this product on the 256-bit integer kernels (the same
+  // bits; faster on CPUs that split 512-bit operations in two). Measured per CPU (cpu_tuning.h).
+  bool narrowInt8 = false;
 };
 
 // y[t*yStride + r] = sum_k W[r,k] * x[t*xStride + k], for r in [rowBegin,rowEnd) and t in

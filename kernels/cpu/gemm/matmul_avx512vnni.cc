@@ -112,9 +112,11 @@ void dotTile(const WeightView& w, int64_t r, const QuantizedRow* xsIn, float* y,
   }
   const int64_t units = w.cols / K::kUnit;
   for (int64_t u = 0; u < units; u++) {
+#pragma GCC unroll 8
     for (int i = 0; i < NR; i++) {
       typename K::Unpacked up;
       K::unpack(rows[i] + size_t(u) * K::kUnitBytes, up);
+#pragma GCC unroll 16
       for (int j = 0; j < NT; j++) K::apply(up, xs[j], u * K::kUnit, st[i][j]);
     }
   }
@@ -172,6 +174,11 @@ void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTok
 void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
                           int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
   using quant::TensorType;
+  if (w.narrowInt8 && (w.type == TensorType::kQ4_K || w.type == TensorType::kQ6_K || w.type == TensorType::kQ8_0)) {
+    // The tuner found the 256-bit kernels faster for this product here (cpu_tuning.h).
+    if (isaSupported(Isa::kAvxVnni)) return matmulRowsAvxVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    return matmulRowsAvx2Int8(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+  }
   switch (w.type) {
     case TensorType::kQ4_K:
       return vnniRows<KernelQ4_K>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
