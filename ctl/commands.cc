@@ -17,6 +17,9 @@ const OptionSpec kTopK{"--top-k", "K", "sample from the K most likely tokens onl
 const OptionSpec kTopP{"--top-p", "P", "nucleus sampling threshold (default 1: off)"};
 const OptionSpec kStop{"--stop", "TEXT", "stop before this text (repeatable)", true};
 const OptionSpec kContext{"--ctx", "N", "context limit of the session (default: the model's)"};
+const OptionSpec kTier{"--tier", "TIER",
+                       "interactive, standard or batch (default: yours, from jitllmd's config; only admins may "
+                       "ask for a more urgent one)"};
 const OptionSpec kReadDelay{"--read-delay-ms", "N",
                             "read slowly: wait N ms after each chunk (demos; tests of the daemon's flow control)"};
 constexpr std::string_view kMigrateHelp =
@@ -59,7 +62,7 @@ const std::vector<CommandSpec>& table() {
        .minArguments = 2,
        .maxArguments = 2,
        .summary = "generate from PROMPT, streaming the text as it comes",
-       .options = {kMaxTokens, kTemperature, kSeed, kTopK, kTopP, kStop, kContext, kReadDelay},
+       .options = {kMaxTokens, kTemperature, kSeed, kTopK, kTopP, kStop, kContext, kTier, kReadDelay},
        .run = runRun},
       {.name = "chat",
        .arguments = "NAME",
@@ -73,7 +76,8 @@ const std::vector<CommandSpec>& table() {
                    kTopK,
                    kTopP,
                    kStop,
-                   kContext},
+                   kContext,
+                   kTier},
        .run = runChat},
       {.name = "events",
        .summary = "recent daemon, device, model, session and migration events",

@@ -69,6 +69,7 @@ int runRun(Context& c) {
   request.sampling = samplingFrom(c.args);
   request.stop = c.args.values("--stop");
   request.contextSize = c.args.number<uint32_t>("--ctx", 0);
+  request.tier = c.args.value("--tier");
   const std::chrono::milliseconds readDelay = readDelayFrom(c.args);
   auto client = c.connect();
   if (c.args.json) {
@@ -107,6 +108,7 @@ int runChat(Context& c) {
   request.sampling = samplingFrom(c.args);
   request.stop = c.args.values("--stop");
   request.contextSize = c.args.number<uint32_t>("--ctx", 0);
+  request.tier = c.args.value("--tier");
   if (c.args.has("--system")) request.messages.push_back({"system", c.args.value("--system")});
   const bool interactive = c.terminal.stdinIsTty;
   auto client = c.connect();

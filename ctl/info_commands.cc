@@ -1,4 +1,5 @@
 // status, devices, ps, events: what the daemon holds and what happens in it.
+#include <cstdio>
 #include <ostream>
 #include <vector>
 
@@ -128,14 +129,31 @@ int runPs(Context& c) {
            memory.empty() ? "-" : memory, placementSummary(m)});
   }
   c.out << t.render();
+  // Goodput: per model and tier that has served anything, replies that met their targets.
+  TextTable g({"MODEL", "TIER", "TARGETS", "REPLIES", "MET", "GOODPUT"});
+  for (const auto& m : models) {
+    for (const auto& tier : m.goodput) {
+      if (tier.finished == 0) continue;
+      char targets[64], rate[32];
+      if (tier.ttftTargetMs > 0 || tier.tpotTargetMs > 0) {
+        std::snprintf(targets, sizeof targets, "ttft %gms tpot %gms", tier.ttftTargetMs, tier.tpotTargetMs);
+      } else {
+        std::snprintf(targets, sizeof targets, "none");
+      }
+      std::snprintf(rate, sizeof rate, "%.2f/s", tier.metPerSecond);
+      g.add({m.name, tier.tier, targets, std::to_string(tier.finished), std::to_string(tier.met), rate});
+    }
+  }
+  if (g.rows() > 0) c.out << "\n" << g.render();
   size_t idle = 0;
   for (const auto& m : models) idle += m.idleSessions.size();
   if (sessionCount(models) + idle == 0) return 0;
-  TextTable s({"SESSION", "MODEL", "UID", "TOKENS", "STATE"});
+  TextTable s({"SESSION", "MODEL", "UID", "TIER", "TOKENS", "STATE"});
   for (const auto& m : models) {
     for (const auto* list : {&m.sessions, &m.idleSessions}) {
       for (const auto& session : *list) {
         s.add({std::to_string(session.id), m.name, std::to_string(session.ownerUid),
+               session.tier.empty() ? "-" : session.tier,
                std::to_string(session.tokens) + "/" + std::to_string(session.contextLimit), session.state});
       }
     }

@@ -50,11 +50,17 @@ void writeJson(JsonWriter& j, const client::ModelInfo& m) {
     for (const auto& s : *list) {
       j.beginObject();
       j.field("id", s.id).field("ownerUid", s.ownerUid).field("tokens", s.tokens);
-      j.field("contextLimit", s.contextLimit).field("state", s.state);
+      j.field("contextLimit", s.contextLimit).field("state", s.state).field("tier", s.tier);
       j.endObject();
     }
     j.endArray();
   }
+  j.key("goodput").beginArray();
+  for (const auto& g : m.goodput) {
+    j.beginObject().field("tier", g.tier).field("ttftTargetMs", g.ttftTargetMs).field("tpotTargetMs", g.tpotTargetMs);
+    j.field("finished", g.finished).field("met", g.met).field("metPerSecond", g.metPerSecond).endObject();
+  }
+  j.endArray();
   j.field("parkedKvBytes", m.parkedKvBytes);
   j.field("state", m.state);
   j.field("chatTemplate", m.chatTemplate).field("loadedUnixMs", m.loadedUnixMs);
@@ -99,6 +105,7 @@ void writeJson(JsonWriter& j, const client::GenerationStats& s) {
   j.field("timeToFirstTokenMs", s.timeToFirstTokenMs).field("tokensPerSecond", s.tokensPerSecond);
   j.field("totalMs", s.totalMs).field("stopReason", client::stopReasonName(s.stopReason));
   j.field("sessionId", s.sessionId).field("reusedTokens", s.reusedTokens);
+  j.field("tier", s.tier).field("metTargets", s.metTargets);
   j.endObject();
 }
 

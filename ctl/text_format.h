@@ -16,6 +16,7 @@ class TextTable final {
  public:
   explicit TextTable(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
   void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  size_t rows() const { return rows_.size() - 1; }  // not counting the header
   std::string render() const;
 
  private:

@@ -7,7 +7,7 @@ include(CMakePackageConfigHelpers)
 
 # The SONAME's number: raise it with every ABI break of the library (a struct in client_types.h
 # changing shape counts). The RPC protocol has its own number (jitllm.capnp's protocolVersion).
-set(JITLLM_CLIENT_SOVERSION 1)
+set(JITLLM_CLIENT_SOVERSION 2)
 
 add_library(jitllmclient SHARED
   src/client.cc

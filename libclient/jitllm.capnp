@@ -73,6 +73,17 @@ struct SessionInfo {
   contextLimit @3 :UInt32;
   state @4 :Text;               # "prefill" | "decode" | "waiting" (slow reader); idle sessions:
                                 # "idle" (KV on the devices) | "parked" (KV in host RAM)
+  tier @5 :Text;                # "interactive" | "standard" | "batch" (docs/tiers.md)
+}
+
+struct TierGoodput {
+  # One service tier's replies on a model since it was loaded (docs/tiers.md).
+  tier @0 :Text;
+  ttftTargetMs @1 :Float64;     # 0: none
+  tpotTargetMs @2 :Float64;     # 0: none
+  finished @3 :UInt64;          # replies that ended normally
+  met @4 :UInt64;               # ... of which met both targets
+  metPerSecond @5 :Float64;     # goodput: those that met them, over the last minute
 }
 
 struct ModelInfo {
@@ -96,6 +107,7 @@ struct ModelInfo {
   parkedKvBytes @16 :UInt64;    # idle sessions' KV parked in host RAM
   state @17 :Text;              # "preparing kernels" while load makes its kernels ready
                                 # (requests wait), then "ready"
+  goodput @18 :List(TierGoodput);  # one per tier, most urgent first
 }
 
 struct SessionPages {
@@ -171,6 +183,8 @@ struct GenerateRequest {
   contextSize @6 :UInt32;           # 0: the model's default
   ignoreEndOfGeneration @7 :Bool;   # generate maxTokens whatever comes (benchmarks, as
                                     # llama-batched-bench does); the EOS/EOT tokens are kept
+  tier @8 :Text;                    # "interactive" | "standard" | "batch"; "": the caller's default.
+                                    # Only admins may ask for one more urgent than their default.
 }
 
 struct ChatMessage {
@@ -185,6 +199,7 @@ struct ChatRequest {
   sampling @3 :SamplingParams;
   stop @4 :List(Text);
   contextSize @5 :UInt32;
+  tier @6 :Text;                    # as GenerateRequest.tier
 }
 
 enum StopReason {
@@ -203,6 +218,8 @@ struct GenerationStats {
   stopReason @5 :StopReason;
   sessionId @6 :UInt64;
   reusedTokens @7 :UInt32;      # prompt tokens whose KV an idle session already held (not computed)
+  tier @8 :Text;                # the tier it ran in
+  metTargets @9 :Bool;          # its tier's TTFT and TPOT targets both held
 }
 
 interface TokenSink {

@@ -257,10 +257,20 @@ kj::Promise<void> HttpService::completion(bool chat, const Client& client, const
               request.topLogprobs = params->topLogprobs;
               request.ignoreEndOfGeneration = params->ignoreEos;
               const DaemonConfig config = shared_.core.config();
+              try {
+                // A TCP client has no local user: the default tier, or what its token's admin grant allows.
+                const std::vector<gid_t> groups =
+                    client.uid == kTcpClientUid ? std::vector<gid_t>{} : shared_.core.access().groupsOf(client.uid);
+                request.tier = resolveTier(config.tiers, params->serviceTier, client.uid, groups, client.admin);
+              } catch (const Error& e) {
+                throw HttpError(403, "permission_error", e.what(), "service_tier");
+              }
               auto job = std::make_shared<GenerationJob>(std::move(request), config.maxQueuedTokens);
               host->submit(job, client.admin ? SIZE_MAX : config.maxSessionsPerUid);
               auto reply = kj::heap<CompletionReply>(
-                  shared_, job, ReplyShape::start(params->endpoint, host->name(), tokenizer, params->topLogprobs >= 0),
+                  shared_, job,
+                  ReplyShape::start(params->endpoint, host->name(), tokenizer, params->topLogprobs >= 0,
+                                    std::string(openAiTierName(job->request().tier))),
                   params->stream, params->includeUsage, std::move(echo), response, started);
               auto run = reply->run();
               return run.attach(kj::mv(reply), kj::mv(released), kj::mv(host));

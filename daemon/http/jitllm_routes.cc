@@ -37,10 +37,20 @@ json psJson(const ModelHost& host, uint32_t uid, bool admin) {
                      {"uid", s.ownerUid},
                      {"tokens", s.tokens},
                      {"context_limit", s.contextLimit},
-                     {"state", s.state}});
+                     {"state", s.state},
+                     {"tier", tierName(s.tier)}});
     }
     return out;
   };
+  json goodput = json::array();
+  for (const auto& g : snap.goodput) {
+    goodput.push_back({{"tier", tierName(g.tier)},
+                       {"ttft_target_ms", g.targets.ttftMs},
+                       {"tpot_target_ms", g.targets.tpotMs},
+                       {"finished", g.finished},
+                       {"met", g.met},
+                       {"met_per_second", g.metPerSecond}});
+  }
   return {{"name", host.name()},
           {"path", host.path()},
           {"state", snap.state},
@@ -48,7 +58,8 @@ json psJson(const ModelHost& host, uint32_t uid, bool admin) {
           {"migration", snap.migration},
           {"units", units},
           {"sessions", sessions(snap.sessions)},
-          {"idle_sessions", sessions(snap.idle)}};
+          {"idle_sessions", sessions(snap.idle)},
+          {"goodput", goodput}};
 }
 
 const json& requiredString(const json& body, const char* name) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 namespace jitllm::server::http {
 namespace {
@@ -99,6 +100,19 @@ std::string renderMetrics(DaemonCore& core) {
           [](const auto& c) { return c.promptTokens; });
   counter("generation_tokens", "Tokens generated.", [](const auto& c) { return c.generatedTokens; });
   counter("migrations", "Live migrations committed.", [](const auto& c) { return c.migrations; });
+  // Goodput per service tier (docs/tiers.md): rate(jitllm:tier_requests_met_targets_total[1m]).
+  for (const auto& [family, help, met] :
+       {std::tuple{"tier_requests_finished", "Generations that finished normally, per service tier.", false},
+        std::tuple{"tier_requests_met_targets", "Finished generations that met their tier's TTFT and TPOT targets.",
+                   true}}) {
+    page.family(family, "counter", help);
+    for (const auto& [model, c] : counters) {
+      for (ServiceTier t : kAllServiceTiers) {
+        page.sample(std::string(family) + "_total", modelLabel(model) + ",tier=\"" + std::string(tierName(t)) + "\"",
+                    double(met ? c.tierMet[size_t(t)] : c.tierFinished[size_t(t)]));
+      }
+    }
+  }
 
   auto histogram = [&](const char* name, const char* help, auto field) {
     page.family(name, "histogram", help);

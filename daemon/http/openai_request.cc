@@ -219,6 +219,14 @@ CompletionParams parseCompletionRequest(Endpoint endpoint, const std::string& te
       throw HttpError::badParameter("keep_alive", "'keep_alive' is seconds, or a duration such as 5m, or -1");
     p.keepAliveSeconds = seconds;
   }
+  if (const json* v = field(body, "service_tier")) {
+    if (!v->is_string()) wrongType("service_tier", "a string", *v);
+    p.serviceTier = tierFromOpenAi(v->get<std::string>());
+    if (!p.serviceTier) {
+      throw HttpError::badParameter(
+          "service_tier", "'service_tier' is auto, default, flex or priority, not '" + v->get<std::string>() + "'");
+    }
+  }
   if (const json* v = field(body, "user")) {
     if (!v->is_string()) wrongType("user", "a string", *v);
     p.user = v->get<std::string>();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/server/service_tier.h"
 #include "engine/chat/chat_template.h"
 #include "engine/runtime/sampler.h"
 
@@ -35,6 +36,7 @@ struct CompletionParams {
   std::optional<double> keepAliveSeconds;  // Ollama's per-request keep_alive
   bool ignoreEos = false;                  // llama.cpp's and vLLM's ignore_eos: benchmarks
   std::string user;
+  std::optional<ServiceTier> serviceTier;  // OpenAI's service_tier (service_tier.h); unset: the caller's default
 };
 
 // Limits on what one request may ask for, so that a client cannot make the daemon allocate

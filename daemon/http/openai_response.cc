@@ -30,9 +30,10 @@ json bytesOf(std::string_view piece) {
 
 std::string dumpJson(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-ReplyShape ReplyShape::start(Endpoint endpoint, std::string model, const tokenizer::Tokenizer& tokenizer,
-                             bool logprobs) {
+ReplyShape ReplyShape::start(Endpoint endpoint, std::string model, const tokenizer::Tokenizer& tokenizer, bool logprobs,
+                             std::string serviceTier) {
   ReplyShape s;
+  s.serviceTier = std::move(serviceTier);
   s.endpoint = endpoint;
   s.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + randomHex(24);
   s.model = std::move(model);
@@ -73,6 +74,7 @@ json ReplyShape::envelope(const char* object) const {
           {"object", object},
           {"created", created},
           {"model", model},
+          {"service_tier", serviceTier},
           {"system_fingerprint", "jitllm-" JITLLM_VERSION_STRING}};
 }
 

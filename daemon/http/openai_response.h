@@ -23,9 +23,11 @@ struct ReplyShape {
   int64_t created = 0;                              // Unix seconds
   const tokenizer::Tokenizer* tokenizer = nullptr;  // for the logprobs' token text
   bool withLogprobs = false;
+  std::string serviceTier = "default";  // OpenAI's name of the tier it ran in ("priority", "default", "flex")
 
   // A new reply's shape: a fresh random id, the time now.
-  static ReplyShape start(Endpoint endpoint, std::string model, const tokenizer::Tokenizer& tokenizer, bool logprobs);
+  static ReplyShape start(Endpoint endpoint, std::string model, const tokenizer::Tokenizer& tokenizer, bool logprobs,
+                          std::string serviceTier = "default");
 
   // textChunk's template: the chunk's JSON before and after its text.
   std::string textChunkPrefix, textChunkSuffix;

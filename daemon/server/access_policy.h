@@ -34,10 +34,10 @@ class AccessPolicy final {
   void requireAdmin(uid_t uid, const std::string& operation) const;
   // Whether `uid` could open `path` for reading (every directory searchable, the file readable).
   bool canRead(const std::string& path, uid_t uid) const;
-
- private:
+  // The groups `uid` is in (its primary one and the supplementary ones); empty for an unknown uid.
   std::vector<gid_t> groupsOf(uid_t uid) const;
 
+ private:
   mutable std::mutex mutex_;
   std::string adminGroup_;
 };

@@ -40,6 +40,16 @@ std::vector<std::string> list(const std::string& v) {
   return out;
 }
 
+// tier_<name>_ttft_ms / tier_<name>_tpot_ms: the target it sets, or null for another key.
+double* tierTargetKey(const std::string& key, TierConfig& tiers) {
+  for (ServiceTier t : kAllServiceTiers) {
+    const std::string prefix = "tier_" + std::string(tierName(t)) + "_";
+    if (key == prefix + "ttft_ms") return &tiers.targets[size_t(t)].ttftMs;
+    if (key == prefix + "tpot_ms") return &tiers.targets[size_t(t)].tpotMs;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void DaemonConfig::parse(const std::string& text, const std::string& origin) {
@@ -152,6 +162,17 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       JITLLM_REQUIRE(seconds, where, ": keep_alive is a duration such as 300, 90s, 5m or 1h, or -1 for never, not '",
                      value, "'");
       keepAliveSeconds = *seconds;
+    } else if (key == "tier_default") {
+      const auto tier = parseTier(value);
+      JITLLM_REQUIRE(tier, where, ": tier_default is interactive, standard or batch, not '", value, "'");
+      tiers.defaultTier = *tier;
+    } else if (key == "tier_users" || key == "tier_groups") {
+      auto map = parseTierMap(value);
+      JITLLM_REQUIRE(map, where, ": ", key, " is a list of name:tier (tier: interactive, standard or batch), not '",
+                     value, "'");
+      (key == "tier_users" ? tiers.users : tiers.groups) = std::move(*map);
+    } else if (tierTargetKey(key, tiers)) {
+      *tierTargetKey(key, tiers) = number<double>(value, where, 0.0, 3600000.0);
     } else {
       JITLLM_FAIL(kFailed, where, ": unknown key '", key, "'");
     }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/server/service_tier.h"
+
 namespace jitllm::server {
 
 struct DaemonConfig {
@@ -70,6 +72,10 @@ struct DaemonConfig {
   // after keep_alive seconds without a request (negative: never; a request may set its own).
   bool autoLoad = true;
   double keepAliveSeconds = 300;
+
+  // Service tiers (service_tier.h): targets (tier_<name>_ttft_ms, tier_<name>_tpot_ms; 0: none),
+  // the default tier, and defaults per user and group (tier_users, tier_groups: "name:tier,...").
+  TierConfig tiers;
 
   // Applies the settings in `text`; `origin` names it in errors. Error(FAILED) on a bad line.
   void parse(const std::string& text, const std::string& origin);

@@ -200,6 +200,7 @@ std::vector<std::string> DaemonCore::reload(const DaemonConfig& fresh) {
   config_.cpuThreads = threads;
   access_.setAdminGroup(config_.adminGroup);
   spdlog::set_level(spdlog::level::from_str(config_.logLevel));
+  for (auto& [name, host] : models_) host->setTiers(config_.tiers);
   return needRestart;
 }
 
@@ -291,6 +292,7 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   hostOptions.maxQueuedTokens = cfg.maxQueuedTokens;
   hostOptions.deviceFault = [this](const std::string& model) { deviceFault(model); };
   hostOptions.metrics = &metrics_;
+  hostOptions.tiers = cfg.tiers;
   auto host = std::make_shared<ModelHost>(name, source, std::move(model), hostOptions, events_);
   {
     std::lock_guard lock(mutex_);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "daemon/server/service_tier.h"
 #include "engine/runtime/sampler.h"
 
 namespace jitllm::server {
@@ -36,6 +37,8 @@ struct GenerationStats {
   StopReason stopReason = StopReason::kMaxTokens;
   uint64_t sessionId = 0;
   uint32_t reusedTokens = 0;  // prompt tokens whose KV an idle session already held (not computed)
+  ServiceTier tier = ServiceTier::kStandard;
+  bool metTargets = false;  // its tier's TTFT and TPOT targets both held
 };
 
 // A generated token's log-probability under the model (log-softmax of its logits, before any
@@ -57,6 +60,7 @@ struct GenerationRequest {
   // >= 0: each token comes with its TokenLogprob and this many alternatives (the full row of
   // logits then comes to the host every step); -1: none.
   int32_t topLogprobs = -1;
+  ServiceTier tier = ServiceTier::kStandard;  // resolved by the caller (resolveTier)
 };
 
 class GenerationJob final {

@@ -99,6 +99,10 @@ size_t commonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
   return i;
 }
 
+// How long a step may take while an interactive reply decodes: its TPOT target, less a fifth for
+// the step's own jitter (0: no target, no limit).
+double urgentStepMs(const TierConfig& tiers) { return 0.8 * tiers.targetsOf(ServiceTier::kInteractive).tpotMs; }
+
 // Migration ids are unique in the daemon, so events of two models' migrations never mix.
 std::atomic<uint64_t> nextMigrationId{1};
 
@@ -126,7 +130,8 @@ ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count()),
       pins_(size_t(model_->unitCount())),
-      usedDevices_(model_->devices()) {
+      usedDevices_(model_->devices()),
+      tiers_(options_.tiers) {
   // What ps shows is there before load() returns, not only after the worker's first iteration.
   publish({});
   worker_ = std::thread([this] { workerLoop(); });
@@ -487,9 +492,9 @@ void ModelHost::serviceMigration() {
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   std::vector<SessionSnapshot> sessions;
   for (const auto& a : active) {
-    sessions.push_back({a->session().id(), a->job->request().ownerUid, a->session().length(),
-                        a->session().contextLimit(),
-                        a->job->throttled() ? "waiting" : (a->seq->generated() == 0 ? "prefill" : "decode")});
+    sessions.push_back(
+        {a->session().id(), a->job->request().ownerUid, a->session().length(), a->session().contextLimit(),
+         a->job->throttled() ? "waiting" : (a->seq->generated() == 0 ? "prefill" : "decode"), a->job->request().tier});
   }
   std::vector<SessionSnapshot> idle;
   size_t parkedBytes = 0;
@@ -578,7 +583,25 @@ ModelSnapshot ModelHost::snapshot() const {
   s.pagedOut = pagedOut_;
   s.home = home_;
   s.state = prepared_ ? "ready" : "preparing kernels";
+  // Goodput: the replies that met their targets in the last minute, per second.
+  constexpr auto kWindow = std::chrono::seconds(60);
+  const auto now = Clock::now();
+  for (ServiceTier t : kAllServiceTiers) {
+    const TierCounts& c = tierCounts_[size_t(t)];
+    const auto recent =
+        std::count_if(c.recentMet.begin(), c.recentMet.end(), [&](auto at) { return now - at <= kWindow; });
+    s.goodput.push_back(
+        {t, tiers_.targetsOf(t), c.finished, c.met, double(recent) / std::chrono::duration<double>(kWindow).count()});
+  }
   return s;
+}
+
+void ModelHost::setTiers(const TierConfig& tiers) {
+  std::lock_guard lock(mutex_);
+  tiers_ = tiers;
+  tiersChanged_ = true;
+  pokes_ = true;
+  changed_.notify_all();
 }
 
 size_t ModelHost::jobCount() const {
@@ -629,12 +652,14 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
     q.stopAtEndOfGeneration = !r.ignoreEndOfGeneration;
     q.renderSpecialTokens = false;  // an EOS ends the reply; its text is not part of it
     q.keepLogits = r.topLogprobs >= 0;
+    q.priority = int(r.tier);
     a->seq = &loop_->add(std::move(session), std::move(q), a.get(), reused);
     job->setSessionId(sessionId);
     events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", sessionId,
                   std::to_string(r.prompt.size()) + " prompt tokens" +
                       (reused ? " (" + std::to_string(reused) + " of them already in an idle session's KV)" : "") +
-                      ", up to " + std::to_string(r.maxTokens) + " more (uid " + std::to_string(r.ownerUid) + ")",
+                      ", up to " + std::to_string(r.maxTokens) + " more (uid " + std::to_string(r.ownerUid) + ", " +
+                      std::string(tierName(r.tier)) + ")",
                   r.ownerUid});
     active.push_back(std::move(a));
   } catch (const Error& e) {
@@ -669,12 +694,25 @@ void ModelHost::finishActive(Active& a) {
   }
   st.sessionId = q.session().id();
   st.reusedTokens = uint32_t(a.reused);
+  st.tier = a.job->request().tier;
+  {
+    std::lock_guard lock(mutex_);
+    st.metTargets =
+        metTargets(tiers_.targetsOf(st.tier), st.timeToFirstTokenMs, st.generatedTokens, st.tokensPerSecond);
+    TierCounts& c = tierCounts_[size_t(st.tier)];
+    c.finished++;
+    if (st.metTargets) {
+      c.met++;
+      c.recentMet.push_back(now);
+    }
+  }
   // The client hears that its reply ended once ps no longer shows it running (after this step's
   // publish): a load or a request sent the moment a reply ends sees the model idle.
   a.finished = st;
   a.keep = options_.idleSessions > 0;
   events_.emit({0, EventKind::kSession, "session.finished", name_, "", st.sessionId,
-                std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) + " tok/s",
+                std::to_string(st.generatedTokens) + " tokens, " + std::to_string(int(st.tokensPerSecond)) +
+                    " tok/s, " + std::string(tierName(st.tier)) + (st.metTargets ? " targets met" : " targets missed"),
                 a.job->request().ownerUid});
 }
 
@@ -691,6 +729,8 @@ void ModelHost::retire(std::vector<std::unique_ptr<Active>>& active,
         g.timeToFirstTokenSeconds = std::chrono::duration<double>(q->firstToken() - a->started).count();
       g.totalSeconds = std::chrono::duration<double>(Clock::now() - a->started).count();
       g.failed = !a->finished.has_value();
+      g.tier = a->job->request().tier;
+      g.metTargets = a->finished && a->finished->metTargets;
       options_.metrics->generationEnded(name_, g);
     }
     if (a->finished) {
@@ -835,6 +875,10 @@ void ModelHost::workerLoop() {
     // A device that stopped answering is the daemon's to find and re-place (deviceLost()).
     if (e.kind() == ErrorKind::kDisconnected && options_.deviceFault) options_.deviceFault(name_);
   };
+  {
+    std::lock_guard lock(mutex_);
+    loopOptions.urgentStepMs = urgentStepMs(tiers_);
+  }
   loop_ = std::make_unique<runtime::StepLoop>(*model_, loopOptions);
   for (;;) {
     std::vector<std::shared_ptr<GenerationJob>> arrivals;
@@ -850,6 +894,16 @@ void ModelHost::workerLoop() {
       };
       changed_.wait(lock, [&] { return pokes_ || stopping_ || !incoming_.empty() || runnable() || migrating_; });
       pokes_ = false;
+      if (tiersChanged_) {
+        loop_->setUrgentStepMs(urgentStepMs(tiers_));
+        tiersChanged_ = false;
+      }
+      // At most a minute of met replies per tier is remembered (goodput's window).
+      for (TierCounts& c : tierCounts_) {
+        while (!c.recentMet.empty() && Clock::now() - c.recentMet.front() > std::chrono::seconds(60)) {
+          c.recentMet.pop_front();
+        }
+      }
       arrivals.swap(incoming_);
       cancels.swap(cancelRequests_);
       stopping = stopping_;

@@ -25,9 +25,11 @@
 // Thread-safety: public methods may be called from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -58,6 +60,19 @@ struct ModelHostOptions {
   size_t idleSessions = 0;
   // Where generations, migrations and paging are counted (borrowed; may be null: not counted).
   ServingMetrics* metrics = nullptr;
+  // The tiers' targets: goodput is counted against them, and interactive TPOT bounds a step while
+  // an interactive reply decodes (setTiers() changes them on a config reload).
+  TierConfig tiers;
+};
+
+// One tier's replies since the model was loaded: how many ended normally, how many of those met
+// both targets, and that goodput over the last minute.
+struct TierGoodput {
+  ServiceTier tier = ServiceTier::kStandard;
+  TierTargets targets;
+  uint64_t finished = 0;
+  uint64_t met = 0;
+  double metPerSecond = 0;
 };
 
 // One KV pool of the model, as /metrics shows it.
@@ -73,6 +88,7 @@ struct SessionSnapshot {
   int64_t tokens = 0;
   int64_t contextLimit = 0;
   std::string state;  // "prefill", "decode", "waiting"; idle sessions: "idle", "parked" (KV in host RAM)
+  ServiceTier tier = ServiceTier::kStandard;
 };
 
 // One unit as ps -l shows it.
@@ -108,6 +124,7 @@ struct ModelSnapshot {
   // "preparing kernels" from the load until every kernel its steps can meet is ready (requests
   // submitted meanwhile wait), then "ready".
   std::string state;
+  std::vector<TierGoodput> goodput;  // one per tier, most urgent first
 };
 
 class ModelHost final {
@@ -148,6 +165,8 @@ class ModelHost final {
   void parkIdleSessions(const std::string& reason);
   // Removes the pins of a range; pins of units outside it stay.
   void unpin(const std::string& layers);
+  // New tier targets (a config reload); the worker takes them before its next step.
+  void setTiers(const TierConfig& tiers);
 
   // `lost` went away (unplugged, driver reset). Before its next step the worker ends the sessions
   // that hold KV on it with DISCONNECTED naming the device, fails a migration to or from it, and
@@ -253,6 +272,15 @@ class ModelHost final {
   size_t kernelsMade_ = 0;
   bool stopping_ = false;
   bool pokes_ = false;  // something happened the worker should look at
+  // The tiers' targets (guarded by mutex_), and each tier's replies: counts since the load and when
+  // the last minute's met their targets (guarded by mutex_; counted by the worker).
+  TierConfig tiers_;
+  bool tiersChanged_ = false;
+  struct TierCounts {
+    uint64_t finished = 0, met = 0;
+    std::deque<std::chrono::steady_clock::time_point> recentMet;
+  };
+  std::array<TierCounts, kServiceTiers> tierCounts_;
   std::thread worker_;
 };
 

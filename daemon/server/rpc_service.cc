@@ -184,12 +184,24 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
       sessions[uint32_t(i)].setTokens(uint32_t(s.tokens));
       sessions[uint32_t(i)].setContextLimit(uint32_t(s.contextLimit));
       sessions[uint32_t(i)].setState(text(s.state));
+      sessions[uint32_t(i)].setTier(text(std::string(tierName(s.tier))));
     }
   };
   fill(snap.sessions, [&](uint32_t n) { return b.initSessions(n); });
   fill(snap.idle, [&](uint32_t n) { return b.initIdleSessions(n); });
   b.setParkedKvBytes(snap.parkedKvBytes);
   b.setState(text(snap.state));
+  auto goodput = b.initGoodput(uint32_t(snap.goodput.size()));
+  for (size_t i = 0; i < snap.goodput.size(); i++) {
+    const TierGoodput& g = snap.goodput[i];
+    auto out = goodput[uint32_t(i)];
+    out.setTier(text(std::string(tierName(g.tier))));
+    out.setTtftTargetMs(g.targets.ttftMs);
+    out.setTpotTargetMs(g.targets.tpotMs);
+    out.setFinished(g.finished);
+    out.setMet(g.met);
+    out.setMetPerSecond(g.metPerSecond);
+  }
 }
 
 // Streams one job's output to the client's sink until it finishes, then fills the results.
@@ -478,6 +490,8 @@ struct ContextReply final : DaemonService::Reply {
     st.setStopReason(toRpc(s.stopReason));
     st.setSessionId(s.sessionId);
     st.setReusedTokens(s.reusedTokens);
+    st.setTier(text(std::string(tierName(s.tier))));
+    st.setMetTargets(s.metTargets);
   }
   Context context;
 };
@@ -503,6 +517,16 @@ kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host
       .attach(kj::mv(stream), kj::mv(host), kj::mv(busy));
 }
 
+ServiceTier DaemonService::requestTier(capnp::Text::Reader name) const {
+  std::optional<ServiceTier> requested;
+  if (name.size() > 0) {
+    requested = parseTier(std::string_view(name.cStr(), name.size()));
+    JITLLM_REQUIRE(requested, "unknown tier '", name.cStr(), "': interactive, standard or batch");
+  }
+  return resolveTier(core_.config().tiers, requested, peer_.uid, core_.access().groupsOf(peer_.uid),
+                     core_.access().isAdmin(peer_.uid));
+}
+
 kj::Promise<void> DaemonService::generate(GenerateContext context) {
   // Cap'n Proto 0.9 lets a dropped call be cancelled only when the method says so; dropping a
   // generation must stop it (and free its KV pages).
@@ -526,6 +550,7 @@ kj::Promise<void> DaemonService::generate(GenerateContext context) {
     req.contextLimit = r.getContextSize();
     req.ownerUid = peer_.uid;
     req.ignoreEndOfGeneration = r.getIgnoreEndOfGeneration();
+    req.tier = requestTier(r.getTier());
     return startGeneration(host, std::move(req), params.getSink(), kj::heap<ContextReply<GenerateContext>>(context));
   });
 }
@@ -547,6 +572,7 @@ kj::Promise<void> DaemonService::chat(ChatContext context) {
     req.stops = stopsFrom(r.getStop());
     req.contextLimit = r.getContextSize();
     req.ownerUid = peer_.uid;
+    req.tier = requestTier(r.getTier());
     return startGeneration(host, std::move(req), params.getSink(), kj::heap<ContextReply<ChatContext>>(context));
   });
 }

@@ -53,6 +53,9 @@ class DaemonService final : public rpc::Daemon::Server {
   struct Reply;
 
  private:
+  // The tier a request named ("" for none) resolved for this caller (service_tier.h): Error(FAILED)
+  // for an unknown name or a raise a non-admin may not make.
+  ServiceTier requestTier(capnp::Text::Reader name) const;
   kj::Promise<void> startGeneration(std::shared_ptr<ModelHost> host, GenerationRequest request,
                                     rpc::TokenSink::Client sink, kj::Own<Reply> reply);
 

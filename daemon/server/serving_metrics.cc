@@ -24,7 +24,11 @@ void ServingMetrics::generationEnded(const std::string& model, const Generation&
       m.timePerOutputToken.observe((g.totalSeconds - *g.timeToFirstTokenSeconds) / double(g.generatedTokens - 1));
     }
   }
-  if (!g.failed) m.endToEnd.observe(g.totalSeconds);
+  if (!g.failed) {
+    m.endToEnd.observe(g.totalSeconds);
+    m.tierFinished[size_t(g.tier)]++;
+    if (g.metTargets) m.tierMet[size_t(g.tier)]++;
+  }
 }
 
 void ServingMetrics::migrationCommitted(const std::string& model, double pauseSeconds, bool pageOut, bool pageIn) {

@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 
+#include "daemon/server/service_tier.h"
+
 namespace jitllm::server {
 
 // A Prometheus histogram: counts per upper bound (cumulative when rendered), their sum and count.
@@ -42,6 +44,8 @@ struct ModelServingCounters {
   LatencyHistogram migrationPause;
   uint64_t weightPageOuts = 0, weightPageIns = 0;  // the scheduler moving a model off its devices and home
   uint64_t kvPageOuts = 0, kvPageIns = 0;          // idle sessions' KV parked in host RAM and back
+  // Per service tier: replies that ended normally, and those of them that met the tier's targets.
+  std::array<uint64_t, kServiceTiers> tierFinished{}, tierMet{};
 };
 
 class ServingMetrics final {
@@ -52,6 +56,8 @@ class ServingMetrics final {
     std::optional<double> timeToFirstTokenSeconds;  // unset: no token came
     double totalSeconds = 0;
     bool failed = false;  // an error or a cancel
+    ServiceTier tier = ServiceTier::kStandard;
+    bool metTargets = false;
   };
   void generationEnded(const std::string& model, const Generation& g);
   void migrationCommitted(const std::string& model, double pauseSeconds, bool pageOut, bool pageIn);

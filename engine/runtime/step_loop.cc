@@ -63,36 +63,75 @@ void StepLoop::finish(Sequence& s, StopReason reason) {
   if (s.listener_) s.listener_->ended(text);
 }
 
+int64_t StepLoop::prefillBudget() const {
+  if (options_.urgentStepMs <= 0 || decodeStepMs_ < 0 || prefillTokenMs_ <= 0) return INT64_MAX;
+  const double tokens = (options_.urgentStepMs - decodeStepMs_) / prefillTokenMs_;
+  return std::max<int64_t>(kMinUrgentPrefill, tokens > 1e9 ? int64_t(1e9) : int64_t(tokens));
+}
+
+bool StepLoop::take(Sequence& s, int64_t n) {
+  try {
+    // Out of KV pages: the owner may free some (idle sessions) and try again.
+    for (;;) {
+      try {
+        s.session_->reserve(n);
+        break;
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kOverloaded || !options_.onOutOfMemory || !options_.onOutOfMemory()) throw;
+      }
+    }
+  } catch (const Error& e) {
+    s.error_ = e;  // this sequence only: the others still run
+    return false;
+  }
+  inputs_.push_back({s.session_, {s.history_.data() + s.fed_, size_t(n)}, false});
+  stepping_.push_back(&s);
+  return true;
+}
+
 bool StepLoop::step() {
   inputs_.clear();
   stepping_.clear();
-  int64_t budget = options_.stepTokens;
-  bool keepLogits = false;
+  // Runnable sequences, most urgent first (in the order they came within a priority).
+  order_.clear();
   for (auto& owned : sequences_) {
     Sequence& s = *owned;
-    if (s.ended() || budget == 0 || (s.listener_ && s.listener_->paused())) continue;
-    const int64_t remaining = int64_t(s.history_.size() - s.fed_);
-    const int64_t n = std::min({remaining, options_.prefillChunk, budget});
-    try {
-      // Out of KV pages: the owner may free some (idle sessions) and try again.
-      for (;;) {
-        try {
-          s.session_->reserve(n);
-          break;
-        } catch (const Error& e) {
-          if (e.kind() != ErrorKind::kOverloaded || !options_.onOutOfMemory || !options_.onOutOfMemory()) throw;
-        }
-      }
-    } catch (const Error& e) {
-      s.error_ = e;  // this sequence only: the others still run
-      continue;
+    if (!s.ended() && !(s.listener_ && s.listener_->paused())) order_.push_back(&s);
+  }
+  std::stable_sort(order_.begin(), order_.end(),
+                   [](const Sequence* a, const Sequence* b) { return a->request_.priority < b->request_.priority; });
+  // Decoding sequences first (a token each), then the prompts: the budget of tokens goes to the
+  // most urgent, and while a priority-0 sequence decodes, the other prompts get what fits its
+  // time per token.
+  int64_t budget = options_.stepTokens;
+  bool urgentDecoding = false;
+  for (Sequence* s : order_) {
+    if (budget == 0 || s->history_.size() - s->fed_ != 1) continue;
+    if (take(*s, 1)) {
+      budget--;
+      urgentDecoding = urgentDecoding || s->request_.priority <= 0;
     }
-    inputs_.push_back({s.session_, {s.history_.data() + s.fed_, size_t(n)}, false});
-    stepping_.push_back(&s);
-    keepLogits = keepLogits || s.request_.keepLogits;
+  }
+  const size_t decoding = stepping_.size();
+  int64_t lessUrgent = urgentDecoding ? prefillBudget() : INT64_MAX;
+  for (Sequence* s : order_) {
+    const int64_t remaining = int64_t(s->history_.size() - s->fed_);
+    if (budget == 0 || remaining <= 1 || s->ended()) continue;
+    const bool urgent = s->request_.priority <= 0;
+    if (!urgent && lessUrgent <= 0) continue;
+    const int64_t n = std::min({remaining, options_.prefillChunk, budget, urgent ? INT64_MAX : lessUrgent});
+    if (!take(*s, n)) continue;
     budget -= n;
+    if (!urgent) lessUrgent -= n;
   }
   if (inputs_.empty()) return false;
+  bool keepLogits = false;
+  int64_t prefillTokens = 0;
+  for (size_t i = 0; i < stepping_.size(); i++) {
+    keepLogits = keepLogits || stepping_[i]->request_.keepLogits;
+    if (i >= decoding) prefillTokens += int64_t(inputs_[i].tokens.size());
+  }
+  const auto started = Sequence::Clock::now();
 
   // A row per input: the candidates of the sequences whose prompt is fed by this step, a throwaway
   // argmax for those still mid-prompt.
@@ -116,6 +155,17 @@ bool StepLoop::step() {
     if (options_.onStepError) options_.onStepError(e);
     for (Sequence* s : stepping_) s->error_ = e;
     return true;
+  }
+  // The step's cost, for the prefill budget: decode-only steps give the fixed part, steps with
+  // enough prompt tokens what each adds (averaged over about eight steps of each kind).
+  const double ms = std::chrono::duration<double, std::milli>(Sequence::Clock::now() - started).count();
+  constexpr double kWeight = 0.125;
+  auto average = [&](double& into, double value) { into = into < 0 ? value : into + kWeight * (value - into); };
+  if (prefillTokens == 0) {
+    average(decodeStepMs_, ms);
+  } else if (prefillTokens >= kMinUrgentPrefill && decodeStepMs_ >= 0) {
+    // Never zero: a prompt token always costs something, however noisy the clock.
+    average(prefillTokenMs_, std::max(ms - decodeStepMs_, 1e-6) / double(prefillTokens));
   }
 
   const tokenizer::Tokenizer* tok = model_.hasTokenizer() ? &model_.tokenizer() : nullptr;

@@ -45,6 +45,10 @@ struct SequenceRequest {
   // Control tokens' text (an EOS's "</s>") in the reply: jitllm-run shows it as llama-greedy does;
   // the daemon's replies leave it out.
   bool renderSpecialTokens = true;
+  // How urgent it is: 0 first (the daemon's interactive tier), larger later. Decides the order in
+  // which a step's token budget is handed out, and an urgent sequence's decoding limits the others'
+  // prefill (Options::urgentStepMs). Never changes a sequence's tokens.
+  int priority = 1;
 };
 
 // What a sequence's owner hears, on the loop's thread.
@@ -117,7 +121,14 @@ class StepLoop final {
     std::function<bool()> onOutOfMemory;
     // forward() failed: the error ends every sequence of the step; this hears it first.
     std::function<void(const Error&)> onStepError;
+    // While a priority-0 sequence decodes, a step should take at most this long (its time per
+    // output token): the prompts of less urgent sequences then get only the tokens that fit,
+    // estimated from the loop's own step times (see prefillBudget()), and at least
+    // kMinUrgentPrefill. 0: no limit.
+    double urgentStepMs = 0;
   };
+  // What a less urgent prompt gets per step at least, so that it always advances.
+  static constexpr int64_t kMinUrgentPrefill = 16;
 
   StepLoop(Model& model, Options options);
   StepLoop(const StepLoop&) = delete;
@@ -138,9 +149,15 @@ class StepLoop final {
 
   const std::vector<std::unique_ptr<Sequence>>& sequences() const { return sequences_; }
   Model& model() { return model_; }
+  void setUrgentStepMs(double ms) { options_.urgentStepMs = ms; }
+  // The prompt tokens less urgent sequences may feed in a step that also decodes a priority-0
+  // one, under Options::urgentStepMs (INT64_MAX without a limit or before any step was timed).
+  int64_t prefillBudget() const;
 
  private:
   void finish(Sequence& s, StopReason reason);
+  // Adds sequence s's next tokens (at most n) to the step; false when it cannot reserve them.
+  bool take(Sequence& s, int64_t n);
 
   Model& model_;
   Options options_;
@@ -151,6 +168,10 @@ class StepLoop final {
   std::vector<CandidateRequest> requests_;
   std::vector<int32_t> ids_;
   std::vector<float> values_, logits_;
+  std::vector<Sequence*> order_;
+  // Step times, for the prefill budget: a decode-only step's milliseconds, and what each prompt
+  // token adds to a step (exponential moving averages; negative until measured).
+  double decodeStepMs_ = -1, prefillTokenMs_ = -1;
 };
 
 // One sequence to its end: jitllm-run's loop. `onToken` gets each token and its logits (the row,

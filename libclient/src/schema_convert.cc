@@ -48,17 +48,23 @@ ModelInfo fromSchema(rpc::ModelInfo::Reader r) {
   }
   for (auto mem : r.getMemory()) m.memory.push_back({str(mem.getDevice()), mem.getWeightBytes(), mem.getKvBytes()});
   for (auto s : r.getSessions()) {
-    m.sessions.push_back({s.getId(), s.getOwnerUid(), s.getTokens(), s.getContextLimit(), str(s.getState())});
+    m.sessions.push_back(
+        {s.getId(), s.getOwnerUid(), s.getTokens(), s.getContextLimit(), str(s.getState()), str(s.getTier())});
   }
   m.chatTemplate = str(r.getChatTemplate());
   m.loadedUnixMs = r.getLoadedUnixMs();
   for (auto l : r.getLayerStates()) m.layerStates.push_back(fromSchema(l));
   m.migration = str(r.getMigration());
   for (auto s : r.getIdleSessions()) {
-    m.idleSessions.push_back({s.getId(), s.getOwnerUid(), s.getTokens(), s.getContextLimit(), str(s.getState())});
+    m.idleSessions.push_back(
+        {s.getId(), s.getOwnerUid(), s.getTokens(), s.getContextLimit(), str(s.getState()), str(s.getTier())});
   }
   m.parkedKvBytes = r.getParkedKvBytes();
   m.state = r.getState();
+  for (auto g : r.getGoodput()) {
+    m.goodput.push_back(
+        {str(g.getTier()), g.getTtftTargetMs(), g.getTpotTargetMs(), g.getFinished(), g.getMet(), g.getMetPerSecond()});
+  }
   return m;
 }
 
@@ -129,6 +135,8 @@ GenerationStats fromSchema(rpc::GenerationStats::Reader r) {
   }
   s.sessionId = r.getSessionId();
   s.reusedTokens = r.getReusedTokens();
+  s.tier = str(r.getTier());
+  s.metTargets = r.getMetTargets();
   return s;
 }
 
@@ -189,6 +197,7 @@ void toSchema(const GenerateRequest& in, rpc::GenerateRequest::Builder out) {
   setStrings(out.initStop(unsigned(in.stop.size())), in.stop);
   out.setContextSize(in.contextSize);
   out.setIgnoreEndOfGeneration(in.ignoreEndOfGeneration);
+  out.setTier(in.tier);
 }
 
 void toSchema(const ChatRequest& in, rpc::ChatRequest::Builder out) {
@@ -202,6 +211,7 @@ void toSchema(const ChatRequest& in, rpc::ChatRequest::Builder out) {
   toSchema(in.sampling, out.initSampling());
   setStrings(out.initStop(unsigned(in.stop.size())), in.stop);
   out.setContextSize(in.contextSize);
+  out.setTier(in.tier);
 }
 
 void toSchema(const MigrateRequest& in, rpc::MigrateRequest::Builder out) {

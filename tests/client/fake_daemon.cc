@@ -225,6 +225,7 @@ class FakeDaemonServer final : public rpc::Daemon::Server, private kj::TaskSet::
       r.lastTemperature = request.getSampling().getTemperature();
       r.lastSeed = request.getSampling().getSeed();
       r.lastMaxTokens = request.getMaxTokens();
+      r.lastTier = request.getTier().cStr();
     });
     std::vector<std::string> pieces;
     for (uint32_t i = 0; i < request.getMaxTokens(); i++) {

@@ -62,6 +62,7 @@ struct FakeDaemonRecord {
   float lastTemperature = -1;
   uint64_t lastSeed = 0;
   uint32_t lastMaxTokens = 0;
+  std::string lastTier;
   std::vector<FakeMigrateCall> migrations;  // every migrate call, refused ones included
   std::vector<FakeMigrateCall> pins;
   std::vector<std::pair<std::string, std::string>> unpins;  // (model, layers)

@@ -36,7 +36,7 @@ foreach(expected include/jitllm/client.h include/jitllm/client_capnp.h include/j
     message(FATAL_ERROR "not installed: ${expected}")
   endif()
 endforeach()
-file(GLOB sonames "${prefix}/lib*/libjitllmclient.so.1" "${prefix}/lib*/*/libjitllmclient.so.1")
+file(GLOB sonames "${prefix}/lib*/libjitllmclient.so.2" "${prefix}/lib*/*/libjitllmclient.so.2")
 file(GLOB pcfiles "${prefix}/lib*/pkgconfig/jitllm-client.pc" "${prefix}/lib*/*/pkgconfig/jitllm-client.pc")
 file(GLOB configs "${prefix}/lib*/cmake/jitllm/jitllmConfig.cmake" "${prefix}/lib*/*/cmake/jitllm/jitllmConfig.cmake")
 if(NOT sonames OR NOT pcfiles OR NOT configs)

@@ -162,6 +162,9 @@ TEST_F(JitllmctlCommands, RunStreamsTheTextAndEndsTheLine) {
   EXPECT_EQ(rec.lastMaxTokens, 3u);
   EXPECT_FLOAT_EQ(rec.lastTemperature, 0.5f);
   EXPECT_EQ(rec.lastSeed, 9u);
+  EXPECT_EQ(rec.lastTier, "") << "no --tier: the daemon picks the caller's default";
+  EXPECT_EQ(ctl({"run", "stories", "x", "-n", "1", "--tier", "batch"}).exitCode, 0);
+  EXPECT_EQ(daemon_->record().lastTier, "batch");
 }
 
 TEST_F(JitllmctlCommands, RunJsonIsOneObjectWithTokensTextAndStats) {

@@ -227,6 +227,24 @@ TEST(Daemon, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
   badSampling.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
   EXPECT_NE(errorOf(badSampling.send().ignoreResult(), io.waitScope).find("top-p"), std::string::npos);
 
+  auto badTier = c.daemon().generateRequest();
+  badTier.initRequest().setModel("stories");
+  badTier.getRequest().initPrompt().setText("hi");
+  badTier.getRequest().setTier("urgent");
+  badTier.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
+  EXPECT_NE(errorOf(badTier.send().ignoreResult(), io.waitScope).find("unknown tier 'urgent'"), std::string::npos);
+
+  // A tier named on the request is the one the reply ran in (the test runs as root, an admin).
+  auto batch = c.daemon().generateRequest();
+  batch.initRequest().setModel("stories");
+  batch.getRequest().initPrompt().setText("Once upon a time");
+  batch.getRequest().setMaxTokens(3);
+  batch.getRequest().setTier("batch");
+  batch.setSink(kj::heap<CollectingSink>(std::make_shared<CollectingSink::State>()));
+  const auto batchReply = batch.send().wait(io.waitScope);
+  EXPECT_EQ(std::string(batchReply.getStats().getTier().cStr()), "batch");
+  EXPECT_TRUE(batchReply.getStats().getMetTargets()) << "batch has no targets to miss";
+
   std::string longPrompt;
   for (int i = 0; i < 100; i++) longPrompt += "Once upon a time ";
   auto tooLong = c.daemon().generateRequest();

@@ -370,6 +370,35 @@ TEST_F(HttpDaemon, HealthSaysOkAndMetricsCountWhatWasServed) {
   EXPECT_TRUE(waitUntil([&] { return metric("generation_tokens_total") == before + generated; }, 5s, 10ms));
 }
 
+// OpenAI's service_tier names jitllm's tiers (docs/tiers.md): the reply says which tier it ran in,
+// it is counted under that tier, and a name OpenAI does not have is a 400 naming the field. (The
+// tests run as root, an admin: the 403 for a non-admin's raise is ServiceTier's unit test.)
+TEST_F(HttpDaemon, ServiceTierPicksTheTierTheReplySaysItRanInAndItIsCountedThere) {
+  const auto tierMetric = [&](const char* family, const char* tier) {
+    const std::string body = call(httpSocket_, "GET", "/metrics").body;
+    const std::string key = std::string("jitllm:") + family + "_total{model=\"" + kModel + "\",tier=\"" + tier + "\"} ";
+    const size_t at = body.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + key.size()));
+  };
+  const double before = tierMetric("tier_requests_finished", "batch");
+  ASSERT_GE(before, 0);
+  Reply r = call(httpSocket_, "POST", "/v1/completions", kGreedy + R"(,"service_tier":"flex"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["service_tier"], "flex") << r.body;
+  EXPECT_TRUE(waitUntil([&] { return tierMetric("tier_requests_finished", "batch") == before + 1; }, 5s, 10ms));
+  r = call(httpSocket_, "POST", "/v1/completions", kGreedy + R"(,"service_tier":"priority"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["service_tier"], "priority");
+  r = call(httpSocket_, "POST", "/v1/completions", kGreedy + "}");
+  EXPECT_EQ(json::parse(r.body)["service_tier"], "default") << "no field: the caller's default";
+  r = call(httpSocket_, "POST", "/v1/completions", kGreedy + R"(,"service_tier":"scale"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "service_tier") << r.body;
+  const json ps = json::parse(call(httpSocket_, "GET", "/jitllm/v1/ps").body);
+  EXPECT_TRUE(ps.dump().find("\"goodput\"") != std::string::npos) << ps.dump();
+  expectStillServing();
+}
+
 // systemd passes the HTTP socket beside the RPC one, told apart by LISTEN_FDNAMES; a model not
 // loaded is loaded by name from the model dir on the first request, and unloaded again after
 // its request's keep_alive.

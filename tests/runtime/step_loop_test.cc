@@ -141,5 +141,91 @@ TEST_P(StepLoopBatching, SeededSampledSequencesGetTheirTokensAloneAtEveryBatchSi
 INSTANTIATE_TEST_SUITE_P(Backends, StepLoopBatching, ::testing::Values("cpu", "vulkan", "cuda"),
                          [](const auto& info) { return info.param; });
 
+// Priorities (the daemon's service tiers), on the CPU: who gets a step's tokens first, and how an
+// urgent sequence's decoding holds the others' prompts to what fits its time per token.
+class StepLoopPriorities : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = runtime::builtinBackends();
+    device_ = registry_.open(DeviceRequest{{"cpu", 0}, 0}, 2);
+    runtime::ModelLoadOptions options;
+    options.devices = {device_.get()};
+    model_ = runtime::Model::load(sharedPath("models/stories260K.gguf"), options);
+  }
+  runtime::SequenceRequest request(const std::string& text, int priority, int32_t maxTokens, size_t repeat = 1) const {
+    runtime::SequenceRequest r;
+    for (size_t i = 0; i < repeat; i++) {
+      const auto ids = model_->tokenizer().encode(text, i == 0, true);
+      r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+    }
+    r.maxTokens = maxTokens;
+    r.stopAtEndOfGeneration = false;
+    r.priority = priority;
+    return r;
+  }
+  std::vector<int32_t> alone(const runtime::SequenceRequest& r) {
+    runtime::StepLoop loop(*model_, {});
+    Collector c;
+    loop.add(model_->createSession(1024), r, &c);
+    while (loop.step()) {
+    }
+    return c.tokens;
+  }
+
+  runtime::BackendRegistry registry_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<runtime::Model> model_;
+};
+
+TEST_F(StepLoopPriorities, TheMostUrgentPromptTakesTheStepsTokensFirst) {
+  runtime::StepLoop::Options o;
+  o.stepTokens = 8;
+  runtime::StepLoop loop(*model_, o);
+  Collector later, urgent;
+  auto& l = loop.add(model_->createSession(512), request("The little dog ran", 1, 4, 4), &later);
+  auto& u = loop.add(model_->createSession(512), request("Once upon a time there was", 0, 4, 4), &urgent);
+  ASSERT_TRUE(loop.step());
+  EXPECT_EQ(u.fed(), 8u) << "added second, but urgent: the whole budget";
+  EXPECT_EQ(l.fed(), 0u);
+  while (u.generated() == 0) ASSERT_TRUE(loop.step());
+  EXPECT_LT(l.fed(), l.history().size()) << "the later prompt waited for the urgent one";
+}
+
+TEST_F(StepLoopPriorities, AnUrgentDecodeHoldsOtherPromptsToItsTimePerTokenAndNoTokenChanges) {
+  const auto urgentRequest = request("Once upon a time", 0, 40);
+  const auto batchRequest = request("Lily and Ben went to the park to play with a ball.", 1, 8, 12);
+  ASSERT_GT(batchRequest.prompt.size(), 150u);
+  runtime::StepLoop::Options o;
+  o.prefillChunk = 64;
+  o.urgentStepMs = 1e-6;  // nothing fits: the other prompts get kMinUrgentPrefill a step
+  runtime::StepLoop loop(*model_, o);
+  Collector urgent, batch;
+  loop.add(model_->createSession(1024), urgentRequest, &urgent);
+  ASSERT_TRUE(loop.step());  // the urgent prompt
+  ASSERT_TRUE(loop.step());  // a decode alone: the fixed part of a step is timed
+  EXPECT_EQ(loop.prefillBudget(), INT64_MAX) << "no prompt token timed yet";
+  auto& b = loop.add(model_->createSession(1024), batchRequest, &batch);
+  ASSERT_TRUE(loop.step());
+  EXPECT_EQ(b.fed(), 64u) << "the first prompt step is timed at the full chunk";
+  EXPECT_EQ(loop.prefillBudget(), runtime::StepLoop::kMinUrgentPrefill);
+  ASSERT_TRUE(loop.step());
+  EXPECT_EQ(b.fed(), 64u + runtime::StepLoop::kMinUrgentPrefill) << "held back while the urgent one decodes";
+  while (loop.step()) {
+  }
+  EXPECT_EQ(urgent.tokens, alone(urgentRequest));
+  EXPECT_EQ(batch.tokens, alone(batchRequest));
+  // Without the limit the same prompt goes a whole chunk a step.
+  o.urgentStepMs = 0;
+  runtime::StepLoop free(*model_, o);
+  Collector u2, b2;
+  free.add(model_->createSession(1024), urgentRequest, &u2);
+  free.step();
+  free.step();
+  auto& b2s = free.add(model_->createSession(1024), batchRequest, &b2);
+  free.step();
+  free.step();
+  EXPECT_EQ(b2s.fed(), 128u);
+}
+
 }  // namespace
 }  // namespace jitllm::testing

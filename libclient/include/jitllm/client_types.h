@@ -60,6 +60,17 @@ struct SessionInfo {
   uint32_t tokens = 0;
   uint32_t contextLimit = 0;
   std::string state;  // "prefill" | "decode" | "waiting"; idle sessions: "idle" | "parked"
+  std::string tier;   // "interactive" | "standard" | "batch"
+};
+
+// One service tier's replies on a model since it was loaded (docs/tiers.md).
+struct TierGoodput {
+  std::string tier;
+  double ttftTargetMs = 0;  // 0: none
+  double tpotTargetMs = 0;  // 0: none
+  uint64_t finished = 0;    // replies that ended normally
+  uint64_t met = 0;         // ... of which met both targets
+  double metPerSecond = 0;  // goodput over the last minute
 };
 
 // KV pages one session holds for one unit.
@@ -104,6 +115,7 @@ struct ModelInfo {
   std::vector<SessionInfo> idleSessions;  // kept after their reply for a follow-up to continue
   uint64_t parkedKvBytes = 0;             // idle sessions' KV parked in host RAM
   std::string state;                      // "preparing kernels" (requests wait), then "ready"
+  std::vector<TierGoodput> goodput;       // one per tier, most urgent first
 };
 
 // What the KV cache stores (schema: KvPrecision).
@@ -151,6 +163,7 @@ struct GenerateRequest {
   std::vector<std::string> stop;       // generation ends before the first match
   uint32_t contextSize = 0;            // 0: the model's default
   bool ignoreEndOfGeneration = false;  // maxTokens whatever comes (benchmarks)
+  std::string tier;                    // "interactive" | "standard" | "batch"; empty: the caller's default
 };
 
 struct ChatMessage {
@@ -165,6 +178,7 @@ struct ChatRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   uint32_t contextSize = 0;
+  std::string tier;  // as GenerateRequest::tier
 };
 
 enum class StopReason {
@@ -185,6 +199,8 @@ struct GenerationStats {
   StopReason stopReason = StopReason::kMaxTokens;
   uint64_t sessionId = 0;
   uint32_t reusedTokens = 0;  // prompt tokens whose KV an idle session already held
+  std::string tier;           // the tier it ran in
+  bool metTargets = false;    // its tier's TTFT and TPOT targets both held
 };
 
 struct GenerateResult {

@@ -1,0 +1,126 @@
+// Service tiers (daemon/server/service_tier.h): the names on every API, the config keys, who may
+// ask for which tier, what "met its targets" means, and a model's worker running an interactive
+// reply first and counting each tier's goodput.
+#include "daemon/server/service_tier.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "daemon/server/daemon_config.h"
+#include "tests/daemon/core_harness.h"
+
+namespace jitllm::server {
+namespace {
+
+TEST(ServiceTier, NamesRoundTripAndOpenAisNamesMapOntoTheTiers) {
+  for (ServiceTier t : kAllServiceTiers) {
+    EXPECT_EQ(parseTier(tierName(t)), t);
+    EXPECT_EQ(tierFromOpenAi(openAiTierName(t)), t);
+  }
+  EXPECT_EQ(tierFromOpenAi("priority"), ServiceTier::kInteractive);
+  EXPECT_EQ(tierFromOpenAi("auto"), ServiceTier::kStandard);
+  EXPECT_EQ(tierFromOpenAi("flex"), ServiceTier::kBatch);
+  EXPECT_FALSE(tierFromOpenAi("scale"));
+  EXPECT_FALSE(parseTier("Interactive"));
+  EXPECT_FALSE(parseTier(""));
+}
+
+TEST(ServiceTier, TargetsAreMetOnlyWhenTtftAndTimePerTokenBothHold) {
+  const TierTargets t{200, 50};
+  EXPECT_TRUE(metTargets(t, 150, 10, 25));         // 40 ms a token
+  EXPECT_FALSE(metTargets(t, 250, 10, 25));        // late first token
+  EXPECT_FALSE(metTargets(t, 150, 10, 10));        // 100 ms a token
+  EXPECT_TRUE(metTargets(t, 150, 1, 0));           // one token: no time per token to judge
+  EXPECT_FALSE(metTargets(t, 150, 0, 0));          // nothing came
+  EXPECT_TRUE(metTargets({0, 0}, 1e9, 5, 0.001));  // batch: no targets
+}
+
+TEST(ServiceTier, ConfigSetsTargetsDefaultsAndPerUserAndGroupTiers) {
+  DaemonConfig c;
+  EXPECT_EQ(c.tiers.targetsOf(ServiceTier::kInteractive), (TierTargets{200, 50}));
+  EXPECT_EQ(c.tiers.targetsOf(ServiceTier::kStandard), (TierTargets{1000, 100}));
+  EXPECT_EQ(c.tiers.targetsOf(ServiceTier::kBatch), (TierTargets{0, 0}));
+  c.parse(R"(tier_interactive_ttft_ms = 150
+tier_interactive_tpot_ms = 40
+tier_batch_tpot_ms = 500
+tier_default = batch
+tier_users = alice:interactive, bob : standard
+tier_groups = chat:interactive
+)",
+          "tiers.conf");
+  EXPECT_EQ(c.tiers.targetsOf(ServiceTier::kInteractive), (TierTargets{150, 40}));
+  EXPECT_EQ(c.tiers.targetsOf(ServiceTier::kBatch), (TierTargets{0, 500}));
+  EXPECT_EQ(c.tiers.defaultTier, ServiceTier::kBatch);
+  ASSERT_EQ(c.tiers.users.size(), 2u);
+  EXPECT_EQ(c.tiers.users[1], (std::pair<std::string, ServiceTier>{"bob", ServiceTier::kStandard}));
+  ASSERT_EQ(c.tiers.groups.size(), 1u);
+  for (const char* bad : {"tier_default = urgent", "tier_users = alice", "tier_users = alice:fast",
+                          "tier_groups = :batch", "tier_standard_ttft_ms = -1", "tier_fast_ttft_ms = 5"}) {
+    DaemonConfig d;
+    EXPECT_THROW(d.parse(bad, "bad.conf"), Error) << bad;
+  }
+}
+
+TEST(ServiceTier, OnlyAdminsAskForATierMoreUrgentThanTheirDefault) {
+  TierConfig tiers;  // default: standard
+  const uid_t nobody = 65534;
+  EXPECT_EQ(resolveTier(tiers, std::nullopt, nobody, {}, false), ServiceTier::kStandard);
+  EXPECT_EQ(resolveTier(tiers, ServiceTier::kBatch, nobody, {}, false), ServiceTier::kBatch);
+  try {
+    resolveTier(tiers, ServiceTier::kInteractive, nobody, {}, false);
+    ADD_FAILURE() << "a non-admin raised their tier";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("permission denied"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("interactive"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(resolveTier(tiers, ServiceTier::kInteractive, nobody, {}, true), ServiceTier::kInteractive);
+  // root's entry by name, and a group's (gid 0 is root's group on every Linux).
+  tiers.users = {{"root", ServiceTier::kBatch}};
+  EXPECT_EQ(defaultTierOf(tiers, 0, {0}), ServiceTier::kBatch);
+  tiers.users.clear();
+  tiers.groups = {{"root", ServiceTier::kInteractive}};
+  EXPECT_EQ(defaultTierOf(tiers, 12345, {0}), ServiceTier::kInteractive);
+  EXPECT_EQ(resolveTier(tiers, ServiceTier::kInteractive, 12345, {0}, false), ServiceTier::kInteractive);
+  EXPECT_EQ(defaultTierOf(tiers, 12345, {}), ServiceTier::kStandard);
+}
+
+}  // namespace
+}  // namespace jitllm::server
+
+namespace jitllm::scheduler {
+namespace {
+
+// A reply in each tier on a real model worker: each is counted under its tier, with its targets;
+// targets no reply can meet (a microsecond) are missed, none at all are met.
+TEST(ServiceTierGoodput, EachTiersRepliesAreCountedAgainstItsTargets) {
+  auto core = makeCore("cpu:0", 0);
+  auto host = load(*core, "tiers", "cpu:0");
+  server::TierConfig tiers;
+  tiers.targets[size_t(server::ServiceTier::kInteractive)] = {0.001, 0.001};
+  tiers.targets[size_t(server::ServiceTier::kStandard)] = {0, 0};
+  host->setTiers(tiers);
+  for (server::ServiceTier t : {server::ServiceTier::kInteractive, server::ServiceTier::kStandard}) {
+    server::GenerationRequest r;
+    r.prompt = host->model().tokenizer().encode("Once upon a time", true, false);
+    r.maxTokens = 6;
+    r.tier = t;
+    auto job = std::make_shared<server::GenerationJob>(r, 64);
+    host->submit(job);
+    const Outcome out = finish(*job);
+    ASSERT_FALSE(out.error);
+    EXPECT_EQ(out.stats.tier, t);
+    EXPECT_EQ(out.stats.metTargets, t == server::ServiceTier::kStandard);
+  }
+  const auto snap = host->snapshot();
+  ASSERT_EQ(snap.goodput.size(), server::kServiceTiers);
+  EXPECT_EQ(snap.goodput[0].tier, server::ServiceTier::kInteractive);
+  EXPECT_EQ(snap.goodput[0].finished, 1u);
+  EXPECT_EQ(snap.goodput[0].met, 0u);
+  EXPECT_EQ(snap.goodput[1].finished, 1u);
+  EXPECT_EQ(snap.goodput[1].met, 1u);
+  EXPECT_GT(snap.goodput[1].metPerSecond, 0.0);
+  EXPECT_EQ(snap.goodput[2].finished, 0u);
+}
+
+}  // namespace
+}  // namespace jitllm::scheduler
