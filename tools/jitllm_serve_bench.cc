@@ -10,6 +10,11 @@
 // --check makes it a correctness tool rather than a benchmark: every prompt is first answered
 // alone, then the concurrent replies must be those tokens exactly (greedy decoding: a session's
 // tokens do not depend on what else is in the batch).
+//
+// --trace FILE replays a mixed workload instead (serve_trace.h: requests arriving at their times,
+// each in its service tier) and reports per tier what the tiers promise: TTFT and time per output
+// token (p50, p99), throughput, and goodput - the replies that met the daemon's targets for their
+// tier, per second (docs/tiers.md). --make-trace FILE writes such a trace.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -29,6 +35,7 @@
 #include "jitllm/client_capnp.h"
 #include "tools/command_line.h"
 #include "tools/http_completion_stream.h"
+#include "tools/serve_trace.h"
 
 namespace jitllm::tools {
 namespace {
@@ -50,12 +57,21 @@ constexpr const char* kUsage = R"(usage: jitllm-serve-bench (--socket PATH | --s
                     instead of calling generate over Cap'n Proto (the same prompts and lengths):
                     what HTTP costs next to RPC (tools/bench/http_vs_rpc.sh)
   --json            one JSON object per client count instead of the table
+  --trace FILE      replay a trace (tools/serve_trace.h) and report per service tier: TTFT and TPOT
+                    p50/p99, tokens/s, replies that met the daemon's targets for their tier (goodput)
+  --tier-scheduling on|off
+                    with --start: the daemon's tier_scheduling (off: first come, first served)
+  --make-trace FILE write a trace and exit: --duration S (30), --interactive-rate R (1/s),
+                    --interactive-prompt P (64), --interactive-tokens G (64), --batch-jobs N (16, waiting
+                    at the start), --batch-rate R (0/s), --batch-prompt P (512), --batch-tokens G (256),
+                    --seed S (1); lengths uniform in [mean/2, 3 mean/2], arrivals Poisson
 )";
 
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string socket, start, devices = "cpu:0", model, http;
+  std::string socket, start, devices = "cpu:0", model, http, trace, makeTrace, tierScheduling;
+  TraceSpec traceSpec;
   int threads = 0;
   std::vector<int> clients = {8};
   int promptTokens = 16, genTokens = 128, rounds = 1;
@@ -218,6 +234,122 @@ RoundResult runRound(const Options& o, const std::string& socket, const std::str
   return out;
 }
 
+// One traced request's reply.
+struct TracedReply {
+  TraceRequest request;
+  Reply reply;
+  bool done = false;
+};
+
+std::string readWholeFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw UsageError("cannot read " + path);
+  std::string text;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+// --trace: each request sent at its time on a connection of its own (closed when it ends), then
+// per tier its latencies, throughput and goodput against the daemon's targets.
+// `targets`: each tier's (TTFT, TPOT) targets in ms as the daemon holds them (0: none).
+int replayTrace(const Options& o, const std::vector<TraceRequest>& trace, const std::string& socket,
+                const std::string& model, uint32_t vocab, std::map<std::string, std::pair<double, double>> targets,
+                kj::AsyncIoContext& io) {
+  std::vector<TracedReply> replies(trace.size());
+  kj::Vector<kj::Promise<void>> calls;
+  const auto start = Clock::now();
+  for (size_t i = 0; i < trace.size(); i++) {
+    TracedReply& t = replies[i];
+    t.request = trace[i];
+    calls.add(io.provider->getTimer()
+                  .afterDelay(int64_t(t.request.atMs * 1000.0) * kj::MICROSECONDS)
+                  .then([&, i]() -> kj::Promise<void> {
+                    auto conn = client::DaemonConnection::connect(*io.lowLevelProvider, socket);
+                    auto req = conn->daemon().generateRequest();
+                    auto r = req.initRequest();
+                    r.setModel(model);
+                    const auto prompt = promptFor(int(i), t.request.promptTokens, vocab, 77);
+                    auto ids = r.initPrompt().initTokens(uint32_t(prompt.size()));
+                    for (size_t k = 0; k < prompt.size(); k++) ids.set(uint32_t(k), prompt[k]);
+                    r.setMaxTokens(uint32_t(t.request.maxTokens));
+                    r.setIgnoreEndOfGeneration(true);
+                    r.setTier(t.request.tier);
+                    req.setSink(kj::heap<TimingSink>(t.reply));
+                    t.reply.sent = Clock::now();
+                    return req.send()
+                        .then(
+                            [&t](capnp::Response<rpc::Daemon::GenerateResults>&& resp) {
+                              for (int32_t id : resp.getTokens()) t.reply.ids.push_back(id);
+                              if (!t.reply.gotFirst) t.reply.first = t.reply.last = Clock::now();
+                              t.done = true;
+                            },
+                            [&t](kj::Exception&& e) { t.reply.error = e.getDescription().cStr(); })
+                        .attach(kj::mv(conn));
+                  }));
+  }
+  kj::joinPromises(calls.releaseAsArray()).wait(io.waitScope);
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+
+  struct TierResult {
+    size_t requests = 0, completed = 0, met = 0, failed = 0;
+    size_t tokens = 0;
+    std::vector<double> ttftMs, tpotMs;
+  };
+  std::map<std::string, TierResult> tiers;
+  for (const TracedReply& t : replies) {
+    TierResult& r = tiers[t.request.tier];
+    r.requests++;
+    if (!t.reply.error.empty() || !t.done) {
+      r.failed++;
+      std::fprintf(stderr, "%s request at %.0f ms: %s\n", t.request.tier.c_str(), t.request.atMs,
+                   t.reply.error.c_str());
+      continue;
+    }
+    r.completed++;
+    r.tokens += t.reply.ids.size();
+    const double ttft = std::chrono::duration<double, std::milli>(t.reply.first - t.reply.sent).count();
+    const double tpot = t.reply.ids.size() > 1
+                            ? std::chrono::duration<double, std::milli>(t.reply.last - t.reply.first).count() /
+                                  double(t.reply.ids.size() - 1)
+                            : 0;
+    r.ttftMs.push_back(ttft);
+    if (t.reply.ids.size() > 1) r.tpotMs.push_back(tpot);
+    const auto [ttftTarget, tpotTarget] =
+        targets.count(t.request.tier) ? targets[t.request.tier] : std::pair<double, double>{0, 0};
+    const bool met =
+        (ttftTarget <= 0 || ttft <= ttftTarget) && (tpotTarget <= 0 || t.reply.ids.size() < 2 || tpot <= tpotTarget);
+    r.met += met;
+  }
+  if (!o.json) {
+    std::printf("# jitllm-serve-bench --trace %s: model %s, %zu requests over %.1f s\n", o.trace.c_str(), model.c_str(),
+                trace.size(), wall);
+    std::printf(
+        "| tier | requests | failed | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | tok/s | met | goodput /s "
+        "|\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  }
+  size_t failed = 0;
+  for (const auto& [tier, r] : tiers) {
+    failed += r.failed;
+    const double ttft50 = percentile(r.ttftMs, 50), ttft99 = percentile(r.ttftMs, 99);
+    const double tpot50 = percentile(r.tpotMs, 50), tpot99 = percentile(r.tpotMs, 99);
+    if (o.json) {
+      std::printf(
+          "{\"tier\": \"%s\", \"requests\": %zu, \"failed\": %zu, \"ttft_ms_p50\": %.2f, \"ttft_ms_p99\": %.2f, "
+          "\"tpot_ms_p50\": %.3f, \"tpot_ms_p99\": %.3f, \"tok_s\": %.1f, \"met\": %zu, \"goodput_per_s\": %.3f, "
+          "\"wall_s\": %.2f}\n",
+          tier.c_str(), r.requests, r.failed, ttft50, ttft99, tpot50, tpot99, double(r.tokens) / wall, r.met,
+          double(r.met) / wall, wall);
+    } else {
+      std::printf("| %s | %zu | %zu | %.1f | %.1f | %.2f | %.2f | %.1f | %zu | %.3f |\n", tier.c_str(), r.requests,
+                  r.failed, ttft50, ttft99, tpot50, tpot99, double(r.tokens) / wall, r.met, double(r.met) / wall);
+    }
+  }
+  return failed > 0 ? 1 : 0;
+}
+
 // A jitllmd of our own on a private socket, stopped (SIGTERM, then waited for) on destruction.
 class OwnDaemon {
  public:
@@ -227,8 +359,11 @@ class OwnDaemon {
     socket_ = (dir_ / "jitllmd.sock").string();
     // Defaults only: an empty config of our own rather than the user's.
     const std::string config = (dir_ / "jitllmd.conf").string();
-    std::FILE* empty = std::fopen(config.c_str(), "w");
-    if (empty) std::fclose(empty);
+    std::FILE* file = std::fopen(config.c_str(), "w");
+    if (file) {
+      if (!o.tierScheduling.empty()) std::fprintf(file, "tier_scheduling = %s\n", o.tierScheduling.c_str());
+      std::fclose(file);
+    }
     // The jitllmd built beside this tool.
     std::string daemon = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "jitllmd";
     std::vector<std::string> args = {daemon,        "--socket", socket_,    "--devices", o.devices,
@@ -303,14 +438,64 @@ int run(int argc, char** argv) {
       o.json = true;
     } else if (a == "--http") {
       o.http = args.value(a);
+    } else if (a == "--trace") {
+      o.trace = args.value(a);
+    } else if (a == "--make-trace") {
+      o.makeTrace = args.value(a);
+    } else if (a == "--tier-scheduling") {
+      o.tierScheduling = args.value(a);
+      if (o.tierScheduling != "on" && o.tierScheduling != "off") throw UsageError("--tier-scheduling is on or off");
+    } else if (a == "--duration") {
+      o.traceSpec.seconds = args.number<double>(a);
+    } else if (a == "--interactive-rate") {
+      o.traceSpec.interactiveRate = args.number<double>(a);
+    } else if (a == "--interactive-prompt") {
+      o.traceSpec.interactivePrompt = args.number<int>(a);
+    } else if (a == "--interactive-tokens") {
+      o.traceSpec.interactiveTokens = args.number<int>(a);
+    } else if (a == "--batch-jobs") {
+      o.traceSpec.batchJobs = args.number<int>(a);
+    } else if (a == "--batch-rate") {
+      o.traceSpec.batchRate = args.number<double>(a);
+    } else if (a == "--batch-prompt") {
+      o.traceSpec.batchPrompt = args.number<int>(a);
+    } else if (a == "--batch-tokens") {
+      o.traceSpec.batchTokens = args.number<int>(a);
+    } else if (a == "--seed") {
+      o.traceSpec.seed = args.number<uint64_t>(a);
     } else {
       throw UsageError("unknown option '" + a + "'");
     }
   }
+  if (!o.makeTrace.empty()) {
+    const TraceSpec& s = o.traceSpec;
+    if (s.seconds <= 0 || s.interactiveRate < 0 || s.batchRate < 0 || s.batchJobs < 0 || s.interactivePrompt < 1 ||
+        s.interactiveTokens < 1 || s.batchPrompt < 1 || s.batchTokens < 1) {
+      throw UsageError("trace lengths must be at least 1, rates and durations not negative");
+    }
+    const auto trace = makeTrace(s);
+    std::FILE* f = std::fopen(o.makeTrace.c_str(), "w");
+    if (!f) throw UsageError("cannot write " + o.makeTrace);
+    const std::string text = formatTrace(trace);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    std::printf("wrote %s: %zu requests over %.0f s\n", o.makeTrace.c_str(), trace.size(), s.seconds);
+    return 0;
+  }
   if (o.promptTokens < 1 || o.genTokens < 1 || o.rounds < 1) throw UsageError("-p, -n and -r must be at least 1");
+  if (!o.trace.empty() && (o.check || !o.http.empty())) throw UsageError("--trace runs over Cap'n Proto, unchecked");
   if (!o.start.empty() && !o.socket.empty()) throw UsageError("--socket or --start, not both");
   if (!o.http.empty() && o.check) throw UsageError("--check compares token ids, which an HTTP stream does not carry");
 
+  // A trace is read before any daemon starts: a damaged one costs nothing.
+  std::vector<TraceRequest> trace;
+  if (!o.trace.empty()) {
+    try {
+      trace = parseTrace(readWholeFile(o.trace));
+    } catch (const std::runtime_error& e) {
+      throw UsageError(o.trace + ": " + e.what());
+    }
+  }
   std::unique_ptr<OwnDaemon> own;
   std::string socket = o.socket;
   if (!o.start.empty()) {
@@ -319,6 +504,7 @@ int run(int argc, char** argv) {
   }
   uint32_t vocab = 0;
   std::string model = o.model;
+  std::map<std::string, std::pair<double, double>> targets;  // per tier, the daemon's (TTFT, TPOT) ms
   double loadSeconds = -1;
   {
     auto c = client::Client::connect(socket);
@@ -336,12 +522,15 @@ int run(int argc, char** argv) {
       model = models[0].name;
     }
     for (const auto& m : models) {
-      if (m.name == model) vocab = m.vocabSize;
+      if (m.name != model) continue;
+      vocab = m.vocabSize;
+      for (const auto& g : m.goodput) targets[g.tier] = {g.ttftTargetMs, g.tpotTargetMs};
     }
     if (vocab == 0) throw UsageError("no model '" + model + "' is loaded");
   }
 
   auto io = kj::setupAsyncIo();
+  if (!o.trace.empty()) return replayTrace(o, trace, socket, model, vocab, targets, io);
   bool mismatch = false;
   if (loadSeconds >= 0) {
     // What a user feels right after `load` returns: its time, then the first request's first token

@@ -162,6 +162,9 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
       JITLLM_REQUIRE(seconds, where, ": keep_alive is a duration such as 300, 90s, 5m or 1h, or -1 for never, not '",
                      value, "'");
       keepAliveSeconds = *seconds;
+    } else if (key == "tier_scheduling") {
+      JITLLM_REQUIRE(value == "on" || value == "off", where, ": tier_scheduling is on or off, not '", value, "'");
+      tiers.scheduling = value == "on";
     } else if (key == "tier_default") {
       const auto tier = parseTier(value);
       JITLLM_REQUIRE(tier, where, ": tier_default is interactive, standard or batch, not '", value, "'");

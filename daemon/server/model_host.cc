@@ -101,7 +101,9 @@ size_t commonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b
 
 // How long a step may take while an interactive reply decodes: its TPOT target, less a fifth for
 // the step's own jitter (0: no target, no limit).
-double urgentStepMs(const TierConfig& tiers) { return 0.8 * tiers.targetsOf(ServiceTier::kInteractive).tpotMs; }
+double urgentStepMs(const TierConfig& tiers) {
+  return tiers.scheduling ? 0.8 * tiers.targetsOf(ServiceTier::kInteractive).tpotMs : 0.0;
+}
 
 // Migration ids are unique in the daemon, so events of two models' migrations never mix.
 std::atomic<uint64_t> nextMigrationId{1};
@@ -652,7 +654,8 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
     q.stopAtEndOfGeneration = !r.ignoreEndOfGeneration;
     q.renderSpecialTokens = false;  // an EOS ends the reply; its text is not part of it
     q.keepLogits = r.topLogprobs >= 0;
-    q.priority = int(r.tier);
+    // Without tier scheduling every sequence is equal: first come, first served.
+    q.priority = scheduleByTier_ ? int(r.tier) : int(ServiceTier::kStandard);
     a->seq = &loop_->add(std::move(session), std::move(q), a.get(), reused);
     job->setSessionId(sessionId);
     events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", sessionId,
@@ -878,6 +881,7 @@ void ModelHost::workerLoop() {
   {
     std::lock_guard lock(mutex_);
     loopOptions.urgentStepMs = urgentStepMs(tiers_);
+    scheduleByTier_ = tiers_.scheduling;
   }
   loop_ = std::make_unique<runtime::StepLoop>(*model_, loopOptions);
   for (;;) {
@@ -896,6 +900,7 @@ void ModelHost::workerLoop() {
       pokes_ = false;
       if (tiersChanged_) {
         loop_->setUrgentStepMs(urgentStepMs(tiers_));
+        scheduleByTier_ = tiers_.scheduling;
         tiersChanged_ = false;
       }
       // At most a minute of met replies per tier is remembered (goodput's window).

@@ -276,6 +276,7 @@ class ModelHost final {
   // the last minute's met their targets (guarded by mutex_; counted by the worker).
   TierConfig tiers_;
   bool tiersChanged_ = false;
+  bool scheduleByTier_ = true;  // tiers_.scheduling as the worker last took it (worker only)
   struct TierCounts {
     uint64_t finished = 0, met = 0;
     std::deque<std::chrono::steady_clock::time_point> recentMet;

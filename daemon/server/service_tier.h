@@ -56,6 +56,9 @@ struct TierConfig {
   // Defaults by user name and by group name (a member of several groups gets the most urgent of
   // theirs; a user's own entry wins over their groups').
   std::vector<std::pair<std::string, ServiceTier>> users, groups;
+  // Off: every request is served first come, first served, as before tiers (the baseline the
+  // tiers are measured against; config tier_scheduling). Goodput is counted either way.
+  bool scheduling = true;
 
   const TierTargets& targetsOf(ServiceTier tier) const { return targets[size_t(tier)]; }
   bool operator==(const TierConfig&) const = default;

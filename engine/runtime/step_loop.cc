@@ -64,9 +64,8 @@ void StepLoop::finish(Sequence& s, StopReason reason) {
 }
 
 int64_t StepLoop::prefillBudget() const {
-  if (options_.urgentStepMs <= 0 || decodeStepMs_ < 0 || prefillTokenMs_ <= 0) return INT64_MAX;
-  const double tokens = (options_.urgentStepMs - decodeStepMs_) / prefillTokenMs_;
-  return std::max<int64_t>(kMinUrgentPrefill, tokens > 1e9 ? int64_t(1e9) : int64_t(tokens));
+  if (options_.urgentStepMs <= 0) return INT64_MAX;
+  return urgentBudget_ < 0 ? options_.prefillChunk : int64_t(urgentBudget_);
 }
 
 bool StepLoop::take(Sequence& s, int64_t n) {
@@ -112,7 +111,6 @@ bool StepLoop::step() {
       urgentDecoding = urgentDecoding || s->request_.priority <= 0;
     }
   }
-  const size_t decoding = stepping_.size();
   int64_t lessUrgent = urgentDecoding ? prefillBudget() : INT64_MAX;
   for (Sequence* s : order_) {
     const int64_t remaining = int64_t(s->history_.size() - s->fed_);
@@ -126,11 +124,7 @@ bool StepLoop::step() {
   }
   if (inputs_.empty()) return false;
   bool keepLogits = false;
-  int64_t prefillTokens = 0;
-  for (size_t i = 0; i < stepping_.size(); i++) {
-    keepLogits = keepLogits || stepping_[i]->request_.keepLogits;
-    if (i >= decoding) prefillTokens += int64_t(inputs_[i].tokens.size());
-  }
+  for (const Sequence* s : stepping_) keepLogits = keepLogits || s->request_.keepLogits;
   const auto started = Sequence::Clock::now();
 
   // A row per input: the candidates of the sequences whose prompt is fed by this step, a throwaway
@@ -156,16 +150,17 @@ bool StepLoop::step() {
     for (Sequence* s : stepping_) s->error_ = e;
     return true;
   }
-  // The step's cost, for the prefill budget: decode-only steps give the fixed part, steps with
-  // enough prompt tokens what each adds (averaged over about eight steps of each kind).
-  const double ms = std::chrono::duration<double, std::milli>(Sequence::Clock::now() - started).count();
-  constexpr double kWeight = 0.125;
-  auto average = [&](double& into, double value) { into = into < 0 ? value : into + kWeight * (value - into); };
-  if (prefillTokens == 0) {
-    average(decodeStepMs_, ms);
-  } else if (prefillTokens >= kMinUrgentPrefill && decodeStepMs_ >= 0) {
-    // Never zero: a prompt token always costs something, however noisy the clock.
-    average(prefillTokenMs_, std::max(ms - decodeStepMs_, 1e-6) / double(prefillTokens));
+  // Steering the prefill budget by this step's time, when an urgent sequence decoded in it.
+  if (urgentDecoding && options_.urgentStepMs > 0) {
+    const double ms = std::chrono::duration<double, std::milli>(Sequence::Clock::now() - started).count();
+    double budget = double(prefillBudget());
+    const int64_t lessUrgentFed = prefillBudget() - std::max<int64_t>(lessUrgent, 0);
+    if (ms > options_.urgentStepMs) {
+      budget = std::max(double(kMinUrgentPrefill), budget * 0.5);
+    } else if (ms < 0.75 * options_.urgentStepMs && double(lessUrgentFed) >= 0.9 * budget) {
+      budget = std::min(double(options_.stepTokens), budget * 1.25 + 8);
+    }
+    urgentBudget_ = budget;
   }
 
   const tokenizer::Tokenizer* tok = model_.hasTokenizer() ? &model_.tokenizer() : nullptr;

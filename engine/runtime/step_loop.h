@@ -122,9 +122,8 @@ class StepLoop final {
     // forward() failed: the error ends every sequence of the step; this hears it first.
     std::function<void(const Error&)> onStepError;
     // While a priority-0 sequence decodes, a step should take at most this long (its time per
-    // output token): the prompts of less urgent sequences then get only the tokens that fit,
-    // estimated from the loop's own step times (see prefillBudget()), and at least
-    // kMinUrgentPrefill. 0: no limit.
+    // output token): the prompts of less urgent sequences then get a budget of tokens that the
+    // loop steers by its own step times (prefillBudget()), at least kMinUrgentPrefill. 0: no limit.
     double urgentStepMs = 0;
   };
   // What a less urgent prompt gets per step at least, so that it always advances.
@@ -151,7 +150,10 @@ class StepLoop final {
   Model& model() { return model_; }
   void setUrgentStepMs(double ms) { options_.urgentStepMs = ms; }
   // The prompt tokens less urgent sequences may feed in a step that also decodes a priority-0
-  // one, under Options::urgentStepMs (INT64_MAX without a limit or before any step was timed).
+  // one, under Options::urgentStepMs (INT64_MAX without a limit). It starts at prefillChunk; a
+  // step over the limit halves it, one well under it that used it grows it by a quarter. Step
+  // times depend on everything in the step (how many decode, how long their contexts are), so the
+  // loop steers by what it measures rather than by a model of the cost.
   int64_t prefillBudget() const;
 
  private:
@@ -169,9 +171,8 @@ class StepLoop final {
   std::vector<int32_t> ids_;
   std::vector<float> values_, logits_;
   std::vector<Sequence*> order_;
-  // Step times, for the prefill budget: a decode-only step's milliseconds, and what each prompt
-  // token adds to a step (exponential moving averages; negative until measured).
-  double decodeStepMs_ = -1, prefillTokenMs_ = -1;
+  // The prefill budget while an urgent sequence decodes (negative: not steered yet).
+  double urgentBudget_ = -1;
 };
 
 // One sequence to its end: jitllm-run's loop. `onToken` gets each token and its logits (the row,

@@ -46,6 +46,7 @@ tier_batch_tpot_ms = 500
 tier_default = batch
 tier_users = alice:interactive, bob : standard
 tier_groups = chat:interactive
+tier_scheduling = off
 )",
           "tiers.conf");
   EXPECT_EQ(c.tiers.targetsOf(ServiceTier::kInteractive), (TierTargets{150, 40}));
@@ -54,6 +55,7 @@ tier_groups = chat:interactive
   ASSERT_EQ(c.tiers.users.size(), 2u);
   EXPECT_EQ(c.tiers.users[1], (std::pair<std::string, ServiceTier>{"bob", ServiceTier::kStandard}));
   ASSERT_EQ(c.tiers.groups.size(), 1u);
+  EXPECT_FALSE(c.tiers.scheduling);
   for (const char* bad : {"tier_default = urgent", "tier_users = alice", "tier_users = alice:fast",
                           "tier_groups = :batch", "tier_standard_ttft_ms = -1", "tier_fast_ttft_ms = 5"}) {
     DaemonConfig d;

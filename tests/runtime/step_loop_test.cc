@@ -197,19 +197,21 @@ TEST_F(StepLoopPriorities, AnUrgentDecodeHoldsOtherPromptsToItsTimePerTokenAndNo
   ASSERT_GT(batchRequest.prompt.size(), 150u);
   runtime::StepLoop::Options o;
   o.prefillChunk = 64;
-  o.urgentStepMs = 1e-6;  // nothing fits: the other prompts get kMinUrgentPrefill a step
+  o.urgentStepMs = 1e-6;  // every step is over it: the budget halves down to kMinUrgentPrefill
   runtime::StepLoop loop(*model_, o);
   Collector urgent, batch;
   loop.add(model_->createSession(1024), urgentRequest, &urgent);
   ASSERT_TRUE(loop.step());  // the urgent prompt
-  ASSERT_TRUE(loop.step());  // a decode alone: the fixed part of a step is timed
-  EXPECT_EQ(loop.prefillBudget(), INT64_MAX) << "no prompt token timed yet";
+  EXPECT_EQ(loop.prefillBudget(), 64) << "no urgent decode steered it yet: a whole chunk";
   auto& b = loop.add(model_->createSession(1024), batchRequest, &batch);
-  ASSERT_TRUE(loop.step());
-  EXPECT_EQ(b.fed(), 64u) << "the first prompt step is timed at the full chunk";
+  std::vector<size_t> fedPerStep;
+  for (int i = 0; i < 4; i++) {
+    const size_t before = b.fed();
+    ASSERT_TRUE(loop.step());
+    fedPerStep.push_back(b.fed() - before);
+  }
+  EXPECT_EQ(fedPerStep, (std::vector<size_t>{64, 32, 16, 16})) << "halved after each step over the limit";
   EXPECT_EQ(loop.prefillBudget(), runtime::StepLoop::kMinUrgentPrefill);
-  ASSERT_TRUE(loop.step());
-  EXPECT_EQ(b.fed(), 64u + runtime::StepLoop::kMinUrgentPrefill) << "held back while the urgent one decodes";
   while (loop.step()) {
   }
   EXPECT_EQ(urgent.tokens, alone(urgentRequest));
@@ -220,11 +222,11 @@ TEST_F(StepLoopPriorities, AnUrgentDecodeHoldsOtherPromptsToItsTimePerTokenAndNo
   Collector u2, b2;
   free.add(model_->createSession(1024), urgentRequest, &u2);
   free.step();
-  free.step();
   auto& b2s = free.add(model_->createSession(1024), batchRequest, &b2);
   free.step();
   free.step();
-  EXPECT_EQ(b2s.fed(), 128u);
+  free.step();
+  EXPECT_EQ(b2s.fed(), 192u);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // and the generator's determinism.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -215,6 +216,45 @@ TEST(JitllmServeBench, EveryReplyAtOneAndFourClientsIsTheOneItsPromptGetsAlone) 
   // And a bad command line is refused with the usage.
   auto bad = run(bin("jitllm-serve-bench") + " -c 0");
   EXPECT_EQ(bad.status, 2) << bad.out;
+#endif
+}
+
+// --make-trace writes the same trace for the same spec; --trace replays one through a jitllmd of
+// its own and reports every tier, with every request answered (CI: CPU, stories260K; what the
+// tiers buy is measured in docs/benchmarks.md, not asserted here).
+TEST(JitllmServeBench, ATraceIsReproducibleAndReplaysWithEveryTierReported) {
+#ifndef JITLLM_HAVE_SERVE_BENCH
+  GTEST_SKIP() << "jitllm-serve-bench is built only with the daemon's dependencies";
+#else
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "no " << stories();
+  const std::string dir = std::filesystem::temp_directory_path() / ("jitllm-trace-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string spec =
+      " --duration 2 --interactive-rate 4 --interactive-prompt 16 --interactive-tokens 8 --batch-jobs 3 "
+      "--batch-prompt 64 --batch-tokens 16 --seed 5";
+  ASSERT_EQ(run(bin("jitllm-serve-bench") + " --make-trace " + dir + "/a.jsonl" + spec).status, 0);
+  ASSERT_EQ(run(bin("jitllm-serve-bench") + " --make-trace " + dir + "/b.jsonl" + spec).status, 0);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read(dir + "/a.jsonl"), read(dir + "/b.jsonl"));
+  EXPECT_NE(read(dir + "/a.jsonl").find("\"tier\":\"batch\""), std::string::npos);
+  auto r =
+      run(bin("jitllm-serve-bench") + " --start " + stories() + " --threads 1 --trace " + dir + "/a.jsonl --json", 600);
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* tier : {"\"tier\": \"batch\"", "\"tier\": \"interactive\""}) {
+    const size_t at = r.out.find(tier);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\"failed\": 0,", at), std::string::npos) << r.out;
+  }
+  // A damaged trace is refused naming its line.
+  std::ofstream(dir + "/bad.jsonl")
+      << "{\"at_ms\": 0, \"tier\": \"urgent\", \"prompt_tokens\": 4, \"max_tokens\": 4}\n";
+  auto bad = run(bin("jitllm-serve-bench") + " --start " + stories() + " --trace " + dir + "/bad.jsonl");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("trace line 1"), std::string::npos) << bad.out;
+  std::filesystem::remove_all(dir);
 #endif
 }
 
