@@ -71,7 +71,7 @@ struct SessionInfo {
   ownerUid @1 :UInt32;
   tokens @2 :UInt32;            # in its KV cache
   contextLimit @3 :UInt32;
-  state @4 :Text;               # "prefill" | "decode" | "waiting" (slow reader); idle sessions:
+  state @4 :Text;               # "prefill" | "decode" | "waiting" (slow reader) | "preempted"; idle sessions:
                                 # "idle" (KV on the devices) | "parked" (KV in host RAM)
   tier @5 :Text;                # "interactive" | "standard" | "batch" (docs/tiers.md)
 }

@@ -54,6 +54,12 @@ struct ModelHost::Active final : runtime::SequenceListener {
   bool failureReported = false;  // its job has been failed already (a cancel, a lost device)
   // A reply that ended normally: the job hears of it after the step's publish (see finishActive).
   std::optional<GenerationStats> finished;
+  // The session as the client knows it: its id (a session restored after a preemption gets a new
+  // one inside the engine) and its context limit.
+  uint64_t sessionId = 0;
+  int64_t contextLimit = 0;
+  // Preempted for a more urgent reply: its KV in host RAM until the worker can bring it back.
+  std::unique_ptr<runtime::HostKv> parked;
 
   Active(ModelHost& h, std::shared_ptr<GenerationJob> j) : host(h), job(std::move(j)) {}
   runtime::Session& session() { return seq->session(); }
@@ -336,7 +342,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
         if (a->done()) continue;
         a->job->fail(gone);
         a->failureReported = true;
-        events_.emit({0, EventKind::kSession, "session.disconnected", name_, id, a->session().id(),
+        events_.emit({0, EventKind::kSession, "session.disconnected", name_, id, a->sessionId,
                       "after " + std::to_string(a->seq->generated()) + " tokens: " + cause,
                       a->job->request().ownerUid});
         loop_->fail(*a->seq, gone);
@@ -493,13 +499,18 @@ void ModelHost::serviceMigration() {
 
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
   std::vector<SessionSnapshot> sessions;
+  size_t parkedBytes = 0;  // idle sessions' and preempted ones' KV in host RAM
   for (const auto& a : active) {
-    sessions.push_back(
-        {a->session().id(), a->job->request().ownerUid, a->session().length(), a->session().contextLimit(),
-         a->job->throttled() ? "waiting" : (a->seq->generated() == 0 ? "prefill" : "decode"), a->job->request().tier});
+    const bool preempted = a->seq->suspended();
+    sessions.push_back({a->sessionId, a->job->request().ownerUid, int64_t(a->seq->fed()), a->contextLimit,
+                        preempted                  ? "preempted"
+                        : a->job->throttled()      ? "waiting"
+                        : a->seq->generated() == 0 ? "prefill"
+                                                   : "decode",
+                        a->job->request().tier});
+    if (preempted && a->parked) parkedBytes += a->parked->bytes();
   }
   std::vector<SessionSnapshot> idle;
-  size_t parkedBytes = 0;
   for (const auto& i : idle_) {
     idle.push_back({i->id, i->ownerUid, int64_t(i->tokens.size()), i->contextLimit, i->session ? "idle" : "parked"});
     if (i->parked) parkedBytes += i->parked->bytes();
@@ -526,9 +537,10 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     if (running_ && running_->migration->staged(u)) s.stagedOn = running_->migration->options().target->info().id.str();
     if (u == 0 || u + 1 == model_->unitCount()) continue;
     for (const auto& a : active) {
+      if (a->seq->suspended()) continue;  // its KV is in host RAM
       const size_t pages = a->session().layerPageCount(u - 1);
       s.kvPages += pages;
-      s.sessionPages.emplace_back(a->session().id(), uint32_t(pages));
+      s.sessionPages.emplace_back(a->sessionId, uint32_t(pages));
     }
     size_t idlePages = 0;
     for (const auto& i : idle_) {
@@ -656,6 +668,8 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
     q.keepLogits = r.topLogprobs >= 0;
     // Without tier scheduling every sequence is equal: first come, first served.
     q.priority = scheduleByTier_ ? int(r.tier) : int(ServiceTier::kStandard);
+    a->sessionId = sessionId;
+    a->contextLimit = limit;
     a->seq = &loop_->add(std::move(session), std::move(q), a.get(), reused);
     job->setSessionId(sessionId);
     events_.emit({0, EventKind::kSession, reused ? "session.resumed" : "session.started", name_, "", sessionId,
@@ -695,7 +709,7 @@ void ModelHost::finishActive(Active& a) {
       st.stopReason = StopReason::kContextFull;
       break;
   }
-  st.sessionId = q.session().id();
+  st.sessionId = a.sessionId;
   st.reusedTokens = uint32_t(a.reused);
   st.tier = a.job->request().tier;
   {
@@ -792,6 +806,28 @@ std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest&
   return std::move(idle->session);
 }
 
+void ModelHost::resumePreempted(std::vector<std::unique_ptr<Active>>& active) {
+  for (auto& a : active) {
+    if (!a->parked || a->done() || !a->seq->suspended()) continue;
+    const auto start = Clock::now();
+    std::unique_ptr<runtime::Session> session;
+    try {
+      session = a->parked->restore(*model_);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kOverloaded) return;  // no room yet: the others wait too
+      throw;
+    }
+    loop_->resume(*a->seq, std::move(session));
+    if (options_.metrics) options_.metrics->kvPagedIn(name_);
+    events_.emit({0, EventKind::kSession, "session.unparked", name_, "", a->sessionId,
+                  "preempted reply back: " + humanBytes(a->parked->bytes()) + " of KV from host RAM in " +
+                      std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) +
+                      " ms, nothing recomputed",
+                  a->job->request().ownerUid});
+    a->parked.reset();
+  }
+}
+
 void ModelHost::keepIdle(Active& a, runtime::Sequence& q) {
   if (q.session().length() == 0) return;
   auto idle = std::make_unique<Idle>();
@@ -873,6 +909,21 @@ void ModelHost::workerLoop() {
   loopOptions.prefillChunk = kPrefillChunk;
   // Out of KV pages: idle sessions holding device memory give theirs up first.
   loopOptions.onOutOfMemory = [this] { return dropIdleWithDeviceMemory(); };
+  // A more urgent reply found no KV pages: a less urgent one (batch first) gives up its own, parked
+  // in host RAM until there is room again (resumePreempted); nothing is recomputed.
+  loopOptions.onSuspend = [this](runtime::Sequence& victim, std::unique_ptr<runtime::Session> session) {
+    auto* a = static_cast<Active*>(victim.listener());
+    const auto start = Clock::now();
+    a->parked = std::make_unique<runtime::HostKv>(*session);
+    session.reset();  // its pages go back to their pools
+    if (options_.metrics) options_.metrics->kvPagedOut(name_, 1);
+    events_.emit({0, EventKind::kSession, "session.preempted", name_, "", a->sessionId,
+                  std::string(tierName(a->job->request().tier)) +
+                      " reply preempted for a more urgent one: " + humanBytes(a->parked->bytes()) + " of KV (" +
+                      std::to_string(a->parked->length()) + " tokens) parked in host RAM in " +
+                      std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) + " ms",
+                  a->job->request().ownerUid});
+  };
   loopOptions.onStepError = [this](const Error& e) {
     spdlog::error("model '{}': step failed: {}", name_, e.what());
     // A device that stopped answering is the daemon's to find and re-place (deviceLost()).
@@ -890,13 +941,27 @@ void ModelHost::workerLoop() {
     bool stopping;
     {
       std::unique_lock lock(mutex_);
+      // A preempted reply is not runnable until its KV is back; while only such replies remain
+      // (their room taken by other models), the worker looks again every few milliseconds.
+      bool preempted = false;
       auto runnable = [&] {
         for (const auto& a : active) {
-          if (!a->job->throttled()) return true;
+          if (a->seq->suspended()) {
+            preempted = true;
+          } else if (!a->job->throttled()) {
+            return true;
+          }
         }
         return false;
       };
-      changed_.wait(lock, [&] { return pokes_ || stopping_ || !incoming_.empty() || runnable() || migrating_; });
+      auto wake = [&] { return pokes_ || stopping_ || !incoming_.empty() || runnable() || migrating_; };
+      if (!wake()) {
+        if (preempted) {
+          changed_.wait_for(lock, std::chrono::milliseconds(5), wake);
+        } else {
+          changed_.wait(lock, wake);
+        }
+      }
       pokes_ = false;
       if (tiersChanged_) {
         loop_->setUrgentStepMs(urgentStepMs(tiers_));
@@ -979,14 +1044,17 @@ void ModelHost::workerLoop() {
 
     // Cancelled sessions end here; the loop gives them back after the step (their KV pages with them).
     for (auto& a : active) {
-      if (a->done() || !(a->job->cancelled() || cancels.count(a->session().id()))) continue;
+      if (a->done() || !(a->job->cancelled() || cancels.count(a->sessionId))) continue;
       const Error cancelled(ErrorKind::kFailed, "cancelled");
       a->job->fail(cancelled);
       a->failureReported = true;
-      events_.emit({0, EventKind::kSession, "session.cancelled", name_, "", a->session().id(),
+      events_.emit({0, EventKind::kSession, "session.cancelled", name_, "", a->sessionId,
                     "after " + std::to_string(a->seq->generated()) + " tokens", a->job->request().ownerUid});
       loop_->fail(*a->seq, cancelled);
     }
+
+    // Preempted replies come back, oldest first, while their pages fit.
+    resumePreempted(active);
 
     // A migration prepares between steps and commits at this token boundary.
     serviceMigration();

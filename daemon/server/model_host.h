@@ -19,6 +19,10 @@
 // idle session's KV is parked in host RAM (parkIdleSessions) and comes back, bitwise, when it is
 // resumed; when a device runs out of KV pages, idle sessions there give theirs up first.
 //
+// Service tiers (service_tier.h): sequences run most urgent first, and when a more urgent reply
+// finds no KV pages a less urgent one is preempted - its KV parked in host RAM, brought back
+// before a later step when it fits, nothing recomputed (StepLoop::Options::onSuspend).
+//
 // Ownership: owns the Model and the worker thread; the devices and the EventHub are borrowed and
 // must outlive it. Destruction (or shutdown()) fails waiting and running jobs and a pending
 // migration with DISCONNECTED.
@@ -87,7 +91,7 @@ struct SessionSnapshot {
   uint32_t ownerUid = 0;
   int64_t tokens = 0;
   int64_t contextLimit = 0;
-  std::string state;  // "prefill", "decode", "waiting"; idle sessions: "idle", "parked" (KV in host RAM)
+  std::string state;  // "prefill", "decode", "waiting", "preempted"; idle sessions: "idle", "parked" (KV in host RAM)
   ServiceTier tier = ServiceTier::kStandard;
 };
 
@@ -212,6 +216,8 @@ class ModelHost final {
   // the number of prompt tokens whose KV it has; keeping a finished reply's session; parking.
   std::unique_ptr<runtime::Session> resumeIdle(const GenerationRequest& request, int64_t limit, size_t& reused);
   void keepIdle(Active& a, runtime::Sequence& sequence);
+  // Brings preempted replies' KV back from host RAM while it fits (worker thread only).
+  void resumePreempted(std::vector<std::unique_ptr<Active>>& active);
   // Drops the least recently used idle session holding device memory; false when there is none.
   bool dropIdleWithDeviceMemory();
   void parkIdle(const std::string& reason);

@@ -68,15 +68,50 @@ int64_t StepLoop::prefillBudget() const {
   return urgentBudget_ < 0 ? options_.prefillChunk : int64_t(urgentBudget_);
 }
 
+bool StepLoop::preemptFor(const Sequence& s) {
+  if (!options_.onSuspend) return false;
+  Sequence* victim = nullptr;
+  for (auto& owned : sequences_) {
+    Sequence& v = *owned;
+    if (&v == &s || v.ended() || v.suspended_ || !v.owned_ || v.request_.priority <= s.request_.priority) continue;
+    if (!victim || v.request_.priority >= victim->request_.priority) victim = &v;
+  }
+  if (!victim) return false;
+  // Out of this step, if it was in it: its reservation goes with its pages.
+  for (size_t i = 0; i < stepping_.size(); i++) {
+    if (stepping_[i] == victim) {
+      stepping_.erase(stepping_.begin() + std::ptrdiff_t(i));
+      inputs_.erase(inputs_.begin() + std::ptrdiff_t(i));
+      break;
+    }
+  }
+  victim->suspended_ = true;
+  victim->session_ = nullptr;
+  options_.onSuspend(*victim, std::move(victim->owned_));
+  return true;
+}
+
+void StepLoop::resume(Sequence& s, std::unique_ptr<Session> session) {
+  JITLLM_REQUIRE(s.suspended_ && session != nullptr, "resume: the sequence is not suspended, or no session");
+  JITLLM_REQUIRE(size_t(session->length()) == s.fed_, "resume: the session holds ", session->length(),
+                 " tokens, the sequence had fed ", s.fed_);
+  s.session_ = session.get();
+  s.owned_ = std::move(session);
+  s.suspended_ = false;
+}
+
 bool StepLoop::take(Sequence& s, int64_t n) {
   try {
-    // Out of KV pages: the owner may free some (idle sessions) and try again.
+    // Out of KV pages: the owner may free some (idle sessions), or a less urgent sequence is
+    // suspended, and it tries again.
     for (;;) {
       try {
         s.session_->reserve(n);
         break;
       } catch (const Error& e) {
-        if (e.kind() != ErrorKind::kOverloaded || !options_.onOutOfMemory || !options_.onOutOfMemory()) throw;
+        if (e.kind() != ErrorKind::kOverloaded) throw;
+        if (options_.onOutOfMemory && options_.onOutOfMemory()) continue;
+        if (!preemptFor(s)) throw;
       }
     }
   } catch (const Error& e) {
@@ -95,7 +130,7 @@ bool StepLoop::step() {
   order_.clear();
   for (auto& owned : sequences_) {
     Sequence& s = *owned;
-    if (!s.ended() && !(s.listener_ && s.listener_->paused())) order_.push_back(&s);
+    if (!s.ended() && !s.suspended_ && !(s.listener_ && s.listener_->paused())) order_.push_back(&s);
   }
   std::stable_sort(order_.begin(), order_.end(),
                    [](const Sequence* a, const Sequence* b) { return a->request_.priority < b->request_.priority; });
@@ -105,7 +140,7 @@ bool StepLoop::step() {
   int64_t budget = options_.stepTokens;
   bool urgentDecoding = false;
   for (Sequence* s : order_) {
-    if (budget == 0 || s->history_.size() - s->fed_ != 1) continue;
+    if (budget == 0 || s->suspended_ || s->history_.size() - s->fed_ != 1) continue;
     if (take(*s, 1)) {
       budget--;
       urgentDecoding = urgentDecoding || s->request_.priority <= 0;
@@ -114,7 +149,7 @@ bool StepLoop::step() {
   int64_t lessUrgent = urgentDecoding ? prefillBudget() : INT64_MAX;
   for (Sequence* s : order_) {
     const int64_t remaining = int64_t(s->history_.size() - s->fed_);
-    if (budget == 0 || remaining <= 1 || s->ended()) continue;
+    if (budget == 0 || remaining <= 1 || s->ended() || s->suspended_) continue;
     const bool urgent = s->request_.priority <= 0;
     if (!urgent && lessUrgent <= 0) continue;
     const int64_t n = std::min({remaining, options_.prefillChunk, budget, urgent ? INT64_MAX : lessUrgent});

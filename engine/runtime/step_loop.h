@@ -87,6 +87,9 @@ class Sequence final {
   // When it was added, and when its first token was picked.
   Clock::time_point added() const { return added_; }
   Clock::time_point firstToken() const { return firstToken_; }
+  // Preempted (Options::onSuspend): it has no session until StepLoop::resume gives one back, and
+  // sits the steps out meanwhile. session() must not be called then.
+  bool suspended() const { return suspended_; }
 
  private:
   friend class StepLoop;
@@ -106,6 +109,7 @@ class Sequence final {
   std::optional<StopReason> stop_;
   std::optional<Error> error_;
   Clock::time_point added_, firstToken_;
+  bool suspended_ = false;
 };
 
 class StepLoop final {
@@ -125,6 +129,12 @@ class StepLoop final {
     // output token): the prompts of less urgent sequences then get a budget of tokens that the
     // loop steers by its own step times (prefillBudget()), at least kMinUrgentPrefill. 0: no limit.
     double urgentStepMs = 0;
+    // Preemption: when a sequence cannot reserve KV pages (and onOutOfMemory freed none), a less
+    // urgent sequence that owns its session is suspended - taken out of the step if it was in it -
+    // and its session handed here, for the owner to park its KV (HostKv) and destroy it, which
+    // frees its pages; resume() brings it back. The least urgent goes first, the latest added of
+    // those. Unset: no preemption (the sequence that found no pages fails, as before).
+    std::function<void(Sequence&, std::unique_ptr<Session>)> onSuspend;
   };
   // What a less urgent prompt gets per step at least, so that it always advances.
   static constexpr int64_t kMinUrgentPrefill = 16;
@@ -140,6 +150,9 @@ class StepLoop final {
   Sequence& add(Session& session, SequenceRequest request, SequenceListener* listener, size_t fed = 0);
   // Ends a sequence with `error` (a cancel); it is returned by the next takeEnded().
   void fail(Sequence& sequence, const Error& error);
+  // Gives a suspended sequence its session back (a restored one, holding exactly the tokens it had
+  // fed: its KV), after which it steps on as if it had never stopped. Error(FAILED) otherwise.
+  void resume(Sequence& sequence, std::unique_ptr<Session> session);
 
   // One step over the sequences that are not paused. False when none could run.
   bool step();
@@ -160,6 +173,9 @@ class StepLoop final {
   void finish(Sequence& s, StopReason reason);
   // Adds sequence s's next tokens (at most n) to the step; false when it cannot reserve them.
   bool take(Sequence& s, int64_t n);
+  // Suspends the least urgent sequence below `s`'s priority that owns its session; false when
+  // there is none (or no onSuspend).
+  bool preemptFor(const Sequence& s);
 
   Model& model_;
   Options options_;

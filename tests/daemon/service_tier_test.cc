@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "daemon/server/daemon_config.h"
+#include "engine/kv/kv_page_pool.h"
 #include "tests/daemon/core_harness.h"
 
 namespace jitllm::server {
@@ -122,6 +123,56 @@ TEST(ServiceTierGoodput, EachTiersRepliesAreCountedAgainstItsTargets) {
   EXPECT_EQ(snap.goodput[1].met, 1u);
   EXPECT_GT(snap.goodput[1].metPerSecond, 0.0);
   EXPECT_EQ(snap.goodput[2].finished, 0u);
+}
+
+// On a device with room left for one chunk of KV pages, a batch reply holding most of it is preempted
+// for an interactive one: its KV goes to host RAM, the interactive reply runs, and the batch one
+// comes back and ends with exactly the tokens it gets alone.
+TEST(ServiceTierPreemption, ABatchReplyGivesItsKvToAnInteractiveOneAndEndsAsIfAlone) {
+  const auto prompt = [](const server::ModelHost& host, const char* text, size_t repeat) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < repeat; i++) {
+      const auto part = host.model().tokenizer().encode(text, i == 0, false);
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+    return ids;
+  };
+  auto core = makeCore("cpu:0@64M", 0);
+  auto host = load(*core, "tight", "cpu:0");
+  const auto batchPrompt = prompt(*host, "Lily and Ben went to the park.", 12);
+  const auto urgentPrompt = prompt(*host, "Once upon a time there was a cat.", 9);
+  // The reference, which also grows the scratch to the largest step here (a whole prompt).
+  const Outcome batchAlone = finish(*start(*host, 24, batchPrompt));
+  ASSERT_FALSE(batchAlone.error);
+  const size_t chunk = runtime::KvPagePool::kPagesPerChunk * host->model().kvLayout().pageBytes();
+  const int64_t perChunk = int64_t(runtime::KvPagePool::kPagesPerChunk) / int64_t(host->model().config().layers) *
+                           host->model().kvLayout().pageTokens;
+  ASSERT_LT(int64_t(batchPrompt.size()) + 24, perChunk) << "the batch reply fits one chunk";
+  ASSERT_GT(int64_t(batchPrompt.size() + urgentPrompt.size()), perChunk) << "both do not";
+  // Everything but one and a half chunks of pages is taken (as another model's weights would).
+  Device& device = core->device("cpu:0");
+  const auto filler = device.allocate(device.info().memoryBudget - device.memoryUsed() - chunk - chunk / 2);
+  auto submit = [&](const std::vector<int32_t>& p, uint32_t n, server::ServiceTier tier, size_t queue) {
+    server::GenerationRequest r;
+    r.prompt = p;
+    r.maxTokens = n;
+    r.tier = tier;
+    auto job = std::make_shared<server::GenerationJob>(r, queue);
+    host->submit(job);
+    return job;
+  };
+  // The batch reply's reader falls behind: it stays mid-reply, holding its pages.
+  auto batch = submit(batchPrompt, 24, server::ServiceTier::kBatch, 2);
+  Outcome batchOut;
+  readSome(*batch, batchOut, 2);
+  const Outcome urgent = finish(*submit(urgentPrompt, 8, server::ServiceTier::kInteractive, 64));
+  ASSERT_FALSE(urgent.error) << urgent.error->what() << "\n" << eventLog(*core);
+  batchOut = finish(*batch, batchOut);
+  ASSERT_FALSE(batchOut.error) << batchOut.error->what();
+  EXPECT_EQ(batchOut.ids, batchAlone.ids);
+  const std::string log = eventLog(*core);
+  EXPECT_NE(log.find("session.preempted"), std::string::npos) << log;
+  EXPECT_NE(log.find("preempted reply back"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "engine/devices/builtin_backends.h"
+#include "engine/kv/host_kv.h"
+#include "engine/kv/kv_page_pool.h"
+#include "kernels/cpu/cpu_device.h"
 #include "tests/runtime/test_support.h"
 
 namespace jitllm::testing {
@@ -227,6 +230,106 @@ TEST_F(StepLoopPriorities, AnUrgentDecodeHoldsOtherPromptsToItsTimePerTokenAndNo
   free.step();
   free.step();
   EXPECT_EQ(b2s.fed(), 192u);
+}
+
+// Preemption: on a device whose budget holds one chunk of KV pages, an urgent sequence that finds
+// no pages suspends the less urgent one; its KV is parked in host RAM and comes back when there is
+// room, and both replies are exactly what each gets alone - greedy and seeded sampling.
+TEST_F(StepLoopPriorities, APreemptedSequenceResumesFromHostRamWithTheTokensItGetsAlone) {
+  constexpr int64_t kChunk = 64;  // prompt tokens a step, so that every step needs the same scratch
+  // What the model needs besides its KV: measured on a device with room to spare.
+  cpu::CpuDeviceOptions roomy;
+  roomy.threads = 1;
+  cpu::CpuDevice probe(roomy);
+  runtime::ModelLoadOptions probeOptions;
+  probeOptions.devices = {&probe};
+  auto probed = runtime::Model::load(sharedPath("models/stories260K.gguf"), probeOptions);
+  {
+    // A step as large as the test's (a prompt chunk and a decode token): its scratch stays.
+    auto s = probed->createSession(512);
+    std::vector<int32_t> ids(kChunk + 1, 5);
+    runtime::SequenceInput in{s.get(), ids, false};
+    std::vector<float> logits;
+    probed->forward({&in, 1}, logits);
+  }
+  const size_t chunk = runtime::KvPagePool::kPagesPerChunk * probed->kvLayout().pageBytes();
+  const size_t base = probe.memoryUsed();  // weights and scratch (the session's pages are back)
+  const int layers = int(probed->config().layers);
+  const int pageTokens = probed->kvLayout().pageTokens;
+  // Tokens of context one chunk holds over every layer.
+  const int64_t perChunk = int64_t(runtime::KvPagePool::kPagesPerChunk) / layers * pageTokens;
+  ASSERT_GT(perChunk, 64) << "the test needs room for a prompt in one chunk";
+
+  cpu::CpuDeviceOptions tight;
+  tight.threads = 1;
+  tight.memoryBudget = base + chunk + chunk / 2;  // one chunk of pages, not two
+  cpu::CpuDevice device(tight);
+  runtime::ModelLoadOptions options;
+  options.devices = {&device};
+  auto model = runtime::Model::load(sharedPath("models/stories260K.gguf"), options);
+  auto make = [&](const char* text, int priority, size_t repeat, int32_t maxTokens, bool sampled) {
+    runtime::SequenceRequest r;
+    for (size_t i = 0; i < repeat; i++) {
+      const auto ids = model->tokenizer().encode(text, i == 0, true);
+      r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+    }
+    r.maxTokens = maxTokens;
+    r.stopAtEndOfGeneration = false;
+    r.priority = priority;
+    if (sampled) r.sampling = sampledWithSeed(31);
+    return r;
+  };
+  for (bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "seeded sampling" : "greedy");
+    // The batch one takes most of the chunk; the urgent one cannot fit beside it.
+    const auto batchRequest = make("Lily and Ben went to the park.", 2, size_t(perChunk * 6 / 10 / 9), 12, sampled);
+    const auto urgentRequest = make("Once upon a time there was a cat.", 0, size_t(perChunk * 5 / 10 / 10), 6, sampled);
+    ASSERT_LT(int64_t(batchRequest.prompt.size() + urgentRequest.prompt.size()), 2 * perChunk);
+    ASSERT_GT(int64_t(batchRequest.prompt.size() + urgentRequest.prompt.size()), perChunk);
+    auto alone = [&](const runtime::SequenceRequest& r) {
+      runtime::StepLoop::Options chunked;
+      chunked.prefillChunk = kChunk;
+      runtime::StepLoop loop(*model, chunked);
+      Collector c;
+      loop.add(model->createSession(512), r, &c);
+      while (loop.step()) {
+      }
+      return c.tokens;
+    };
+    const auto batchAlone = alone(batchRequest), urgentAlone = alone(urgentRequest);
+
+    std::unique_ptr<runtime::HostKv> parked;
+    int suspensions = 0;
+    runtime::StepLoop::Options o;
+    o.prefillChunk = kChunk;
+    o.onSuspend = [&](runtime::Sequence& victim, std::unique_ptr<runtime::Session> session) {
+      EXPECT_EQ(victim.request().priority, 2);
+      parked = std::make_unique<runtime::HostKv>(*session);
+      suspensions++;
+    };
+    runtime::StepLoop loop(*model, o);
+    Collector batch, urgent;
+    auto& b = loop.add(model->createSession(512), batchRequest, &batch);
+    while (b.generated() < 3)
+      ASSERT_TRUE(loop.step()) << (b.error() ? b.error()->what() : "") << " ended " << b.ended() << " fed " << b.fed()
+                               << " of " << b.history().size() << " generated " << b.generated();
+    auto& u = loop.add(model->createSession(512), urgentRequest, &urgent);
+    ASSERT_TRUE(loop.step());
+    EXPECT_EQ(suspensions, 1);
+    EXPECT_TRUE(b.suspended());
+    EXPECT_FALSE(u.ended()) << (u.error() ? u.error()->what() : "");
+    while (!u.ended()) ASSERT_TRUE(loop.step());
+    EXPECT_FALSE(u.error());
+    for (auto& ended : loop.takeEnded()) EXPECT_FALSE(ended->error());  // the urgent one: its pages go back
+    EXPECT_FALSE(loop.step()) << "the suspended sequence sits out";
+    ASSERT_TRUE(parked);
+    loop.resume(b, parked->restore(*model));
+    while (loop.step()) {
+    }
+    EXPECT_FALSE(b.error());
+    EXPECT_EQ(urgent.tokens, urgentAlone);
+    EXPECT_EQ(batch.tokens, batchAlone);
+  }
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ struct SessionInfo {
   uint32_t ownerUid = 0;
   uint32_t tokens = 0;
   uint32_t contextLimit = 0;
-  std::string state;  // "prefill" | "decode" | "waiting"; idle sessions: "idle" | "parked"
+  std::string state;  // "prefill" | "decode" | "waiting" | "preempted"; idle sessions: "idle" | "parked"
   std::string tier;   // "interactive" | "standard" | "batch"
 };
 
