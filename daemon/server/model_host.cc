@@ -815,7 +815,12 @@ void ModelHost::resumePreempted(std::vector<std::unique_ptr<Active>>& active) {
       session = a->parked->restore(*model_);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kOverloaded) return;  // no room yet: the others wait too
-      throw;
+      // Anything else (a device gone) ends this reply alone, with the reason.
+      a->job->fail(e);
+      a->failureReported = true;
+      loop_->fail(*a->seq, e);
+      a->parked.reset();
+      continue;
     }
     loop_->resume(*a->seq, std::move(session));
     if (options_.metrics) options_.metrics->kvPagedIn(name_);

@@ -188,14 +188,14 @@ bool StepLoop::step() {
   // Steering the prefill budget by this step's time, when an urgent sequence decoded in it.
   if (urgentDecoding && options_.urgentStepMs > 0) {
     const double ms = std::chrono::duration<double, std::milli>(Sequence::Clock::now() - started).count();
-    double budget = double(prefillBudget());
+    double next = double(prefillBudget());
     const int64_t lessUrgentFed = prefillBudget() - std::max<int64_t>(lessUrgent, 0);
     if (ms > options_.urgentStepMs) {
-      budget = std::max(double(kMinUrgentPrefill), budget * 0.5);
-    } else if (ms < 0.75 * options_.urgentStepMs && double(lessUrgentFed) >= 0.9 * budget) {
-      budget = std::min(double(options_.stepTokens), budget * 1.25 + 8);
+      next = std::max(double(kMinUrgentPrefill), next * 0.5);
+    } else if (ms < 0.75 * options_.urgentStepMs && double(lessUrgentFed) >= 0.9 * next) {
+      next = std::min(double(options_.stepTokens), next * 1.25 + 8);
     }
-    urgentBudget_ = budget;
+    urgentBudget_ = next;
   }
 
   const tokenizer::Tokenizer* tok = model_.hasTokenizer() ? &model_.tokenizer() : nullptr;
