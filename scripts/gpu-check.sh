@@ -17,6 +17,7 @@ Modes:
   bench     tools/bench/run CASES: jitllm-bench, llama-bench (built from .peer meanwhile) alternating
   peer      start building llama.cpp (llama-bench, llama-batched-bench) and return: it goes on after
             the call, for a later call on the still-warm machine (bench, serve) to use
+  tiers     the service tiers' trace through a carried jitllmd (1B, cuda:0): fifo against tiers
   batch     in-process decode of B sessions at once (jitllm-bench -b BATCHES), per BATCH_ENVS setting;
             PROFILE_BATCH: each launch of such a step timed (carried .carry-serve binaries, else built)
   serve     carried .carry-serve binaries (prepare-gpu-carry.sh --serve): load time and first TTFT
@@ -214,6 +215,31 @@ serve() {
   return $rc
 }
 
+# tiers: the service tiers' trace (docs/tiers.md) through a carried jitllmd on cuda:0 with the 1B
+# shape, first come first served (tier_scheduling = off) against tiers (on), alternating, twice.
+# TIER_TRACE_ARGS: jitllm-serve-bench --make-trace options (a load that keeps the GPU busy).
+tiers() {
+  local bin one trace mode round rc=0
+  useCarried || { echo "no .carry-serve carried (scripts/prepare-gpu-carry.sh --serve)"; return 1; }
+  bin=$BIN
+  one=$(makeModel llama-3.2-1b q4_k_m)
+  trace=$OUT/tiers-trace.jsonl
+  # shellcheck disable=SC2086 # the options are words
+  "$bin/jitllm-serve-bench" --make-trace "$trace" ${TIER_TRACE_ARGS:---duration 20 --interactive-rate 4 \
+    --interactive-prompt 64 --interactive-tokens 128 --batch-jobs 16 --batch-rate 16 --batch-prompt 2048 \
+    --batch-tokens 64 --seed 1} | tee "$OUT/tiers.txt"
+  for round in 1 2; do
+    for mode in off on; do
+      echo "== round $round, tier_scheduling $mode" | tee -a "$OUT/tiers.txt"
+      JITLLM_CACHE_DIR=/tmp/jitllm-serve-cache timeout 240 "$bin/jitllm-serve-bench" --start "$one" --devices cuda:0 \
+        --tier-scheduling $mode --trace "$trace" > "$LOGS/tiers-$mode-$round.txt" 2>&1 || rc=1
+      grep -E "^\| (batch|interactive|standard) " "$LOGS/tiers-$mode-$round.txt" | tee -a "$OUT/tiers.txt"
+      grep -c "request at" "$LOGS/tiers-$mode-$round.txt" | sed "s/^/failed requests: /" | tee -a "$OUT/tiers.txt"
+    done
+  done
+  return $rc
+}
+
 # Decode of B sessions at once in-process (jitllm-bench -b: the daemon's step without the socket),
 # once per setting of BATCH_ENVS, then each launch of a step of PROFILE_BATCH sessions timed alone.
 batch() {
@@ -321,6 +347,7 @@ case $mode in
   peer) steps=(startLlamaCpp) ;;
   batch) steps=(batch) ;;
   serve) steps=(startLlamaCpp serve) ;;
+  tiers) steps=(tiers) ;;
   migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
   archs) steps=("build jitllm-run jitllm-mkmodel backend_conformance_tests" archs) ;;
   vulkan) steps=(vulkan) ;;
