@@ -167,18 +167,24 @@ void ModelHost::submit(std::shared_ptr<GenerationJob> job, size_t perUserLimit) 
   {
     std::lock_guard lock(mutex_);
     if (stopping_) JITLLM_FAIL(kDisconnected, "model '", name_, "' is being unloaded");
-    if (incoming_.size() + activeCount_ >= options_.maxSessions) {
-      JITLLM_FAIL(kOverloaded, "model '", name_, "' already runs ", options_.maxSessions,
-                  " sessions (max_sessions); try again later");
-    }
     const uint32_t uid = job->request().ownerUid;
     size_t mine = 0;
+    bool lessUrgentRuns = false;
     std::erase_if(jobs_, [&](const std::weak_ptr<GenerationJob>& w) {
       const auto j = w.lock();
       if (!j || j->ended()) return true;
       mine += j->request().ownerUid == uid;
+      lessUrgentRuns = lessUrgentRuns || j->request().tier > job->request().tier;
       return false;
     });
+    // At the limit a request still gets in when a less urgent reply runs: that one is preempted
+    // to make room (its KV parked, worker side), up to twice the limit in all.
+    const size_t busy = incoming_.size() + activeCount_;
+    const bool yields = tiers_.scheduling && lessUrgentRuns && busy < 2 * options_.maxSessions;
+    if (busy >= options_.maxSessions && !yields) {
+      JITLLM_FAIL(kOverloaded, "model '", name_, "' already runs ", options_.maxSessions,
+                  " sessions (max_sessions); try again later");
+    }
     if (mine >= perUserLimit) {
       JITLLM_FAIL(kOverloaded, "uid ", uid, " already runs ", mine, " sessions of '", name_,
                   "' (max_sessions_per_uid); try again when one has finished");
@@ -806,9 +812,28 @@ std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest&
   return std::move(idle->session);
 }
 
+size_t ModelHost::runningCount(const std::vector<std::unique_ptr<Active>>& active) const {
+  size_t running = 0;
+  for (const auto& a : active) running += !a->done() && !a->seq->suspended();
+  return running;
+}
+
+void ModelHost::yieldForRoom(std::vector<std::unique_ptr<Active>>& active) {
+  for (size_t running = runningCount(active); running > options_.maxSessions; running--) {
+    Active* victim = nullptr;
+    for (auto& a : active) {
+      if (a->done() || a->seq->suspended() || a->job->request().tier == ServiceTier::kInteractive) continue;
+      if (!victim || a->job->request().tier >= victim->job->request().tier) victim = a.get();
+    }
+    if (!victim || !loop_->suspend(*victim->seq)) return;
+  }
+}
+
 void ModelHost::resumePreempted(std::vector<std::unique_ptr<Active>>& active) {
+  size_t running = runningCount(active);
   for (auto& a : active) {
     if (!a->parked || a->done() || !a->seq->suspended()) continue;
+    if (running >= options_.maxSessions) return;  // no room: it waits for a reply to end
     const auto start = Clock::now();
     std::unique_ptr<runtime::Session> session;
     try {
@@ -823,6 +848,7 @@ void ModelHost::resumePreempted(std::vector<std::unique_ptr<Active>>& active) {
       continue;
     }
     loop_->resume(*a->seq, std::move(session));
+    running++;
     if (options_.metrics) options_.metrics->kvPagedIn(name_);
     events_.emit({0, EventKind::kSession, "session.unparked", name_, "", a->sessionId,
                   "preempted reply back: " + humanBytes(a->parked->bytes()) + " of KV from host RAM in " +
@@ -1058,7 +1084,9 @@ void ModelHost::workerLoop() {
       loop_->fail(*a->seq, cancelled);
     }
 
-    // Preempted replies come back, oldest first, while their pages fit.
+    // No more than max_sessions replies run: past it (a more urgent one got in), the least urgent
+    // give way; preempted replies come back, oldest first, while there is room and their pages fit.
+    yieldForRoom(active);
     resumePreempted(active);
 
     // A migration prepares between steps and commits at this token boundary.

@@ -150,8 +150,9 @@ class ModelHost final {
   const runtime::ChatTemplate& chatTemplate() const { return chatTemplate_; }
   int64_t loadedUnixMs() const { return loadedUnixMs_; }
 
-  // Queues a job. Error(OVERLOADED) when maxSessions are busy, Error(DISCONNECTED) after
-  // shutdown(). The prompt is checked against the context when the worker admits it.
+  // Queues a job. Error(OVERLOADED) when maxSessions are busy - unless a less urgent reply runs,
+  // which then gives way (preempted, its KV parked; up to twice maxSessions in all) -,
+  // Error(DISCONNECTED) after shutdown(). The prompt is checked against the context when the worker admits it.
   // `perUserLimit`: at most this many sessions of the job's owner may run or wait at once
   // (max_sessions_per_uid; admins: no limit), else Error(OVERLOADED) saying so.
   void submit(std::shared_ptr<GenerationJob> job, size_t perUserLimit = SIZE_MAX);
@@ -216,8 +217,11 @@ class ModelHost final {
   // the number of prompt tokens whose KV it has; keeping a finished reply's session; parking.
   std::unique_ptr<runtime::Session> resumeIdle(const GenerationRequest& request, int64_t limit, size_t& reused);
   void keepIdle(Active& a, runtime::Sequence& sequence);
-  // Brings preempted replies' KV back from host RAM while it fits (worker thread only).
+  // Brings preempted replies' KV back from host RAM while it fits and fewer than maxSessions run;
+  // suspends the least urgent (never interactive) while more run (worker thread only).
   void resumePreempted(std::vector<std::unique_ptr<Active>>& active);
+  void yieldForRoom(std::vector<std::unique_ptr<Active>>& active);
+  size_t runningCount(const std::vector<std::unique_ptr<Active>>& active) const;
   // Drops the least recently used idle session holding device memory; false when there is none.
   bool dropIdleWithDeviceMemory();
   void parkIdle(const std::string& reason);

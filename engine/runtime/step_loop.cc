@@ -76,18 +76,22 @@ bool StepLoop::preemptFor(const Sequence& s) {
     if (&v == &s || v.ended() || v.suspended_ || !v.owned_ || v.request_.priority <= s.request_.priority) continue;
     if (!victim || v.request_.priority >= victim->request_.priority) victim = &v;
   }
-  if (!victim) return false;
+  return victim && suspend(*victim);
+}
+
+bool StepLoop::suspend(Sequence& victim) {
+  if (!options_.onSuspend || victim.ended() || victim.suspended_ || !victim.owned_) return false;
   // Out of this step, if it was in it: its reservation goes with its pages.
   for (size_t i = 0; i < stepping_.size(); i++) {
-    if (stepping_[i] == victim) {
+    if (stepping_[i] == &victim) {
       stepping_.erase(stepping_.begin() + std::ptrdiff_t(i));
       inputs_.erase(inputs_.begin() + std::ptrdiff_t(i));
       break;
     }
   }
-  victim->suspended_ = true;
-  victim->session_ = nullptr;
-  options_.onSuspend(*victim, std::move(victim->owned_));
+  victim.suspended_ = true;
+  victim.session_ = nullptr;
+  options_.onSuspend(victim, std::move(victim.owned_));
   return true;
 }
 

@@ -150,6 +150,9 @@ class StepLoop final {
   Sequence& add(Session& session, SequenceRequest request, SequenceListener* listener, size_t fed = 0);
   // Ends a sequence with `error` (a cancel); it is returned by the next takeEnded().
   void fail(Sequence& sequence, const Error& error);
+  // Suspends `sequence` between steps as preemption does (Options::onSuspend gets its session);
+  // false when it cannot be (ended, suspended already, a lent session, or no onSuspend).
+  bool suspend(Sequence& sequence);
   // Gives a suspended sequence its session back (a restored one, holding exactly the tokens it had
   // fed: its KV), after which it steps on as if it had never stopped. Error(FAILED) otherwise.
   void resume(Sequence& sequence, std::unique_ptr<Session> session);

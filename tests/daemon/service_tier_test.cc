@@ -175,5 +175,44 @@ TEST(ServiceTierPreemption, ABatchReplyGivesItsKvToAnInteractiveOneAndEndsAsIfAl
   EXPECT_NE(log.find("preempted reply back"), std::string::npos) << log;
 }
 
+// At max_sessions an interactive request still gets in when a batch reply runs: the batch reply is
+// preempted to make room and ends later with its own tokens; another batch request is refused.
+TEST(ServiceTierPreemption, AtMaxSessionsABatchReplyMakesRoomForAnInteractiveOne) {
+  server::DaemonConfig config;
+  config.devices = "cpu:0";
+  config.idleSessions = 0;
+  config.cpuThreads = 1;
+  config.maxSessions = 2;
+  config.modelDirs = {kModels};
+  auto core = std::make_unique<server::DaemonCore>(config);
+  auto host = load(*core, "full", "cpu:0");
+  auto submit = [&](const char* text, uint32_t n, server::ServiceTier tier, size_t queue) {
+    server::GenerationRequest r;
+    r.prompt = host->model().tokenizer().encode(text, true, false);
+    r.maxTokens = n;
+    r.tier = tier;
+    auto job = std::make_shared<server::GenerationJob>(r, queue);
+    host->submit(job);
+    return job;
+  };
+  const Outcome alone = finish(*submit("Lily and Ben went to the park.", 20, server::ServiceTier::kBatch, 64));
+  ASSERT_FALSE(alone.error);
+  // Two batch replies whose readers fall behind: both slots taken.
+  auto a = submit("Lily and Ben went to the park.", 20, server::ServiceTier::kBatch, 2);
+  auto b = submit("The dog ran to the tree.", 20, server::ServiceTier::kBatch, 2);
+  Outcome aOut, bOut;
+  readSome(*a, aOut, 2);
+  readSome(*b, bOut, 2);
+  EXPECT_THROW(submit("One more batch job.", 4, server::ServiceTier::kBatch, 64), Error);
+  const Outcome urgent = finish(*submit("Once upon a time", 6, server::ServiceTier::kInteractive, 64));
+  ASSERT_FALSE(urgent.error) << urgent.error->what();
+  aOut = finish(*a, aOut);
+  bOut = finish(*b, bOut);
+  ASSERT_FALSE(aOut.error);
+  ASSERT_FALSE(bOut.error);
+  EXPECT_EQ(aOut.ids, alone.ids);
+  EXPECT_NE(eventLog(*core).find("session.preempted"), std::string::npos) << eventLog(*core);
+}
+
 }  // namespace
 }  // namespace jitllm::scheduler
