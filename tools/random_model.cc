@@ -1,9 +1,11 @@
 #include "tools/random_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -191,6 +193,14 @@ constexpr const char* kPhi4MiniTemplate =
 
 constexpr int32_t kControlToken = 3, kUnusedToken = 5;  // llama.cpp's token types
 
+// The markers each family's form appends as control tokens, in id order.
+constexpr std::array<const char*, 2> kGemmaMarkers = {"<start_of_turn>", "<end_of_turn>"};
+// Phi-4-mini's, in its order: <|endoftext|> (BOS and EOS) first, <|end|> (EOT) third.
+constexpr std::array<const char*, 11> kPhi4Markers = {
+    "<|endoftext|>", "<|assistant|>", "<|end|>",        "<|user|>",          "<|system|>", "<|tool|>",
+    "<|/tool|>",     "<|tool_call|>", "<|/tool_call|>", "<|tool_response|>", "<|tag|>"};
+constexpr size_t kPhi4EndOfText = 0, kPhi4EndOfTurn = 2;
+
 // A vocabulary file's pieces with a family's markers appended as control tokens and unused
 // pieces padding it to `size` (random_model.h says why the shapes need this).
 struct FormedVocab {
@@ -198,10 +208,13 @@ struct FormedVocab {
   std::vector<float> scores;  // empty when the file has none (BPE)
   std::vector<int32_t> types;
 
-  FormedVocab(const gguf::GgufFile& vocab, std::initializer_list<const char*> markers) {
+  int32_t firstMarker = 0;  // the id of markers[0]
+
+  FormedVocab(const gguf::GgufFile& vocab, std::span<const char* const> markers) {
     tokens = *vocab.getStringArray("tokenizer.ggml.tokens");
     scores = vocab.getF32Array("tokenizer.ggml.scores").value_or(std::vector<float>{});
     types = *vocab.getI32Array("tokenizer.ggml.token_type");
+    firstMarker = int32_t(tokens.size());
     for (const char* marker : markers) add(marker, kControlToken);
   }
   int32_t add(const std::string& piece, int32_t type) {
@@ -237,9 +250,9 @@ TokenizerForm tokenizerForm(const ModelShape& s) {
 int64_t formMarkers(TokenizerForm form) {
   switch (form) {
     case TokenizerForm::kGemma:
-      return 2;
+      return int64_t(kGemmaMarkers.size());
     case TokenizerForm::kPhi4:
-      return 11;
+      return int64_t(kPhi4Markers.size());
     case TokenizerForm::kAsFile:
       break;
   }
@@ -248,7 +261,7 @@ int64_t formMarkers(TokenizerForm form) {
 
 // The tokenizer keys of `vocab` (llama-spm's) in gemma's form: see random_model.h.
 void writeGemmaTokenizer(const gguf::GgufFile& vocab, int64_t size, gguf::GgufWriter& w) {
-  FormedVocab v(vocab, {"<start_of_turn>", "<end_of_turn>"});
+  FormedVocab v(vocab, kGemmaMarkers);
   v.padTo(size, "<unused", ">");
   v.write(vocab, w);
   w.set("tokenizer.ggml.add_space_prefix", gguf::Value::boolean(false));
@@ -258,14 +271,9 @@ void writeGemmaTokenizer(const gguf::GgufFile& vocab, int64_t size, gguf::GgufWr
 
 // The tokenizer keys of `vocab` (llama-bpe's) in Phi-4-mini's form: see random_model.h.
 void writePhi4Tokenizer(const gguf::GgufFile& vocab, int64_t size, gguf::GgufWriter& w) {
-  FormedVocab v(vocab, {});
-  const int32_t endOfText = v.add("<|endoftext|>", kControlToken);
-  v.add("<|assistant|>", kControlToken);
-  const int32_t endOfTurn = v.add("<|end|>", kControlToken);
-  for (const char* marker : {"<|user|>", "<|system|>", "<|tool|>", "<|/tool|>", "<|tool_call|>", "<|/tool_call|>",
-                             "<|tool_response|>", "<|tag|>"}) {
-    v.add(marker, kControlToken);
-  }
+  FormedVocab v(vocab, kPhi4Markers);
+  const int32_t endOfText = v.firstMarker + int32_t(kPhi4EndOfText);
+  const int32_t endOfTurn = v.firstMarker + int32_t(kPhi4EndOfTurn);
   v.padTo(size, "<|dummy_", "|>");
   v.write(vocab, w);
   w.set("tokenizer.ggml.pre", gguf::Value::string("gpt-4o"));
