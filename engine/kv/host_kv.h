@@ -3,9 +3,9 @@
 //
 // Parking copies the written pages of every layer (the live ones: not those a sliding window has
 // freed) to host memory, one gather per layer from the
-// device the layer's pages live on; the caller then destroys the session, which returns its pages
-// to their pools. Restoring makes a new session of the model - its pages from the pools of the
-// devices the layers run on *now*, so a migration or a lost device in between does not matter -
+// device the layer's pages live on (a tensor-parallel layer's shards joined back into one layout); the caller then
+// destroys the session, which returns its pages to their pools. Restoring makes a new session of the model - its pages
+// from the pools of the devices the layers run on *now*, so a migration or a lost device in between does not matter -
 // and scatters the same bytes back. A page's bytes mean the same on every backend (live migration
 // moves them raw), so the restored session continues exactly as the parked one would have.
 //
@@ -41,6 +41,7 @@ class HostKv final {
  private:
   int64_t length_ = 0;
   int64_t contextLimit_ = 0;
+  KvLayout whole_;  // every layer's, on one device
   size_t pageBytes_ = 0;
   std::vector<std::vector<uint8_t>> layers_;  // per layer: its written live pages, back to back
   std::vector<size_t> firstPages_;            // per layer: the page index layers_ starts at

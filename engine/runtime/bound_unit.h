@@ -39,6 +39,16 @@ struct BoundUnit {
   const float* attnPostNorm = nullptr;  // norms of each branch's output (gemma3)
   const float* ffnPostNorm = nullptr;
 
+  // Tensor parallel (Model::bindSplit): shard `shard` of `shards`. Its wq/wk/wv/gate/up (and
+  // biases) are its rows; wo and down its columns where `woSplit` / `downSplit`, else the first
+  // shard holds them whole and the others none. The first shard owns the others in `peers`.
+  int shard = 0;
+  int shards = 1;
+  bool partialSums = false;  // asked for (Model::bindSplit); woSplit/downSplit say where it applies
+  bool woSplit = false;
+  bool downSplit = false;
+  std::vector<BoundUnit> peers;
+
   // Streamed (a block of a model larger than its device): the weights wait in `streamSource`
   // (pinned host memory) laid out as they will be in a device slot, and the pointers above point
   // at where they are now - into the source until the first upload, then into the slot the block
@@ -115,6 +125,25 @@ struct BoundUnit {
     if (buffers.back()->data() != t->data) inDeviceMemory = true;
     return buffers.back()->data();
   }
+  // Rows [begin, begin + rows) of a matrix (contiguous in the file: a view on the CPU).
+  WeightRef bindRows(const gguf::TensorInfo* t, int64_t begin, int64_t rows) {
+    const size_t rowStride = t->nbytes / size_t(t->rows());
+    const uint8_t* at = t->data + size_t(begin) * rowStride;
+    buffers.push_back(device->adoptHostBytes(at, size_t(rows) * rowStride));
+    weightBytes += size_t(rows) * rowStride;
+    if (buffers.back()->data() != at) inDeviceMemory = true;
+    return WeightRef{t->type, buffers.back()->data(), rows, t->dims[0], rowStride};
+  }
+  // Columns [begin, begin + cols) of every row, copied into one buffer of their own (`begin` and
+  // `cols` whole quantization blocks).
+  WeightRef bindColumns(const gguf::TensorInfo* t, int64_t begin, int64_t cols);
+  const float* bindVectorPart(const gguf::TensorInfo* t, int64_t begin, int64_t count) {
+    if (t == nullptr) return nullptr;
+    const uint8_t* at = t->data + size_t(begin) * sizeof(float);
+    buffers.push_back(device->adoptHostBytes(at, size_t(count) * sizeof(float)));
+    weightBytes += size_t(count) * sizeof(float);
+    return reinterpret_cast<const float*>(buffers.back()->data());
+  }
   WeightRef bindMatrix(const gguf::TensorInfo* t) {
     const uint8_t* data = adopt(t);
     const size_t rowStride = t->nbytes / size_t(t->rows());
@@ -125,5 +154,20 @@ struct BoundUnit {
     return reinterpret_cast<const float*>(adopt(t));
   }
 };
+
+inline WeightRef BoundUnit::bindColumns(const gguf::TensorInfo* t, int64_t begin, int64_t cols) {
+  const quant::TypeTraits traits = quant::typeTraits(t->type);
+  const int64_t rows = t->rows();
+  const size_t rowStride = t->nbytes / size_t(rows);
+  const size_t skip = size_t(begin / traits.blockElems) * traits.blockBytes;
+  const size_t part = size_t(cols / traits.blockElems) * traits.blockBytes;
+  std::vector<uint8_t> host(size_t(rows) * part);
+  for (int64_t r = 0; r < rows; r++) std::memcpy(&host[size_t(r) * part], t->data + size_t(r) * rowStride + skip, part);
+  buffers.push_back(device->allocate(host.size()));
+  device->copyFromHost(buffers.back()->data(), host.data(), host.size());
+  weightBytes += host.size();
+  if (!device->info().caps.hostMemory) inDeviceMemory = true;
+  return WeightRef{t->type, buffers.back()->data(), rows, cols, part};
+}
 
 }  // namespace jitllm::runtime

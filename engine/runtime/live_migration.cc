@@ -25,7 +25,10 @@ LiveMigration::LiveMigration(Model& model, MigrationOptions options)
                  " are not a range of this model's ", model_.unitCount(), " units");
   std::vector<std::string> sources;
   for (int u = r.first; u <= r.last; u++) {
-    Device* source = model_.units_[size_t(u)].device;
+    const BoundUnit& unit = model_.units_[size_t(u)];
+    JITLLM_REQUIRE(unit.shards == 1, model_.unitName(u), " is split over ", unit.shards,
+                   " devices (tensor parallel): switch it to one device to move it (TensorParallelSwitch)");
+    Device* source = unit.device;
     if (source == options_.target) continue;
     movingUnits_.push_back(u);
     if (u > 0 && u < model_.unitCount() - 1) movingLayers_.push_back(u - 1);
@@ -67,30 +70,17 @@ void LiveMigration::freeTargetPages(SessionCopy& copy) {
 
 void LiveMigration::reconcileSessions() {
   if (movingLayers_.empty()) return;
-  // Sessions that ended give their target pages back; new ones start with nothing copied.
-  for (auto it = copies_.begin(); it != copies_.end();) {
-    if (model_.sessions_.find(it->first) == nullptr) {
-      freeTargetPages(it->second);
-      it = copies_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (Session* s : model_.sessions_.all()) {
-    auto [it, fresh] = copies_.try_emplace(s->id());
-    SessionCopy& c = it->second;
-    if (fresh) {
-      c.pages.resize(movingLayers_.size());
-      c.addresses.resize(movingLayers_.size());
-      c.valid.assign(movingLayers_.size(), 0);
-      c.freedBefore.assign(movingLayers_.size(), 0);
-      c.rewinds = s->rewinds();
-    } else if (c.rewinds != s->rewinds()) {
-      // A rewind may have rewritten positions we copied: copy them again.
-      std::fill(c.valid.begin(), c.valid.end(), int64_t(0));
-      c.rewinds = s->rewinds();
-    }
-  }
+  // Sessions that ended give their target pages back; new ones start with nothing copied; a
+  // rewind may have rewritten positions we copied: copy them again.
+  reconcileCopies(
+      copies_, model_.sessions_, [&](SessionCopy& c) { freeTargetPages(c); },
+      [&](SessionCopy& c) {
+        c.pages.resize(movingLayers_.size());
+        c.addresses.resize(movingLayers_.size());
+        c.valid.assign(movingLayers_.size(), 0);
+        c.freedBefore.assign(movingLayers_.size(), 0);
+      },
+      [](SessionCopy& c) { std::fill(c.valid.begin(), c.valid.end(), int64_t(0)); });
 }
 
 bool LiveMigration::precopy(size_t budget) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "engine/kv/kv_head_split.h"
 #include "engine/runtime/bound_unit.h"
 #include "engine/runtime/unit_range.h"
 #include "engine/tokenizer/vocab_from_gguf.h"
@@ -18,6 +19,9 @@ struct Model::Workspace {
   int64_t capacity = 0;
   int64_t logitsCapacity = 0;  // rows; decode needs one per session, scoring one per token
   std::unique_ptr<DeviceBuffer> x, normed, q, k, v, attn, gate, up, logits;
+  // A split block's partial sums from another device, before they are added (Model::runSplitBlock).
+  std::unique_ptr<DeviceBuffer> partial;
+  int64_t partialCapacity = 0;
   // Streamed blocks visit two slots in turn: while one block runs from one, the next uploads into
   // the other. slotFree[s]: the mark after the ops of the block that last used slot s.
   std::unique_ptr<DeviceBuffer> slots[2];
@@ -80,8 +84,11 @@ int Model::unitCount() const { return int(units_.size()); }
 
 std::vector<Device*> Model::devices() const {
   std::vector<Device*> out;
-  for (const BoundUnit& u : units_) out.push_back(u.device);
-  for (const auto& [device, pool] : pools_) out.push_back(device);
+  for (const BoundUnit& u : units_) {
+    out.push_back(u.device);
+    for (const BoundUnit& p : u.peers) out.push_back(p.device);
+  }
+  for (const auto& [key, pool] : pools_) out.push_back(key.first);
   for (const auto& [device, ws] : workspaces_) out.push_back(device);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -91,14 +98,23 @@ Device& Model::unitDevice(int unit) const { return *units_.at(size_t(unit)).devi
 
 UnitInfo Model::unitInfo(int unit) const {
   const BoundUnit& b = units_.at(size_t(unit));
-  return {b.device, b.inDeviceMemory, b.weightBytes, b.kernelsReady, b.streamed};
+  UnitInfo info{b.device, b.inDeviceMemory, b.weightBytes, b.kernelsReady, b.streamed, {}};
+  if (!b.peers.empty()) {
+    info.shards.push_back(b.device);
+    for (const BoundUnit& p : b.peers) {
+      info.shards.push_back(p.device);
+      info.weightBytes += p.weightBytes;
+      info.kernelsReady = info.kernelsReady && p.kernelsReady;
+    }
+  }
+  return info;
 }
 
 std::string Model::unitName(int unit) const { return runtime::unitName(unit, int(config_.layers)); }
 
 std::vector<const KvPagePool*> Model::kvPools() const {
   std::vector<const KvPagePool*> out;
-  for (const auto& [device, pool] : pools_) out.push_back(pool.get());
+  for (const auto& [key, pool] : pools_) out.push_back(pool.get());
   return out;
 }
 
@@ -126,6 +142,14 @@ void Model::bind(const ModelLoadOptions& options) {
     const size_t kvPerToken = 2 * size_t(kvLayout_.kvHeads) * size_t(kvLayout_.headDim) * kvLayout_.elementBytes();
     placement = options.placer(weightBytes, kvPerToken, config_.contextLength, workspaceBytesEstimate());
   }
+  const int tp = options.tensorParallel;
+  JITLLM_REQUIRE(tp >= 1 && tp <= Session::kMaxShards && tp <= int(options.devices.size()), "tensor parallelism over ",
+                 tp, " devices needs as many (given ", options.devices.size(), ", at most ", Session::kMaxShards, ")");
+  if (tp > 1) {
+    JITLLM_REQUIRE(options.placement.empty() && !options.placer && options.streamed.empty(),
+                   "tensor parallelism places every unit itself: no placement, placer or streaming with it");
+    placement.assign(size_t(units), 0);
+  }
   if (placement.empty()) placement = evenPlacement(layers, int(options.devices.size()));
   JITLLM_REQUIRE(int(placement.size()) == units, "placement names ", placement.size(), " units, the model has ", units);
   // Other threads may drive these devices (other models' workers): uploads take turns with them.
@@ -137,6 +161,11 @@ void Model::bind(const ModelLoadOptions& options) {
                    ", not one of the ", options.devices.size(), " given");
     const bool streamed = u < int(options.streamed.size()) && options.streamed[size_t(u)];
     JITLLM_REQUIRE(!streamed || (u > 0 && u < units - 1), "only blocks can be streamed, not ", unitName(u));
+    if (tp > 1 && u > 0 && u < units - 1) {
+      units_.push_back(bindSplit(u, std::vector<Device*>(options.devices.begin(), options.devices.begin() + tp),
+                                 options.partialSums));
+      continue;
+    }
     units_.push_back(bindUnit(u, *options.devices[size_t(d)], streamed));
     if (u > 0 && u < units - 1) kvPool(*units_.back().device);
   }
@@ -206,6 +235,101 @@ BoundUnit Model::bindUnit(int u, Device& device, bool streamed) {
   return b;
 }
 
+BoundUnit Model::bindSplit(int u, const std::vector<Device*>& devices, bool partialSums) {
+  const ModelConfig& c = config_;
+  const int k = int(devices.size());
+  JITLLM_REQUIRE(u > 0 && u <= c.layers, "only blocks split over devices, not ", unitName(u));
+  JITLLM_REQUIRE(k >= 1 && k <= Session::kMaxShards, "a block splits over 1 to ", Session::kMaxShards, " devices, not ",
+                 k);
+  for (int i = 0; i < k; i++) {
+    for (int j = 0; j < i; j++) {
+      JITLLM_REQUIRE(devices[size_t(i)] != devices[size_t(j)], "tensor parallelism over ",
+                     devices[size_t(i)]->info().id, " twice");
+    }
+  }
+  JITLLM_REQUIRE(c.kvHeads % k == 0 && c.feedForward % k == 0, unitName(u), ": ", c.kvHeads, " KV heads and ",
+                 c.feedForward, " FFN rows do not split over ", k, " devices");
+  const BlockTensors& t = tensors_.blocks[size_t(u - 1)];
+  const int64_t hd = c.headDim, heads = c.heads / k, kvHeads = c.kvHeads / k, ff = c.feedForward / k;
+  const int64_t qRows = c.heads * hd, kvRows = c.kvHeads * hd;
+  // The output and down projections run whole on the first device over the shards' gathered
+  // outputs - the bits of one device - unless partial sums are asked for: then each shard takes
+  // its columns (where they split at whole quantization blocks) and the sums are added in shard
+  // order, which moves the integer kernels' activation rounding downstream (NMSE ~1e-9).
+  auto columnsSplit = [&](const gguf::TensorInfo* m, int64_t part) {
+    return k > 1 && part % quant::typeTraits(m->type).blockElems == 0;
+  };
+  const bool woSplit = partialSums && columnsSplit(t.wo, heads * hd);
+  const bool downSplit = partialSums && columnsSplit(t.down, ff);
+  std::vector<BoundUnit> shards(static_cast<size_t>(k));
+  for (int j = 0; j < k; j++) {
+    BoundUnit& b = shards[size_t(j)];
+    b.device = devices[size_t(j)];
+    b.shard = j;
+    b.shards = k;
+    b.partialSums = partialSums;
+    b.woSplit = woSplit;
+    b.downSplit = downSplit;
+    b.attnNorm = b.bindVector(t.attnNorm);
+    b.ffnNorm = b.bindVector(t.ffnNorm);
+    const int64_t q0 = j * heads * hd, kv0 = j * kvHeads * hd, f0 = j * ff;
+    if (t.wqkv) {
+      b.wq = b.bindRows(t.wqkv, q0, heads * hd);
+      b.wk = b.bindRows(t.wqkv, qRows + kv0, kvHeads * hd);
+      b.wv = b.bindRows(t.wqkv, qRows + kvRows + kv0, kvHeads * hd);
+    } else {
+      b.wq = b.bindRows(t.wq, q0, heads * hd);
+      b.wk = b.bindRows(t.wk, kv0, kvHeads * hd);
+      b.wv = b.bindRows(t.wv, kv0, kvHeads * hd);
+    }
+    if (t.gateUp) {
+      b.gate = b.bindRows(t.gateUp, f0, ff);
+      b.up = b.bindRows(t.gateUp, c.feedForward + f0, ff);
+    } else {
+      b.gate = b.bindRows(t.gate, f0, ff);
+      b.up = b.bindRows(t.up, f0, ff);
+    }
+    if (woSplit) {
+      b.wo = b.bindColumns(t.wo, q0, heads * hd);
+    } else if (j == 0) {
+      b.wo = b.bindMatrix(t.wo);
+    }
+    if (downSplit) {
+      b.down = b.bindColumns(t.down, f0, ff);
+    } else if (j == 0) {
+      b.down = b.bindMatrix(t.down);
+    }
+    b.bq = b.bindVectorPart(t.bq, q0, heads * hd);
+    b.bk = b.bindVectorPart(t.bk, kv0, kvHeads * hd);
+    b.bv = b.bindVectorPart(t.bv, kv0, kvHeads * hd);
+    b.qNorm = b.bindVector(t.qNorm);
+    b.kNorm = b.bindVector(t.kNorm);
+    if (j == 0) {  // applied to the whole branch output, on the first device
+      b.attnPostNorm = b.bindVector(t.attnPostNorm);
+      b.ffnPostNorm = b.bindVector(t.ffnPostNorm);
+    }
+    kvPool(*b.device, k);
+  }
+  BoundUnit first = std::move(shards[0]);
+  for (int j = 1; j < k; j++) first.peers.push_back(std::move(shards[size_t(j)]));
+  return first;
+}
+
+void Model::attachShardTables(Session& session, int unit) const {
+  const BoundUnit& b = units_[size_t(unit)];
+  const int layer = unit - 1;
+  for (int j = 1; j < Session::kMaxShards; j++) {
+    KvPagePool* pool = nullptr;
+    if (j < b.shards) {
+      pool = pools_.at({b.peers[size_t(j - 1)].device, b.shards}).get();
+    }
+    std::vector<PageId> none;
+    std::vector<uint8_t*> noAddresses;
+    KvPagePool* old = nullptr;
+    session.replaceLayer(session.tableOf(layer, j), pool, none, noAddresses, 0, old);
+  }
+}
+
 KernelWorkload Model::kernelWorkload(int u, const BoundUnit& b) const {
   KernelWorkload w;
   w.maxTokens = kMaxStepTokens;
@@ -219,8 +343,10 @@ KernelWorkload Model::kernelWorkload(int u, const BoundUnit& b) const {
     w.tables.push_back(WeightRef{quant::TensorType::kF32, nullptr, kMaxStepTokens, E, size_t(E) * sizeof(float)});
     w.candidates = true;
   } else {
-    w.products = {{b.wq, b.wk, b.wv}, {b.wo}, {b.gate, b.up}, {b.down}};
-    w.attention.push_back({int(config_.heads), kvLayout_});
+    w.products = {{b.wq, b.wk, b.wv}, {b.gate, b.up}};
+    if (b.wo.rows > 0) w.products.push_back({b.wo});
+    if (b.down.rows > 0) w.products.push_back({b.down});
+    w.attention.push_back({int(config_.heads) / b.shards, shardLayout(kvLayout_, b.shards)});
   }
   return w;
 }
@@ -230,21 +356,25 @@ size_t Model::prepareKernels(const std::function<void(size_t done, size_t total)
   // compiles every variant once, all in one parallel batch.
   std::vector<Device*> devices;
   std::vector<KernelWorkload> workloads;
-  for (int u = 0; u < unitCount(); u++) {
-    const BoundUnit& b = units_[size_t(u)];
-    if (b.streamed) continue;  // its weights move between slots; the first step makes its kernels
+  auto add = [&](int u, const BoundUnit& b) {
     const KernelWorkload w = kernelWorkload(u, b);
     auto it = std::find(devices.begin(), devices.end(), b.device);
     if (it == devices.end()) {
       devices.push_back(b.device);
       workloads.push_back(w);
-      continue;
+      return;
     }
     KernelWorkload& all = workloads[size_t(it - devices.begin())];
     all.products.insert(all.products.end(), w.products.begin(), w.products.end());
     all.tables.insert(all.tables.end(), w.tables.begin(), w.tables.end());
     all.attention.insert(all.attention.end(), w.attention.begin(), w.attention.end());
     all.candidates = all.candidates || w.candidates;
+  };
+  for (int u = 0; u < unitCount(); u++) {
+    const BoundUnit& b = units_[size_t(u)];
+    if (b.streamed) continue;  // its weights move between slots; the first step makes its kernels
+    add(u, b);
+    for (const BoundUnit& p : b.peers) add(u, p);
   }
   const DeviceLocks locks(devices);
   size_t made = 0;
@@ -258,6 +388,42 @@ size_t Model::prepareKernels(const std::function<void(size_t done, size_t total)
 
 void Model::warmUp(int u, BoundUnit& b, bool prepared) {
   if (b.streamed) return;  // its weights are not on the device between steps; the first step compiles
+  if (!b.peers.empty()) {
+    // One token at position 0 through the split block, each shard's KV written to a scratch page.
+    std::vector<BoundUnit*> shards{&b};
+    for (BoundUnit& p : b.peers) shards.push_back(&p);
+    std::vector<std::vector<KvSlot>> slots;
+    std::vector<std::vector<const uint8_t* const*>> tables;
+    std::vector<const uint8_t*> addresses(shards.size());
+    std::vector<std::pair<KvPagePool*, PageId>> pages;
+    struct FreePages {
+      std::vector<std::pair<KvPagePool*, PageId>>& pages;
+      ~FreePages() {
+        for (auto [pool, page] : pages) pool->free(page);
+      }
+    } release{pages};
+    for (size_t j = 0; j < shards.size(); j++) {
+      Device& d = *shards[j]->device;
+      if (!prepared) d.prepareKernels(kernelWorkload(u, *shards[j]));
+      workspace(d, 1);
+      KvPagePool& pool = kvPool(d, b.shards);
+      pages.push_back({&pool, pool.allocate()});
+      addresses[j] = pool.address(pages.back().second);
+    }
+    for (size_t j = 0; j < shards.size(); j++) {
+      slots.push_back({KvSlot{const_cast<uint8_t*>(addresses[j]), 0}});
+      tables.push_back({&addresses[j]});
+    }
+    Workspace& ws = workspace(*b.device, 1);
+    const std::vector<float> zeros(static_cast<size_t>(config_.embedding), 0.0f);
+    b.device->copyFromHost(ws.x->data(), zeros.data(), zeros.size() * sizeof(float));
+    const int32_t position = 0;
+    runSplitBlock(b, u - 1, 1, &position, slots, tables);
+    std::vector<float> sink(1);
+    b.device->copyToHost(sink.data(), ws.x->data(), sizeof(float));
+    for (BoundUnit* s : shards) s->kernelsReady = true;
+    return;
+  }
   Device& d = *b.device;
   if (!prepared) d.prepareKernels(kernelWorkload(u, b));
   Workspace& ws = workspace(d, 1);
@@ -342,6 +508,9 @@ void Model::releaseIdleWorkspaces() {
   std::erase_if(workspaces_, [&](const auto& entry) {
     for (const BoundUnit& u : units_) {
       if (u.device == entry.first) return false;
+      for (const BoundUnit& p : u.peers) {
+        if (p.device == entry.first) return false;
+      }
     }
     return true;
   });
@@ -360,13 +529,18 @@ void Model::rebindUnit(int unit, Device& device) {
     for (const Session* s : sessions_.all()) {
       // The page table, not just its live pages: a tiny sliding window can leave a table of freed
       // entries only, which the rebind below cannot take over either.
-      JITLLM_REQUIRE(s->layerPageTableSize(unit - 1) == 0, "session ", s->id(), " still holds KV of ", unitName(unit),
-                     "; it must end before the unit is re-placed");
+      for (int j = 0; j < Session::kMaxShards; j++) {
+        JITLLM_REQUIRE(s->layerPageTableSize(s->tableOf(unit - 1, j)) == 0, "session ", s->id(), " still holds KV of ",
+                       unitName(unit), "; it must end before the unit is re-placed");
+      }
     }
   }
   BoundUnit fresh = bindUnit(unit, device);
   warmUp(unit, fresh);
   units_[size_t(unit)] = std::move(fresh);
+  if (unit > 0 && unit < unitCount() - 1) {
+    for (Session* s : sessions_.all()) attachShardTables(*s, unit);
+  }
   if (unit > 0 && unit < unitCount() - 1) {
     kvPool(device);
     // Sessions that hold no KV of the layer yet (checked above) take their pages from the new pool.
@@ -381,19 +555,27 @@ void Model::rebindUnit(int unit, Device& device) {
 void Model::releaseDevice(Device& device) {
   for (int u = 0; u < unitCount(); u++) {
     JITLLM_REQUIRE(units_[size_t(u)].device != &device, unitName(u), " still runs on ", device.info().id);
+    for (const BoundUnit& p : units_[size_t(u)].peers) {
+      JITLLM_REQUIRE(p.device != &device, unitName(u), " still runs partly on ", device.info().id);
+    }
   }
-  auto it = pools_.find(&device);
-  if (it != pools_.end()) {
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    if (it->first.first != &device) {
+      ++it;
+      continue;
+    }
     JITLLM_REQUIRE(it->second->pagesInUse() == 0, it->second->pagesInUse(), " KV pages are still in use on ",
                    device.info().id);
-    pools_.erase(it);
+    it = pools_.erase(it);
   }
   workspaces_.erase(&device);
 }
 
-KvPagePool& Model::kvPool(Device& device) {
-  auto& pool = pools_[&device];
-  if (!pool) pool = std::make_unique<KvPagePool>(device, kvLayout_);
+KvPagePool& Model::kvPool(Device& device) { return kvPool(device, 1); }
+
+KvPagePool& Model::kvPool(Device& device, int shards) {
+  auto& pool = pools_[{&device, shards}];
+  if (!pool) pool = std::make_unique<KvPagePool>(device, shardLayout(kvLayout_, shards));
   return *pool;
 }
 
@@ -403,11 +585,16 @@ std::unique_ptr<Session> Model::createSession(int64_t contextLimit) {
   std::vector<KvPagePool*> layerPools;
   std::vector<int64_t> windows;
   for (int l = 0; l < config_.layers; l++) {
-    layerPools.push_back(&kvPool(*units_[size_t(l + 1)].device));
+    const BoundUnit& b = units_[size_t(l + 1)];
+    layerPools.push_back(&kvPool(*b.device, b.shards));
     windows.push_back(config_.slidingLayer(l) ? config_.slidingWindow : 0);
   }
-  return std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools), &sessions_,
-                                   std::move(windows));
+  auto session =
+      std::make_unique<Session>(nextSessionId_++, contextLimit, std::move(layerPools), &sessions_, std::move(windows));
+  for (int l = 0; l < config_.layers; l++) {
+    if (units_[size_t(l + 1)].shards > 1) attachShardTables(*session, l + 1);
+  }
+  return session;
 }
 
 Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
@@ -439,8 +626,9 @@ Model::Workspace& Model::workspace(Device& device, int64_t tokens) {
   return *ws;
 }
 
-void Model::runBlock(const BoundUnit& u, int layer, Workspace& ws, int64_t T, const int32_t* positions,
-                     const KvSlot* slots, const uint8_t* const* const* pageTables) {
+void Model::attentionHeads(const BoundUnit& u, int layer, Workspace& ws, int64_t T, const int32_t* positions,
+                           const KvSlot* slots, const uint8_t* const* const* pageTables, int heads,
+                           const KvLayout& kv) {
   const ModelConfig& c = config_;
   Device& d = *u.device;
   float* x = ws.f(ws.x);
@@ -449,8 +637,6 @@ void Model::runBlock(const BoundUnit& u, int layer, Workspace& ws, int64_t T, co
   float* k = ws.f(ws.k);
   float* v = ws.f(ws.v);
   float* attn = ws.f(ws.attn);
-  float* gate = ws.f(ws.gate);
-  float* up = ws.f(ws.up);
 
   d.rmsNorm(x, u.attnNorm, normed, T, c.embedding, c.rmsEps);
   const MatmulTarget qkv[] = {{u.wq, q, u.bq}, {u.wk, k, u.bk}, {u.wv, v, u.bv}};
@@ -459,8 +645,8 @@ void Model::runBlock(const BoundUnit& u, int layer, Workspace& ws, int64_t T, co
     // Each head of q and k normalised on its own (qwen3), out of place: q into `normed` (free
     // once the products above have read it), k into `attn` (free until attention writes it,
     // after k is in the cache).
-    d.rmsNorm(q, u.qNorm, normed, T * c.heads, c.headDim, c.rmsEps);
-    d.rmsNorm(k, u.kNorm, attn, T * c.kvHeads, c.headDim, c.rmsEps);
+    d.rmsNorm(q, u.qNorm, normed, T * heads, c.headDim, c.rmsEps);
+    d.rmsNorm(k, u.kNorm, attn, T * kv.kvHeads, c.headDim, c.rmsEps);
     q = normed;
     k = attn;
   }
@@ -473,43 +659,134 @@ void Model::runBlock(const BoundUnit& u, int layer, Workspace& ws, int64_t T, co
   rope.freqFactors = ropeFactors_.empty() ? nullptr : ropeFactors_.data();
   rope.neox = c.ropeNeox;
   rope.attnFactor = c.ropeAttnFactor;
-  d.ropeAndStore(q, k, v, T, int(c.heads), int(c.kvHeads), positions, rope, slots, kvLayout_);
+  d.ropeAndStore(q, k, v, T, heads, kv.kvHeads, positions, rope, slots, kv);
   AttentionBatch batch;
   batch.tokens = T;
-  batch.heads = int(c.heads);
-  batch.kv = kvLayout_;
+  batch.heads = heads;
+  batch.kv = kv;
   batch.scale = c.attentionScale != 0 ? c.attentionScale : float(1.0 / std::sqrt(double(c.headDim)));
   batch.positions = positions;
   batch.pageTables = pageTables;
   batch.window = sliding ? int(c.slidingWindow) : 0;
   d.attention(q, attn, batch);
-  d.matmul(u.wo, attn, T, normed, nullptr);
-  // A branch's output joins the residual through its post norm (gemma3), written to a buffer the
-  // FFN has not used yet (gate and up are at least embedding wide).
-  float* branch = normed;
-  if (u.attnPostNorm) {
-    d.rmsNorm(normed, u.attnPostNorm, gate, T, c.embedding, c.rmsEps);
-    branch = gate;
-  }
-  if (c.residualScale != 0) d.scale(branch, c.residualScale, T * c.embedding);
-  d.add(x, branch, T * c.embedding);
+}
 
-  d.rmsNorm(x, u.ffnNorm, normed, T, c.embedding, c.rmsEps);
+void Model::ffnHidden(const BoundUnit& u, Workspace& ws, int64_t T, int64_t rows) {
+  const ModelConfig& c = config_;
+  Device& d = *u.device;
+  float* gate = ws.f(ws.gate);
+  float* up = ws.f(ws.up);
+  d.rmsNorm(ws.f(ws.x), u.ffnNorm, ws.f(ws.normed), T, c.embedding, c.rmsEps);
   const MatmulTarget gateUp[] = {{u.gate, gate, nullptr}, {u.up, up, nullptr}};
-  d.matmuls(gateUp, normed, T);
+  d.matmuls(gateUp, ws.f(ws.normed), T);
   if (c.geluFfn) {
-    d.geglu(gate, up, gate, T * c.feedForward);
+    d.geglu(gate, up, gate, T * rows);
   } else {
-    d.swiglu(gate, up, gate, T * c.feedForward);
+    d.swiglu(gate, up, gate, T * rows);
   }
-  d.matmul(u.down, gate, T, normed, nullptr);
-  branch = normed;
-  if (u.ffnPostNorm) {
-    d.rmsNorm(normed, u.ffnPostNorm, up, T, c.embedding, c.rmsEps);
-    branch = up;
+}
+
+void Model::joinResidual(Device& d, Workspace& ws, float* branch, const float* postNorm, float* spare, int64_t T) {
+  const ModelConfig& c = config_;
+  // A branch's output joins the residual through its post norm (gemma3), written to a buffer the
+  // block does not need any more (gate or up: at least embedding wide).
+  if (postNorm) {
+    d.rmsNorm(branch, postNorm, spare, T, c.embedding, c.rmsEps);
+    branch = spare;
   }
   if (c.residualScale != 0) d.scale(branch, c.residualScale, T * c.embedding);
-  d.add(x, branch, T * c.embedding);
+  d.add(ws.f(ws.x), branch, T * c.embedding);
+}
+
+void Model::runBlock(const BoundUnit& u, int layer, Workspace& ws, int64_t T, const int32_t* positions,
+                     const KvSlot* slots, const uint8_t* const* const* pageTables) {
+  const ModelConfig& c = config_;
+  Device& d = *u.device;
+  attentionHeads(u, layer, ws, T, positions, slots, pageTables, int(c.heads), kvLayout_);
+  d.matmul(u.wo, ws.f(ws.attn), T, ws.f(ws.normed), nullptr);
+  joinResidual(d, ws, ws.f(ws.normed), u.attnPostNorm, ws.f(ws.gate), T);
+  ffnHidden(u, ws, T, c.feedForward);
+  d.matmul(u.down, ws.f(ws.gate), T, ws.f(ws.normed), nullptr);
+  joinResidual(d, ws, ws.f(ws.normed), u.ffnPostNorm, ws.f(ws.up), T);
+}
+
+void Model::runSplitBlock(const BoundUnit& u, int layer, int64_t T, const int32_t* positions,
+                          const std::vector<std::vector<KvSlot>>& slots,
+                          const std::vector<std::vector<const uint8_t* const*>>& pageTables) {
+  const ModelConfig& c = config_;
+  const int k = u.shards;
+  std::vector<const BoundUnit*> shard{&u};
+  for (const BoundUnit& p : u.peers) shard.push_back(&p);
+  std::vector<Workspace*> ws;
+  for (const BoundUnit* b : shard) ws.push_back(&workspace(*b->device, T));
+  Device& first = *u.device;
+  Workspace& w0 = *ws[0];
+  const size_t rowBytes = size_t(T * c.embedding) * sizeof(float);
+  if (w0.partialCapacity < T) {
+    w0.partial.reset();
+    w0.partial = first.allocate(rowBytes);
+    w0.partialCapacity = T;
+  }
+  // The hidden state lives on the first device; the others get a copy before each branch.
+  auto broadcast = [&] {
+    for (int j = 1; j < k; j++)
+      first.copyToDevice(*shard[size_t(j)]->device, ws[size_t(j)]->x->data(), w0.x->data(), rowBytes);
+  };
+  // The shards' partial sums of a split product, added on the first device in shard order.
+  auto reduce = [&](std::unique_ptr<DeviceBuffer> Workspace::*buffer) {
+    for (int j = 1; j < k; j++) {
+      shard[size_t(j)]->device->copyToDevice(first, w0.partial->data(), (ws[size_t(j)]->*buffer)->data(), rowBytes);
+      first.add(w0.f(w0.*buffer), w0.f(w0.partial), T * c.embedding);
+    }
+  };
+  // The shards' outputs (`width` columns each) side by side in the first device's `buffer`, for a
+  // product that runs there whole.
+  std::vector<float> host;
+  auto gather = [&](std::unique_ptr<DeviceBuffer> Workspace::*buffer, int64_t width) {
+    std::vector<float> part(size_t(T * width));
+    host.resize(size_t(T * width * k));
+    for (int j = 0; j < k; j++) {
+      shard[size_t(j)]->device->copyToHost(part.data(), (ws[size_t(j)]->*buffer)->data(), part.size() * sizeof(float));
+      for (int64_t t = 0; t < T; t++) {
+        std::copy_n(part.data() + t * width, width, host.data() + (t * k + j) * width);
+      }
+    }
+    first.copyFromHost((w0.*buffer)->data(), host.data(), host.size() * sizeof(float));
+  };
+
+  const int heads = int(c.heads) / k;
+  const KvLayout kv = shardLayout(kvLayout_, k);
+  broadcast();
+  for (int j = 0; j < k; j++) {
+    attentionHeads(*shard[size_t(j)], layer, *ws[size_t(j)], T, positions, slots[size_t(j)].data(),
+                   pageTables[size_t(j)].data(), heads, kv);
+  }
+  if (u.woSplit) {
+    for (int j = 0; j < k; j++) {
+      shard[size_t(j)]->device->matmul(shard[size_t(j)]->wo, ws[size_t(j)]->f(ws[size_t(j)]->attn), T,
+                                       ws[size_t(j)]->f(ws[size_t(j)]->normed), nullptr);
+    }
+    reduce(&Workspace::normed);
+  } else {
+    gather(&Workspace::attn, heads * c.headDim);
+    first.matmul(u.wo, w0.f(w0.attn), T, w0.f(w0.normed), nullptr);
+  }
+  joinResidual(first, w0, w0.f(w0.normed), u.attnPostNorm, w0.f(w0.gate), T);
+
+  const int64_t ff = c.feedForward / k;
+  broadcast();
+  for (int j = 0; j < k; j++) ffnHidden(*shard[size_t(j)], *ws[size_t(j)], T, ff);
+  if (u.downSplit) {
+    for (int j = 0; j < k; j++) {
+      shard[size_t(j)]->device->matmul(shard[size_t(j)]->down, ws[size_t(j)]->f(ws[size_t(j)]->gate), T,
+                                       ws[size_t(j)]->f(ws[size_t(j)]->normed), nullptr);
+    }
+    reduce(&Workspace::normed);
+  } else {
+    gather(&Workspace::gate, ff);
+    first.matmul(u.down, w0.f(w0.gate), T, w0.f(w0.normed), nullptr);
+  }
+  joinResidual(first, w0, w0.f(w0.normed), u.ffnPostNorm, w0.f(w0.up), T);
 }
 
 void Model::forward(std::span<const SequenceInput> inputs, std::vector<float>& logits) {
@@ -611,7 +888,23 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
         d.copyFromHost(next.x->data(), hostRows.data(), hostRows.size() * sizeof(float));
         ws = &next;
       }
-      if (unit < unitCount() - 1) {
+      if (unit < unitCount() - 1 && units_[size_t(unit)].shards > 1) {
+        BoundUnit& b = units_[size_t(unit)];
+        const int layer = unit - 1;
+        std::vector<std::vector<KvSlot>> shardSlots(size_t(b.shards), std::vector<KvSlot>(size_t(T)));
+        std::vector<std::vector<const uint8_t* const*>> shardTables(size_t(b.shards),
+                                                                    std::vector<const uint8_t* const*>(size_t(T)));
+        for (int j = 0; j < b.shards; j++) {
+          for (int64_t t = 0; t < T; t++) {
+            const int table = sessions[size_t(t)]->tableOf(layer, j);
+            shardSlots[size_t(j)][size_t(t)] = sessions[size_t(t)]->slotFor(table, positions[size_t(t)]);
+            shardTables[size_t(j)][size_t(t)] = sessions[size_t(t)]->pageAddresses(table).data();
+          }
+        }
+        runSplitBlock(b, layer, T, positions.data(), shardSlots, shardTables);
+        b.kernelsReady = true;
+        for (BoundUnit& p : b.peers) p.kernelsReady = true;
+      } else if (unit < unitCount() - 1) {
         const int layer = unit - 1;
         for (int64_t t = 0; t < T; t++) {
           slots[size_t(t)] = sessions[size_t(t)]->slotFor(layer, positions[size_t(t)]);

@@ -11,6 +11,17 @@
 // result is exactly what it would get alone (every kernel computes a token's row independently of
 // the others in the batch).
 //
+// Tensor parallelism: a block may be split over k devices (k = 2 or 4 dividing the KV heads and
+// the FFN width): each runs its share of the attention heads (with their KV heads, whose pages it
+// keeps) and of the FFN rows; the output projection and the FFN's down projection run whole on the
+// block's first device over the shards' outputs gathered there, so a split model computes one
+// device's bits exactly. With partialSums they take their columns too (where those split at
+// whole quantization blocks), their partial sums added on the first device in shard order: less
+// work on the first device, but the reassociated sums move the integer kernels' activation
+// rounding downstream (logits within NMSE ~1e-9 of one device's; float weights ~1e-14). The hidden state lives on the
+// first device (the block's `device`) and reaches the others twice a block. Load with ModelLoadOptions::tensorParallel,
+// or switch a running model with a TensorParallelSwitch (tensor_parallel_switch.h).
+//
 // A unit's device changes only through a LiveMigration (live_migration.h), which stages the unit
 // on its target between steps and flips it at a token boundary.
 //
@@ -63,6 +74,11 @@ struct ModelLoadOptions {
   // Optional, per unit: stream this block's weights through its device's memory instead of
   // keeping them there (a model larger than the device; see Model::forward). Blocks on GPUs only.
   std::vector<bool> streamed;
+  // Devices every block is split over (tensor parallelism): the first `tensorParallel` of
+  // `devices`, which must then be distinct and hold every unit (placement, placer and streaming
+  // are for 1). 1: none.
+  int tensorParallel = 1;
+  bool partialSums = false;  // see the comment at the top
   int kvPageTokens = 16;
   // fp32 by default: attention then stays as exact as the rest of the pass (see KvPrecision).
   KvPrecision kvPrecision = KvPrecision::kF32;
@@ -76,6 +92,8 @@ struct UnitInfo {
   size_t weightBytes = 0;
   bool kernelsReady = false;  // its ops have run on `device` (kernels compiled, buffers sized)
   bool streamed = false;      // weights wait in pinned host memory and visit `device` each step
+  // A tensor-parallel block's devices, `device` first; empty on one device.
+  std::vector<Device*> shards;
 };
 
 struct SequenceInput {
@@ -113,6 +131,8 @@ class Model final {
   // logits of a decode step of a few dozen sessions): what placement reserves for it.
   size_t workspaceBytesEstimate() const;
   KvPagePool& kvPool(Device& device);
+  // The pool of a device holding one of `shards` shards of the KV heads (shards 1: kvPool(device)).
+  KvPagePool& kvPool(Device& device, int shards);
   // Every KV pool the model has made, with its device (also those no layer uses any more).
   std::vector<const KvPagePool*> kvPools() const;
   const SessionRegistry& sessions() const { return sessions_; }
@@ -147,12 +167,17 @@ class Model final {
 
  private:
   friend class LiveMigration;
+  friend class TensorParallelSwitch;
   struct Workspace;
 
   Model() = default;
   void bind(const ModelLoadOptions& options);
   // The unit's weights made usable on `device` (copied there, or viewed in place on the CPU).
   BoundUnit bindUnit(int unit, Device& device, bool streamed = false);
+  // A block split over `devices` (tensor parallelism): the first shard, the others its peers.
+  BoundUnit bindSplit(int unit, const std::vector<Device*>& devices, bool partialSums);
+  // Gives a session the KV tables `unit`'s binding needs (its shards' pools), holding no pages.
+  void attachShardTables(Session& session, int unit) const;
   // Uploads the streamed units' weights into `ws`'s slots one block ahead of the one that runs:
   // returns the device pointer unit `unit` will find its weights at once waitForUpload ran.
   void streamIn(int unit, Workspace& ws);
@@ -167,6 +192,19 @@ class Model final {
   Workspace& workspace(Device& device, int64_t tokens);
   void runBlock(const BoundUnit& unit, int layer, Workspace& ws, int64_t tokens, const int32_t* positions,
                 const KvSlot* slots, const uint8_t* const* const* pageTables);
+  // The same block split over its shards' devices; slots[j] and pageTables[j] are shard j's.
+  void runSplitBlock(const BoundUnit& unit, int layer, int64_t tokens, const int32_t* positions,
+                     const std::vector<std::vector<KvSlot>>& slots,
+                     const std::vector<std::vector<const uint8_t* const*>>& pageTables);
+  // The pieces both are made of. The attention branch up to the output projection's input: ws.attn
+  // gets `heads` heads' outputs per token (the binding's share), KV stored by `kv`'s layout.
+  void attentionHeads(const BoundUnit& unit, int layer, Workspace& ws, int64_t tokens, const int32_t* positions,
+                      const KvSlot* slots, const uint8_t* const* const* pageTables, int heads, const KvLayout& kv);
+  // The FFN branch up to the down projection's input: ws.gate gets `rows` activations per token.
+  void ffnHidden(const BoundUnit& unit, Workspace& ws, int64_t tokens, int64_t rows);
+  // A branch's output in `branch` joins the residual ws.x: through its post norm (into `spare`)
+  // and the residual scale where the architecture has them.
+  void joinResidual(Device& device, Workspace& ws, float* branch, const float* postNorm, float* spare, int64_t tokens);
   // The step both forward()s run: `head` gets each microbatch's logits on the head's device, `rows`
   // of them (the positions that asked, in order), the `first` of which is the step's first-th.
   using HeadOutput = std::function<void(Device& device, float* logits, int64_t first, int64_t rows)>;
@@ -178,7 +216,7 @@ class Model final {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   KvLayout kvLayout_;
   std::vector<BoundUnit> units_;
-  std::map<Device*, std::unique_ptr<KvPagePool>> pools_;
+  std::map<std::pair<Device*, int>, std::unique_ptr<KvPagePool>> pools_;  // by device and KV shards
   std::map<Device*, std::unique_ptr<Workspace>> workspaces_;
   std::vector<float> ropeFactors_;
   SessionRegistry sessions_;

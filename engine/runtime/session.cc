@@ -21,7 +21,11 @@ Session::Session(uint64_t id, int64_t contextLimit, std::vector<KvPagePool*> lay
   JITLLM_REQUIRE(contextLimit > 0, "session context limit must be positive");
   JITLLM_REQUIRE(layerWindows.empty() || layerWindows.size() == layerPools.size(), layerWindows.size(),
                  " sliding windows for ", layerPools.size(), " layers");
-  layers_.resize(layerPools.size());
+  layerCount_ = int(layerPools.size());
+  layers_.resize(layerPools.size() * kMaxShards);
+  for (size_t i = layerPools.size(); i < layers_.size(); i++) {
+    layers_[i].window = layerWindows.empty() ? 0 : layerWindows[i % layerPools.size()];
+  }
   for (size_t i = 0; i < layerPools.size(); i++) {
     layers_[i].pool = layerPools[i];
     layers_[i].window = layerWindows.empty() ? 0 : layerWindows[i];
@@ -34,7 +38,7 @@ Session::~Session() {
   if (registry_) registry_->remove(this);
   for (auto& layer : layers_) {
     for (PageId p : layer.pages) {
-      if (p != kNoPage) layer.pool->free(p);
+      if (p != kNoPage && layer.pool) layer.pool->free(p);
     }
   }
 }
@@ -47,6 +51,7 @@ size_t firstPageInWindow(int64_t window, int64_t pageTokens, int64_t length) {
 
 void Session::allocatePages(int64_t length) {
   for (auto& layer : layers_) {
+    if (!layer.pool) continue;
     const int64_t pageTokens = layer.pool->layout().pageTokens;
     const size_t pagesNeeded = size_t((length + pageTokens - 1) / pageTokens);
     while (layer.pages.size() < pagesNeeded) {
@@ -69,6 +74,7 @@ void Session::advance(int64_t tokens) {
   JITLLM_ASSERT(tokens >= 0 && length_ + tokens <= contextLimit_);
   length_ += tokens;
   for (auto& layer : layers_) {
+    if (!layer.pool) continue;
     const size_t behind = std::min(firstNeededPage(layer, length_), layer.pages.size());
     for (; layer.firstLive < behind; layer.firstLive++) {
       layer.pool->free(layer.pages[layer.firstLive]);
@@ -81,7 +87,7 @@ void Session::advance(int64_t tokens) {
 bool Session::canTruncate(int64_t length) const {
   if (length < 0 || length > length_) return false;
   for (const auto& layer : layers_) {
-    if (layer.firstLive > firstNeededPage(layer, length)) return false;
+    if (layer.pool && layer.firstLive > firstNeededPage(layer, length)) return false;
   }
   return true;
 }
@@ -99,6 +105,7 @@ void Session::resume(int64_t length) {
   JITLLM_REQUIRE(length >= 0 && length <= contextLimit_, "cannot resume ", length, " tokens in a session limited to ",
                  contextLimit_);
   for (auto& layer : layers_) {
+    if (!layer.pool) continue;
     const size_t first = firstNeededPage(layer, length);
     layer.pages.assign(first, kNoPage);
     layer.addresses.assign(first, nullptr);
@@ -116,6 +123,12 @@ KvSlot Session::slotFor(int layer, int64_t position) const {
   return {l.addresses[page], int(position % pageTokens)};
 }
 
+int Session::shardsOf(int layer) const {
+  int n = 0;
+  while (n < kMaxShards && layers_[size_t(tableOf(layer, n))].pool) n++;
+  return n;
+}
+
 size_t Session::pageCount() const {
   size_t n = 0;
   for (const auto& l : layers_) n += l.pages.size() - l.firstLive;
@@ -129,6 +142,17 @@ void Session::rebindLayer(int layer, KvPagePool& pool, std::vector<PageId>& page
   l.pool = &pool;
   l.pages.swap(pages);
   l.addresses.swap(addresses);
+}
+
+void Session::replaceLayer(int layer, KvPagePool* pool, std::vector<PageId>& pages, std::vector<uint8_t*>& addresses,
+                           size_t firstLive, KvPagePool*& oldPool) noexcept {
+  LayerPages& l = layers_[size_t(layer)];
+  JITLLM_ASSERT(addresses.size() == pages.size() && firstLive <= pages.size() && (pool || pages.empty()));
+  oldPool = l.pool;
+  l.pool = pool;
+  l.pages.swap(pages);
+  l.addresses.swap(addresses);
+  l.firstLive = firstLive;
 }
 
 }  // namespace jitllm::runtime

@@ -27,48 +27,6 @@ using runtime::LiveMigration;
 using runtime::MigrationOptions;
 using runtime::parseUnitRange;
 
-// Three prompts of different lengths: with 16-token pages they hold 0, 1 and 2 sealed pages
-// after the prefill, and more seal while they decode.
-std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
-  std::mt19937 rng(42);
-  std::vector<std::vector<int32_t>> out;
-  for (size_t n : {5, 19, 37}) {
-    std::vector<int32_t> p{1};
-    while (p.size() < n) p.push_back(int32_t(rng() % uint32_t(vocab)));
-    out.push_back(p);
-  }
-  return out;
-}
-
-// A random-weight model of our generator, made once per process and shape: ctest runs this
-// suite's tests in parallel processes, and one writing the file while another maps it is a torn
-// model.
-std::string generatedModelPath(const std::string& shape, const std::string& mix) {
-  struct RemovedAtExit {
-    std::map<std::string, std::string> paths;
-    ~RemovedAtExit() {
-      for (const auto& [key, path] : paths) std::filesystem::remove(path);
-    }
-  };
-  static RemovedAtExit files;
-  std::string& path = files.paths[shape + "-" + mix];
-  if (path.empty()) {
-    const std::string p = (std::filesystem::temp_directory_path() /
-                           ("jitllm-migration-" + shape + "-" + mix + "-" + std::to_string(::getpid()) + ".gguf"))
-                              .string();
-    tools::writeRandomModel({*tools::findShape(shape), *tools::findMix(mix), 11, JITLLM_SHARED_DIR}, p);
-    path = p;
-  }
-  return path;
-}
-
-// The parameters of LiveMigrationOnCpu: stories260K from ../shared, or "SHAPE/MIX" generated.
-std::string modelPath(const std::string& which) {
-  if (which == "stories260K") return sharedPath("models/stories260K.gguf");
-  const size_t slash = which.find('/');
-  return generatedModelPath(which.substr(0, slash), which.substr(slash + 1));
-}
-
 // A model with every unit on cpu:0 and a second device cpu:1 to move to.
 LoadedModel loadOnCpu0(const std::string& path, size_t cpu1Budget = 0) {
   LoadedModel m;
@@ -102,13 +60,7 @@ class LiveMigrationOnCpu : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const std::string which = GetParam();
-    // What the model is made of: the shared stories260K, or the vocabulary a shape borrows (from
-    // the shared folder, or the repository's tests/goldens/vocab).
-    const std::string needed = which == "stories260K" ? "models/stories260K.gguf"
-                                                      : tools::findShape(which.substr(0, which.find('/')))->vocabFile;
-    if (!std::filesystem::exists(sharedPath(needed)) && !std::filesystem::exists(goldenPath(needed))) {
-      GTEST_SKIP() << "no " << sharedPath(needed);
-    }
+    if (const std::string missing = missingFileFor(which); !missing.empty()) GTEST_SKIP() << "no " << missing;
     path_ = modelPath(which);
   }
   std::string path_;

@@ -1,0 +1,271 @@
+#include "engine/runtime/tensor_parallel_switch.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "base/error.h"
+#include "engine/kv/kv_head_split.h"
+#include "engine/runtime/bound_unit.h"
+
+namespace jitllm::runtime {
+namespace {
+
+double msSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string splitName(const std::vector<Device*>& devices) {
+  std::string out;
+  for (const Device* d : devices) {
+    if (!out.empty()) out += '+';
+    out += d->info().id.str();
+  }
+  return out;
+}
+
+std::vector<Device*> shardDevices(const BoundUnit& b) {
+  std::vector<Device*> out{b.device};
+  for (const BoundUnit& p : b.peers) out.push_back(p.device);
+  return out;
+}
+
+}  // namespace
+
+TensorParallelSwitch::TensorParallelSwitch(Model& model, TensorParallelOptions options)
+    : model_(model), options_(std::move(options)), started_(std::chrono::steady_clock::now()) {
+  const ModelConfig& c = model_.config();
+  const int k = int(options_.devices.size());
+  JITLLM_REQUIRE(k >= 1 && k <= Session::kMaxShards, "tensor parallelism is over 1 to ", Session::kMaxShards,
+                 " devices, not ", k);
+  for (int i = 0; i < k; i++) {
+    JITLLM_REQUIRE(options_.devices[size_t(i)] != nullptr, "tensor parallelism: no device #", i);
+    for (int j = 0; j < i; j++) {
+      JITLLM_REQUIRE(options_.devices[size_t(i)] != options_.devices[size_t(j)], "tensor parallelism over ",
+                     options_.devices[size_t(i)]->info().id, " twice");
+    }
+  }
+  JITLLM_REQUIRE(c.kvHeads % k == 0 && c.feedForward % k == 0, "the model's ", c.kvHeads, " KV heads and ",
+                 c.feedForward, " FFN rows do not split over ", k, " devices");
+  const UnitRange& r = options_.units;
+  JITLLM_REQUIRE(r.first >= 0 && r.first <= r.last && r.last < model_.unitCount(), "units ", r.first, "-", r.last,
+                 " are not a range of this model's ", model_.unitCount(), " units");
+  for (int u = std::max(r.first, 1); u <= std::min(r.last, model_.unitCount() - 2); u++) {
+    const BoundUnit& b = model_.units_[size_t(u)];
+    JITLLM_REQUIRE(!b.streamed, model_.unitName(u), " streams its weights: it cannot also be split");
+    if (shardDevices(b) == options_.devices && (b.shards == 1 || b.partialSums == options_.partialSums)) continue;
+    if (units_.empty()) stats_.from = splitName(shardDevices(b));
+    units_.push_back(u);
+  }
+  stats_.to = splitName(options_.devices);
+  stats_.units = int(units_.size());
+}
+
+TensorParallelSwitch::~TensorParallelSwitch() {
+  if (committed_) {
+    releaseSource();
+    return;
+  }
+  for (auto& [id, copy] : copies_) freePages(copy);
+  copies_.clear();
+  staged_.clear();
+  model_.releaseIdleWorkspaces();
+}
+
+KvPagePool& TensorParallelSwitch::newPool(int shard) const {
+  return model_.kvPool(*options_.devices[size_t(shard)], int(options_.devices.size()));
+}
+
+void TensorParallelSwitch::freePages(SessionCopy& copy) {
+  for (auto& layer : copy.pages) {
+    for (size_t j = 0; j < layer.size(); j++) {
+      for (PageId p : layer[j]) {
+        if (p != kNoPage) newPool(int(j)).free(p);
+      }
+      layer[j].clear();
+    }
+  }
+}
+
+void TensorParallelSwitch::reconcileSessions() {
+  if (units_.empty()) return;
+  const size_t k = options_.devices.size();
+  reconcileCopies(
+      copies_, model_.sessions_, [&](SessionCopy& c) { freePages(c); },
+      [&](SessionCopy& c) {
+        c.pages.assign(units_.size(), std::vector<std::vector<PageId>>(k));
+        c.addresses.assign(units_.size(), std::vector<std::vector<uint8_t*>>(k));
+        c.valid.assign(units_.size(), 0);
+      },
+      [](SessionCopy& c) { std::fill(c.valid.begin(), c.valid.end(), int64_t(0)); });
+}
+
+void TensorParallelSwitch::growPages(SessionCopy& c, size_t i, const Session& s) {
+  const int layer = units_[i] - 1;
+  const size_t size = s.layerPageTableSize(layer), live = s.firstLivePage(layer);
+  for (size_t j = 0; j < options_.devices.size(); j++) {
+    std::vector<PageId>& pages = c.pages[i][j];
+    std::vector<uint8_t*>& addresses = c.addresses[i][j];
+    KvPagePool& pool = newPool(int(j));
+    // Pages a sliding window has left behind since: their copies go too.
+    for (size_t p = 0; p < std::min(live, pages.size()); p++) {
+      if (pages[p] != kNoPage) pool.free(pages[p]);
+      pages[p] = kNoPage;
+      addresses[p] = nullptr;
+    }
+    while (pages.size() < size) {
+      if (pages.size() < live) {
+        pages.push_back(kNoPage);
+        addresses.push_back(nullptr);
+        continue;
+      }
+      pages.push_back(pool.allocate());
+      addresses.push_back(pool.address(pages.back()));
+    }
+  }
+}
+
+size_t TensorParallelSwitch::relay(const Session& s, SessionCopy& c, size_t i, size_t first, size_t end) {
+  if (end <= first) return 0;
+  const int layer = units_[i] - 1;
+  const size_t n = end - first;
+  const KvLayout& whole = model_.kvLayout();
+  const int oldShards = s.shardsOf(layer), newShards = int(options_.devices.size());
+  const KvLayout oldLayout = shardLayout(whole, oldShards), newLayout = shardLayout(whole, newShards);
+  from_.resize(n * whole.pageBytes());
+  to_.resize(n * whole.pageBytes());
+  std::vector<const uint8_t*> from;
+  std::vector<uint8_t*> to;
+  for (int j = 0; j < oldShards; j++) {
+    const int t = s.tableOf(layer, j);
+    uint8_t* at = from_.data() + size_t(j) * n * oldLayout.pageBytes();
+    s.layerPool(t).device().gatherToHost(at, s.pageAddresses(t).data() + first, n, oldLayout.pageBytes());
+    from.push_back(at);
+  }
+  for (int j = 0; j < newShards; j++) to.push_back(to_.data() + size_t(j) * n * newLayout.pageBytes());
+  relayHeads(whole, n, from, to);
+  for (int j = 0; j < newShards; j++) {
+    options_.devices[size_t(j)]->scatterFromHost(c.addresses[i][size_t(j)].data() + first, to[size_t(j)], n,
+                                                 newLayout.pageBytes());
+  }
+  return n * whole.pageBytes();
+}
+
+bool TensorParallelSwitch::precopy(size_t budget) {
+  const int64_t pageTokens = model_.kvLayout().pageTokens;
+  const size_t pageBytes = model_.kvLayout().pageBytes();
+  size_t spent = 0;
+  for (Session* s : model_.sessions_.all()) {
+    SessionCopy& c = copies_.at(s->id());
+    const size_t sealed = size_t(s->length() / pageTokens);  // full pages
+    for (size_t i = 0; i < units_.size(); i++) {
+      const int layer = units_[i] - 1;
+      size_t first = std::max(size_t(c.valid[i] / pageTokens), s->firstLivePage(layer));
+      if (first >= sealed) continue;
+      if (spent > 0 && spent + pageBytes > budget) return false;
+      const size_t end = std::min(sealed, first + std::max<size_t>(1, (budget - std::min(budget, spent)) / pageBytes));
+      growPages(c, i, *s);
+      const size_t bytes = relay(*s, c, i, first, end);
+      spent += bytes;
+      stats_.bytesPrecopied += bytes;
+      c.valid[i] = int64_t(end) * pageTokens;
+      if (end < sealed) return false;
+    }
+  }
+  return true;
+}
+
+bool TensorParallelSwitch::prepareStep() {
+  JITLLM_REQUIRE(!committed_, "this switch has already committed");
+  reconcileSessions();
+  for (int u : units_) {
+    if (staged_.count(u)) continue;
+    auto bound = std::make_unique<BoundUnit>(options_.devices.size() == 1
+                                                 ? model_.bindUnit(u, *options_.devices[0])
+                                                 : model_.bindSplit(u, options_.devices, options_.partialSums));
+    model_.warmUp(u, *bound);
+    stats_.weightBytes += bound->weightBytes;
+    for (const BoundUnit& p : bound->peers) stats_.weightBytes += p.weightBytes;
+    staged_.emplace(u, std::move(bound));
+    return false;  // one block a step: binding and warming a block is the longest single piece
+  }
+  if (!options_.precopy) return true;
+  return precopy(options_.stepBytes);
+}
+
+void TensorParallelSwitch::commit() {
+  JITLLM_REQUIRE(!committed_, "this switch has already committed");
+  while (!prepareStep()) {
+  }
+  reconcileSessions();
+  stats_.prepareMs = msSince(started_);
+  const auto pauseStart = std::chrono::steady_clock::now();
+  for (Device* d : model_.devices()) d->quiesce();
+  const int64_t pageTokens = model_.kvLayout().pageTokens;
+  // Everything that can fail: the new pages for what the steps added, and the re-lay of every page
+  // not re-laid yet (the open tails; all of them without pre-copy).
+  for (Session* s : model_.sessions_.all()) {
+    SessionCopy& c = copies_.at(s->id());
+    for (size_t i = 0; i < units_.size(); i++) {
+      const int layer = units_[i] - 1;
+      growPages(c, i, *s);
+      const size_t first = std::max(size_t(c.valid[i] / pageTokens), s->firstLivePage(layer));
+      stats_.bytesInPause += relay(*s, c, i, first, s->layerPageTableSize(layer));
+    }
+  }
+
+  // The flip: nothing below throws or frees.
+  for (int u : units_) {
+    std::unique_ptr<BoundUnit>& holder = staged_.at(u);
+    std::swap(model_.units_[size_t(u)], *holder);
+    retiredUnits_.push_back(std::move(holder));
+  }
+  staged_.clear();
+  const size_t k = options_.devices.size();
+  for (Session* s : model_.sessions_.all()) {
+    SessionCopy& c = copies_.at(s->id());
+    for (size_t i = 0; i < units_.size(); i++) {
+      const int layer = units_[i] - 1;
+      const size_t live = s->firstLivePage(layer);
+      for (int j = 0; j < Session::kMaxShards; j++) {
+        std::vector<PageId> pages;
+        std::vector<uint8_t*> addresses;
+        KvPagePool* pool = nullptr;
+        if (size_t(j) < k) {
+          pages = std::move(c.pages[i][size_t(j)]);
+          addresses = std::move(c.addresses[i][size_t(j)]);
+          pool = &newPool(j);
+        }
+        KvPagePool* old = nullptr;
+        s->replaceLayer(s->tableOf(layer, j), pool, pages, addresses, pool ? live : 0, old);
+        if (old) retiredPages_.emplace_back(old, std::move(pages));
+      }
+    }
+  }
+  stats_.sessions = units_.empty() ? 0 : int(copies_.size());
+  committed_ = true;
+  stats_.pauseMs = msSince(pauseStart);
+}
+
+void TensorParallelSwitch::releaseSource() noexcept {
+  copies_.clear();
+  for (auto& [pool, pages] : retiredPages_) {
+    for (PageId p : pages) {
+      if (p != kNoPage) pool->free(p);
+    }
+  }
+  retiredPages_.clear();
+  retiredUnits_.clear();
+  model_.releaseIdleWorkspaces();
+}
+
+std::string TensorParallelSwitch::describe() const {
+  const int layers = int(model_.config().layers);
+  char kv[64];
+  const double b = double(stats_.bytesPrecopied);
+  std::snprintf(kv, sizeof kv, b < 1e6 ? "%.1f KB" : "%.1f MB", b < 1e6 ? b / 1e3 : b / 1e6);
+  return unitRangeName(options_.units, layers) + " " + (stats_.from.empty() ? "-" : stats_.from) + " -> " + stats_.to +
+         ": " + std::to_string(staged_.size()) + "/" + std::to_string(stats_.units) + " blocks staged, " + kv +
+         " KV re-laid";
+}
+
+}  // namespace jitllm::runtime
