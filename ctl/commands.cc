@@ -26,6 +26,12 @@ constexpr std::string_view kMigrateHelp =
     "  LAYERS: none = every unit; 3 = blk.3; 0-5 = blk.0..blk.5; an end may also be token_embd (embd)\n"
     "  or output (head), e.g. token_embd-output, 20-output. A NAME with ':' in it: NAME: or NAME:LAYERS.\n"
     "  Interrupted (Ctrl-C) before its commit, the migration is cancelled and nothing moves.\n";
+constexpr std::string_view kTensorParallelHelp =
+    "  K: 1, 2 or 4. DEVICES: K comma-separated devices, the first keeping the hidden state (e.g.\n"
+    "  cuda:0,cuda:1); none: the device the first block runs on and the next ones of its backend.\n"
+    "  Each device runs its share of the attention heads (with their KV cache) and of the FFN rows;\n"
+    "  K 1 joins a split model back onto one device. The embedding and head are not split.\n"
+    "  Interrupted (Ctrl-C) before its commit, the switch is cancelled and nothing changes.\n";
 // pin and unpin: the LAYERS lines alone.
 constexpr std::string_view kLayersHelp = kMigrateHelp.substr(0, kMigrateHelp.find("  Interrupted"));
 
@@ -100,6 +106,19 @@ const std::vector<CommandSpec>& table() {
                    {"--no-precopy", "", "copy all of the KV cache in the pause (default: most of it before)"},
                    {"--force", "", "move layers pinned elsewhere too; their pins follow them"}},
        .run = runMigrate},
+      {.name = "tp",
+       .arguments = "NAME[:LAYERS] K [DEVICES]",
+       .minArguments = 2,
+       .maxArguments = 3,
+       .summary = "split a model's blocks over K devices (tensor parallelism), or join them onto one, live (admin)",
+       .details = kTensorParallelHelp,
+       .options = {{"--no-wait", "", "return once it has started; the outcome appears in `jitllmctl events`"},
+                   {"--no-precopy", "", "re-lay all of the KV cache in the pause (default: most of it before)"},
+                   {"--partial-sums", "",
+                    "split the output and down projections too (less work on the first device; logits within "
+                    "rounding of one device's instead of its exact bits)"},
+                   {"--force", "", "split layers pinned elsewhere too"}},
+       .run = runTensorParallel},
       {.name = "pin",
        .arguments = "NAME[:LAYERS] DEVICE",
        .minArguments = 2,

@@ -55,6 +55,7 @@ int runChat(Context& c);
 int runCancel(Context& c);
 int runPolicy(Context& c);
 int runMigrate(Context& c);
+int runTensorParallel(Context& c);
 int runPin(Context& c);
 int runUnpin(Context& c);
 

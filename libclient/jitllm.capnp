@@ -298,6 +298,14 @@ interface Daemon {
   # The scheduler's policy (docs/operations.md): with an empty `name`, which one is active; with a
   # name, switch to it (admin only; FAILED naming the available ones for an unknown name).
   # UNIMPLEMENTED when the daemon runs without a scheduler (scheduler_interval_ms = 0).
+
+  tensorParallel @13 (request :MigrateRequest) -> (stats :MigrationStats);
+  # Admin only. Splits the blocks of the range over `request.split` (tensor parallelism: each
+  # device runs its share of the attention heads, with their KV, and of the FFN rows; the first
+  # keeps the hidden state), or with one device there joins them back onto it - live, like a
+  # migration (prepared while replies stream, committed at a token boundary, nothing recomputed;
+  # docs/tiers.md). `device` is ignored. FAILED when the model's KV heads or FFN rows do not split
+  # over that many devices, a device is named twice, or a migration of the model is running.
 }
 
 struct MigrateRequest {
@@ -309,6 +317,10 @@ struct MigrateRequest {
   wait @3 :Bool = true;
   precopy @4 :Bool = true;      # pre-copy sealed KV pages while streaming (else all in the pause)
   force @5 :Bool = false;       # move units pinned elsewhere too (their pins then follow)
+  split @6 :List(Text);         # tensorParallel: the devices, e.g. ["cuda:0", "cuda:1"]
+  partialSums @7 :Bool = false; # tensorParallel: split the output and down projections too (their
+                                # sums added in shard order: within rounding of one device's
+                                # logits instead of its exact bits)
 }
 
 struct MigrationStats {

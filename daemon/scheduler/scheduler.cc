@@ -115,6 +115,9 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
       // Weights read in place from the file take no device memory; KV always does.
       const size_t bytes = (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
       policies::UnitState unit{u.name, u.device, bytes, u.pinned, u.weightBytes};
+      // A block split over devices ("cuda:0+cuda:1") changes only by another tensor-parallel
+      // switch: the policies, which move units whole, see it as pinned where it is.
+      if (u.device.find('+') != std::string::npos) unit.pinned = u.device;
       m.units.push_back(unit);
     }
     s.models.push_back(std::move(m));

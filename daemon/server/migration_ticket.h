@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "engine/runtime/live_migration.h"
@@ -30,6 +31,10 @@ struct MigrationRequest {
   bool pinAfter = false;  // pin the whole range to the target once it is there
   std::string reason;     // why (the scheduler's policy says), shown in its events
   bool pageOut = false;   // the scheduler pages the model out: once committed it counts as not resident
+  // Not empty: a tensor-parallel switch of the range's blocks to these devices (split[0], which
+  // keeps the hidden state, is then `target` too) instead of a move.
+  std::vector<Device*> split;
+  bool partialSums = false;  // of the split (runtime::TensorParallelOptions)
 };
 
 struct MigrationResult {

@@ -11,6 +11,7 @@
 #include "daemon/server/reply_wakeups.h"
 #include "engine/chat/stop_strings.h"
 #include "engine/kv/host_kv.h"
+#include "engine/runtime/tensor_parallel_switch.h"
 #include "engine/runtime/unit_range.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 
@@ -77,12 +78,34 @@ struct ModelHost::Active final : runtime::SequenceListener {
   }
 };
 
-// The migration the worker is running, with its ticket. Worker thread only.
+// The migration the worker is running, with its ticket: a move (LiveMigration) or a change of
+// split (TensorParallelSwitch), which take the same steps. Worker thread only.
 struct ModelHost::RunningMigration {
   std::shared_ptr<MigrationTicket> ticket;
   std::unique_ptr<runtime::LiveMigration> migration;
+  std::unique_ptr<runtime::TensorParallelSwitch> split;
   bool prepared = false;
   std::vector<std::string> before;  // each unit's device when it started
+
+  bool prepareStep() { return migration ? migration->prepareStep() : split->prepareStep(); }
+  void commit() { migration ? migration->commit() : split->commit(); }
+  std::string describe() const { return migration ? migration->describe() : split->describe(); }
+  runtime::UnitRange units() const { return migration ? migration->options().units : split->options().units; }
+  bool staged(int unit) const { return migration && migration->staged(unit); }
+  runtime::MigrationStats stats() const {
+    if (migration) return migration->stats();
+    const runtime::TensorParallelStats& t = split->stats();
+    runtime::MigrationStats m;
+    m.units = t.units;
+    m.from = t.from;
+    m.weightBytes = t.weightBytes;
+    m.bytesPrecopied = t.bytesPrecopied;
+    m.bytesInPause = t.bytesInPause;
+    m.prepareMs = t.prepareMs;
+    m.pauseMs = t.pauseMs;
+    m.sessions = t.sessions;
+    return m;
+  }
 };
 
 // A finished reply's session, kept so that a follow-up continues it. Worker thread only.
@@ -96,6 +119,15 @@ struct ModelHost::Idle {
 };
 
 namespace {
+
+// Whether this iteration's locks cover every device a migration request names.
+bool holdsAll(const DeviceLocks& locks, const MigrationRequest& r) {
+  if (!locks.holds(r.target)) return false;
+  for (const Device* d : r.split) {
+    if (!locks.holds(d)) return false;
+  }
+  return true;
+}
 
 // Tokens `a` and `b` have in common from the start.
 size_t commonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
@@ -234,6 +266,9 @@ std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
   identity.firstName = runtime::unitName(range.first, layers);
   identity.lastName = runtime::unitName(range.last, layers);
   identity.to = request.target->info().id.str();
+  for (size_t i = 1; i < request.split.size(); i++) identity.to += "+" + request.split[i]->info().id.str();
+  JITLLM_REQUIRE(request.split.empty() || request.split[0] == request.target,
+                 "a tensor-parallel switch's target is its first device");
   std::shared_ptr<MigrationTicket> ticket;
   {
     std::lock_guard lock(mutex_);
@@ -243,9 +278,9 @@ std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
                    "); wait for it to finish or cancel it");
     for (int u = range.first; u <= range.last && !request.force; u++) {
       const std::string& pin = pins_[size_t(u)];
-      JITLLM_REQUIRE(pin.empty() || pin == identity.to, runtime::unitName(u, layers), " of '", name_, "' is pinned to ",
-                     pin, "; unpin it (jitllmctl unpin ", name_, ":", runtime::unitName(u, layers),
-                     ") or force the migration (--force)");
+      JITLLM_REQUIRE(pin.empty() || pin == request.target->info().id.str(), runtime::unitName(u, layers), " of '",
+                     name_, "' is pinned to ", pin, "; unpin it (jitllmctl unpin ", name_, ":",
+                     runtime::unitName(u, layers), ") or force the migration (--force)");
     }
     identity.id = nextMigrationId.fetch_add(1);
     ticket = std::make_shared<MigrationTicket>(identity, request);
@@ -396,7 +431,7 @@ void ModelHost::serviceMigration() {
     std::shared_ptr<MigrationTicket> ticket;
     {
       std::lock_guard lock(mutex_);
-      if (pendingMigration_ && !locks_->holds(pendingMigration_->request().target)) {
+      if (pendingMigration_ && !holdsAll(*locks_, pendingMigration_->request())) {
         pokes_ = true;  // asked for after this iteration took its locks: the next one starts it
         return;
       }
@@ -404,29 +439,39 @@ void ModelHost::serviceMigration() {
     }
     if (!ticket) return;
     const MigrationRequest& r = ticket->request();
-    runtime::MigrationOptions o;
-    o.units = runtime::parseUnitRange(r.layers, layers);  // checked in migrate()
-    o.target = r.target;
-    o.precopy = r.precopy;
-    o.stageBudgetMs = 2;  // a few units per step: the replies' steps wait a couple of ms at most
     auto started = std::make_unique<RunningMigration>();
     started->ticket = ticket;
     for (int u = 0; u < model_->unitCount(); u++) started->before.push_back(model_->unitDevice(u).info().id.str());
     try {
-      started->migration = std::make_unique<runtime::LiveMigration>(*model_, o);
+      if (r.split.empty()) {
+        runtime::MigrationOptions o;
+        o.units = runtime::parseUnitRange(r.layers, layers);  // checked in migrate()
+        o.target = r.target;
+        o.precopy = r.precopy;
+        o.stageBudgetMs = 2;  // a few units per step: the replies' steps wait a couple of ms at most
+        started->migration = std::make_unique<runtime::LiveMigration>(*model_, o);
+      } else {
+        runtime::TensorParallelOptions o;
+        o.units = runtime::parseUnitRange(r.layers, layers);
+        o.devices = r.split;
+        o.precopy = r.precopy;
+        o.partialSums = r.partialSums;
+        started->split = std::make_unique<runtime::TensorParallelSwitch>(*model_, o);
+      }
     } catch (const Error& e) {
       ticket->fail(e);
       migrationEnded();
       return;
     }
     running_ = std::move(started);
-    const auto& st = running_->migration->stats();
-    events_.emit({0, EventKind::kMigration, "migration.preparing", name_, o.target->info().id.str(), 0,
-                  "migration " + std::to_string(ticket->id()) + ": " + running_->migration->describe() + " (" +
-                      std::to_string(st.units) + " units to move" + (r.precopy ? ", pre-copying KV" : "") + ")"});
+    const runtime::MigrationStats st = running_->stats();
+    events_.emit({0, EventKind::kMigration, "migration.preparing", name_, r.target->info().id.str(), 0,
+                  "migration " + std::to_string(ticket->id()) + ": " + running_->describe() + " (" +
+                      std::to_string(st.units) + (r.split.empty() ? " units to move" : " blocks to split") +
+                      (r.precopy ? ", pre-copying KV" : "") + ")"});
   }
   RunningMigration& m = *running_;
-  const std::string target = m.ticket->request().target->info().id.str();
+  const std::string target = m.ticket->result().to;
   if (m.ticket->cancelled()) {
     m.ticket->fail(Error(ErrorKind::kFailed, "migration " + std::to_string(m.ticket->id()) + " was cancelled"));
     events_.emit({0, EventKind::kMigration, "migration.cancelled", name_, target, 0,
@@ -437,14 +482,14 @@ void ModelHost::serviceMigration() {
   }
   try {
     if (!m.prepared) {
-      m.prepared = m.migration->prepareStep();
+      m.prepared = m.prepareStep();
       if (m.prepared) {
         events_.emit({0, EventKind::kMigration, "migration.prepared", name_, target, 0,
-                      "migration " + std::to_string(m.ticket->id()) + ": " + m.migration->describe()});
+                      "migration " + std::to_string(m.ticket->id()) + ": " + m.describe()});
       }
       return;
     }
-    m.migration->commit();
+    m.commit();
   } catch (const std::exception& thrown) {
     // A bug of ours (anything but an Error) fails the migration, not the daemon: the model stays
     // where it was, every other client is served on, and the log says what broke.
@@ -461,17 +506,18 @@ void ModelHost::serviceMigration() {
   }
   // Committed: pins follow the units that were forced off theirs; pin() pins the whole range.
   const MigrationRequest& r = m.ticket->request();
-  const runtime::UnitRange range = m.migration->options().units;
+  const runtime::UnitRange range = m.units();
+  const runtime::MigrationStats st = m.stats();
   {
     std::lock_guard lock(mutex_);
     for (int u = range.first; u <= range.last; u++) {
       std::string& pin = pins_[size_t(u)];
-      if (r.pinAfter || !pin.empty()) pin = target;
+      if (r.pinAfter || !pin.empty()) pin = r.target->info().id.str();
     }
     // A page-out remembers where the model ran, so a request for it can bring it home; any other
     // migration makes its placement the model's own again.
     if (options_.metrics) {
-      options_.metrics->migrationCommitted(name_, m.migration->stats().pauseMs / 1000.0, r.pageOut && !pagedOut_,
+      options_.metrics->migrationCommitted(name_, st.pauseMs / 1000.0, r.pageOut && !pagedOut_,
                                            pagedOut_ && !r.pageOut);
     }
     if (r.pageOut && !pagedOut_) {
@@ -481,15 +527,14 @@ void ModelHost::serviceMigration() {
     pagedOut_ = r.pageOut;
     if (!pagedOut_) home_.clear();
   }
-  const runtime::MigrationStats& st = m.migration->stats();
   char line[256];
   std::snprintf(line, sizeof line,
                 "pause %.3f ms, prepare %.1f ms, %s pre-copied, %s in the pause, %d sessions, 0 tokens recomputed",
                 st.pauseMs, st.prepareMs, humanBytes(st.bytesPrecopied).c_str(), humanBytes(st.bytesInPause).c_str(),
                 st.sessions);
   events_.emit({0, EventKind::kMigration, "migration.committed", name_, target, 0,
-                "migrated " + runtime::unitRangeName(range, layers) + " of " + name_ + " " +
-                    (st.from.empty() ? target : st.from) + "->" + target +
+                (r.split.empty() ? "migrated " : "split ") + runtime::unitRangeName(range, layers) + " of " + name_ +
+                    " " + (st.from.empty() ? target : st.from) + "->" + target +
                     (r.reason.empty() ? "" : " (" + r.reason + ")") + ": " + line});
   if (r.pinAfter) {
     events_.emit({0, EventKind::kMigration, "layers.pinned", name_, target, 0,
@@ -499,8 +544,7 @@ void ModelHost::serviceMigration() {
   // and until then the model still counts as migrating: a snapshot that said "not migrating" with
   // the old placement let the scheduler plan its next move from units that had already moved.
   committed_ = {m.ticket, st};
-  retiring_ = std::move(m.migration);
-  running_.reset();
+  retiring_ = std::move(running_);
 }
 
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
@@ -521,7 +565,6 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     idle.push_back({i->id, i->ownerUid, int64_t(i->tokens.size()), i->contextLimit, i->session ? "idle" : "parked"});
     if (i->parked) parkedBytes += i->parked->bytes();
   }
-  const size_t pageBytes = model_->kvLayout().pageBytes();
   auto addBytes = [](std::vector<std::pair<std::string, size_t>>& to, const std::string& device, size_t bytes) {
     auto it = std::find_if(to.begin(), to.end(), [&](const auto& e) { return e.first == device; });
     if (it == to.end()) {
@@ -540,33 +583,44 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     s.residency = info.streamed ? "streamed" : info.inDeviceMemory ? "device" : "file";
     s.weightBytes = info.weightBytes;
     s.kernelsReady = info.kernelsReady;
-    if (running_ && running_->migration->staged(u)) s.stagedOn = running_->migration->options().target->info().id.str();
+    if (!info.shards.empty()) {
+      s.device.clear();
+      for (const Device* d : info.shards) s.device += (s.device.empty() ? "" : "+") + d->info().id.str();
+    }
+    if (running_ && running_->staged(u)) s.stagedOn = running_->ticket->result().to;
     if (u == 0 || u + 1 == model_->unitCount()) continue;
+    // A split block's KV is on each of its devices, in pages of its share of the heads.
+    addBytes(kv, info.device->info().id.str(), 0);
+    for (const Device* d : info.shards) addBytes(kv, d->info().id.str(), 0);
+    auto count = [&](const runtime::Session& session, uint64_t id, bool isIdle) {
+      size_t pages = 0;
+      for (int j = 0; j < session.shardsOf(u - 1); j++) {
+        const int t = session.tableOf(u - 1, j);
+        const size_t n = session.layerPageCount(t);
+        const size_t bytes = n * session.layerPool(t).layout().pageBytes();
+        const std::string device = session.layerPool(t).device().info().id.str();
+        pages += n;
+        s.kvBytes += bytes;
+        addBytes(kv, device, bytes);
+        if (isIdle) addBytes(idleKv, device, bytes);
+      }
+      s.kvPages += pages;
+      s.sessionPages.emplace_back(id, uint32_t(pages));
+    };
     for (const auto& a : active) {
       if (a->seq->suspended()) continue;  // its KV is in host RAM
-      const size_t pages = a->session().layerPageCount(u - 1);
-      s.kvPages += pages;
-      s.sessionPages.emplace_back(a->sessionId, uint32_t(pages));
+      count(a->session(), a->sessionId, false);
     }
-    size_t idlePages = 0;
     for (const auto& i : idle_) {
-      if (!i->session) continue;
-      const size_t pages = i->session->layerPageCount(u - 1);
-      idlePages += pages;
-      s.sessionPages.emplace_back(i->id, uint32_t(pages));
+      if (i->session) count(*i->session, i->id, true);
     }
-    s.kvPages += idlePages;
-    s.kvBytes = s.kvPages * pageBytes;
-    addBytes(kv, s.device, s.kvBytes);
-    if (idlePages) addBytes(idleKv, s.device, idlePages * pageBytes);
   }
   std::vector<KvPoolSnapshot> pools;
   for (const runtime::KvPagePool* pool : model_->kvPools()) {
     pools.push_back({pool->device().info().id.str(), pool->pagesInUse(), pool->pagesReserved()});
   }
   std::string migration =
-      running_ ? "migration " + std::to_string(running_->ticket->id()) + ": " + running_->migration->describe()
-               : std::string();
+      running_ ? "migration " + std::to_string(running_->ticket->id()) + ": " + running_->describe() : std::string();
   std::lock_guard lock(mutex_);
   for (size_t u = 0; u < units.size(); u++) units[u].pinned = pins_[u];
   published_ = std::move(sessions);
@@ -1045,7 +1099,10 @@ void ModelHost::workerLoop() {
     std::vector<Device*> touched = usedDevices_;
     {
       std::lock_guard lock(mutex_);
-      if (pendingMigration_) touched.push_back(pendingMigration_->request().target);
+      if (pendingMigration_) {
+        touched.push_back(pendingMigration_->request().target);
+        for (Device* d : pendingMigration_->request().split) touched.push_back(d);
+      }
       for (const auto& l : lostDevices_) {
         touched.push_back(l.lost);
         touched.push_back(l.fallback);

@@ -255,7 +255,7 @@ class ModelHost final {
   std::unique_ptr<RunningMigration> running_;          // worker thread only
   // A committed migration whose source pages and weights go back after the next step, so the
   // streams do not wait for that (worker thread only).
-  std::unique_ptr<runtime::LiveMigration> retiring_;
+  std::unique_ptr<RunningMigration> retiring_;
   // A commit publish() has not shown yet: its ticket succeeds, and migrating_ clears, at the publish.
   std::pair<std::shared_ptr<MigrationTicket>, runtime::MigrationStats> committed_;
   struct LostDevice {

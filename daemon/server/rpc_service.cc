@@ -642,6 +642,19 @@ kj::Promise<MigrationResult> whenDone(std::shared_ptr<MigrationTicket> ticket) {
       .attach(kj::heap<CancelIfDropped>(ticket));
 }
 
+// A migrate or tensorParallel call's answer: at once (without `wait`: what is about to happen), or
+// once the worker committed or gave up.
+template <class Context, class Host>
+kj::Promise<void> answerMigration(Context& context, Host host, std::shared_ptr<MigrationTicket> ticket, bool wait) {
+  if (!wait) {
+    fillMigrationStats(ticket->result(), context.getResults().initStats());
+    return kj::READY_NOW;
+  }
+  return whenDone(ticket)
+      .then([context](MigrationResult result) mutable { fillMigrationStats(result, context.getResults().initStats()); })
+      .attach(kj::mv(host));
+}
+
 }  // namespace
 
 kj::Promise<void> DaemonService::migrate(MigrateContext context) {
@@ -655,15 +668,25 @@ kj::Promise<void> DaemonService::migrate(MigrateContext context) {
     request.target = &core_.device(std::string_view(r.getDevice().cStr()));
     request.precopy = r.getPrecopy();
     request.force = r.getForce();
-    auto ticket = host->migrate(request);
-    if (!r.getWait()) {
-      fillMigrationStats(ticket->result(), context.getResults().initStats());
-      return kj::READY_NOW;
-    }
-    return whenDone(ticket)
-        .then(
-            [context](MigrationResult result) mutable { fillMigrationStats(result, context.getResults().initStats()); })
-        .attach(kj::mv(host));
+    return answerMigration(context, host, host->migrate(request), r.getWait());
+  });
+}
+
+kj::Promise<void> DaemonService::tensorParallel(TensorParallelContext context) {
+  context.allowCancellation();
+  return translateErrors([&]() -> kj::Promise<void> {
+    core_.access().requireAdmin(peer_.uid, "tensorParallel");
+    auto r = context.getParams().getRequest();
+    auto host = core_.find(r.getModel());
+    MigrationRequest request;
+    request.layers = r.getLayers();
+    JITLLM_REQUIRE(r.getSplit().size() > 0, "name the devices to split over (e.g. cuda:0,cuda:1)");
+    for (auto id : r.getSplit()) request.split.push_back(&core_.device(std::string_view(id.cStr())));
+    request.target = request.split.front();
+    request.precopy = r.getPrecopy();
+    request.force = r.getForce();
+    request.partialSums = r.getPartialSums();
+    return answerMigration(context, host, host->migrate(request), r.getWait());
   });
 }
 

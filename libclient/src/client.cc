@@ -449,6 +449,15 @@ MigrationStats Client::migrate(const MigrateRequest& request) {
   });
 }
 
+MigrationStats Client::tensorParallel(const TensorParallelRequest& request) {
+  return impl_->runNewer("tensorParallel", [&] {
+    auto call = impl_->daemon().tensorParallelRequest();
+    convert::toSchema(request, call.initRequest());
+    auto response = call.send().wait(impl_->waitScope());
+    return convert::fromSchema(response.getStats());
+  });
+}
+
 MigrationStats Client::pin(const std::string& model, const std::string& layers, const std::string& device) {
   return impl_->runNewer("pin", [&] {
     auto call = impl_->daemon().pinRequest();

@@ -223,4 +223,15 @@ void toSchema(const MigrateRequest& in, rpc::MigrateRequest::Builder out) {
   out.setForce(in.force);
 }
 
+void toSchema(const TensorParallelRequest& in, rpc::MigrateRequest::Builder out) {
+  out.setModel(in.model);
+  out.setLayers(in.layers);
+  out.setWait(in.wait);
+  out.setPrecopy(in.precopy);
+  out.setForce(in.force);
+  out.setPartialSums(in.partialSums);
+  auto split = out.initSplit(unsigned(in.devices.size()));
+  for (size_t i = 0; i < in.devices.size(); i++) split.set(unsigned(i), in.devices[i]);
+}
+
 }  // namespace jitllm::client::convert

@@ -23,5 +23,6 @@ void toSchema(const SamplingParams& in, rpc::SamplingParams::Builder out);
 void toSchema(const GenerateRequest& in, rpc::GenerateRequest::Builder out);
 void toSchema(const ChatRequest& in, rpc::ChatRequest::Builder out);
 void toSchema(const MigrateRequest& in, rpc::MigrateRequest::Builder out);
+void toSchema(const TensorParallelRequest& in, rpc::MigrateRequest::Builder out);
 
 }  // namespace jitllm::client::convert

@@ -27,32 +27,37 @@ struct Migrated {
   std::string from, to;
 };
 
+// One call that answers MigrationStats: migrate, or tensorParallel (`split` not empty).
 Migrated migrate(kj::AsyncIoContext& io, RpcConnection& c, const std::string& layers, const std::string& device,
-                 bool force = false) {
-  auto req = c.daemon().migrateRequest();
-  auto r = req.initRequest();
-  r.setModel("stories");
-  r.setLayers(layers);
-  r.setDevice(device);
-  r.setForce(force);
-  Migrated out;
-  try {
-    auto response = req.send().wait(io.waitScope);  // the readers below point into it
-    auto s = response.getStats();
-    out.units = s.getUnits();
-    out.sessions = s.getSessions();
-    out.recomputed = s.getRecomputedTokens();
-    out.committed = s.getCommitted();
-    out.pauseMs = s.getPauseMs();
-    out.prepareMs = s.getPrepareMs();
-    out.precopied = s.getBytesPrecopied();
-    out.inPause = s.getBytesInPause();
-    out.from = s.getFrom();
-    out.to = s.getTo();
-  } catch (const kj::Exception& e) {
-    out.error = e.getDescription().cStr();
-  }
-  return out;
+                 bool force = false, const std::vector<std::string>& split = {}) {
+  auto read = [&](auto&& req) {
+    auto r = req.initRequest();
+    r.setModel("stories");
+    r.setLayers(layers);
+    r.setDevice(device);
+    r.setForce(force);
+    auto list = r.initSplit(unsigned(split.size()));
+    for (size_t i = 0; i < split.size(); i++) list.set(unsigned(i), split[i]);
+    Migrated out;
+    try {
+      auto response = req.send().wait(io.waitScope);  // the readers below point into it
+      auto s = response.getStats();
+      out.units = s.getUnits();
+      out.sessions = s.getSessions();
+      out.recomputed = s.getRecomputedTokens();
+      out.committed = s.getCommitted();
+      out.pauseMs = s.getPauseMs();
+      out.prepareMs = s.getPrepareMs();
+      out.precopied = s.getBytesPrecopied();
+      out.inPause = s.getBytesInPause();
+      out.from = s.getFrom();
+      out.to = s.getTo();
+    } catch (const kj::Exception& e) {
+      out.error = e.getDescription().cStr();
+    }
+    return out;
+  };
+  return split.empty() ? read(c.daemon().migrateRequest()) : read(c.daemon().tensorParallelRequest());
 }
 
 // Per unit: (device, pinned).
@@ -64,6 +69,32 @@ std::vector<std::pair<std::string, std::string>> units(kj::AsyncIoContext& io, R
 }
 
 const std::vector<std::string> kPrompts = {"Once upon a time", "Lily wanted to", "The little dog"};
+
+// A reply to each of kPrompts streaming to a slow reader of its own (8 ms a token).
+struct StreamingReplies {
+  std::vector<std::unique_ptr<RpcConnection>> readers;
+  std::vector<std::shared_ptr<CollectingSink::State>> states;
+  std::vector<kj::Promise<GenerateResult>> replies;
+
+  StreamingReplies(kj::AsyncIoContext& io, DaemonProcess& d, int tokens) {
+    for (const auto& p : kPrompts) {
+      readers.push_back(std::make_unique<RpcConnection>(io, d.socket()));
+      states.push_back(std::make_shared<CollectingSink::State>());
+      replies.push_back(
+          generate(*readers.back(), p, tokens, states.back(), &io.provider->getTimer(), 8 * kj::MILLISECONDS));
+    }
+  }
+  // Until every reply has `n` tokens (a failure after a generous bound).
+  void waitForTokens(kj::AsyncIoContext& io, size_t n) {
+    for (int i = 0; i < 2000; i++) {
+      bool all = true;
+      for (const auto& s : states) all = all && s->ids.size() >= n;
+      if (all) return;
+      io.provider->getTimer().afterDelay(2 * kj::MILLISECONDS).wait(io.waitScope);
+    }
+    ADD_FAILURE() << "the replies did not reach " << n << " tokens";
+  }
+};
 
 TEST(DaemonMigration, LayersMoveWhileRepliesStreamAndNoReplyChangesByOneToken) {
   auto d = startTwoCpuDaemon();
@@ -80,24 +111,10 @@ TEST(DaemonMigration, LayersMoveWhileRepliesStreamAndNoReplyChangesByOneToken) {
   std::vector<GenerateResult> undisturbed;
   for (const auto& p : kPrompts) undisturbed.push_back(generate(c, p, 120).wait(io.waitScope));
 
-  std::vector<std::unique_ptr<RpcConnection>> readers;
-  std::vector<std::shared_ptr<CollectingSink::State>> states;
-  std::vector<kj::Promise<GenerateResult>> replies;
-  for (const auto& p : kPrompts) {
-    readers.push_back(std::make_unique<RpcConnection>(io, d->socket()));
-    states.push_back(std::make_shared<CollectingSink::State>());
-    replies.push_back(generate(*readers.back(), p, 120, states.back(), &io.provider->getTimer(), 8 * kj::MILLISECONDS));
-  }
+  StreamingReplies streaming(io, *d, 120);
+  auto& replies = streaming.replies;
   // Migrate at about token 20, 40 and 60 of the replies.
-  auto waitForTokens = [&](size_t n) {
-    for (int i = 0; i < 2000; i++) {
-      bool all = true;
-      for (const auto& s : states) all = all && s->ids.size() >= n;
-      if (all) return;
-      io.provider->getTimer().afterDelay(2 * kj::MILLISECONDS).wait(io.waitScope);
-    }
-    ADD_FAILURE() << "the replies did not reach " << n << " tokens";
-  };
+  auto waitForTokens = [&](size_t n) { streaming.waitForTokens(io, n); };
   waitForTokens(20);
   const Migrated there = migrate(io, c, "", "cpu:1");
   waitForTokens(40);
@@ -318,6 +335,51 @@ TEST(DaemonScheduler, ThePolicyIsShownSwitchedAtRunTimeAndUnknownNamesAreRefused
             std::string::npos);
   EXPECT_EQ(ask(""), "thermal / balanced thermal pressure online ") << "a refused switch changes nothing";
   EXPECT_NE(d.log().find("scheduler.policy"), std::string::npos);
+}
+
+// Tensor parallelism through the daemon: the blocks split over cpu:0 and cpu:1 while replies
+// stream, then join back onto cpu:0; every reply keeps every token, none is recomputed.
+TEST(DaemonMigration, BlocksSplitOverTwoDevicesMidReplyAndJoinBackWithoutChangingAToken) {
+  auto d = startTwoCpuDaemon();
+  ASSERT_TRUE(d->ready()) << d->log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d->socket());
+  loadStories(io, c, "stories", "cpu:0");
+  std::vector<GenerateResult> undisturbed;
+  for (const auto& p : kPrompts) undisturbed.push_back(generate(c, p, 100).wait(io.waitScope));
+
+  StreamingReplies streaming(io, *d, 100);
+  auto& replies = streaming.replies;
+  auto waitForTokens = [&](size_t n) { streaming.waitForTokens(io, n); };
+  waitForTokens(20);
+  const Migrated split = migrate(io, c, "", "", false, {"cpu:0", "cpu:1"});
+  const auto during = units(io, c);
+  waitForTokens(50);
+  const Migrated joined = migrate(io, c, "", "", false, {"cpu:0"});
+  for (size_t i = 0; i < replies.size(); i++) {
+    const GenerateResult r = replies[i].wait(io.waitScope);
+    EXPECT_EQ(r.ids, undisturbed[i].ids) << kPrompts[i];
+  }
+  for (const Migrated* m : {&split, &joined}) {
+    EXPECT_EQ(m->error, "");
+    EXPECT_TRUE(m->committed);
+    EXPECT_EQ(m->recomputed, 0u);
+    EXPECT_EQ(m->units, 5u) << "stories260K's five blocks; the embedding and head stay";
+    EXPECT_GE(m->sessions, 3u);
+  }
+  EXPECT_EQ(split.from, "cpu:0");
+  EXPECT_EQ(split.to, "cpu:0+cpu:1");
+  EXPECT_EQ(joined.to, "cpu:0");
+  ASSERT_EQ(during.size(), 7u);
+  EXPECT_EQ(during[0].first, "cpu:0");
+  EXPECT_EQ(during[1].first, "cpu:0+cpu:1");
+  EXPECT_EQ(during[6].first, "cpu:0");
+  for (const auto& [device, pin] : units(io, c)) EXPECT_EQ(device, "cpu:0");
+
+  // What does not split is refused by name, and the model serves on.
+  const Migrated three = migrate(io, c, "", "", false, {"cpu:0", "cpu:1", "cpu:1"});
+  EXPECT_NE(three.error.find("twice"), std::string::npos) << three.error;
+  EXPECT_EQ(generate(c, kPrompts[0], 100).wait(io.waitScope).ids, undisturbed[0].ids);
 }
 
 }  // namespace

@@ -107,6 +107,10 @@ class JITLLM_CLIENT_API Client final {
   // request.force), a migration of the model already running, or a non-admin; Error(kOverloaded)
   // when the target lacks memory. The model keeps running where it was after any error.
   MigrationStats migrate(const MigrateRequest& request);
+  // Splits a range of a model's blocks over request.devices (tensor parallelism), or joins them
+  // back onto one device, live (admin only). `to` in the stats names the split ("cuda:0+cuda:1").
+  // Errors as migrate(), and kFailed when the model's heads do not split over that many devices.
+  MigrationStats tensorParallel(const TensorParallelRequest& request);
   // Pins a model's `layers` (MigrateRequest::layers syntax; empty: every unit) to `device`, first
   // moving those that are elsewhere (admin only). Returns that move's stats: units 0 when nothing
   // had to move. Pinned units never move on their own. Errors as migrate().

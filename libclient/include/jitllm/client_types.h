@@ -240,6 +240,18 @@ struct MigrateRequest {
   bool force = false;   // move units pinned elsewhere too (their pins follow them)
 };
 
+// Splits a range of a model's blocks over several devices (tensor parallelism), or joins them back
+// onto one, while its sessions keep generating (admin only; Client::tensorParallel).
+struct TensorParallelRequest {
+  std::string model;
+  std::string layers;                // MigrateRequest::layers; the embedding and head are not split
+  std::vector<std::string> devices;  // the split, e.g. {"cuda:0", "cuda:1"}; one device: no split
+  bool wait = true;
+  bool precopy = true;       // re-lay sealed KV pages while tokens stream
+  bool partialSums = false;  // split the output and down projections too (within rounding)
+  bool force = false;        // also blocks pinned elsewhere
+};
+
 // What a migration did (or, without `wait`, what it is about to do).
 struct MigrationStats {
   uint64_t id = 0;  // this migration, as named in its events
