@@ -5,7 +5,8 @@
 // random bytes: the values do not matter to a copy, but untouched pages would be copied from the
 // kernel's zero page and look free), then the model decodes one token per step for every session
 // while the migration prepares between steps, commits at a token boundary, and moves back the
-// same way. The pause is LiveMigration's commit (the time the step loop stood still).
+// same way. The pause is LiveMigration's commit (the time the step loop stood still). With --tp the
+// blocks instead split over both devices (tensor parallelism) and join back, by TensorParallelSwitch.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "engine/devices/builtin_backends.h"
 #include "engine/runtime/live_migration.h"
 #include "engine/runtime/model.h"
+#include "engine/runtime/tensor_parallel_switch.h"
 #include "tools/command_line.h"
 
 using namespace jitllm;
@@ -29,6 +31,8 @@ constexpr const char* kUsage = R"(usage: jitllm-migrate-bench MODEL.gguf [option
   --contexts LIST    context lengths in tokens (default 512,2048,8192,32768)
   --sessions N       sessions holding that context each (default 1)
   --repeat N         migrations per row, alternating direction (default 4)
+  --tp               split the blocks over both devices and join them back instead of moving
+                     them (a tensor-parallel switch: KV re-laid by heads)
 Prints one markdown row per (context, pre-copy): the pause (median, min, max), prepare time and
 bytes moved before and during the pause.
 )";
@@ -40,6 +44,7 @@ struct Options {
   std::vector<int64_t> contexts = {512, 2048, 8192, 32768};
   int sessions = 1;
   int repeat = 4;
+  bool tp = false;
 };
 
 std::vector<int64_t> parseList(const std::string& text) {
@@ -95,21 +100,37 @@ Row measure(runtime::Model& model, std::vector<Device*> devices, int64_t context
     std::vector<float> logits;
     model.forward(in, logits);
   };
+  // Prepares between decode steps, commits at a token boundary, frees the source after the next
+  // step: the daemon's order.
+  auto cycle = [&](auto& change) {
+    while (!change.prepareStep()) step();
+    step();
+    change.commit();
+    step();
+    change.releaseSource();
+    const auto& st = change.stats();
+    row.pauses.push_back(st.pauseMs);
+    row.prepareMs += st.prepareMs / o.repeat;
+    row.precopied += st.bytesPrecopied / size_t(o.repeat);
+    row.inPause += st.bytesInPause / size_t(o.repeat);
+  };
   for (int r = 0; r < o.repeat; r++) {
+    const runtime::UnitRange all = runtime::parseUnitRange("", int(model.config().layers));
+    if (o.tp) {
+      runtime::TensorParallelOptions to;
+      to.units = all;
+      to.devices = r % 2 == 0 ? devices : std::vector<Device*>{devices[0]};
+      to.precopy = precopy;
+      runtime::TensorParallelSwitch change(model, to);
+      cycle(change);
+      continue;
+    }
     runtime::MigrationOptions mo;
-    mo.units = runtime::parseUnitRange("", int(model.config().layers));
+    mo.units = all;
     mo.target = devices[size_t((r + 1) % 2)];
     mo.precopy = precopy;
-    runtime::LiveMigration migration(model, mo);
-    while (!migration.prepareStep()) step();
-    step();  // a token boundary between the last slice and the commit, as in the daemon
-    migration.commit();
-    step();
-    migration.releaseSource();
-    row.pauses.push_back(migration.stats().pauseMs);
-    row.prepareMs += migration.stats().prepareMs / o.repeat;
-    row.precopied += migration.stats().bytesPrecopied / size_t(o.repeat);
-    row.inPause += migration.stats().bytesInPause / size_t(o.repeat);
+    runtime::LiveMigration change(model, mo);
+    cycle(change);
   }
   return row;
 }
@@ -129,6 +150,8 @@ int run(int argc, char** argv) {
       o.sessions = cl.number<int>(a);
     else if (a == "--repeat")
       o.repeat = cl.number<int>(a);
+    else if (a == "--tp")
+      o.tp = true;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
@@ -144,7 +167,8 @@ int run(int argc, char** argv) {
   runtime::DeviceSpecOptions dso;
   dso.cpuThreads = o.threads;
   auto owned = runtime::createDevices(o.devices, dso);
-  if (owned.size() != 2) throw tools::UsageError("--devices names two devices to move between");
+  if (owned.size() != 2) throw tools::UsageError("--devices names two devices to move between (or split over)");
+  std::printf("%s, %s\n\n", o.tp ? "tensor-parallel switches (1 -> 2 -> 1 ...)" : "migrations", o.devices.c_str());
   std::vector<Device*> devices{owned[0].get(), owned[1].get()};
   std::printf(
       "| context | sessions | pre-copy | KV held | pause median (min-max) ms | prepare ms | pre-copied | in the pause "

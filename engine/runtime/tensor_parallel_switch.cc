@@ -124,54 +124,92 @@ void TensorParallelSwitch::growPages(SessionCopy& c, size_t i, const Session& s)
   }
 }
 
-size_t TensorParallelSwitch::relay(const Session& s, SessionCopy& c, size_t i, size_t first, size_t end) {
-  if (end <= first) return 0;
-  const int layer = units_[i] - 1;
-  const size_t n = end - first;
+size_t TensorParallelSwitch::relay(const std::vector<Run>& runs) {
   const KvLayout& whole = model_.kvLayout();
-  const int oldShards = s.shardsOf(layer), newShards = int(options_.devices.size());
-  const KvLayout oldLayout = shardLayout(whole, oldShards), newLayout = shardLayout(whole, newShards);
-  from_.resize(n * whole.pageBytes());
-  to_.resize(n * whole.pageBytes());
-  std::vector<const uint8_t*> from;
-  std::vector<uint8_t*> to;
-  for (int j = 0; j < oldShards; j++) {
-    const int t = s.tableOf(layer, j);
-    uint8_t* at = from_.data() + size_t(j) * n * oldLayout.pageBytes();
-    s.layerPool(t).device().gatherToHost(at, s.pageAddresses(t).data() + first, n, oldLayout.pageBytes());
-    from.push_back(at);
+  const int newShards = int(options_.devices.size());
+  const size_t newPageBytes = shardLayout(whole, newShards).pageBytes();
+  for (auto* side : {&gathered_, &scattered_}) {
+    for (auto& [key, staging] : *side) staging.pages.clear();
   }
-  for (int j = 0; j < newShards; j++) to.push_back(to_.data() + size_t(j) * n * newLayout.pageBytes());
-  relayHeads(whole, n, from, to);
-  for (int j = 0; j < newShards; j++) {
-    options_.devices[size_t(j)]->scatterFromHost(c.addresses[i][size_t(j)].data() + first, to[size_t(j)], n,
-                                                 newLayout.pageBytes());
+  // Where each run's shards sit in the staging: (staging, first page there, page bytes).
+  struct Place {
+    Staging* staging;
+    size_t page;
+    size_t pageBytes;
+    uint8_t* at() const { return staging->bytes.data() + page * pageBytes; }
+  };
+  std::vector<std::vector<Place>> from(runs.size()), to(runs.size());
+  size_t bytes = 0;
+  for (size_t r = 0; r < runs.size(); r++) {
+    const Run& run = runs[r];
+    const Session& s = *run.session;
+    const int layer = units_[run.layer] - 1;
+    for (int j = 0; j < s.shardsOf(layer); j++) {
+      const int t = s.tableOf(layer, j);
+      const size_t pageBytes = s.layerPool(t).layout().pageBytes();
+      Staging& st = gathered_[{&s.layerPool(t).device(), pageBytes}];
+      from[r].push_back({&st, st.pages.size(), pageBytes});
+      for (size_t p = run.first; p < run.end; p++) st.pages.push_back(s.pageAddresses(t)[p]);
+    }
+    for (int j = 0; j < newShards; j++) {
+      Staging& st = scattered_[{options_.devices[size_t(j)], newPageBytes}];
+      to[r].push_back({&st, st.pages.size(), newPageBytes});
+      for (size_t p = run.first; p < run.end; p++) st.pages.push_back(run.copy->addresses[run.layer][size_t(j)][p]);
+    }
+    bytes += (run.end - run.first) * whole.pageBytes();
   }
-  return n * whole.pageBytes();
+  if (bytes == 0) return 0;
+  for (auto* side : {&gathered_, &scattered_}) {
+    for (auto& [key, st] : *side) {
+      if (st.bytes.size() < st.pages.size() * key.second) st.bytes.resize(st.pages.size() * key.second);
+    }
+  }
+  for (auto& [key, st] : gathered_) {
+    if (!st.pages.empty()) key.first->gatherToHost(st.bytes.data(), st.pages.data(), st.pages.size(), key.second);
+  }
+  for (size_t r = 0; r < runs.size(); r++) {
+    std::vector<const uint8_t*> in;
+    std::vector<uint8_t*> out;
+    for (const Place& p : from[r]) in.push_back(p.at());
+    for (const Place& p : to[r]) out.push_back(p.at());
+    relayHeads(whole, runs[r].end - runs[r].first, in, out);
+  }
+  for (auto& [key, st] : scattered_) {
+    if (!st.pages.empty()) key.first->scatterFromHost(st.pages.data(), st.bytes.data(), st.pages.size(), key.second);
+  }
+  return bytes;
 }
 
 bool TensorParallelSwitch::precopy(size_t budget) {
   const int64_t pageTokens = model_.kvLayout().pageTokens;
   const size_t pageBytes = model_.kvLayout().pageBytes();
-  size_t spent = 0;
+  // Sealed pages not re-laid yet, up to `budget` bytes, in one relay.
+  std::vector<Run> runs;
+  size_t planned = 0;
+  bool done = true;
   for (Session* s : model_.sessions_.all()) {
     SessionCopy& c = copies_.at(s->id());
     const size_t sealed = size_t(s->length() / pageTokens);  // full pages
-    for (size_t i = 0; i < units_.size(); i++) {
+    for (size_t i = 0; i < units_.size() && done; i++) {
       const int layer = units_[i] - 1;
-      size_t first = std::max(size_t(c.valid[i] / pageTokens), s->firstLivePage(layer));
+      const size_t first = std::max(size_t(c.valid[i] / pageTokens), s->firstLivePage(layer));
       if (first >= sealed) continue;
-      if (spent > 0 && spent + pageBytes > budget) return false;
-      const size_t end = std::min(sealed, first + std::max<size_t>(1, (budget - std::min(budget, spent)) / pageBytes));
+      const size_t room = (budget - std::min(budget, planned)) / pageBytes;
+      if (room == 0 && planned > 0) {
+        done = false;
+        break;
+      }
+      const size_t end = std::min(sealed, first + std::max<size_t>(1, room));
       growPages(c, i, *s);
-      const size_t bytes = relay(*s, c, i, first, end);
-      spent += bytes;
-      stats_.bytesPrecopied += bytes;
-      c.valid[i] = int64_t(end) * pageTokens;
-      if (end < sealed) return false;
+      runs.push_back({s, &c, i, first, end});
+      planned += (end - first) * pageBytes;
+      if (end < sealed) done = false;
     }
+    if (!done) break;
   }
-  return true;
+  stats_.bytesPrecopied += relay(runs);
+  for (const Run& r : runs) r.copy->valid[r.layer] = int64_t(r.end) * pageTokens;
+  return done;
 }
 
 bool TensorParallelSwitch::prepareStep() {
@@ -202,16 +240,18 @@ void TensorParallelSwitch::commit() {
   for (Device* d : model_.devices()) d->quiesce();
   const int64_t pageTokens = model_.kvLayout().pageTokens;
   // Everything that can fail: the new pages for what the steps added, and the re-lay of every page
-  // not re-laid yet (the open tails; all of them without pre-copy).
+  // not re-laid yet (the open tails; all of them without pre-copy), all in one relay.
+  std::vector<Run> runs;
   for (Session* s : model_.sessions_.all()) {
     SessionCopy& c = copies_.at(s->id());
     for (size_t i = 0; i < units_.size(); i++) {
       const int layer = units_[i] - 1;
       growPages(c, i, *s);
       const size_t first = std::max(size_t(c.valid[i] / pageTokens), s->firstLivePage(layer));
-      stats_.bytesInPause += relay(*s, c, i, first, s->layerPageTableSize(layer));
+      if (first < s->layerPageTableSize(layer)) runs.push_back({s, &c, i, first, s->layerPageTableSize(layer)});
     }
   }
+  stats_.bytesInPause += relay(runs);
 
   // The flip: nothing below throws or frees.
   for (int u : units_) {

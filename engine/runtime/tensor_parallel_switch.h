@@ -91,8 +91,16 @@ class TensorParallelSwitch final {
   // Makes the copy's page tables as long as the session's, kNoPage where its pages are freed
   // (freeing copies of pages freed since). May throw OVERLOADED.
   void growPages(SessionCopy& c, size_t layer, const Session& s);
-  // Re-lays pages [first, end) of switching layer `layer` of `s` into the copy. Returns the bytes.
-  size_t relay(const Session& s, SessionCopy& c, size_t layer, size_t first, size_t end);
+  // Pages [first, end) of switching layer `layer` (an index of units_) of a session, to re-lay.
+  struct Run {
+    const Session* session;
+    SessionCopy* copy;
+    size_t layer;
+    size_t first, end;
+  };
+  // Re-lays the runs' pages into their copies: one gather per source device and one scatter per
+  // target device for all of them, the heads re-laid in host memory between. Returns the bytes.
+  size_t relay(const std::vector<Run>& runs);
   void freePages(SessionCopy& c);
   KvPagePool& newPool(int shard) const;
 
@@ -103,7 +111,12 @@ class TensorParallelSwitch final {
   std::map<uint64_t, SessionCopy> copies_;
   std::vector<std::unique_ptr<BoundUnit>> retiredUnits_;
   std::vector<std::pair<KvPagePool*, std::vector<PageId>>> retiredPages_;
-  std::vector<uint8_t> from_, to_;  // host staging of a relay
+  // Host staging of a relay, per device and page size, kept from one relay to the next.
+  struct Staging {
+    std::vector<uint8_t> bytes;
+    std::vector<uint8_t*> pages;  // device addresses, in the order of `bytes`
+  };
+  std::map<std::pair<Device*, size_t>, Staging> gathered_, scattered_;
   std::chrono::steady_clock::time_point started_;
   TensorParallelStats stats_;
   bool committed_ = false;

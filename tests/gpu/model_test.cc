@@ -460,5 +460,83 @@ TEST_P(GpuModels, TinyQ4KMLayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAT
   std::filesystem::remove(path);
 }
 
+
+// Tensor parallelism over two devices of one GPU (what a one-GPU machine can show of it): a model
+// loaded split computes one device's bits, a live split 1 -> 2 -> 1 mid-reply keeps every logit,
+// and with partial sums the logits stay within the integer kernels' rounding.
+void expectSplitsBitwiseInvisible(const std::string& path, const std::vector<std::vector<int32_t>>& prompts) {
+  auto ref = load(path, {"gpu"});
+  const MigratedRun want = runWithMigrations(*ref.model, prompts, 60, {});
+  const std::vector<float> wantScores = scoreAll(*ref.model, prompts[2]);
+
+  Loaded split;
+  runtime::ModelLoadOptions o;
+  for (int i = 0; i < 2; i++) {
+    split.devices.push_back(testedBackend().make(0));
+    o.devices.push_back(split.devices.back().get());
+  }
+  o.tensorParallel = 2;
+  split.model = runtime::Model::load(path, o);
+  ASSERT_EQ(split.model->unitInfo(1).shards.size(), 2u);
+  const std::vector<float> scores = scoreAll(*split.model, prompts[2]);
+  ASSERT_EQ(scores.size(), wantScores.size());
+  EXPECT_EQ(0, std::memcmp(scores.data(), wantScores.data(), scores.size() * sizeof(float))) << "prefill, split";
+  const MigratedRun loadedSplit = runWithMigrations(*split.model, prompts, 60, {});
+  EXPECT_EQ(loadedSplit.tokens, want.tokens);
+  expectBitwiseSameLogits(loadedSplit, want);
+
+  auto m = load(path, {"gpu", "gpu"}, std::vector<int>(size_t(ref.model->unitCount()), 0));
+  Device* first = m.devices[0].get();
+  Device* other = m.devices[1].get();
+  MigrationPoint up{15, "", nullptr, true, {first, other}}, down{40, "", nullptr, true, {first}};
+  const MigratedRun got = runWithMigrations(*m.model, prompts, 60, {up, down});
+  EXPECT_EQ(got.tokens, want.tokens);
+  expectBitwiseSameLogits(got, want);
+  ASSERT_EQ(got.splitStats.size(), 2u);
+  for (size_t i = 0; i < got.splitStats.size(); i++) {
+    EXPECT_EQ(got.splitStats[i].recomputedTokens, 0);
+    EXPECT_TRUE(got.poolsBalanced[i]);
+    std::printf("%s split %s -> %s: %d blocks, pause %.3f ms, %zu B re-laid before, %zu B in the pause\n",
+                testedBackend().name, got.splitStats[i].from.c_str(), got.splitStats[i].to.c_str(),
+                got.splitStats[i].units, got.splitStats[i].pauseMs, got.splitStats[i].bytesPrecopied,
+                got.splitStats[i].bytesInPause);
+  }
+  EXPECT_EQ(pagesInUse(*m.model), 0u);
+
+  Loaded sums;
+  o.devices.clear();
+  for (int i = 0; i < 2; i++) {
+    sums.devices.push_back(testedBackend().make(0));
+    o.devices.push_back(sums.devices.back().get());
+  }
+  o.partialSums = true;
+  sums.model = runtime::Model::load(path, o);
+  const double e = nmse(scoreAll(*sums.model, prompts[2]), wantScores);
+  std::printf("%s split with partial sums: NMSE %.3e against one device\n", testedBackend().name, e);
+  EXPECT_LE(e, 2e-8);
+}
+
+TEST_P(GpuModels, BlocksSplitOverTwoDevicesOfOneGpuComputeOneDevicesBitsAndSwitchLive) {
+  JITLLM_REQUIRE_GPU();
+  const std::string path = sharedPath("models/stories260K.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  const auto goldens = readGreedyGoldens();
+  ASSERT_GE(goldens.size(), 3u);
+  expectSplitsBitwiseInvisible(path, {goldens[0].promptTokens, goldens[1].promptTokens, goldens[2].promptTokens});
+}
+
+TEST_P(GpuModels, TinyQ4KMBlocksSplitOverTwoDevicesOfOneGpuComputeOneDevicesBits) {
+  JITLLM_REQUIRE_GPU();
+  const auto shape = tools::findShape("tiny");
+  if (!std::filesystem::exists(sharedPath(shape->vocabFile))) GTEST_SKIP() << "no " << sharedPath(shape->vocabFile);
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("jitllm-" + std::string(testedBackend().name) + "-split-tiny-" + std::to_string(getpid()) + ".gguf"))
+          .string();
+  tools::writeRandomModel({*shape, *tools::findMix("q4_k_m"), 7, JITLLM_SHARED_DIR}, path);
+  expectSplitsBitwiseInvisible(path, prompts(32000));
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace jitllm::testing
