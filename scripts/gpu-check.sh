@@ -26,6 +26,8 @@ Modes:
   archs     every architecture beyond llama (ARCH_SHAPES) in f16 and Q4_K_M: the same ids scored on
             cpu:0 and cuda:0, NMSE and top-1 between them; then the backend conformance suite
   migrate   migration tests; jitllm-migrate-bench cuda:0<->cuda:1 (two GPUs) and cuda:0<->cpu:0
+  tp        tensor parallelism over two devices of one GPU: the split tests (cuda_tests), then
+            jitllm-migrate-bench --tp on the 3B shape (TP_CONTEXTS) - the switch pause against context
   vulkan    carried binaries (.carry, .gl; see vulkan()): vulkan_tests, then vulkan:0 beside cuda:0
   all       tests, sanitize and bench
 Options: -h, --help: this text; --dry-run: print the settings and MODE's steps, run nothing.
@@ -45,6 +47,7 @@ Environment (all optional):
   NCU_KERNEL        profile: a regex of kernel names for Nsight Compute's full set (default: no ncu)
   NCU_SKIP          profile: launches of that kernel skipped first (default 0)
   NCU_ARGS          profile: jitllm-bench's arguments under Nsight Compute (default "-p 0 -n 4")
+  TP_CONTEXTS       tp: the bench's contexts (default 512,2048,8192)
   ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro phi4-micro gemma3-micro")
   BUILT_AT          vulkan: the checkout path the carried binaries were built at (default /work/main)
 EOF
@@ -280,6 +283,18 @@ migrate() {
   return $rc
 }
 
+# tp: the tensor-parallel tests and the switch pause on cuda:0 split with itself (one GPU lent).
+tp() {
+  local rc=0 three
+  gtest cuda_tests --gtest_filter='*Split*:*TwoDevicesOfOneGpu*' || rc=1
+  three=$(makeModel llama-3.2-3b q4_k_m)
+  for sessions in 1 4; do
+    timeout 200 "$BIN/jitllm-migrate-bench" "$three" --tp --devices cuda:0,cuda:0 --sessions $sessions --repeat 4 \
+      --contexts "${TP_CONTEXTS:-512,2048,8192}" 2>&1 | tee "$LOGS/tp-3b-sessions$sessions.txt" || rc=1
+  done
+  return $rc
+}
+
 # archs: each shape's logits on cuda:0 against cpu:0 (float32 files compared in plain python3).
 archs() {
   local shape type f rc=0
@@ -349,6 +364,7 @@ case $mode in
   serve) steps=(startLlamaCpp serve) ;;
   tiers) steps=(tiers) ;;
   migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
+  tp) steps=("build cuda_tests jitllm-migrate-bench jitllm-mkmodel" tp) ;;
   archs) steps=("build jitllm-run jitllm-mkmodel backend_conformance_tests" archs) ;;
   vulkan) steps=(vulkan) ;;
   all) steps=(startLlamaCpp "build cuda_tests runtime_tests migration_tests backend_conformance_tests step_loop_tests jitllm-bench jitllm-mkmodel" runTests

@@ -26,7 +26,8 @@ using namespace jitllm;
 namespace {
 
 constexpr const char* kUsage = R"(usage: jitllm-migrate-bench MODEL.gguf [options]
-  --devices A,B      the two devices to move between (default cpu:0,cpu:1)
+  --devices A,B      the two devices to move between (default cpu:0,cpu:1); a GPU named twice
+                     is two devices of that GPU
   --threads N        threads per CPU device (default: all cores)
   --contexts LIST    context lengths in tokens (default 512,2048,8192,32768)
   --sessions N       sessions holding that context each (default 1)
@@ -166,7 +167,13 @@ int run(int argc, char** argv) {
   if (o.sessions < 1 || o.repeat < 1) throw tools::UsageError("--sessions and --repeat must be at least 1");
   runtime::DeviceSpecOptions dso;
   dso.cpuThreads = o.threads;
-  auto owned = runtime::createDevices(o.devices, dso);
+  // Each device of the list opened on its own, so a GPU may be named twice: two devices of one
+  // GPU, as the tests use them where one is lent.
+  std::vector<std::unique_ptr<Device>> owned;
+  std::stringstream list(o.devices);
+  for (std::string item; std::getline(list, item, ',');) {
+    for (auto& d : runtime::createDevices(item, dso)) owned.push_back(std::move(d));
+  }
   if (owned.size() != 2) throw tools::UsageError("--devices names two devices to move between (or split over)");
   std::printf("%s, %s\n\n", o.tp ? "tensor-parallel switches (1 -> 2 -> 1 ...)" : "migrations", o.devices.c_str());
   std::vector<Device*> devices{owned[0].get(), owned[1].get()};
