@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace jitllm::policies {
 
@@ -13,6 +14,7 @@ enum class ActionKind {
   kPageOut,  // move all of `model`'s weights and KV out of device memory (it stays loaded)
   kParkKv,   // move the KV of `model`'s idle sessions from device memory to host RAM (`target`:
              // the device that needs the room)
+  kSplit,    // split `model`'s blocks over `devices` (tensor parallelism); one device: join them there
 };
 
 struct Action {
@@ -22,6 +24,7 @@ struct Action {
   int last = 0;
   std::string target;  // device id (kMigrate)
   std::string reason;
+  std::vector<std::string> devices = {};  // kSplit: the split, the hidden state's device first
 
   bool operator==(const Action&) const = default;
 };

@@ -2,6 +2,7 @@
 
 #include "policies/online_policy.h"
 #include "policies/pressure_policy.h"
+#include "policies/slo_policy.h"
 #include "policies/thermal_policy.h"
 
 namespace jitllm::policies {
@@ -51,13 +52,20 @@ std::unique_ptr<Policy> makePolicy(const std::string& name, const PolicyConfig& 
     parts.push_back(std::make_unique<OnlinePolicy>(config));
     return std::make_unique<CompositePolicy>("thermal", std::move(parts));
   }
+  if (name == "slo") {
+    // The tiers' promises first (tensor parallelism), and still fit and use new devices.
+    parts.push_back(std::make_unique<SloPolicy>(config));
+    parts.push_back(std::make_unique<PressurePolicy>(config));
+    parts.push_back(std::make_unique<OnlinePolicy>(config));
+    return std::make_unique<CompositePolicy>("slo", std::move(parts));
+  }
   if (name == "pressure") return std::make_unique<PressurePolicy>(config);
   if (name == "online") return std::make_unique<OnlinePolicy>(config);
   return nullptr;
 }
 
 const std::vector<std::string>& policyNames() {
-  static const std::vector<std::string> names{"balanced", "thermal", "pressure", "online"};
+  static const std::vector<std::string> names{"balanced", "thermal", "slo", "pressure", "online"};
   return names;
 }
 

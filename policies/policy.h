@@ -37,7 +37,7 @@ class Policy {
   virtual std::vector<Action> plan(const Snapshot& snapshot) = 0;
 };
 
-// "balanced" (default), "thermal", "pressure", "online"; nullptr for another name.
+// "balanced" (default), "thermal", "slo", "pressure", "online"; nullptr for another name.
 std::unique_ptr<Policy> makePolicy(const std::string& name, const PolicyConfig& config);
 // The names makePolicy knows, for error messages and `jitllmctl policy`.
 const std::vector<std::string>& policyNames();

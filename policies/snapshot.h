@@ -36,6 +36,14 @@ struct UnitState {
   size_t weightBytes = 0;  // its weights' size, wherever they are (what a move to a GPU takes)
 };
 
+// One service tier of a model (docs/tiers.md): its replies running now, and its counters since load.
+struct TierState {
+  std::string tier;       // "interactive", "standard", "batch"
+  int active = 0;         // replies running or waiting for a step
+  uint64_t finished = 0;  // replies that ended normally
+  uint64_t met = 0;       // ... of which met both of the tier's targets
+};
+
 struct ModelState {
   std::string name;
   std::vector<UnitState> units;  // in unit order
@@ -47,6 +55,17 @@ struct ModelState {
   // KV of its idle sessions (kept after their reply for a follow-up) in device memory, per
   // device; part of the units' bytes. Parking moves it to host RAM.
   std::vector<std::pair<std::string, size_t>> idleKv;
+  std::vector<TierState> tiers;
+  // The devices its blocks may be split over (tensor parallelism): among 2 and 4, those dividing
+  // its KV heads and FFN rows. Empty: it does not split.
+  std::vector<int> splits;
+
+  const TierState* tier(const std::string& name) const {
+    for (const auto& t : tiers) {
+      if (t.tier == name) return &t;
+    }
+    return nullptr;
+  }
 
   size_t idleKvOn(const std::string& device) const {
     for (const auto& [d, bytes] : idleKv) {

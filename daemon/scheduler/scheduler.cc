@@ -111,6 +111,25 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
     m.resident = !snap.pagedOut;
     m.home = snap.home;
     m.idleKv = snap.idleKvBytesByDevice;
+    // Per tier: its counters (tiers that finished a reply) and the replies running now.
+    auto tierOf = [&m](server::ServiceTier tier) -> policies::TierState& {
+      const std::string name(server::tierName(tier));
+      for (auto& t : m.tiers) {
+        if (t.tier == name) return t;
+      }
+      m.tiers.push_back({name, 0, 0, 0});
+      return m.tiers.back();
+    };
+    for (const server::TierGoodput& g : snap.goodput) {
+      policies::TierState& t = tierOf(g.tier);
+      t.finished = g.finished;
+      t.met = g.met;
+    }
+    for (const server::SessionSnapshot& session : snap.sessions) tierOf(session.tier).active++;
+    const runtime::ModelConfig& config = host->model().config();
+    for (int k : {2, 4}) {
+      if (config.kvHeads % k == 0 && config.feedForward % k == 0) m.splits.push_back(k);
+    }
     for (const server::UnitSnapshot& u : snap.units) {
       // Weights read in place from the file take no device memory; KV always does.
       const size_t bytes = (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
@@ -139,7 +158,14 @@ void Scheduler::execute(const policies::Action& action) {
     server::MigrationRequest request;
     request.reason = action.reason;
     std::string what;
-    if (action.kind == policies::ActionKind::kMigrate) {
+    if (action.kind == policies::ActionKind::kSplit) {
+      request.layers = runtime::unitRangeName({action.first, action.last}, layers);
+      for (const std::string& id : action.devices) request.split.push_back(&core_.device(id));
+      JITLLM_REQUIRE(!request.split.empty(), "a split names its devices");
+      request.target = request.split.front();
+      what = "splitting " + request.layers + " of " + action.model + " over " + std::to_string(action.devices.size()) +
+             " device(s)";
+    } else if (action.kind == policies::ActionKind::kMigrate) {
       request.layers = runtime::unitRangeName({action.first, action.last}, layers);
       request.target = &core_.device(action.target);
       what = "migrating " + request.layers + " of " + action.model + " to " + action.target;

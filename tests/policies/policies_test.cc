@@ -5,6 +5,7 @@
 #include "policies/online_policy.h"
 #include "policies/policy.h"
 #include "policies/pressure_policy.h"
+#include "policies/slo_policy.h"
 #include "policies/thermal_policy.h"
 
 namespace jitllm::policies {
@@ -53,6 +54,14 @@ struct World {
           m.resident = false;
         } else if (a.kind == ActionKind::kParkKv) {
           std::erase_if(m.idleKv, [&](const auto& e) { return e.first == a.target; });
+        } else if (a.kind == ActionKind::kSplit) {
+          std::string split;
+          for (const auto& d : a.devices) split += (split.empty() ? "" : "+") + d;
+          for (int u = a.first; u <= a.last; u++) {
+            m.units[size_t(u)].device = split;
+            // As the scheduler shows a split block to the policies: pinned where it is.
+            m.units[size_t(u)].pinned = a.devices.size() > 1 ? split : "";
+          }
         } else {
           for (int u = a.first; u <= a.last; u++) {
             ASSERT_TRUE(m.units[size_t(u)].pinned.empty()) << "a policy moved pinned " << m.units[size_t(u)].name;
@@ -259,6 +268,87 @@ TEST(OnlinePolicy, ASoftwareDeviceArrivingTakesNothingFromARealOne) {
   w.tick(p, 0);
   w.s.devices.push_back(device("vulkan:0", 100, 80, /*software=*/true));
   EXPECT_TRUE(w.tick(p, 1000).empty());
+}
+
+// The slo policy's world: llama3b on cuda:0 of four GPUs, its interactive tier's counters scripted.
+struct SloWorld {
+  World w;
+  SloPolicy policy{PolicyConfig{}};
+  SloWorld() {
+    w.s.devices = {device("cuda:0", 10, 80), device("cuda:1", 10, 80),   device("cuda:2", 10, 80),
+                   device("cuda:3", 10, 80), device("vulkan:0", 20, 80), device("cpu:0", 1, 64)};
+    w.s.models = {model("llama3b", "cuda:0", kGB / 10)};
+    for (auto& u : w.s.models[0].units) u.weightBytes = kGB / 10;
+    w.s.models[0].splits = {2, 4};
+    w.s.models[0].tiers = {{"interactive", 0, 0, 0}, {"batch", 16, 0, 0}};
+    w.recount();
+  }
+  // `active` interactive replies now; `finished` more of them ended since the last tick, `met` of
+  // which met their targets.
+  std::vector<Action> tick(int64_t nowMs, int active, uint64_t finished, uint64_t met) {
+    TierState& t = w.s.models[0].tiers[0];
+    t.active = active;
+    t.finished += finished;
+    t.met += met;
+    return w.tick(policy, nowMs);
+  }
+  std::string blocks() const { return w.where("llama3b", 1); }
+};
+
+TEST(SloPolicy, MissedInteractiveTargetsSplitTheBlocksOverIdleGpusOfItsBackendAndIdleJoinsThemBack) {
+  SloWorld s;
+  EXPECT_TRUE(s.tick(0, 2, 10, 10).empty()) << "every interactive reply met its targets";
+  EXPECT_TRUE(s.tick(1000, 2, 10, 9).empty()) << "one miss in ten is within kMissFraction";
+  auto plan = s.tick(2000, 2, 10, 5);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kSplit);
+  EXPECT_EQ(plan[0].devices, (std::vector<std::string>{"cuda:0", "cuda:1"})) << "its own backend, not vulkan:0";
+  EXPECT_EQ(plan[0].first, 1);
+  EXPECT_EQ(plan[0].last, 28);
+  EXPECT_EQ(s.blocks(), "cuda:0+cuda:1");
+  EXPECT_EQ(s.w.where("llama3b", 0), "cuda:0") << "the embedding and head are not split";
+  // Still missing, but within the hold after a switch: nothing, then 4.
+  EXPECT_TRUE(s.tick(10000, 2, 10, 0).empty());
+  plan = s.tick(40000, 2, 10, 0);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].devices.size(), 4u);
+  EXPECT_EQ(s.blocks(), "cuda:0+cuda:1+cuda:2+cuda:3");
+  EXPECT_TRUE(s.tick(80000, 2, 10, 0).empty()) << "4 is the most its heads allow here";
+  // Interactive replies stop: after coolForMs without one, the blocks join back onto cuda:0.
+  EXPECT_TRUE(s.tick(81000, 0, 0, 0).empty());
+  EXPECT_TRUE(s.tick(100000, 0, 0, 0).empty());
+  plan = s.tick(111000, 0, 0, 0);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].devices, (std::vector<std::string>{"cuda:0"}));
+  EXPECT_EQ(s.blocks(), "cuda:0");
+}
+
+TEST(SloPolicy, NoSplitWithoutRoomOrWhereTheHeadsDoNotSplitOrBlocksArePinned) {
+  {
+    SloWorld s;
+    for (auto& d : s.w.s.devices) {
+      if (d.id != "cuda:0") d.memoryTotal = kGB;  // every other GPU too small for half the blocks
+    }
+    s.tick(0, 2, 0, 0);
+    EXPECT_TRUE(s.tick(1000, 2, 10, 0).empty());
+  }
+  {
+    SloWorld s;
+    s.w.s.models[0].splits.clear();
+    s.tick(0, 2, 0, 0);
+    EXPECT_TRUE(s.tick(1000, 2, 10, 0).empty());
+  }
+  {
+    SloWorld s;
+    s.w.s.models[0].units[3].pinned = "cuda:0";
+    s.tick(0, 2, 0, 0);
+    EXPECT_TRUE(s.tick(1000, 2, 10, 0).empty());
+  }
+  {
+    SloWorld s;  // missing targets while no interactive reply runs any more: nothing to gain
+    s.tick(0, 0, 0, 0);
+    EXPECT_TRUE(s.tick(1000, 0, 10, 0).empty());
+  }
 }
 
 TEST(Policies, NamedPoliciesExistAndNeverActTwiceOnOneModelInATick) {

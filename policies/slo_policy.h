@@ -1,0 +1,42 @@
+// "slo": tensor parallelism as a control the scheduler turns for the service tiers' promises
+// (docs/tiers.md). Per model, each tick:
+//  - interactive replies are running and, since the last tick, more than kMissFraction of the
+//    interactive replies that finished missed their targets: split its blocks over twice the
+//    devices (1 -> 2 -> 4, as its heads allow), onto idle devices of the backend it runs on with
+//    room for their share of its weights (fastest first);
+//  - no interactive reply has run for coolForMs and its blocks are split: join them back onto the
+//    first device, leaving the others to other work (a split costs each device efficiency that
+//    batch replies would rather have).
+// A model switches at most once per coolForMs (hysteresis: the goodput of a new split needs time
+// to show). Models being migrated, paged out, or whose blocks are pinned are left alone. Replicas
+// (data parallelism) are not among its choices yet.
+//
+// Thread-safety: the scheduler thread (Policy).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "policies/policy.h"
+
+namespace jitllm::policies {
+
+class SloPolicy final : public Policy {
+ public:
+  static constexpr double kMissFraction = 0.1;
+
+  explicit SloPolicy(const PolicyConfig& config) : config_(config) {}
+  const char* name() const override { return "slo"; }
+  std::vector<Action> plan(const Snapshot& snapshot) override;
+
+ private:
+  struct Memory {
+    uint64_t finished = 0, met = 0;  // the interactive counters at the last tick
+    int64_t lastInteractiveMs = 0;   // when an interactive reply was last seen running
+    int64_t lastSwitchMs = -1;       // when this policy last switched the model (-1: never)
+  };
+  PolicyConfig config_;
+  std::map<std::string, Memory> memory_;  // by model name
+};
+
+}  // namespace jitllm::policies
