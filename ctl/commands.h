@@ -56,6 +56,7 @@ int runCancel(Context& c);
 int runPolicy(Context& c);
 int runMigrate(Context& c);
 int runTensorParallel(Context& c);
+int runReplicate(Context& c);
 int runPin(Context& c);
 int runUnpin(Context& c);
 

@@ -128,6 +128,22 @@ int runTensorParallel(Context& c) {
                 "tensor-parallel switch ");
 }
 
+int runReplicate(Context& c) {
+  const std::string& model = c.args.arguments[0];
+  const std::string device = deviceArgument(c, 1);
+  auto client = c.connect();
+  const client::ModelInfo replica = client.replicate(model, device);
+  if (c.args.json) {
+    JsonWriter j;
+    j.beginObject().field("model", model).field("replica", replica.name).field("device", device).endObject();
+    c.out << j.str() << "\n";
+  } else {
+    c.out << "replica " << replica.name << " of " << model << " on " << device << ": requests for " << model
+          << " go to whichever copy has the fewest jobs; `jitllmctl unload " << replica.name << "` drops it\n";
+  }
+  return 0;
+}
+
 int runPin(Context& c) {
   const ModelLayers target = parseModelLayers(c.args.arguments[0], "pin");
   const std::string device = deviceArgument(c, 1);

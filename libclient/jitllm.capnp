@@ -108,6 +108,7 @@ struct ModelInfo {
   state @17 :Text;              # "preparing kernels" while load makes its kernels ready
                                 # (requests wait), then "ready"
   goodput @18 :List(TierGoodput);  # one per tier, most urgent first
+  replicaOf @19 :Text;          # a replica (Daemon.replicate): the model whose requests it shares
 }
 
 struct SessionPages {
@@ -298,6 +299,12 @@ interface Daemon {
   # The scheduler's policy (docs/operations.md): with an empty `name`, which one is active; with a
   # name, switch to it (admin only; FAILED naming the available ones for an unknown name).
   # UNIMPLEMENTED when the daemon runs without a scheduler (scheduler_interval_ms = 0).
+
+  replicate @14 (model :Text, device :Text) -> (model :ModelInfo);
+  # Admin only. Data parallelism: a second copy of `model` on `device`, named MODEL#2 (#3, ...),
+  # sharing its file, options and tier targets; new requests for `model` go to whichever copy has
+  # the fewest jobs. Returns once its kernels are ready. `unload MODEL#N` drops it; unloading
+  # `model` drops its replicas too. OVERLOADED when it does not fit on `device`.
 
   tensorParallel @13 (request :MigrateRequest) -> (stats :MigrationStats);
   # Admin only. Splits the blocks of the range over `request.split` (tensor parallelism: each

@@ -10,11 +10,13 @@
 namespace jitllm::policies {
 
 enum class ActionKind {
-  kMigrate,  // move units [first, last] of `model` to `target`
-  kPageOut,  // move all of `model`'s weights and KV out of device memory (it stays loaded)
-  kParkKv,   // move the KV of `model`'s idle sessions from device memory to host RAM (`target`:
-             // the device that needs the room)
-  kSplit,    // split `model`'s blocks over `devices` (tensor parallelism); one device: join them there
+  kMigrate,      // move units [first, last] of `model` to `target`
+  kPageOut,      // move all of `model`'s weights and KV out of device memory (it stays loaded)
+  kParkKv,       // move the KV of `model`'s idle sessions from device memory to host RAM (`target`:
+                 // the device that needs the room)
+  kSplit,        // split `model`'s blocks over `devices` (tensor parallelism); one device: join them there
+  kReplicate,    // a replica of `model` on `target` (data parallelism), sharing its requests
+  kDropReplica,  // unload `model`, a replica
 };
 
 struct Action {

@@ -17,12 +17,36 @@ std::vector<std::string> splitDevices(const std::string& device) {
 
 std::string backendOf(const std::string& id) { return id.substr(0, id.find(':')); }
 
+// A device no model has a unit on (a replica's place).
+bool idle(const Snapshot& s, const DeviceState& d) {
+  for (const ModelState& m : s.models) {
+    for (const UnitState& u : m.units) {
+      for (const std::string& id : splitDevices(u.device)) {
+        if (id == d.id) return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::vector<Action> SloPolicy::plan(const Snapshot& s) {
   std::vector<Action> actions;
   for (const ModelState& m : s.models) {
     if (m.units.size() < 3) continue;
+    if (!m.replicaOf.empty()) {
+      // A replica idle for coolForMs goes; its model serves alone again.
+      Memory& mem = memory_[m.name];
+      if (mem.lastSwitchMs < 0) mem.lastSwitchMs = s.nowMs;  // first seen: counts from now
+      if (m.activeSessions == 0 && !m.migrating &&
+          s.nowMs - std::max(m.lastUsedMs, mem.lastSwitchMs) >= config_.coolForMs) {
+        actions.push_back({ActionKind::kDropReplica, m.name, 0, 0, "",
+                           "no reply for " + std::to_string(config_.coolForMs / 1000) + " s: " + m.replicaOf +
+                               " serves alone again"});
+      }
+      continue;
+    }
     Memory& mem = memory_[m.name];
     const TierState* interactive = m.tier("interactive");
     const uint64_t finished = interactive ? interactive->finished : 0, met = interactive ? interactive->met : 0;
@@ -32,7 +56,7 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
     mem.met = met;
     const bool busy = interactive && interactive->active > 0;
     if (busy) mem.lastInteractiveMs = s.nowMs;
-    if (m.migrating || !m.resident || m.splits.empty()) continue;
+    if (m.migrating || !m.resident) continue;
     if (mem.lastSwitchMs >= 0 && s.nowMs - mem.lastSwitchMs < config_.coolForMs) continue;
     // Every block split alike (what this policy and jitllmctl tp make): blocks pinned by a user,
     // or split unevenly, are not its to change.
@@ -82,6 +106,32 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
       a.devices = {current[0]};
       a.reason = "no interactive reply for " + std::to_string(config_.coolForMs / 1000) + " s: joins its blocks onto " +
                  current[0];
+    } else if (!missing) {
+      // Throughput: every copy busy with other replies -> one more copy on an idle device.
+      int copies = 1, others = 0;
+      for (const ModelState& r : s.models) copies += r.replicaOf == m.name ? 1 : 0;
+      for (const TierState& t : m.tiers) others += t.tier == "interactive" ? 0 : t.active;
+      for (const ModelState& r : s.models) {
+        if (r.replicaOf != m.name) continue;
+        for (const TierState& t : r.tiers) others += t.tier == "interactive" ? 0 : t.active;
+      }
+      if (others < kReplicaReplies * copies) continue;
+      size_t bytes = 0;
+      for (const UnitState& u : m.units) bytes += u.weightBytes;
+      const DeviceState* target = nullptr;
+      for (const DeviceState& d : s.devices) {
+        if (d.software || backendOf(d.id) != backendOf(current[0]) || !idle(s, d)) continue;
+        if (double(d.memoryFree()) < double(bytes) + config_.headroom * double(d.memoryTotal)) continue;
+        if (!target || d.speed > target->speed) target = &d;
+      }
+      if (!target) continue;
+      a = {ActionKind::kReplicate,
+           m.name,
+           0,
+           0,
+           target->id,
+           std::to_string(others) + " replies on " + std::to_string(copies) + " cop" + (copies == 1 ? "y" : "ies") +
+               ", its interactive targets kept: a replica on " + target->id + " shares them"};
     } else {
       continue;
     }

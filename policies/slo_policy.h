@@ -6,10 +6,14 @@
 //    room for their share of its weights (fastest first);
 //  - no interactive reply has run for coolForMs and its blocks are split: join them back onto the
 //    first device, leaving the others to other work (a split costs each device efficiency that
-//    batch replies would rather have).
+//    batch replies would rather have);
+//  - its interactive replies keep their targets but each of its copies runs kReplicaReplies or
+//    more other replies (throughput, not latency, is what they lack): a replica (data
+//    parallelism) on an idle device of its backend - no model's units there - with room for all
+//    of it;
+//  - a replica that ran no reply for coolForMs is dropped.
 // A model switches at most once per coolForMs (hysteresis: the goodput of a new split needs time
-// to show). Models being migrated, paged out, or whose blocks are pinned are left alone. Replicas
-// (data parallelism) are not among its choices yet.
+// to show). Models being migrated, paged out, or whose blocks are pinned are left alone.
 //
 // Thread-safety: the scheduler thread (Policy).
 #pragma once
@@ -24,6 +28,7 @@ namespace jitllm::policies {
 class SloPolicy final : public Policy {
  public:
   static constexpr double kMissFraction = 0.1;
+  static constexpr int kReplicaReplies = 8;
 
   explicit SloPolicy(const PolicyConfig& config) : config_(config) {}
   const char* name() const override { return "slo"; }

@@ -56,6 +56,7 @@ struct ModelState {
   // device; part of the units' bytes. Parking moves it to host RAM.
   std::vector<std::pair<std::string, size_t>> idleKv;
   std::vector<TierState> tiers;
+  std::string replicaOf;  // a replica: the model whose requests it shares ("": a model of its own)
   // The devices its blocks may be split over (tensor parallelism): among 2 and 4, those dividing
   // its KV heads and FFN rows. Empty: it does not split.
   std::vector<int> splits;

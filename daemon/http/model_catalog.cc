@@ -82,7 +82,7 @@ kj::Promise<std::shared_ptr<ModelHost>> ModelCatalog::acquire(const std::string&
   for (const auto& host : core_.models()) {
     if (host->name() == name) {
       touch();
-      return std::shared_ptr<ModelHost>(host);
+      return core_.route(name);  // the model or one of its replicas
     }
   }
   auto loading = loading_.find(name);

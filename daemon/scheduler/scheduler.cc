@@ -126,6 +126,7 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
       t.met = g.met;
     }
     for (const server::SessionSnapshot& session : snap.sessions) tierOf(session.tier).active++;
+    m.replicaOf = host->options().replicaOf;
     const runtime::ModelConfig& config = host->model().config();
     for (int k : {2, 4}) {
       if (config.kvHeads % k == 0 && config.feedForward % k == 0) m.splits.push_back(k);
@@ -152,6 +153,20 @@ void Scheduler::execute(const policies::Action& action) {
       host->parkIdleSessions(action.reason);  // the model's worker reports what it parked
       events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, action.target, 0,
                    "parking the KV of " + action.model + "'s idle sessions in host RAM: " + action.reason});
+      return;
+    }
+    if (action.kind == policies::ActionKind::kReplicate || action.kind == policies::ActionKind::kDropReplica) {
+      // (Loading a replica blocks this tick for its load, seconds at most: its kernels are cached.)
+      const std::string what = action.kind == policies::ActionKind::kReplicate
+                                   ? "replicated " + action.model + " as " +
+                                         core_.replicate(action.model, DeviceId::parse(action.target))->name()
+                                   : "dropped replica " + action.model;
+      if (action.kind == policies::ActionKind::kDropReplica) {
+        JITLLM_REQUIRE(!host->options().replicaOf.empty(), "'", action.model, "' is not a replica");
+        core_.unload(action.model);
+      }
+      events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, action.target, 0,
+                   what + ": " + action.reason});
       return;
     }
     const int layers = int(host->model().config().layers);

@@ -293,7 +293,17 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
   hostOptions.deviceFault = [this](const std::string& model) { deviceFault(model); };
   hostOptions.metrics = &metrics_;
   hostOptions.tiers = cfg.tiers;
-  auto host = std::make_shared<ModelHost>(name, source, std::move(model), hostOptions, events_);
+  auto host = start(name, source, std::move(model), hostOptions, progress);
+  events_.emit({0, EventKind::kModel, "model.loaded", name, "", 0,
+                source + " (" + runtime::architectureName(host->model().config().arch) + ", " +
+                    std::to_string(host->model().config().layers) + " layers)"});
+  return host;
+}
+
+std::shared_ptr<ModelHost> DaemonCore::start(const std::string& name, const std::string& source,
+                                             std::unique_ptr<runtime::Model> model, const ModelHostOptions& options,
+                                             const LoadProgress& progress) {
+  auto host = std::make_shared<ModelHost>(name, source, std::move(model), options, events_);
   {
     std::lock_guard lock(mutex_);
     if (!accepting_ || models_.count(name)) {
@@ -317,23 +327,91 @@ std::shared_ptr<ModelHost> DaemonCore::load(const LoadRequest& request, const Lo
     throw;
   }
   if (progress) progress("ready", 3, 3);
-  events_.emit({0, EventKind::kModel, "model.loaded", name, "", 0,
-                source + " (" + runtime::architectureName(host->model().config().arch) + ", " +
-                    std::to_string(host->model().config().layers) + " layers)"});
   return host;
 }
 
+std::shared_ptr<ModelHost> DaemonCore::replicate(const std::string& name, const DeviceId& id) {
+  const std::shared_ptr<ModelHost> primary = find(name);
+  JITLLM_REQUIRE(primary->options().replicaOf.empty(), "'", name, "' is a replica of '", primary->options().replicaOf,
+                 "'; replicate that one");
+  Device& target = device(id);
+  // NAME#2, NAME#3, ...: the lowest number free.
+  std::string replica;
+  {
+    std::lock_guard lock(mutex_);
+    JITLLM_REQUIRE(accepting_, "the daemon is stopping");
+    for (int n = 2; replica.empty(); n++) {
+      if (!models_.count(name + "#" + std::to_string(n))) replica = name + "#" + std::to_string(n);
+    }
+  }
+  const runtime::Model& original = primary->model();
+  for (const Device* d : original.devices()) {
+    JITLLM_REQUIRE(d != &target, "'", name, "' runs on ", id.str(), " already; a replica there would only share it");
+  }
+  events_.emit({0, EventKind::kModel, "model.loading", replica, id.str(), 0, "a replica of " + name});
+  runtime::ModelLoadOptions options;
+  options.devices = {&target};
+  options.contextSize = primary->options().defaultContext;
+  options.kvPrecision = original.kvLayout().precision;
+  options.kvPageTokens = original.kvLayout().pageTokens;
+  options.placement.assign(size_t(original.unitCount()), 0);
+  std::unique_ptr<runtime::Model> model;
+  try {
+    model = runtime::Model::fromFile(gguf::GgufFile::share(original.file()), options);
+  } catch (const Error& e) {
+    events_.emit({0, EventKind::kModel, "model.load_failed", replica, id.str(), 0, e.what()});
+    throw;
+  }
+  ModelHostOptions hostOptions = primary->options();
+  hostOptions.replicaOf = name;
+  auto host = start(replica, primary->path(), std::move(model), hostOptions, {});
+  events_.emit({0, EventKind::kModel, "model.loaded", replica, id.str(), 0,
+                "a replica of " + name + " on " + id.str() + ": requests for " + name + " are shared with it"});
+  return host;
+}
+
+std::shared_ptr<ModelHost> DaemonCore::route(const std::string& name) const {
+  std::shared_ptr<ModelHost> best = find(name);
+  size_t bestJobs = best->jobCount();
+  std::vector<std::shared_ptr<ModelHost>> replicas;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [n, host] : models_) {
+      if (host->options().replicaOf == name) replicas.push_back(host);
+    }
+  }
+  for (const auto& r : replicas) {
+    const size_t jobs = r->jobCount();
+    if (jobs < bestJobs) {
+      best = r;
+      bestJobs = jobs;
+    }
+  }
+  return best;
+}
+
 void DaemonCore::unload(const std::string& name) {
-  std::shared_ptr<ModelHost> host;
+  std::vector<std::shared_ptr<ModelHost>> hosts;  // the model, then its replicas
   {
     std::lock_guard lock(mutex_);
     auto it = models_.find(name);
     JITLLM_REQUIRE(it != models_.end(), "no model named '", clipped(name), "' is loaded");
-    host = it->second;
+    hosts.push_back(it->second);
     models_.erase(it);
+    for (auto r = models_.begin(); r != models_.end();) {
+      if (r->second->options().replicaOf != name) {
+        ++r;
+        continue;
+      }
+      hosts.push_back(r->second);
+      r = models_.erase(r);
+    }
   }
-  host->shutdown();
-  events_.emit({0, EventKind::kModel, "model.unloaded", name, "", 0, ""});
+  for (const auto& host : hosts) {
+    host->shutdown();
+    events_.emit(
+        {0, EventKind::kModel, "model.unloaded", host->name(), "", 0, host == hosts.front() ? "" : "with " + name});
+  }
 }
 
 void DaemonCore::setPolicyControl(PolicyControl* control) {

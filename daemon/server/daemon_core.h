@@ -97,9 +97,19 @@ class DaemonCore final {
   size_t promised(const std::string& device) const;
 
   std::shared_ptr<ModelHost> load(const LoadRequest& request, const LoadProgress& progress);
+  // Unloads the model, and its replicas with it.
   void unload(const std::string& name);
   // Error(FAILED) naming the loaded models when there is none called `name`.
   std::shared_ptr<ModelHost> find(const std::string& name) const;
+  // Data parallelism: a second copy of a loaded model on `device` (every unit there), sharing its
+  // file mapping, options and tier targets, named NAME#2 (NAME#3, ...). Requests for NAME go to
+  // whichever of it and its replicas has the fewest jobs (route()); unload NAME#N drops one, unload
+  // NAME all. Blocks until its kernels are ready; Error(OVERLOADED) when it does not fit there.
+  std::shared_ptr<ModelHost> replicate(const std::string& name, const DeviceId& device);
+  // The host a new request for `name` goes to: the model or one of its replicas, the one with the
+  // fewest jobs (the model on a tie). An idle session kept for a follow-up stays with its host, so
+  // a follow-up routed elsewhere is prefilled again there. Error(FAILED) as find().
+  std::shared_ptr<ModelHost> route(const std::string& name) const;
   std::vector<std::shared_ptr<ModelHost>> models() const;
 
   // Refuses new generations from now on (Error(DISCONNECTED): the daemon is stopping).
@@ -133,6 +143,10 @@ class DaemonCore final {
   std::string statusLine() const;
 
  private:
+  // Registers a bound model under `name` and waits for its kernels (load and replicate).
+  std::shared_ptr<ModelHost> start(const std::string& name, const std::string& source,
+                                   std::unique_ptr<runtime::Model> model, const ModelHostOptions& options,
+                                   const LoadProgress& progress);
   // Path validation for load-by-path: inside a model dir and readable by `uid`.
   std::string resolveModelPath(const std::string& path) const;
   // Placement on load (policies/placement.h), paging idle models out first when that gives the new

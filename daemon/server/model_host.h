@@ -67,6 +67,8 @@ struct ModelHostOptions {
   // The tiers' targets: goodput is counted against them, and interactive TPOT bounds a step while
   // an interactive reply decodes (setTiers() changes them on a config reload).
   TierConfig tiers;
+  // Set on a replica (DaemonCore::replicate): the model it copies, whose requests it shares.
+  std::string replicaOf;
 };
 
 // One tier's replies since the model was loaded: how many ended normally, how many of those met

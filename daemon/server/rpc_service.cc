@@ -100,6 +100,7 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
   b.setContextSize(uint32_t(host.options().defaultContext));
   b.setChatTemplate(host.chatTemplate().family());
   b.setLoadedUnixMs(host.loadedUnixMs());
+  b.setReplicaOf(text(host.options().replicaOf));
   // Everything that changes with migrations comes from the worker's snapshot, not the model.
   const ModelSnapshot snap = host.snapshot();
   const auto& units = snap.units;
@@ -453,6 +454,20 @@ kj::Promise<void> DaemonService::load(LoadContext context) {
   });
 }
 
+kj::Promise<void> DaemonService::replicate(ReplicateContext context) {
+  return translateErrors([&]() -> kj::Promise<void> {
+    core_.access().requireAdmin(peer_.uid, "replicate");
+    const std::string name = context.getParams().getModel();
+    const DeviceId device = DeviceId::parse(std::string_view(context.getParams().getDevice().cStr()));
+    core_.find(name);  // a clear error for an unknown name, before a thread is busy with it
+    std::function<std::string()> work = [this, name, device] { return core_.replicate(name, device)->name(); };
+    return background_.run(work).then([this, context](std::string replica) mutable {
+      return translateErrors(
+          [&] { fillModelInfo(*core_.find(replica), context.getResults().initModel(), peer_, true); });
+    });
+  });
+}
+
 kj::Promise<void> DaemonService::unload(UnloadContext context) {
   return translateErrors([&]() -> kj::Promise<void> {
     core_.access().requireAdmin(peer_.uid, "unload");
@@ -534,7 +549,7 @@ kj::Promise<void> DaemonService::generate(GenerateContext context) {
   return translateErrors([&]() -> kj::Promise<void> {
     auto params = context.getParams();
     auto r = params.getRequest();
-    auto host = core_.find(r.getModel());
+    auto host = core_.route(r.getModel());
     GenerationRequest req;
     if (r.getPrompt().isText()) {
       const auto t = r.getPrompt().getText();
@@ -560,7 +575,7 @@ kj::Promise<void> DaemonService::chat(ChatContext context) {
   return translateErrors([&]() -> kj::Promise<void> {
     auto params = context.getParams();
     auto r = params.getRequest();
-    auto host = core_.find(r.getModel());
+    auto host = core_.route(r.getModel());
     std::vector<runtime::ChatMessage> messages;
     JITLLM_REQUIRE(r.getMessages().size() > 0, "the conversation is empty: send at least one message");
     for (auto m : r.getMessages()) messages.push_back({m.getRole(), m.getContent()});

@@ -46,6 +46,7 @@ class DaemonService final : public rpc::Daemon::Server {
   kj::Promise<void> cancelSession(CancelSessionContext context) override;
   kj::Promise<void> migrate(MigrateContext context) override;
   kj::Promise<void> tensorParallel(TensorParallelContext context) override;
+  kj::Promise<void> replicate(ReplicateContext context) override;
   kj::Promise<void> pin(PinContext context) override;
   kj::Promise<void> unpin(UnpinContext context) override;
   kj::Promise<void> policy(PolicyContext context) override;

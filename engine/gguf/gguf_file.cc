@@ -93,7 +93,7 @@ std::string TensorInfo::shapeString() const {
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->name_ = path;
-  file->mapping_ = std::make_unique<MappedFile>(path);
+  file->mapping_ = std::make_shared<MappedFile>(path);
   file->bytes_ = file->mapping_->bytes();
   file->parse();
   return file;
@@ -102,7 +102,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
 std::unique_ptr<GgufFile> GgufFile::openFd(int fd, const std::string& name) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->name_ = name;
-  file->mapping_ = std::make_unique<MappedFile>(fd, name);
+  file->mapping_ = std::make_shared<MappedFile>(fd, name);
   file->bytes_ = file->mapping_->bytes();
   file->parse();
   return file;
@@ -113,6 +113,16 @@ std::unique_ptr<GgufFile> GgufFile::fromBytes(std::span<const uint8_t> bytes, st
   file->name_ = std::move(name);
   file->ownedBytes_.assign(bytes.begin(), bytes.end());
   file->bytes_ = file->ownedBytes_;
+  file->parse();
+  return file;
+}
+
+std::unique_ptr<GgufFile> GgufFile::share(const GgufFile& other) {
+  if (!other.mapping_) return fromBytes(other.bytes_, other.name_);
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->name_ = other.name_;
+  file->mapping_ = other.mapping_;
+  file->bytes_ = file->mapping_->bytes();
   file->parse();
   return file;
 }

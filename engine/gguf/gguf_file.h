@@ -43,7 +43,7 @@ struct TensorInfo {
   const uint8_t* data = nullptr;  // into the file's bytes
 
   int64_t elements() const;
-  int64_t rows() const;  // elements() / dims[0]
+  int64_t rows() const;             // elements() / dims[0]
   std::string shapeString() const;  // "[64, 512]"
 };
 
@@ -54,6 +54,9 @@ class GgufFile final {
   static std::unique_ptr<GgufFile> openFd(int fd, const std::string& name);
   // Parses bytes held in memory (a copy is kept); `name` stands for the file in messages.
   static std::unique_ptr<GgufFile> fromBytes(std::span<const uint8_t> bytes, std::string name);
+  // The same file again, sharing `other`'s mapping (which lives while either does): a second model
+  // of it (a replica) without opening it again - its descriptor may be long closed.
+  static std::unique_ptr<GgufFile> share(const GgufFile& other);
   ~GgufFile();
 
   const std::string& name() const { return name_; }
@@ -85,7 +88,7 @@ class GgufFile final {
   [[noreturn]] void fail(const std::string& what) const;
 
   std::string name_;
-  std::unique_ptr<MappedFile> mapping_;
+  std::shared_ptr<MappedFile> mapping_;  // shared by share()
   std::vector<uint8_t> ownedBytes_;
   std::span<const uint8_t> bytes_;
   uint32_t version_ = 0;

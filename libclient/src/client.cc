@@ -458,6 +458,16 @@ MigrationStats Client::tensorParallel(const TensorParallelRequest& request) {
   });
 }
 
+ModelInfo Client::replicate(const std::string& model, const std::string& device) {
+  return impl_->runNewer("replicate", [&] {
+    auto call = impl_->daemon().replicateRequest();
+    call.setModel(model);
+    call.setDevice(device);
+    auto response = call.send().wait(impl_->waitScope());
+    return convert::fromSchema(response.getModel());
+  });
+}
+
 MigrationStats Client::pin(const std::string& model, const std::string& layers, const std::string& device) {
   return impl_->runNewer("pin", [&] {
     auto call = impl_->daemon().pinRequest();

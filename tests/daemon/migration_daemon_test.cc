@@ -382,5 +382,56 @@ TEST(DaemonMigration, BlocksSplitOverTwoDevicesMidReplyAndJoinBackWithoutChangin
   EXPECT_EQ(generate(c, kPrompts[0], 100).wait(io.waitScope).ids, undisturbed[0].ids);
 }
 
+// Data parallelism: a replica of stories on cpu:1 takes a share of the requests for stories (the
+// copy with the fewer jobs gets the next one), every reply the one a single copy gives; the
+// replica goes with its model, and replicating onto the model's own device is refused.
+TEST(DaemonMigration, AReplicaOnTheSecondDeviceSharesTheRequestsAndGoesWithItsModel) {
+  auto d = startTwoCpuDaemon();
+  ASSERT_TRUE(d->ready()) << d->log();
+  auto io = kj::setupAsyncIo();
+  RpcConnection c(io, d->socket());
+  loadStories(io, c, "stories", "cpu:0");
+  std::vector<GenerateResult> alone;
+  for (const auto& p : kPrompts) alone.push_back(generate(c, p, 60).wait(io.waitScope));
+
+  auto replicate = [&](const std::string& model, const std::string& device) -> std::string {
+    auto req = c.daemon().replicateRequest();
+    req.setModel(model);
+    req.setDevice(device);
+    try {
+      return req.send().wait(io.waitScope).getModel().getName().cStr();
+    } catch (const kj::Exception& e) {
+      return std::string("error: ") + e.getDescription().cStr();
+    }
+  };
+  EXPECT_EQ(replicate("stories", "cpu:1"), "stories#2");
+  EXPECT_NE(replicate("stories", "cpu:0").find("runs on cpu:0 already"), std::string::npos);
+  EXPECT_NE(replicate("stories#2", "cpu:0").find("is a replica of 'stories'"), std::string::npos);
+
+  auto seen = std::make_shared<std::vector<std::string>>();
+  auto sub = c.daemon().eventsRequest();
+  sub.setSink(kj::heap<EventCollector>(seen));
+  auto subscription = sub.send().wait(io.waitScope).getSubscription();
+  StreamingReplies streaming(io, *d, 60);  // three at once: the copies take turns
+  for (size_t i = 0; i < streaming.replies.size(); i++) {
+    EXPECT_EQ(streaming.replies[i].wait(io.waitScope).ids, alone[i].ids) << kPrompts[i];
+  }
+  io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS).wait(io.waitScope);  // the last events
+  int onModel = 0, onReplica = 0;
+  for (const auto& e : *seen) {
+    onModel += e == "session.finished stories";
+    onReplica += e == "session.finished stories#2";
+  }
+  EXPECT_EQ(onModel + onReplica, 3);
+  EXPECT_GE(onReplica, 1) << "the replica served none of three replies at once";
+  EXPECT_GE(onModel, 1);
+
+  auto unload = c.daemon().unloadRequest();
+  unload.setName("stories");
+  unload.send().wait(io.waitScope);
+  auto models = c.daemon().modelsRequest().send().wait(io.waitScope);
+  EXPECT_EQ(models.getModels().size(), 0u) << "the replica went with its model";
+}
+
 }  // namespace
 }  // namespace jitllm::testing

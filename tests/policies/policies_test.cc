@@ -54,6 +54,22 @@ struct World {
           m.resident = false;
         } else if (a.kind == ActionKind::kParkKv) {
           std::erase_if(m.idleKv, [&](const auto& e) { return e.first == a.target; });
+        } else if (a.kind == ActionKind::kReplicate) {
+          ModelState r = m;
+          r.name = m.name + "#" +
+                   std::to_string(1 +
+                                  std::count_if(s.models.begin(), s.models.end(),
+                                                [&](const auto& x) { return x.replicaOf == m.name; }) +
+                                  1);
+          r.replicaOf = m.name;
+          r.tiers.clear();
+          for (UnitState& u : r.units) u = {u.name, a.target, u.bytes, "", u.weightBytes};
+          s.models.push_back(r);
+          break;  // (s.models may have moved)
+        } else if (a.kind == ActionKind::kDropReplica) {
+          const std::string name = m.name;
+          std::erase_if(s.models, [&](const ModelState& x) { return x.name == name; });
+          break;
         } else if (a.kind == ActionKind::kSplit) {
           std::string split;
           for (const auto& d : a.devices) split += (split.empty() ? "" : "+") + d;
@@ -280,7 +296,7 @@ struct SloWorld {
     w.s.models = {model("llama3b", "cuda:0", kGB / 10)};
     for (auto& u : w.s.models[0].units) u.weightBytes = kGB / 10;
     w.s.models[0].splits = {2, 4};
-    w.s.models[0].tiers = {{"interactive", 0, 0, 0}, {"batch", 16, 0, 0}};
+    w.s.models[0].tiers = {{"interactive", 0, 0, 0}, {"batch", 4, 0, 0}};
     w.recount();
   }
   // `active` interactive replies now; `finished` more of them ended since the last tick, `met` of
@@ -321,6 +337,34 @@ TEST(SloPolicy, MissedInteractiveTargetsSplitTheBlocksOverIdleGpusOfItsBackendAn
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].devices, (std::vector<std::string>{"cuda:0"}));
   EXPECT_EQ(s.blocks(), "cuda:0");
+}
+
+TEST(SloPolicy, BatchLoadWithInteractiveTargetsKeptGetsReplicasOnIdleGpusThatGoWhenIdle) {
+  SloWorld s;
+  s.w.s.models[0].tiers[1].active = 16;
+  auto plan = s.tick(0, 1, 10, 10);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kReplicate);
+  EXPECT_EQ(plan[0].target, "cuda:1") << "an idle GPU of its backend";
+  ASSERT_EQ(s.w.s.models.size(), 2u);
+  EXPECT_EQ(s.w.s.models[1].replicaOf, "llama3b");
+  EXPECT_TRUE(s.tick(10000, 1, 10, 10).empty()) << "one change per cool_for_ms";
+  // 16 replies over two copies is 8 each: one more.
+  plan = s.tick(31000, 1, 10, 10);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].target, "cuda:2");
+  // Load gone: each replica goes once it ran nothing for cool_for_ms (counted from when the policy
+  // first saw it, before it ran anything): llama3b#2 (seen at 10 s) at 50 s, llama3b#3 at 81 s.
+  s.w.s.models[0].tiers[1].active = 0;
+  EXPECT_TRUE(s.tick(35000, 0, 0, 0).empty());
+  plan = s.tick(50000, 0, 0, 0);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kDropReplica);
+  EXPECT_EQ(plan[0].model, "llama3b#2");
+  plan = s.tick(81000, 0, 0, 0);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].model, "llama3b#3");
+  EXPECT_EQ(s.w.s.models.size(), 1u);
 }
 
 TEST(SloPolicy, NoSplitWithoutRoomOrWhereTheHeadsDoNotSplitOrBlocksArePinned) {

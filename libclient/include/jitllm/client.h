@@ -111,6 +111,9 @@ class JITLLM_CLIENT_API Client final {
   // back onto one device, live (admin only). `to` in the stats names the split ("cuda:0+cuda:1").
   // Errors as migrate(), and kFailed when the model's heads do not split over that many devices.
   MigrationStats tensorParallel(const TensorParallelRequest& request);
+  // A replica of `model` on `device` (data parallelism; admin only): returns it (named MODEL#2,
+  // ...). Requests for `model` are then shared between the copies; unload("MODEL#2") drops it.
+  ModelInfo replicate(const std::string& model, const std::string& device);
   // Pins a model's `layers` (MigrateRequest::layers syntax; empty: every unit) to `device`, first
   // moving those that are elsewhere (admin only). Returns that move's stats: units 0 when nothing
   // had to move. Pinned units never move on their own. Errors as migrate().
