@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "base/byte_size.h"
 #include "base/error.h"
 #include "base/regular_file.h"
+#include "policies/policy.h"
 
 namespace jitllm::server {
 namespace {
@@ -110,8 +112,14 @@ void DaemonConfig::parse(const std::string& text, const std::string& origin) {
     } else if (key == "preload") {
       preload = list(value);
     } else if (key == "policy") {
-      JITLLM_REQUIRE(value == "balanced" || value == "thermal" || value == "pressure" || value == "online", where,
-                     ": policy must be balanced, thermal, pressure or online");
+      const std::vector<std::string>& names = policies::policyNames();
+      if (std::find(names.begin(), names.end(), value) == names.end()) {
+        std::string known;
+        for (size_t i = 0; i < names.size(); i++) {
+          known += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+        }
+        JITLLM_FAIL(kFailed, where, ": policy must be ", known);
+      }
       policy = value;
     } else if (key == "rescan_interval_ms") {
       rescanIntervalMs = number<int64_t>(value, where, 0, 86400000);

@@ -611,7 +611,10 @@ bool DaemonCore::deviceLost(const DeviceId& id, const std::string& why) {
       events_.emit({0, EventKind::kModel, "model.replace_failed", host->name(), name, 0,
                     "no device is left to run " + host->name() + " on; unloading it"});
     }
-    for (const auto& host : affected) unload(host->name());
+    for (const auto& host : affected) {
+      if (!host->options().replicaOf.empty()) continue;  // goes with its model
+      unload(host->name());
+    }
     return true;
   }
   // Each model goes to the best device left with room for what ran on the lost one (weights from

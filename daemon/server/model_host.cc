@@ -120,6 +120,17 @@ struct ModelHost::Idle {
 
 namespace {
 
+// Whether a migration request names `device` (its target, or one of a split's devices).
+bool names(const MigrationRequest& r, const Device* device) {
+  return r.target == device || std::find(r.split.begin(), r.split.end(), device) != r.split.end();
+}
+
+// Whether unit `u` runs on `device`, wholly or as one of the devices its block is split over.
+bool runsOn(const runtime::Model& model, int u, const Device* device) {
+  const runtime::UnitInfo info = model.unitInfo(u);
+  return info.device == device || std::find(info.shards.begin(), info.shards.end(), device) != info.shards.end();
+}
+
 // Whether this iteration's locks cover every device a migration request names.
 bool holdsAll(const DeviceLocks& locks, const MigrationRequest& r) {
   if (!locks.holds(r.target)) return false;
@@ -334,9 +345,9 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
     const std::string cause = id + " went away (" + l.why + ")";
     // A migration to or from the device cannot finish; the model stays where it was, less the device.
     if (running_) {
-      const runtime::UnitRange range = running_->migration->options().units;
-      bool involved = running_->migration->options().target == l.lost;
-      for (int u = range.first; u <= range.last; u++) involved = involved || &model_->unitDevice(u) == l.lost;
+      const runtime::UnitRange range = running_->units();
+      bool involved = names(running_->ticket->request(), l.lost);
+      for (int u = range.first; u <= range.last; u++) involved = involved || runsOn(*model_, u, l.lost);
       if (involved) {
         running_->ticket->fail(Error(ErrorKind::kDisconnected, cause + " during the migration"));
         events_.emit({0, EventKind::kMigration, "migration.failed", name_, id, 0,
@@ -346,7 +357,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
     }
     {
       std::lock_guard lock(mutex_);
-      if (pendingMigration_ && pendingMigration_->request().target == l.lost) {
+      if (pendingMigration_ && names(pendingMigration_->request(), l.lost)) {
         pendingMigration_->fail(Error(ErrorKind::kDisconnected, cause + " before the migration started"));
         pendingMigration_.reset();
         migrating_ = running_ != nullptr;
@@ -357,7 +368,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
     std::vector<int> units;
     bool holdsKv = false;
     for (int u = 0; u < model_->unitCount(); u++) {
-      if (&model_->unitDevice(u) != l.lost) continue;
+      if (!runsOn(*model_, u, l.lost)) continue;
       units.push_back(u);
       holdsKv = holdsKv || (u > 0 && u <= layers);
     }

@@ -326,14 +326,14 @@ TEST(DaemonScheduler, ThePolicyIsShownSwitchedAtRunTimeAndUnknownNamesAreRefused
     for (auto n : resp.getAvailable()) all += std::string(n.cStr()) + " ";
     return std::string(resp.getName().cStr()) + " / " + all;
   };
-  EXPECT_EQ(ask(""), "balanced / balanced thermal pressure online ");
-  EXPECT_EQ(ask("thermal"), "thermal / balanced thermal pressure online ");
-  EXPECT_EQ(ask(""), "thermal / balanced thermal pressure online ");
+  EXPECT_EQ(ask(""), "balanced / balanced thermal slo pressure online ");
+  EXPECT_EQ(ask("thermal"), "thermal / balanced thermal slo pressure online ");
+  EXPECT_EQ(ask(""), "thermal / balanced thermal slo pressure online ");
   auto bad = c.daemon().policyRequest();
   bad.setName("fastest");
   EXPECT_NE(errorOf(bad.send().ignoreResult(), io.waitScope).find("no policy 'fastest'; there are balanced, thermal"),
             std::string::npos);
-  EXPECT_EQ(ask(""), "thermal / balanced thermal pressure online ") << "a refused switch changes nothing";
+  EXPECT_EQ(ask(""), "thermal / balanced thermal slo pressure online ") << "a refused switch changes nothing";
   EXPECT_NE(d.log().find("scheduler.policy"), std::string::npos);
 }
 

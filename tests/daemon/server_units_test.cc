@@ -79,7 +79,7 @@ TEST(DaemonConfig, BadLinesAreErrorsNamingFileAndLine) {
   EXPECT_NE(error("default_context = 12abc").find("12abc"), std::string::npos);
   EXPECT_NE(error("log_level = loud").find("log_level must be"), std::string::npos);
   EXPECT_NE(error("just words").find("expected 'key = value'"), std::string::npos);
-  EXPECT_NE(error("policy = fastest").find("policy must be balanced, thermal, pressure or online"), std::string::npos);
+  EXPECT_NE(error("policy = fastest").find("policy must be balanced, thermal, slo, pressure or online"), std::string::npos);
   EXPECT_NE(error("thermal_cool_c = 90").find("thermal_cool_c must be below thermal_hot_c"), std::string::npos);
   EXPECT_NE(error("pressure_low = 0.95").find("pressure_low must be below pressure_high"), std::string::npos);
 }
