@@ -81,6 +81,36 @@ TEST(HotPlug, AVanishedDeviceEndsOnlyTheSessionsWithKvOnItAndItsModelsAreReplace
   EXPECT_NE(log.find("device.added [] cpu:1 is online"), std::string::npos) << log;
 }
 
+// A model whose blocks are split over cpu:0 and cpu:1 (tensor parallelism) loses cpu:1: its KV
+// there is gone, so its sessions end with DISCONNECTED, and its blocks come back whole on cpu:0.
+TEST(HotPlug, ALostShardOfASplitModelEndsItsSessionsAndItsBlocksComeBackWholeOnADeviceLeft) {
+  if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
+  auto core = makeCore("cpu:0,cpu:1", 0);
+  auto split = load(*core, "split", "cpu:0");
+  server::MigrationRequest request;
+  request.split = {&core->device("cpu:0"), &core->device("cpu:1")};
+  request.target = request.split[0];
+  ASSERT_TRUE(split->migrate(request)->wait(std::chrono::seconds(10)));
+  ASSERT_EQ(placement(*split)[1], "cpu:0+cpu:1");
+  const Outcome reference = finish(*start(*split, 40));
+  ASSERT_FALSE(reference.error) << reference.error->what();
+
+  Scheduler s(*core, script("0 cpu:1 present=1\n100 cpu:1 present=0  # unplugged\n"), policies::PolicyConfig{},
+              "balanced");
+  EXPECT_TRUE(s.tick(0).empty());
+  auto a = start(*split, 40);
+  Outcome ra;
+  readSome(*a, ra, 8);
+  s.tick(100);
+  ra = finish(*a, ra);
+  ASSERT_TRUE(ra.error.has_value()) << "its KV on cpu:1 is gone";
+  EXPECT_EQ(ra.error->kind(), ErrorKind::kDisconnected);
+  EXPECT_TRUE(everyUnitOn(placement(*split), "cpu:0"));
+  const Outcome again = finish(*start(*split, 40));
+  ASSERT_FALSE(again.error) << again.error->what();
+  EXPECT_EQ(again.ids, reference.ids);
+}
+
 TEST(HotPlug, ADeviceThatArrivesTakesTheLayersOfASlowerOneWhileAReplyStreams) {
   if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "no " << kStories;
   std::string why;
