@@ -22,6 +22,9 @@ struct Model::Workspace {
   // A split block's partial sums from another device, before they are added (Model::runSplitBlock).
   std::unique_ptr<DeviceBuffer> partial;
   int64_t partialCapacity = 0;
+  // ... and the shards' outputs stacked before a product that runs whole on the first device.
+  std::unique_ptr<DeviceBuffer> stacked;
+  size_t stackedBytes = 0;
   // Streamed blocks visit two slots in turn: while one block runs from one, the next uploads into
   // the other. slotFree[s]: the mark after the ops of the block that last used slot s.
   std::unique_ptr<DeviceBuffer> slots[2];
@@ -346,6 +349,14 @@ KernelWorkload Model::kernelWorkload(int u, const BoundUnit& b) const {
     w.products = {{b.wq, b.wk, b.wv}, {b.gate, b.up}};
     if (b.wo.rows > 0) w.products.push_back({b.wo});
     if (b.down.rows > 0) w.products.push_back({b.down});
+    // A split block's first device interleaves the shards' outputs of what it runs whole
+    // (runSplitBlock): f32 rows of one shard's width.
+    auto stacked = [&](int64_t width) {
+      w.tables.push_back(
+          WeightRef{quant::TensorType::kF32, nullptr, kMaxStepTokens * b.shards, width, size_t(width) * sizeof(float)});
+    };
+    if (b.shards > 1 && b.shard == 0 && !b.woSplit) stacked(config_.heads / b.shards * config_.headDim);
+    if (b.shards > 1 && b.shard == 0 && !b.downSplit) stacked(config_.feedForward / b.shards);
     w.attention.push_back({int(config_.heads) / b.shards, shardLayout(kvLayout_, b.shards)});
   }
   return w;
@@ -740,18 +751,25 @@ void Model::runSplitBlock(const BoundUnit& u, int layer, int64_t T, const int32_
     }
   };
   // The shards' outputs (`width` columns each) side by side in the first device's `buffer`, for a
-  // product that runs there whole.
-  std::vector<float> host;
+  // product that runs there whole: stacked on the first device (one copy a shard, a peer copy
+  // between GPUs), then interleaved row by row by one getRows over them as a table of f32 rows.
+  std::vector<int32_t> order(size_t(T * k));
+  for (int64_t t = 0; t < T; t++) {
+    for (int j = 0; j < k; j++) order[size_t(t * k + j)] = int32_t(j * T + t);
+  }
   auto gather = [&](std::unique_ptr<DeviceBuffer> Workspace::*buffer, int64_t width) {
-    std::vector<float> part(size_t(T * width));
-    host.resize(size_t(T * width * k));
-    for (int j = 0; j < k; j++) {
-      shard[size_t(j)]->device->copyToHost(part.data(), (ws[size_t(j)]->*buffer)->data(), part.size() * sizeof(float));
-      for (int64_t t = 0; t < T; t++) {
-        std::copy_n(part.data() + t * width, width, host.data() + (t * k + j) * width);
-      }
+    const size_t part = size_t(T * width) * sizeof(float);
+    if (w0.stackedBytes < part * size_t(k)) {
+      w0.stacked.reset();
+      w0.stacked = first.allocate(part * size_t(k));
+      w0.stackedBytes = part * size_t(k);
     }
-    first.copyFromHost((w0.*buffer)->data(), host.data(), host.size() * sizeof(float));
+    for (int j = 0; j < k; j++) {
+      shard[size_t(j)]->device->copyToDevice(first, w0.stacked->data() + size_t(j) * part,
+                                             (ws[size_t(j)]->*buffer)->data(), part);
+    }
+    const WeightRef stacked{quant::TensorType::kF32, w0.stacked->data(), T * k, width, size_t(width) * sizeof(float)};
+    first.getRows(stacked, order.data(), T * k, w0.f(w0.*buffer));
   };
 
   const int heads = int(c.heads) / k;
