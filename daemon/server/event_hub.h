@@ -87,4 +87,7 @@ class EventHub final {
 
 const char* eventKindName(EventKind kind);
 
+// A byte count as events write it: "812.0 KB", "1.2 MB".
+std::string humanBytes(size_t bytes);
+
 }  // namespace jitllm::server

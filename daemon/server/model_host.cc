@@ -108,16 +108,6 @@ struct ModelHost::RunningMigration {
   }
 };
 
-// A finished reply's session, kept so that a follow-up continues it. Worker thread only.
-struct ModelHost::Idle {
-  uint32_t ownerUid = 0;
-  int64_t contextLimit = 0;
-  std::vector<int32_t> tokens;                // whose KV it holds
-  std::unique_ptr<runtime::Session> session;  // null while parked
-  std::unique_ptr<runtime::HostKv> parked;    // set while its KV is in host RAM
-  uint64_t id = 0;                            // the session it was (a restored one gets a new id)
-};
-
 namespace {
 
 // Whether a migration request names `device` (its target, or one of a split's devices).
@@ -140,14 +130,6 @@ bool holdsAll(const DeviceLocks& locks, const MigrationRequest& r) {
   return true;
 }
 
-// Tokens `a` and `b` have in common from the start.
-size_t commonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) i++;
-  return i;
-}
-
 // How long a step may take while an interactive reply decodes: its TPOT target, less a fifth for
 // the step's own jitter (0: no target, no limit).
 double urgentStepMs(const TierConfig& tiers) {
@@ -156,16 +138,6 @@ double urgentStepMs(const TierConfig& tiers) {
 
 // Migration ids are unique in the daemon, so events of two models' migrations never mix.
 std::atomic<uint64_t> nextMigrationId{1};
-
-std::string humanBytes(size_t bytes) {
-  char buf[32];
-  if (bytes < 1000000) {
-    std::snprintf(buf, sizeof buf, "%.1f KB", double(bytes) / 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
-  }
-  return buf;
-}
 
 }  // namespace
 
@@ -182,6 +154,7 @@ ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime
               .count()),
       pins_(size_t(model_->unitCount())),
       usedDevices_(model_->devices()),
+      idle_(name_, *model_, options_.idleSessions, events_, options_.metrics),
       tiers_(options_.tiers) {
   // What ps shows is there before load() returns, not only after the worker's first iteration.
   publish({});
@@ -277,7 +250,10 @@ std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
   identity.firstName = runtime::unitName(range.first, layers);
   identity.lastName = runtime::unitName(range.last, layers);
   identity.to = request.target->info().id.str();
-  for (size_t i = 1; i < request.split.size(); i++) identity.to += "+" + request.split[i]->info().id.str();
+  for (size_t i = 1; i < request.split.size(); i++) {
+    identity.to += '+';
+    identity.to += request.split[i]->info().id.str();
+  }
   JITLLM_REQUIRE(request.split.empty() || request.split[0] == request.target,
                  "a tensor-parallel switch's target is its first device");
   std::shared_ptr<MigrationTicket> ticket;
@@ -402,7 +378,7 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
       }
       retire(active, nullptr);  // their pages go back now
       // Idle sessions lose theirs too, unless parked in host RAM: those come back on the new placement.
-      std::erase_if(idle_, [](const auto& i) { return i->session != nullptr; });
+      idle_.dropIf([](const IdleSessions::Entry& i) { return i.session != nullptr; });
     }
     std::string outcome;
     try {
@@ -572,7 +548,7 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     if (preempted && a->parked) parkedBytes += a->parked->bytes();
   }
   std::vector<SessionSnapshot> idle;
-  for (const auto& i : idle_) {
+  for (const auto& i : idle_.entries()) {
     idle.push_back({i->id, i->ownerUid, int64_t(i->tokens.size()), i->contextLimit, i->session ? "idle" : "parked"});
     if (i->parked) parkedBytes += i->parked->bytes();
   }
@@ -596,7 +572,10 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     s.kernelsReady = info.kernelsReady;
     if (!info.shards.empty()) {
       s.device.clear();
-      for (const Device* d : info.shards) s.device += (s.device.empty() ? "" : "+") + d->info().id.str();
+      for (const Device* d : info.shards) {
+        if (!s.device.empty()) s.device += '+';
+        s.device += d->info().id.str();
+      }
     }
     if (running_ && running_->staged(u)) s.stagedOn = running_->ticket->result().to;
     if (u == 0 || u + 1 == model_->unitCount()) continue;
@@ -622,7 +601,7 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
       if (a->seq->suspended()) continue;  // its KV is in host RAM
       count(a->session(), a->sessionId, false);
     }
-    for (const auto& i : idle_) {
+    for (const auto& i : idle_.entries()) {
       if (i->session) count(*i->session, i->id, true);
     }
   }
@@ -668,16 +647,7 @@ ModelSnapshot ModelHost::snapshot() const {
   s.pagedOut = pagedOut_;
   s.home = home_;
   s.state = prepared_ ? "ready" : "preparing kernels";
-  // Goodput: the replies that met their targets in the last minute, per second.
-  constexpr auto kWindow = std::chrono::seconds(60);
-  const auto now = Clock::now();
-  for (ServiceTier t : kAllServiceTiers) {
-    const TierCounts& c = tierCounts_[size_t(t)];
-    const auto recent =
-        std::count_if(c.recentMet.begin(), c.recentMet.end(), [&](auto at) { return now - at <= kWindow; });
-    s.goodput.push_back(
-        {t, tiers_.targetsOf(t), c.finished, c.met, double(recent) / std::chrono::duration<double>(kWindow).count()});
-  }
+  s.goodput = goodput_.snapshot(tiers_, Clock::now());
   return s;
 }
 
@@ -724,7 +694,7 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
                      model_->config().vocabSize);
     }
     size_t reused = 0;
-    std::unique_ptr<runtime::Session> session = resumeIdle(r, limit, reused);
+    std::unique_ptr<runtime::Session> session = idle_.take(r.ownerUid, r.prompt, limit, reused);
     if (!session) session = model_->createSession(limit);
     const uint64_t sessionId = session->id();
     auto a = std::make_unique<Active>(*this, job);
@@ -787,12 +757,7 @@ void ModelHost::finishActive(Active& a) {
     std::lock_guard lock(mutex_);
     st.metTargets =
         metTargets(tiers_.targetsOf(st.tier), st.timeToFirstTokenMs, st.generatedTokens, st.tokensPerSecond);
-    TierCounts& c = tierCounts_[size_t(st.tier)];
-    c.finished++;
-    if (st.metTargets) {
-      c.met++;
-      c.recentMet.push_back(now);
-    }
+    goodput_.record(st.tier, st.metTargets, now);
   }
   // The client hears that its reply ended once ps no longer shows it running (after this step's
   // publish): a load or a request sent the moment a reply ends sees the model idle.
@@ -822,59 +787,15 @@ void ModelHost::retire(std::vector<std::unique_ptr<Active>>& active,
       options_.metrics->generationEnded(name_, g);
     }
     if (a->finished) {
-      if (a->keep) keepIdle(*a, *q);
+      if (a->keep && q->session().length() > 0) {
+        // The last sampled token was never fed: the KV holds the tokens before it.
+        std::vector<int32_t> tokens(q->history().begin(), q->history().begin() + q->session().length());
+        idle_.keep(a->job->request().ownerUid, q->releaseSession(), std::move(tokens));
+      }
       if (finished) finished->emplace_back(a->job, *a->finished);
     }
     std::erase_if(active, [&](const auto& e) { return e.get() == a; });  // (the sequence, with its session, goes next)
   }
-}
-
-std::unique_ptr<runtime::Session> ModelHost::resumeIdle(const GenerationRequest& r, int64_t limit, size_t& reused) {
-  reused = 0;
-  // The idle session of this user and limit sharing the longest start with the prompt. At least one
-  // prompt token is computed again: its logits give the reply's first token. A session is resumed
-  // only for at least half of its tokens (the same conversation, perhaps with its last message
-  // edited): one that shares only the start of a system prompt stays for its own follow-up.
-  auto best = idle_.end();
-  size_t bestLength = 0;
-  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
-    const Idle& i = **it;
-    if (i.ownerUid != r.ownerUid || i.contextLimit != limit) continue;
-    const size_t n = std::min(commonPrefix(i.tokens, r.prompt), r.prompt.size() - 1);
-    // A sliding-window model's session cannot rewind behind the KV its windows have freed.
-    const bool rewindable =
-        i.session ? i.session->canTruncate(int64_t(n)) : i.parked && i.parked->canTruncate(int64_t(n));
-    if (n > bestLength && 2 * n >= i.tokens.size() && rewindable) {
-      best = it;
-      bestLength = n;
-    }
-  }
-  if (best == idle_.end()) return nullptr;
-  std::unique_ptr<Idle> idle = std::move(*best);
-  idle_.erase(best);
-  if (idle->parked) {
-    const auto start = Clock::now();
-    try {
-      idle->session = idle->parked->restore(*model_);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kOverloaded) throw;
-      events_.emit({0, EventKind::kSession, "session.unparked", name_, "", idle->id,
-                    std::string("no device memory to bring the idle session's KV back (") + e.what() +
-                        "): its prompt is computed again",
-                    idle->ownerUid});
-      return nullptr;
-    }
-    if (options_.metrics) options_.metrics->kvPagedIn(name_);
-    events_.emit({0, EventKind::kSession, "session.unparked", name_, "", idle->session->id(),
-                  humanBytes(idle->parked->bytes()) + " of KV (" + std::to_string(idle->tokens.size()) +
-                      " tokens) back from host RAM in " +
-                      std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) +
-                      " ms, nothing recomputed",
-                  idle->ownerUid});
-  }
-  idle->session->truncate(int64_t(bestLength));
-  reused = bestLength;
-  return std::move(idle->session);
 }
 
 size_t ModelHost::runningCount(const std::vector<std::unique_ptr<Active>>& active) const {
@@ -924,51 +845,6 @@ void ModelHost::resumePreempted(std::vector<std::unique_ptr<Active>>& active) {
   }
 }
 
-void ModelHost::keepIdle(Active& a, runtime::Sequence& q) {
-  if (q.session().length() == 0) return;
-  auto idle = std::make_unique<Idle>();
-  idle->ownerUid = a.job->request().ownerUid;
-  idle->contextLimit = q.session().contextLimit();
-  idle->id = q.session().id();
-  // The last sampled token was never fed: the KV holds the tokens before it.
-  idle->tokens.assign(q.history().begin(), q.history().begin() + q.session().length());
-  idle->session = q.releaseSession();
-  idle_.push_back(std::move(idle));
-  if (idle_.size() > options_.idleSessions) idle_.erase(idle_.begin());  // least recently used
-}
-
-bool ModelHost::dropIdleWithDeviceMemory() {
-  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
-    if ((*it)->session) {
-      events_.emit({0, EventKind::kSession, "session.dropped", name_, "", (*it)->id,
-                    "idle session dropped: a running one needed its KV pages", (*it)->ownerUid});
-      idle_.erase(it);
-      return true;
-    }
-  }
-  return false;
-}
-
-void ModelHost::parkIdle(const std::string& reason) {
-  size_t sessions = 0, bytes = 0;
-  const auto start = Clock::now();
-  for (auto& i : idle_) {
-    if (!i->session || !runtime::holdsDeviceMemory(*i->session)) continue;
-    i->parked = std::make_unique<runtime::HostKv>(*i->session);
-    i->session.reset();  // its pages go back to their pools
-    sessions++;
-    bytes += i->parked->bytes();
-  }
-  if (sessions == 0) return;
-  if (options_.metrics) options_.metrics->kvPagedOut(name_, sessions);
-  const std::string what = "parked the KV of " + std::to_string(sessions) + " idle session(s) of " + name_ + " (" +
-                           humanBytes(bytes) + ") in host RAM in " +
-                           std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - start).count()) +
-                           " ms: " + reason;
-  events_.emit({0, EventKind::kSession, "session.parked", name_, "", 0, what});
-  spdlog::info("model '{}': {}", name_, what);
-}
-
 void ModelHost::prepareKernels() {
   std::optional<Error> failed;
   size_t made = 0;
@@ -1004,7 +880,7 @@ void ModelHost::workerLoop() {
   runtime::StepLoop::Options loopOptions;
   loopOptions.prefillChunk = kPrefillChunk;
   // Out of KV pages: idle sessions holding device memory give theirs up first.
-  loopOptions.onOutOfMemory = [this] { return dropIdleWithDeviceMemory(); };
+  loopOptions.onOutOfMemory = [this] { return idle_.dropOneInDeviceMemory(); };
   // A more urgent reply found no KV pages: a less urgent one (batch first) gives up its own, parked
   // in host RAM until there is room again (resumePreempted); nothing is recomputed.
   loopOptions.onSuspend = [this](runtime::Sequence& victim, std::unique_ptr<runtime::Session> session) {
@@ -1064,12 +940,7 @@ void ModelHost::workerLoop() {
         scheduleByTier_ = tiers_.scheduling;
         tiersChanged_ = false;
       }
-      // At most a minute of met replies per tier is remembered (goodput's window).
-      for (TierCounts& c : tierCounts_) {
-        while (!c.recentMet.empty() && Clock::now() - c.recentMet.front() > std::chrono::seconds(60)) {
-          c.recentMet.pop_front();
-        }
-      }
+      goodput_.expire(Clock::now());  // at most a minute of met replies is remembered
       arrivals.swap(incoming_);
       cancels.swap(cancelRequests_);
       stopping = stopping_;
@@ -1133,11 +1004,11 @@ void ModelHost::workerLoop() {
       std::lock_guard lock(mutex_);
       parks.swap(parkRequests_);
     }
-    for (const std::string& reason : parks) parkIdle(reason);
-    std::erase_if(idle_, [&](const auto& i) {
-      if (!cancels.count(i->id)) return false;
+    for (const std::string& reason : parks) idle_.park(reason);
+    idle_.dropIf([&](const IdleSessions::Entry& i) {
+      if (!cancels.count(i.id)) return false;
       events_.emit(
-          {0, EventKind::kSession, "session.cancelled", name_, "", i->id, "idle session forgotten", i->ownerUid});
+          {0, EventKind::kSession, "session.cancelled", name_, "", i.id, "idle session forgotten", i.ownerUid});
       return true;
     });
 

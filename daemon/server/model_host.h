@@ -45,8 +45,10 @@
 
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
+#include "daemon/server/idle_sessions.h"
 #include "daemon/server/migration_ticket.h"
 #include "daemon/server/serving_metrics.h"
+#include "daemon/server/tier_goodput.h"
 #include "engine/chat/model_chat_template.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/step_loop.h"
@@ -69,16 +71,6 @@ struct ModelHostOptions {
   TierConfig tiers;
   // Set on a replica (DaemonCore::replicate): the model it copies, whose requests it shares.
   std::string replicaOf;
-};
-
-// One tier's replies since the model was loaded: how many ended normally, how many of those met
-// both targets, and that goodput over the last minute.
-struct TierGoodput {
-  ServiceTier tier = ServiceTier::kStandard;
-  TierTargets targets;
-  uint64_t finished = 0;
-  uint64_t met = 0;
-  double metPerSecond = 0;
 };
 
 // One KV pool of the model, as /metrics shows it.
@@ -195,7 +187,6 @@ class ModelHost final {
  private:
   struct Active;
   struct RunningMigration;
-  struct Idle;
   void workerLoop();
   // The worker's first act: the model's kernels made ready (prepared_, prepareError_).
   void prepareKernels();
@@ -215,18 +206,11 @@ class ModelHost final {
   // `finished` (optional) gets the jobs that finished, for after the publish.
   void retire(std::vector<std::unique_ptr<Active>>& active,
               std::vector<std::pair<std::shared_ptr<GenerationJob>, GenerationStats>>* finished);
-  // Idle sessions (worker thread only): the one a new prompt continues best (null when none), with
-  // the number of prompt tokens whose KV it has; keeping a finished reply's session; parking.
-  std::unique_ptr<runtime::Session> resumeIdle(const GenerationRequest& request, int64_t limit, size_t& reused);
-  void keepIdle(Active& a, runtime::Sequence& sequence);
   // Brings preempted replies' KV back from host RAM while it fits and fewer than maxSessions run;
   // suspends the least urgent (never interactive) while more run (worker thread only).
   void resumePreempted(std::vector<std::unique_ptr<Active>>& active);
   void yieldForRoom(std::vector<std::unique_ptr<Active>>& active);
   size_t runningCount(const std::vector<std::unique_ptr<Active>>& active) const;
-  // Drops the least recently used idle session holding device memory; false when there is none.
-  bool dropIdleWithDeviceMemory();
-  void parkIdle(const std::string& reason);
   void wake();
 
   const std::string name_;
@@ -272,8 +256,8 @@ class ModelHost final {
   // iteration: other models' workers and loads share these devices and take turns.
   std::vector<Device*> usedDevices_;
   const DeviceLocks* locks_ = nullptr;
-  std::vector<std::unique_ptr<Idle>> idle_;  // worker only; least recently used first
-  std::vector<std::string> parkRequests_;    // reasons parkIdleSessions() gave, not yet handled
+  IdleSessions idle_;                      // worker only
+  std::vector<std::string> parkRequests_;  // reasons parkIdleSessions() gave, not yet handled
   std::vector<SessionSnapshot> publishedIdle_;
   std::vector<std::pair<std::string, size_t>> publishedIdleKv_;
   size_t publishedParkedBytes_ = 0;
@@ -289,11 +273,7 @@ class ModelHost final {
   TierConfig tiers_;
   bool tiersChanged_ = false;
   bool scheduleByTier_ = true;  // tiers_.scheduling as the worker last took it (worker only)
-  struct TierCounts {
-    uint64_t finished = 0, met = 0;
-    std::deque<std::chrono::steady_clock::time_point> recentMet;
-  };
-  std::array<TierCounts, kServiceTiers> tierCounts_;
+  TierGoodputCounter goodput_;
   std::thread worker_;
 };
 

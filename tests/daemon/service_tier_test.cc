@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "daemon/server/daemon_config.h"
+#include "daemon/server/tier_goodput.h"
 #include "engine/kv/kv_page_pool.h"
 #include "tests/daemon/core_harness.h"
 
@@ -85,6 +86,31 @@ TEST(ServiceTier, OnlyAdminsAskForATierMoreUrgentThanTheirDefault) {
   EXPECT_EQ(defaultTierOf(tiers, 12345, {0}), ServiceTier::kInteractive);
   EXPECT_EQ(resolveTier(tiers, ServiceTier::kInteractive, 12345, {0}, false), ServiceTier::kInteractive);
   EXPECT_EQ(defaultTierOf(tiers, 12345, {}), ServiceTier::kStandard);
+}
+
+// Goodput is the met replies of the last minute per second; the counts are since the load.
+TEST(ServiceTierGoodput, TheCounterKeepsAMinuteOfMetRepliesAndCountsSinceTheLoad) {
+  TierGoodputCounter c;
+  const auto t0 = TierGoodputCounter::Clock::time_point{} + std::chrono::hours(1);
+  c.record(ServiceTier::kInteractive, true, t0);
+  c.record(ServiceTier::kInteractive, false, t0);
+  c.record(ServiceTier::kInteractive, true, t0 + std::chrono::seconds(30));
+  c.record(ServiceTier::kBatch, true, t0);
+  const TierConfig tiers;
+  auto g = c.snapshot(tiers, t0 + std::chrono::seconds(30));
+  ASSERT_EQ(g.size(), kServiceTiers);
+  EXPECT_EQ(g[0].tier, ServiceTier::kInteractive);
+  EXPECT_EQ(g[0].finished, 3u);
+  EXPECT_EQ(g[0].met, 2u);
+  EXPECT_DOUBLE_EQ(g[0].metPerSecond, 2.0 / 60);
+  EXPECT_EQ(g[0].targets.tpotMs, tiers.targetsOf(ServiceTier::kInteractive).tpotMs);
+  // 70 s after the first: only the second met reply is in the window; the counts stay.
+  c.expire(t0 + std::chrono::seconds(70));
+  g = c.snapshot(tiers, t0 + std::chrono::seconds(70));
+  EXPECT_DOUBLE_EQ(g[0].metPerSecond, 1.0 / 60);
+  EXPECT_EQ(g[0].met, 2u);
+  EXPECT_DOUBLE_EQ(g[2].metPerSecond, 0);
+  EXPECT_EQ(g[2].met, 1u);
 }
 
 }  // namespace
