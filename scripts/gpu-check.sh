@@ -292,6 +292,15 @@ tp() {
     --contexts "${TP_CONTEXTS:-512,2048,8192}" 2>&1 | tee "$LOGS/tp-3b-sessions1.txt" || rc=1
   timeout 150 "$BIN/jitllm-migrate-bench" "$three" --tp --devices cuda:0,cuda:0 --sessions 4 --repeat 2 \
     --contexts 512,2048 2>&1 | tee "$LOGS/tp-3b-sessions4.txt" || rc=1
+  # Two GPUs (the two-GPU issue): TP2 decode against TP1 on the 8B shape, batch 1 and 32.
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    local eight
+    eight=$(makeModel llama-3.1-8b q4_k_m)
+    timeout 150 "$BIN/jitllm-bench" "$eight" --devices cuda:0 -p 0 -n 128 -r 3 -b 1,32 2>&1 |
+      tee "$LOGS/tp1-8b-decode.txt" || rc=1
+    timeout 150 "$BIN/jitllm-bench" "$eight" --devices cuda:0,cuda:1 --tp 2 -p 0 -n 128 -r 3 -b 1,32 2>&1 |
+      tee "$LOGS/tp2-8b-decode.txt" || rc=1
+  fi
   return $rc
 }
 
@@ -364,7 +373,7 @@ case $mode in
   serve) steps=(startLlamaCpp serve) ;;
   tiers) steps=(tiers) ;;
   migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
-  tp) steps=("build cuda_tests jitllm-migrate-bench jitllm-mkmodel" tp) ;;
+  tp) steps=("build cuda_tests jitllm-migrate-bench jitllm-bench jitllm-mkmodel" tp) ;;
   archs) steps=("build jitllm-run jitllm-mkmodel backend_conformance_tests" archs) ;;
   vulkan) steps=(vulkan) ;;
   all) steps=(startLlamaCpp "build cuda_tests runtime_tests migration_tests backend_conformance_tests step_loop_tests jitllm-bench jitllm-mkmodel" runTests

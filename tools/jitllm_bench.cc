@@ -23,13 +23,14 @@
 #include "kernels/cpu/cpu_tuning.h"
 #include "kernels/device.h"
 #include "tools/command_line.h"
+#include "tools/device_list.h"
 
 using namespace jitllm;
 
 namespace {
 
 constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-p N] [-n N] [-r REPS] [-d N]
-                    [--devices SPEC] [--kv f32|f16] [--fit MODE] [-b B,...]
+                    [--devices SPEC] [--kv f32|f16] [--fit MODE] [--tp K [--partial-sums]] [-b B,...]
        jitllm-bench --tune [MODEL.gguf ...]
   --tune       measure this CPU's kernel settings (threads with and without SMT siblings, the
                decode streaming threshold, the prefill chunk, and on AVX-512 VNNI which products
@@ -47,6 +48,9 @@ constexpr const char* kUsage = R"(usage: jitllm-bench MODEL.gguf [-t THREADS] [-
                that do not fit are `stream`ed through its memory each step, or run on the `cpu`
                (the last device); the head stays on the first device, the embedding goes to
                the CPU when there is one. Default: blocks spread evenly over the devices.
+  --tp K       split every block over the first K devices (tensor parallelism, docs/tiers.md);
+               a GPU named twice in --devices is two devices of it
+  --partial-sums  with --tp: split the output and down projections too
   -b B,...     decode N tokens in B sessions at once instead, greedy candidates picked on the
                device (the serving step): "tgN xB", aggregate tok/s, for each B listed
 )";
@@ -138,6 +142,8 @@ int run(int argc, char** argv) {
   int64_t nPrompt = 128, nGen = 64, depth = 0;
   int reps = 5;
   std::string fit;
+  int tensorParallel = 1;
+  bool partialSums = false;
   std::vector<int64_t> batches;
   KvPrecision kvPrecision = KvPrecision::kF32;
   runtime::DeviceSpecOptions deviceOptions;
@@ -160,6 +166,10 @@ int run(int argc, char** argv) {
       deviceSpec = cl.value(a);
     else if (a == "--fit")
       fit = cl.oneOf(a, {"stream", "cpu"});
+    else if (a == "--tp")
+      tensorParallel = cl.number<int>(a);
+    else if (a == "--partial-sums")
+      partialSums = true;
     else if (a == "-b") {
       for (const int b : tools::parseCounts(a, cl.value(a), 1024)) batches.push_back(b);
     } else if (a == "--kv")
@@ -183,9 +193,12 @@ int run(int argc, char** argv) {
     throw tools::UsageError("-p, -n and -d must be >= 0, -r >= 1");
   }
 
-  auto devices = runtime::createDevices(deviceSpec, deviceOptions);
+  if (tensorParallel > 1 && !fit.empty()) throw tools::UsageError("--tp and --fit do not mix");
+  auto devices = tools::openEachDevice(deviceSpec, deviceOptions);
   runtime::ModelLoadOptions options;
   options.kvPrecision = kvPrecision;
+  options.tensorParallel = tensorParallel;
+  options.partialSums = partialSums;
   for (auto& d : devices) options.devices.push_back(d.get());
   if (!fit.empty()) {
     options.placer = [&](const std::vector<size_t>& weights, size_t kvPerToken, int64_t, size_t) {
@@ -211,10 +224,14 @@ int run(int argc, char** argv) {
                 devices.back()->info().id.str().c_str());
   }
   const auto& c = model->config();
-  std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d, kv %s\n",
+  std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d, kv %s%s\n",
               modelPath.c_str(), runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding,
               (long long)c.vocabSize, deviceSpec.c_str(), devices.front()->info().threads,
-              kvPrecision == KvPrecision::kF16 ? "f16" : "f32");
+              kvPrecision == KvPrecision::kF16 ? "f16" : "f32",
+              tensorParallel > 1 ? (", blocks split over " + std::to_string(tensorParallel) + " devices" +
+                                    (partialSums ? " (partial sums)" : ""))
+                                       .c_str()
+                                 : "");
   for (auto& d : devices) std::printf("device %s: %s\n", d->info().id.str().c_str(), d->info().name.c_str());
 
   using Clock = std::chrono::steady_clock;

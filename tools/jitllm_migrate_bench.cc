@@ -20,6 +20,7 @@
 #include "engine/runtime/model.h"
 #include "engine/runtime/tensor_parallel_switch.h"
 #include "tools/command_line.h"
+#include "tools/device_list.h"
 
 using namespace jitllm;
 
@@ -167,13 +168,7 @@ int run(int argc, char** argv) {
   if (o.sessions < 1 || o.repeat < 1) throw tools::UsageError("--sessions and --repeat must be at least 1");
   runtime::DeviceSpecOptions dso;
   dso.cpuThreads = o.threads;
-  // Each device of the list opened on its own, so a GPU may be named twice: two devices of one
-  // GPU, as the tests use them where one is lent.
-  std::vector<std::unique_ptr<Device>> owned;
-  std::stringstream list(o.devices);
-  for (std::string item; std::getline(list, item, ',');) {
-    for (auto& d : runtime::createDevices(item, dso)) owned.push_back(std::move(d));
-  }
+  auto owned = tools::openEachDevice(o.devices, dso);
   if (owned.size() != 2) throw tools::UsageError("--devices names two devices to move between (or split over)");
   std::printf("%s, %s\n\n", o.tp ? "tensor-parallel switches (1 -> 2 -> 1 ...)" : "migrations", o.devices.c_str());
   std::vector<Device*> devices{owned[0].get(), owned[1].get()};

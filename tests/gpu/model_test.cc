@@ -460,11 +460,11 @@ TEST_P(GpuModels, TinyQ4KMLayersMigrateBetweenCpuAndGpuMidReplyWithoutChangingAT
   std::filesystem::remove(path);
 }
 
-
 // Tensor parallelism over two devices of one GPU (what a one-GPU machine can show of it): a model
 // loaded split computes one device's bits, a live split 1 -> 2 -> 1 mid-reply keeps every logit,
 // and with partial sums the logits stay within the integer kernels' rounding.
-void expectSplitsBitwiseInvisible(const std::string& path, const std::vector<std::vector<int32_t>>& prompts) {
+void expectSplitsBitwiseInvisible(const std::string& path, const std::vector<std::vector<int32_t>>& prompts,
+                                  int secondGpu = 0) {
   auto ref = load(path, {"gpu"});
   const MigratedRun want = runWithMigrations(*ref.model, prompts, 60, {});
   const std::vector<float> wantScores = scoreAll(*ref.model, prompts[2]);
@@ -472,7 +472,7 @@ void expectSplitsBitwiseInvisible(const std::string& path, const std::vector<std
   Loaded split;
   runtime::ModelLoadOptions o;
   for (int i = 0; i < 2; i++) {
-    split.devices.push_back(testedBackend().make(0));
+    split.devices.push_back(testedBackend().make(i == 0 ? 0 : secondGpu));
     o.devices.push_back(split.devices.back().get());
   }
   o.tensorParallel = 2;
@@ -485,7 +485,7 @@ void expectSplitsBitwiseInvisible(const std::string& path, const std::vector<std
   EXPECT_EQ(loadedSplit.tokens, want.tokens);
   expectBitwiseSameLogits(loadedSplit, want);
 
-  auto m = load(path, {"gpu", "gpu"}, std::vector<int>(size_t(ref.model->unitCount()), 0));
+  auto m = load(path, {"gpu", secondGpu ? "gpu1" : "gpu"}, std::vector<int>(size_t(ref.model->unitCount()), 0));
   Device* first = m.devices[0].get();
   Device* other = m.devices[1].get();
   MigrationPoint up{15, "", nullptr, true, {first, other}}, down{40, "", nullptr, true, {first}};
@@ -506,7 +506,7 @@ void expectSplitsBitwiseInvisible(const std::string& path, const std::vector<std
   Loaded sums;
   o.devices.clear();
   for (int i = 0; i < 2; i++) {
-    sums.devices.push_back(testedBackend().make(0));
+    sums.devices.push_back(testedBackend().make(i == 0 ? 0 : secondGpu));
     o.devices.push_back(sums.devices.back().get());
   }
   o.partialSums = true;
@@ -523,6 +523,14 @@ TEST_P(GpuModels, BlocksSplitOverTwoDevicesOfOneGpuComputeOneDevicesBitsAndSwitc
   const auto goldens = readGreedyGoldens();
   ASSERT_GE(goldens.size(), 3u);
   expectSplitsBitwiseInvisible(path, {goldens[0].promptTokens, goldens[1].promptTokens, goldens[2].promptTokens});
+}
+
+// The same over two GPUs (the two-GPU machine): shard outputs and hidden states cross by peer copies.
+TEST_P(GpuModels, BlocksSplitOverTwoGpusComputeOneGpusBitsAndSwitchLive) {
+  JITLLM_REQUIRE_TWO_GPUS_AND_STORIES(path);
+  const auto goldens = readGreedyGoldens();
+  ASSERT_GE(goldens.size(), 3u);
+  expectSplitsBitwiseInvisible(path, {goldens[0].promptTokens, goldens[1].promptTokens, goldens[2].promptTokens}, 1);
 }
 
 TEST_P(GpuModels, TinyQ4KMBlocksSplitOverTwoDevicesOfOneGpuComputeOneDevicesBits) {
