@@ -152,7 +152,7 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
   // The streaming threshold (only the AVX-512 VNNI decode reads the hint): working sets of 1, 2,
   // 4, ... matrices; the largest where decode without the hint is at least as fast as with it
   // (every larger one is then faster with it).
-  if (isa == Isa::kAvx512Vnni || isa == Isa::kAvx512Amx) {
+  if (isa == Isa::kAvx512Vnni || isa == Isa::kAvx512Bf16 || isa == Isa::kAvx512Amx) {
     CpuTuning resident = tuning;
     resident.cacheResidentBytes = size_t(1) << 40;
     CpuTuning hinted = tuning;
@@ -173,7 +173,7 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
   // AVX-512 VNNI: per type, decode and prefill on the 512-bit kernels against the 256-bit ones
   // (avxvnni where the CPU has it, else avx2), which give the same bits. The 256-bit ones take a
   // product when they are clearly faster (5 %), as on CPUs that split 512-bit operations in two.
-  if (isa == Isa::kAvx512Vnni) {
+  if (isa == Isa::kAvx512Vnni || isa == Isa::kAvx512Bf16) {
     const Isa narrowIsa = isaSupported(Isa::kAvxVnni) ? Isa::kAvxVnni : Isa::kAvx2;
     CpuTuning wide = tuning, narrow = tuning;
     wide.narrowInt8 = 0;

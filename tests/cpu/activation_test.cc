@@ -30,7 +30,7 @@ const Activation kActivations[] = {
 
 std::vector<Isa> isasHere() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
+  for (Isa isa : kAllIsas) {
     if (isaSupported(isa)) out.push_back(isa);
   }
   return out;

@@ -4,9 +4,9 @@
 # What it makes (committed, in tests/goldens/):
 #   stories260K_greedy.txt        llama.cpp greedy decode (-n 200) of ../shared/models/stories260K.gguf
 #                                 for 5 prompts; format documented in the file's # header.
-#   micro/micro-{f32,f16,q8_0,q4_0,q4_k_m,q5_k_m,q6_k}.gguf
+#   micro/micro-{f32,f16,bf16,q8_0,q4_0,q4_k_m,q5_k_m,q6_k}.gguf
 #                                 random-weight `micro` shape (512-token vocab, seed 0) from
-#                                 ../shared/peer/mkmodel.py; f32/f16 written by mkmodel.py, the rest
+#                                 ../shared/peer/mkmodel.py; f32/f16 written by mkmodel.py, the rest (bf16 too)
 #                                 by llama-quantize from the F32 file.
 #   micro/tokens.txt              the 64-id teacher-forcing sequence (one line of ids).
 #   micro/<type>.truth.bin        float64 ground truth (reference.py), float32 [64][512], row-major.
@@ -49,7 +49,7 @@ fi
 BIN=$JITLLM_PEER_DIR/bin
 PY=/usr/bin/python3
 TINY_DIR=${GOLDENS_TINY:-/work/goldens-tiny}
-TYPES="f32 f16 q8_0 q4_0 q4_k_m q5_k_m q6_k"
+TYPES="f32 f16 bf16 q8_0 q4_0 q4_k_m q5_k_m q6_k"
 tools=llama-greedy
 [[ ${MICRO:-1} != 0 || ${TINY:-1} != 0 ]] && tools="$tools llama-quantize"
 for t in $tools; do
@@ -115,7 +115,7 @@ fidelity() {
   mkdir -p "$dir"
   $PY "$SHARED/peer/mkmodel.py" "$shape" "$dir/$pre-f32.gguf" --f32 --seed 0
   $PY "$SHARED/peer/mkmodel.py" "$shape" "$dir/$pre-f16.gguf" --seed 0
-  for t in q8_0 q4_0 q4_k_m q5_k_m q6_k; do
+  for t in bf16 q8_0 q4_0 q4_k_m q5_k_m q6_k; do
     "$BIN/llama-quantize" "$dir/$pre-f32.gguf" "$dir/$pre-$t.gguf" "${t^^}" 2 >"$dir/quantize-$t.log" 2>&1 \
       || { tail -20 "$dir/quantize-$t.log"; exit 1; }
     grep -iE "quant size|fallback|cannot be quantized|not divisible" "$dir/quantize-$t.log" | sed "s/^/  [$t] /" || true

@@ -204,7 +204,7 @@ float reference(TensorType type, const uint8_t* row, int64_t cols, const Referen
 // The Isas that run the integer contract, as far as this CPU has them.
 std::vector<Isa> integerIsasHere() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAvx512Amx}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAvx512Amx}) {
     if (isaSupported(isa)) out.push_back(isa);
   }
   return out;

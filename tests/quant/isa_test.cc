@@ -25,7 +25,8 @@ TEST(Isa, DetectedFeaturesAreConsistentWithTheChosenIsa) {
   EXPECT_EQ(isaSupported(Isa::kAvx512),
             f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
   EXPECT_EQ(isaSupported(Isa::kAvx512Vnni), isaSupported(Isa::kAvx512) && f.avx512vnni);
-  EXPECT_EQ(isaSupported(Isa::kAvx512Amx), isaSupported(Isa::kAvx512Vnni) && f.amxInt8);
+  EXPECT_EQ(isaSupported(Isa::kAvx512Bf16), isaSupported(Isa::kAvx512Vnni) && f.avx512bf16);
+  EXPECT_EQ(isaSupported(Isa::kAvx512Amx), isaSupported(Isa::kAvx512Bf16) && f.amxInt8);
   std::printf("best isa here: %s (avx-vnni %d, avx512-vnni %d, bf16 %d, amx-int8 usable %d)\n", isaName(best),
               f.avxVnni, f.avx512vnni, f.avx512bf16, f.amxInt8);
 }
@@ -42,13 +43,20 @@ TEST(Isa, TheFastestPathFollowsTheFeatures) {
   CpuFeatures skylakeSp = haswell;
   skylakeSp.avx512f = skylakeSp.avx512bw = skylakeSp.avx512vl = skylakeSp.avx512dq = true;
   EXPECT_EQ(fastestIsa(skylakeSp), Isa::kAvx512);
-  CpuFeatures iceLake = skylakeSp;  // and Zen 4: AVX-512 VNNI but no AVX-VNNI
+  CpuFeatures iceLake = skylakeSp;  // AVX-512 VNNI but neither AVX-VNNI nor BF16
   iceLake.avx512vnni = true;
   EXPECT_EQ(fastestIsa(iceLake), Isa::kAvx512Vnni);
   EXPECT_FALSE(isaRuns(Isa::kAvxVnni, iceLake));
-  CpuFeatures sapphireRapids = iceLake;
+  CpuFeatures zen4 = iceLake;  // and Cooper Lake: AVX-512 BF16 too
+  zen4.avx512bf16 = true;
+  EXPECT_EQ(fastestIsa(zen4), Isa::kAvx512Bf16);
+  EXPECT_TRUE(isaRuns(Isa::kAvx512Vnni, zen4));
+  CpuFeatures sapphireRapids = zen4;
   sapphireRapids.avxVnni = sapphireRapids.amxInt8 = true;
   EXPECT_EQ(fastestIsa(sapphireRapids), Isa::kAvx512Amx);
+  CpuFeatures amxWithoutBf16 = sapphireRapids;  // no such CPU; a VM could mask the feature
+  amxWithoutBf16.avx512bf16 = false;
+  EXPECT_EQ(fastestIsa(amxWithoutBf16), Isa::kAvx512Vnni);
   CpuFeatures noFma = haswell;  // AVX2 without FMA is no AVX2 path
   noFma.fma = false;
   EXPECT_EQ(fastestIsa(noFma), Isa::kScalar);

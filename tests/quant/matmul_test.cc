@@ -80,6 +80,12 @@ bool usesIntegerActivations(TensorType type, Isa isa) {
           type == TensorType::kQ6_K || type == TensorType::kQ8_0);
 }
 
+// BF16 weights on vdpbf16ps (kAvx512Bf16, and kAvx512Amx which takes its kernels): activations as
+// two bf16 halves, within 2^-16 of each value.
+bool usesSplitBf16Activations(TensorType type, Isa isa) {
+  return type == TensorType::kBF16 && (isa == Isa::kAvx512Bf16 || isa == Isa::kAvx512Amx);
+}
+
 std::string describe(TensorType type, Isa isa, int64_t tokens) {
   return std::string(quant::typeName(type)) + " on " + isaName(isa) + " with " + std::to_string(tokens) + " tokens";
 }
@@ -117,6 +123,7 @@ TEST(Matmul, EveryTypeOnEveryIsaMatchesAFloat64ReferenceOverTheDequantizedWeight
             }
             // float32 accumulation over at most cols/lanes terms per lane plus the lane tree.
             double tolerance = 2e-6 * magnitude;
+            if (usesSplitBf16Activations(type, isa)) tolerance += std::ldexp(magnitude, -16);
             if (usesIntegerActivations(type, isa)) {
               // Plus the activations' rounding: at most s/512 per element, s <= amax/63.5 of its
               // block of 32 (see matmul_avx512vnni.cc).
@@ -304,6 +311,52 @@ TEST(Matmul, NonFiniteActivationsPropagateThroughTheIntegerKernels) {
       }
     }
   }
+}
+
+// kAvx512Bf16 runs its own kernel for BF16 weights (not the float one: some bits differ), keeps
+// about 16 bits of every activation (one bf16 half alone would keep 8: its error is 2^8 times
+// larger), and turns an infinite activation into an infinite result, not inf - inf.
+TEST(Matmul, Bf16WeightsOnVdpbf16psSplitEachActivationInTwoHalves) {
+  if (!isaSupported(Isa::kAvx512Bf16)) GTEST_SKIP() << "this CPU has no AVX-512 BF16: the vdpbf16ps path cannot run";
+  constexpr int64_t kRows = 33, kCols = 1000, kTokens = 5;  // a partial 32-column chunk at the end
+  const Matrix m = randomMatrix(TensorType::kBF16, kRows, kCols, 1400);
+  std::vector<float> x = randomActivations(kTokens, kCols, 9);
+  std::vector<float> split(size_t(kTokens * kRows)), plain(split.size());
+  matmulRows(m.view(), x.data(), kCols, kTokens, split.data(), kRows, 0, kRows, Isa::kAvx512Bf16);
+  matmulRows(m.view(), x.data(), kCols, kTokens, plain.data(), kRows, 0, kRows, Isa::kAvx512);
+  EXPECT_FALSE(bitwiseEqual(split, plain)) << "the float kernel ran, not vdpbf16ps";
+  double err = 0, errOneHalf = 0, norm = 0;
+  for (int64_t t = 0; t < kTokens; t++) {
+    for (int64_t r = 0; r < kRows; r++) {
+      double exact = 0, oneHalf = 0;
+      for (int64_t k = 0; k < kCols; k++) {
+        const float v = x[size_t(t * kCols + k)];
+        const double w = m.dequantized[size_t(r * kCols + k)];
+        exact += w * v;
+        // v rounded to bf16 (to nearest even), as one half alone would keep it.
+        const uint32_t bits = std::bit_cast<uint32_t>(v);
+        oneHalf += w * std::bit_cast<float>((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000u);
+      }
+      err += std::pow(split[size_t(t * kRows + r)] - exact, 2);
+      errOneHalf += std::pow(oneHalf - exact, 2);
+      norm += exact * exact;
+    }
+  }
+  std::printf("NMSE against float64: two bf16 halves %.3g, one half %.3g\n", err / norm, errOneHalf / norm);
+  EXPECT_LT(err / norm, 1e-9);
+  EXPECT_LT(err * 1e4, errOneHalf) << "no better than bf16 activations";
+
+  x[size_t(kCols + 700)] = INFINITY;  // token 1
+  std::vector<float> y(split.size());
+  matmulRows(m.view(), x.data(), kCols, kTokens, y.data(), kRows, 0, kRows, Isa::kAvx512Bf16);
+  for (int64_t r = 0; r < kRows; r++) {
+    const float w = m.dequantized[size_t(r * kCols + 700)];
+    if (w != 0) EXPECT_EQ(y[size_t(kRows + r)], std::copysign(INFINITY, w)) << "row " << r;
+  }
+  EXPECT_TRUE(std::isfinite(y[0]) && std::isfinite(y[size_t(2 * kRows)]));
+  x[size_t(kCols + 700)] = NAN;
+  matmulRows(m.view(), x.data(), kCols, kTokens, y.data(), kRows, 0, kRows, Isa::kAvx512Bf16);
+  for (int64_t r = 0; r < kRows; r++) EXPECT_TRUE(std::isnan(y[size_t(kRows + r)])) << "row " << r;
 }
 
 TEST(Matmul, PreparedActivationsAreOnlyForTheAmxProductsAndRefuseAMismatch) {

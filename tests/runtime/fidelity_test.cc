@@ -136,7 +136,7 @@ TEST_P(MicroFidelity, LogitsAreAtLeastAsCloseToTheFloat64TruthAsLlamaCpps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryWeightType, MicroFidelity,
-                         ::testing::Values("f32", "f16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"));
+                         ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"));
 
 struct TeacherForced {
   double nmse = 0;

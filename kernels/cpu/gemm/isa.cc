@@ -84,8 +84,10 @@ bool isaRuns(Isa isa, const CpuFeatures& f) {
       return avx512;
     case Isa::kAvx512Vnni:
       return avx512 && f.avx512vnni;
+    case Isa::kAvx512Bf16:
+      return avx512 && f.avx512vnni && f.avx512bf16;
     case Isa::kAvx512Amx:
-      return avx512 && f.avx512vnni && f.amxInt8;
+      return avx512 && f.avx512vnni && f.avx512bf16 && f.amxInt8;
   }
   return false;
 }
@@ -93,7 +95,7 @@ bool isaRuns(Isa isa, const CpuFeatures& f) {
 Isa fastestIsa(const CpuFeatures& f) {
   // AVX-512 without VNNI (Skylake-SP) multiplies quantized weights in float: an AVX-VNNI CPU
   // never lacks AVX-512 VNNI while having AVX-512, so the order below is the speed order.
-  for (Isa isa : {Isa::kAvx512Amx, Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx2}) {
+  for (Isa isa : {Isa::kAvx512Amx, Isa::kAvx512Bf16, Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx2}) {
     if (isaRuns(isa, f)) return isa;
   }
   return Isa::kScalar;
@@ -128,6 +130,8 @@ const char* isaName(Isa isa) {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
     case Isa::kAvx512Amx:
       return "avx512amx";
   }

@@ -14,8 +14,8 @@ namespace jitllm::cpu {
 
 // A kernel variant. Each one has its own fixed summation order, so results are bitwise
 // reproducible for a given Isa and may differ (by rounding) between Isas. The integer kernels
-// (q4_0, q4_K, q5_K, q6_K and q8_0 on kAvx2, kAvxVnni, kAvx512Vnni and kAvx512Amx) share one contract
-// (matmul_int8.inc) and give the same bits on all four.
+// (q4_0, q4_K, q5_K, q6_K and q8_0 on kAvx2, kAvxVnni, kAvx512Vnni, kAvx512Bf16 and kAvx512Amx)
+// share one contract (matmul_int8.inc) and give the same bits on all five.
 //
 // The order below is by width, not a chain of supersets: a CPU may have kAvx512Vnni without
 // kAvxVnni (Ice Lake, Zen 4). isaSupported says what runs here.
@@ -32,9 +32,14 @@ enum class Isa {
   // matmul_avx512vnni.cc) with integer dot products, q4_0 and q5_K on the 256-bit kernels of the
   // same contract; other types run the kAvx512 kernels.
   kAvx512Vnni,
-  // kAvx512Vnni plus AMX-INT8 with the OS's permission for tile data (Sapphire Rapids and later):
+  // kAvx512Vnni plus AVX-512 BF16 (Cooper Lake, Sapphire Rapids and later, Zen 4): BF16 weights
+  // on vdpbf16ps with each activation split in two bf16 halves (matmul_avx512bf16.cc: their own
+  // bits, ~16-bit activations); every other type as kAvx512Vnni, with its bits.
+  kAvx512Bf16,
+  // kAvx512Bf16 plus AMX-INT8 with the OS's permission for tile data (Sapphire Rapids and later):
   // prefill of those three types on the tile unit (matmul_amx.cc), with the same bits as
-  // kAvx512Vnni; decode is kAvx512Vnni's.
+  // kAvx512Vnni; decode is kAvx512Vnni's, BF16 weights kAvx512Bf16's. (Every CPU with AMX has
+  // AVX-512 BF16; one without would be offered kAvx512Vnni.)
   kAvx512Amx,
 };
 
@@ -61,7 +66,7 @@ struct CpuFeatures {
 CpuFeatures detectCpuFeatures();
 
 // The fastest Isa this CPU supports, or the one the environment variable
-// JITLLM_ISA=scalar|avx2|avxvnni|avx512|avx512vnni|avx512amx names (to compare paths, or run a
+// JITLLM_ISA=scalar|avx2|avxvnni|avx512|avx512vnni|avx512bf16|avx512amx names (to compare paths, or run a
 // slower one). Throws FAILED for an unknown name and for an Isa this CPU cannot run, naming the
 // ones it can: a forced path is never silently replaced by another.
 Isa bestIsa();
@@ -74,8 +79,8 @@ bool isaRuns(Isa isa, const CpuFeatures& features);
 bool isaSupported(Isa isa);
 
 // Every Isa, in the enum's order.
-inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2,       Isa::kAvxVnni,
-                                   Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Amx};
+inline constexpr Isa kAllIsas[] = {Isa::kScalar,     Isa::kAvx2,       Isa::kAvxVnni,  Isa::kAvx512,
+                                   Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAvx512Amx};
 
 const char* isaName(Isa isa);
 std::optional<Isa> parseIsaName(std::string_view name);

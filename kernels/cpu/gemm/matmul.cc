@@ -64,7 +64,13 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
       return detail::matmulRowsAvx512(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx512Vnni:
       return detail::matmulRowsAvx512Vnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    case Isa::kAvx512Bf16:
+      return detail::matmulRowsAvx512Bf16(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx512Amx:
+      // The tile unit multiplies integers only: BF16 weights take kAvx512Bf16's kernels.
+      if (w.type == quant::TensorType::kBF16) {
+        return detail::matmulRowsAvx512Bf16(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      }
       return detail::matmulRowsAvx512Amx(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }
   JITLLM_FAIL(kFailed, "matmul: unknown Isa ", int(isa));

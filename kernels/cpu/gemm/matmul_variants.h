@@ -24,6 +24,10 @@ void matmulRowsAvx512(const WeightView& w, const float* x, int64_t xStride, int6
                       int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
                           int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+// Isa::kAvx512Bf16: BF16 weights on vdpbf16ps (activations as two bf16 halves), every other type
+// on matmulRowsAvx512Vnni.
+void matmulRowsAvx512Bf16(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                          int64_t yStride, int64_t rowBegin, int64_t rowEnd);
 
 // Prefill of q4_K / q6_K / q8_0 on AMX tiles (same bits as matmulRowsAvx512Vnni, which it calls
 // for everything else, and for batches under kAmxMinTokens).
