@@ -11,7 +11,6 @@
 #include "daemon/server/reply_wakeups.h"
 #include "engine/chat/stop_strings.h"
 #include "engine/kv/host_kv.h"
-#include "engine/runtime/tensor_parallel_switch.h"
 #include "engine/runtime/unit_range.h"
 #include "engine/tokenizer/streaming_detokenizer.h"
 
@@ -78,66 +77,13 @@ struct ModelHost::Active final : runtime::SequenceListener {
   }
 };
 
-// The migration the worker is running, with its ticket: a move (LiveMigration) or a change of
-// split (TensorParallelSwitch), which take the same steps. Worker thread only.
-struct ModelHost::RunningMigration {
-  std::shared_ptr<MigrationTicket> ticket;
-  std::unique_ptr<runtime::LiveMigration> migration;
-  std::unique_ptr<runtime::TensorParallelSwitch> split;
-  bool prepared = false;
-  std::vector<std::string> before;  // each unit's device when it started
-
-  bool prepareStep() { return migration ? migration->prepareStep() : split->prepareStep(); }
-  void commit() { migration ? migration->commit() : split->commit(); }
-  std::string describe() const { return migration ? migration->describe() : split->describe(); }
-  runtime::UnitRange units() const { return migration ? migration->options().units : split->options().units; }
-  bool staged(int unit) const { return migration && migration->staged(unit); }
-  runtime::MigrationStats stats() const {
-    if (migration) return migration->stats();
-    const runtime::TensorParallelStats& t = split->stats();
-    runtime::MigrationStats m;
-    m.units = t.units;
-    m.from = t.from;
-    m.weightBytes = t.weightBytes;
-    m.bytesPrecopied = t.bytesPrecopied;
-    m.bytesInPause = t.bytesInPause;
-    m.prepareMs = t.prepareMs;
-    m.pauseMs = t.pauseMs;
-    m.sessions = t.sessions;
-    return m;
-  }
-};
-
 namespace {
-
-// Whether a migration request names `device` (its target, or one of a split's devices).
-bool names(const MigrationRequest& r, const Device* device) {
-  return r.target == device || std::find(r.split.begin(), r.split.end(), device) != r.split.end();
-}
-
-// Whether unit `u` runs on `device`, wholly or as one of the devices its block is split over.
-bool runsOn(const runtime::Model& model, int u, const Device* device) {
-  const runtime::UnitInfo info = model.unitInfo(u);
-  return info.device == device || std::find(info.shards.begin(), info.shards.end(), device) != info.shards.end();
-}
-
-// Whether this iteration's locks cover every device a migration request names.
-bool holdsAll(const DeviceLocks& locks, const MigrationRequest& r) {
-  if (!locks.holds(r.target)) return false;
-  for (const Device* d : r.split) {
-    if (!locks.holds(d)) return false;
-  }
-  return true;
-}
 
 // How long a step may take while an interactive reply decodes: its TPOT target, less a fifth for
 // the step's own jitter (0: no target, no limit).
 double urgentStepMs(const TierConfig& tiers) {
   return tiers.scheduling ? 0.8 * tiers.targetsOf(ServiceTier::kInteractive).tpotMs : 0.0;
 }
-
-// Migration ids are unique in the daemon, so events of two models' migrations never mix.
-std::atomic<uint64_t> nextMigrationId{1};
 
 }  // namespace
 
@@ -152,7 +98,7 @@ ModelHost::ModelHost(std::string name, std::string path, std::unique_ptr<runtime
       loadedUnixMs_(
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
               .count()),
-      pins_(size_t(model_->unitCount())),
+      migrations_(std::make_unique<ModelMigrations>(name_, *model_, events_, options_.metrics)),
       usedDevices_(model_->devices()),
       idle_(name_, *model_, options_.idleSessions, events_, options_.metrics),
       tiers_(options_.tiers) {
@@ -166,8 +112,7 @@ ModelHost::~ModelHost() {
   // Freeing the model's buffers takes turns with the workers of other models on its devices.
   const DeviceLocks locks(usedDevices_);
   loop_.reset();  // its sessions hold pages of the model's pools
-  running_.reset();
-  retiring_.reset();
+  migrations_.reset();
   model_.reset();
 }
 
@@ -242,37 +187,13 @@ void ModelHost::parkIdleSessions(const std::string& reason) {
 }
 
 std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
-  JITLLM_REQUIRE(request.target != nullptr, "a migration needs a target device");
-  const int layers = int(model_->config().layers);
-  const runtime::UnitRange range = runtime::parseUnitRange(request.layers, layers);
-  MigrationResult identity;
-  identity.model = name_;
-  identity.firstName = runtime::unitName(range.first, layers);
-  identity.lastName = runtime::unitName(range.last, layers);
-  identity.to = request.target->info().id.str();
-  for (size_t i = 1; i < request.split.size(); i++) {
-    identity.to += '+';
-    identity.to += request.split[i]->info().id.str();
-  }
-  JITLLM_REQUIRE(request.split.empty() || request.split[0] == request.target,
-                 "a tensor-parallel switch's target is its first device");
   std::shared_ptr<MigrationTicket> ticket;
   {
+    // Under the host's lock, so a request cannot slip in after the worker's shutdown failed the
+    // pending one.
     std::lock_guard lock(mutex_);
     if (stopping_) JITLLM_FAIL(kDisconnected, "model '", name_, "' is being unloaded");
-    JITLLM_REQUIRE(!migrating_, "model '", name_, "' is already migrating (",
-                   publishedMigration_.empty() ? "starting" : publishedMigration_,
-                   "); wait for it to finish or cancel it");
-    for (int u = range.first; u <= range.last && !request.force; u++) {
-      const std::string& pin = pins_[size_t(u)];
-      JITLLM_REQUIRE(pin.empty() || pin == request.target->info().id.str(), runtime::unitName(u, layers), " of '",
-                     name_, "' is pinned to ", pin, "; unpin it (jitllmctl unpin ", name_, ":",
-                     runtime::unitName(u, layers), ") or force the migration (--force)");
-    }
-    identity.id = nextMigrationId.fetch_add(1);
-    ticket = std::make_shared<MigrationTicket>(identity, request);
-    pendingMigration_ = ticket;
-    migrating_ = true;
+    ticket = migrations_->request(std::move(request));
     pokes_ = true;
   }
   changed_.notify_all();
@@ -280,90 +201,39 @@ std::shared_ptr<MigrationTicket> ModelHost::migrate(MigrationRequest request) {
 }
 
 void ModelHost::unpin(const std::string& layers) {
-  const runtime::UnitRange range = runtime::parseUnitRange(layers, int(model_->config().layers));
-  {
-    std::lock_guard lock(mutex_);
-    for (int u = range.first; u <= range.last; u++) pins_[size_t(u)].clear();
-  }
-  events_.emit({0, EventKind::kMigration, "layers.unpinned", name_, "", 0,
-                "unpinned " + runtime::unitRangeName(range, int(model_->config().layers)) + " of " + name_});
+  migrations_->unpin(layers);
   wake();
 }
 
 void ModelHost::deviceLost(Device& lost, Device& fallback, const std::string& why, std::function<void()> done) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!stopping_) {
-      lostDevices_.push_back({&lost, &fallback, why, std::move(done)});
-      pokes_ = true;
-      done = nullptr;
-    }
+  // An unloaded model has nothing to re-place: add() refuses and `done` runs at once.
+  if (!lostDevices_.add({&lost, &fallback, why, done})) {
+    if (done) done();
+    return;
   }
-  changed_.notify_all();
-  if (done) done();  // an unloaded model has nothing to re-place
+  wake();
 }
 
 void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) {
-  std::vector<LostDevice> later;
-  std::vector<LostDevice> requests;
-  {
+  std::vector<LostDevices::Request> requests = lostDevices_.takeCovered(*locks_);
+  if (lostDevices_.pending()) {
     std::lock_guard lock(mutex_);
-    // Those that came after this iteration took its locks wait for the next one.
-    for (auto& l : lostDevices_) {
-      (locks_->holds(l.lost) && locks_->holds(l.fallback) ? requests : later).push_back(std::move(l));
-    }
-    lostDevices_.swap(later);
-    if (!lostDevices_.empty()) pokes_ = true;
+    pokes_ = true;  // the rest came after this iteration took its locks: the next one handles them
   }
-  const int layers = int(model_->config().layers);
-  for (LostDevice& l : requests) {
+  for (LostDevices::Request& l : requests) {
     const std::string id = l.lost->info().id.str();
     const std::string cause = id + " went away (" + l.why + ")";
-    // A migration to or from the device cannot finish; the model stays where it was, less the device.
-    if (running_) {
-      const runtime::UnitRange range = running_->units();
-      bool involved = names(running_->ticket->request(), l.lost);
-      for (int u = range.first; u <= range.last; u++) involved = involved || runsOn(*model_, u, l.lost);
-      if (involved) {
-        running_->ticket->fail(Error(ErrorKind::kDisconnected, cause + " during the migration"));
-        events_.emit({0, EventKind::kMigration, "migration.failed", name_, id, 0,
-                      "migration " + std::to_string(running_->ticket->id()) + " failed: " + cause});
-        migrationEnded();
-      }
-    }
-    {
-      std::lock_guard lock(mutex_);
-      if (pendingMigration_ && names(pendingMigration_->request(), l.lost)) {
-        pendingMigration_->fail(Error(ErrorKind::kDisconnected, cause + " before the migration started"));
-        pendingMigration_.reset();
-        migrating_ = running_ != nullptr;
-      }
-    }
-    retiring_.reset();  // the last migration's source may be on the device: let it go now
-
-    std::vector<int> units;
-    bool holdsKv = false;
-    for (int u = 0; u < model_->unitCount(); u++) {
-      if (!runsOn(*model_, u, l.lost)) continue;
-      units.push_back(u);
-      holdsKv = holdsKv || (u > 0 && u <= layers);
-    }
-    if (units.empty()) {
-      if (l.done) replaced_.push_back(std::move(l.done));  // once ps shows it
+    migrations_->deviceLost(*l.lost, *l.fallback, cause);
+    const UnitsOnDevice on = unitsOn(*model_, *l.lost);
+    if (on.units.empty()) {
+      lostDevices_.afterPublish(std::move(l.done));
       continue;
-    }
-    std::string moved;  // "blk.3-7, output": the runs of units that were there
-    for (size_t i = 0; i < units.size();) {
-      size_t j = i;
-      while (j + 1 < units.size() && units[j + 1] == units[j] + 1) j++;
-      moved += (moved.empty() ? "" : ", ") + runtime::unitRangeName({units[i], units[j]}, layers);
-      i = j + 1;
     }
     // Every session has KV in every block, so a block on the device takes all of them along; a
     // device that ran only token_embd or output holds no session state and they carry on.
     int ended = 0;
-    if (holdsKv) {
-      const Error gone(ErrorKind::kDisconnected, cause + " with the KV cache of " + moved + " of '" + name_ +
+    if (on.holdsKv) {
+      const Error gone(ErrorKind::kDisconnected, cause + " with the KV cache of " + on.names + " of '" + name_ +
                                                      "'; this session cannot continue without recomputing it: "
                                                      "start it again");
       for (auto& a : active) {
@@ -380,158 +250,12 @@ void ModelHost::handleLostDevices(std::vector<std::unique_ptr<Active>>& active) 
       // Idle sessions lose theirs too, unless parked in host RAM: those come back on the new placement.
       idle_.dropIf([](const IdleSessions::Entry& i) { return i.session != nullptr; });
     }
-    std::string outcome;
-    try {
-      for (int u : units) model_->rebindUnit(u, *l.fallback);
-      model_->releaseDevice(*l.lost);
-      outcome = "re-placed " + moved + " of " + name_ + " on " + l.fallback->info().id.str() + " from the file after " +
-                cause;
-    } catch (const Error& e) {
-      outcome = "could not re-place " + moved + " of " + name_ + " after " + cause + ": " + e.what();
-      spdlog::error("model '{}': {}", name_, outcome);
-    }
-    {
-      std::lock_guard lock(mutex_);
-      for (std::string& pin : pins_) {
-        if (pin == id) pin.clear();  // a pin to a device that is gone cannot win
-      }
-      for (std::string& h : home_) {
-        if (h == id) h = l.fallback->info().id.str();
-      }
-    }
+    const std::string outcome = replaceUnits(*model_, name_, on, *l.lost, *l.fallback, cause);
     events_.emit({0, EventKind::kModel, "model.replaced", name_, l.fallback->info().id.str(), 0,
                   outcome + "; " + std::to_string(ended) + " session(s) ended with DISCONNECTED"});
     spdlog::warn("model '{}': {}; {} session(s) ended", name_, outcome, ended);
-    if (l.done) replaced_.push_back(std::move(l.done));  // once ps shows it
+    lostDevices_.afterPublish(std::move(l.done));  // once ps shows it
   }
-}
-
-void ModelHost::migrationEnded() {
-  running_.reset();
-  std::lock_guard lock(mutex_);
-  migrating_ = pendingMigration_ != nullptr;
-}
-
-void ModelHost::serviceMigration() {
-  const int layers = int(model_->config().layers);
-  if (!running_) {
-    std::shared_ptr<MigrationTicket> ticket;
-    {
-      std::lock_guard lock(mutex_);
-      if (pendingMigration_ && !holdsAll(*locks_, pendingMigration_->request())) {
-        pokes_ = true;  // asked for after this iteration took its locks: the next one starts it
-        return;
-      }
-      ticket.swap(pendingMigration_);
-    }
-    if (!ticket) return;
-    const MigrationRequest& r = ticket->request();
-    auto started = std::make_unique<RunningMigration>();
-    started->ticket = ticket;
-    for (int u = 0; u < model_->unitCount(); u++) started->before.push_back(model_->unitDevice(u).info().id.str());
-    try {
-      if (r.split.empty()) {
-        runtime::MigrationOptions o;
-        o.units = runtime::parseUnitRange(r.layers, layers);  // checked in migrate()
-        o.target = r.target;
-        o.precopy = r.precopy;
-        o.stageBudgetMs = 2;  // a few units per step: the replies' steps wait a couple of ms at most
-        started->migration = std::make_unique<runtime::LiveMigration>(*model_, o);
-      } else {
-        runtime::TensorParallelOptions o;
-        o.units = runtime::parseUnitRange(r.layers, layers);
-        o.devices = r.split;
-        o.precopy = r.precopy;
-        o.partialSums = r.partialSums;
-        started->split = std::make_unique<runtime::TensorParallelSwitch>(*model_, o);
-      }
-    } catch (const Error& e) {
-      ticket->fail(e);
-      migrationEnded();
-      return;
-    }
-    running_ = std::move(started);
-    const runtime::MigrationStats st = running_->stats();
-    events_.emit({0, EventKind::kMigration, "migration.preparing", name_, r.target->info().id.str(), 0,
-                  "migration " + std::to_string(ticket->id()) + ": " + running_->describe() + " (" +
-                      std::to_string(st.units) + (r.split.empty() ? " units to move" : " blocks to split") +
-                      (r.precopy ? ", pre-copying KV" : "") + ")"});
-  }
-  RunningMigration& m = *running_;
-  const std::string target = m.ticket->result().to;
-  if (m.ticket->cancelled()) {
-    m.ticket->fail(Error(ErrorKind::kFailed, "migration " + std::to_string(m.ticket->id()) + " was cancelled"));
-    events_.emit({0, EventKind::kMigration, "migration.cancelled", name_, target, 0,
-                  "migration " + std::to_string(m.ticket->id()) + " cancelled while preparing; " + name_ +
-                      " stays where it was"});
-    migrationEnded();
-    return;
-  }
-  try {
-    if (!m.prepared) {
-      m.prepared = m.prepareStep();
-      if (m.prepared) {
-        events_.emit({0, EventKind::kMigration, "migration.prepared", name_, target, 0,
-                      "migration " + std::to_string(m.ticket->id()) + ": " + m.describe()});
-      }
-      return;
-    }
-    m.commit();
-  } catch (const std::exception& thrown) {
-    // A bug of ours (anything but an Error) fails the migration, not the daemon: the model stays
-    // where it was, every other client is served on, and the log says what broke.
-    const auto* error = dynamic_cast<const Error*>(&thrown);
-    const Error e = error ? *error : Error(ErrorKind::kFailed, std::string("internal error: ") + thrown.what());
-    if (!error) spdlog::error("model '{}': migration {}: {}", name_, m.ticket->id(), e.what());
-    spdlog::warn("model '{}': migration {} failed: {}", name_, m.ticket->id(), e.what());
-    m.ticket->fail(e);
-    events_.emit({0, EventKind::kMigration, "migration.failed", name_, target, 0,
-                  "migration " + std::to_string(m.ticket->id()) + " failed: " + e.what() + "; " + name_ +
-                      " stays where it was"});
-    migrationEnded();
-    return;
-  }
-  // Committed: pins follow the units that were forced off theirs; pin() pins the whole range.
-  const MigrationRequest& r = m.ticket->request();
-  const runtime::UnitRange range = m.units();
-  const runtime::MigrationStats st = m.stats();
-  {
-    std::lock_guard lock(mutex_);
-    for (int u = range.first; u <= range.last; u++) {
-      std::string& pin = pins_[size_t(u)];
-      if (r.pinAfter || !pin.empty()) pin = r.target->info().id.str();
-    }
-    // A page-out remembers where the model ran, so a request for it can bring it home; any other
-    // migration makes its placement the model's own again.
-    if (options_.metrics) {
-      options_.metrics->migrationCommitted(name_, st.pauseMs / 1000.0, r.pageOut && !pagedOut_,
-                                           pagedOut_ && !r.pageOut);
-    }
-    if (r.pageOut && !pagedOut_) {
-      home_.clear();
-      home_ = m.before;
-    }
-    pagedOut_ = r.pageOut;
-    if (!pagedOut_) home_.clear();
-  }
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "pause %.3f ms, prepare %.1f ms, %s pre-copied, %s in the pause, %d sessions, 0 tokens recomputed",
-                st.pauseMs, st.prepareMs, humanBytes(st.bytesPrecopied).c_str(), humanBytes(st.bytesInPause).c_str(),
-                st.sessions);
-  events_.emit({0, EventKind::kMigration, "migration.committed", name_, target, 0,
-                (r.split.empty() ? "migrated " : "split ") + runtime::unitRangeName(range, layers) + " of " + name_ +
-                    " " + (st.from.empty() ? target : st.from) + "->" + target +
-                    (r.reason.empty() ? "" : " (" + r.reason + ")") + ": " + line});
-  if (r.pinAfter) {
-    events_.emit({0, EventKind::kMigration, "layers.pinned", name_, target, 0,
-                  "pinned " + runtime::unitRangeName(range, layers) + " of " + name_ + " to " + target});
-  }
-  // The requester hears of it once ps shows the new placement (after this iteration's publish),
-  // and until then the model still counts as migrating: a snapshot that said "not migrating" with
-  // the old placement let the scheduler plan its next move from units that had already moved.
-  committed_ = {m.ticket, st};
-  retiring_ = std::move(running_);
 }
 
 void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
@@ -552,76 +276,28 @@ void ModelHost::publish(const std::vector<std::unique_ptr<Active>>& active) {
     idle.push_back({i->id, i->ownerUid, int64_t(i->tokens.size()), i->contextLimit, i->session ? "idle" : "parked"});
     if (i->parked) parkedBytes += i->parked->bytes();
   }
-  auto addBytes = [](std::vector<std::pair<std::string, size_t>>& to, const std::string& device, size_t bytes) {
-    auto it = std::find_if(to.begin(), to.end(), [&](const auto& e) { return e.first == device; });
-    if (it == to.end()) {
-      to.emplace_back(device, bytes);
-    } else {
-      it->second += bytes;
-    }
-  };
-  std::vector<std::pair<std::string, size_t>> kv, idleKv;
-  std::vector<UnitSnapshot> units(size_t(model_->unitCount()));
-  for (int u = 0; u < model_->unitCount(); u++) {
-    const runtime::UnitInfo info = model_->unitInfo(u);
-    UnitSnapshot& s = units[size_t(u)];
-    s.name = model_->unitName(u);
-    s.device = info.device->info().id.str();
-    s.residency = info.streamed ? "streamed" : info.inDeviceMemory ? "device" : "file";
-    s.weightBytes = info.weightBytes;
-    s.kernelsReady = info.kernelsReady;
-    if (!info.shards.empty()) {
-      s.device.clear();
-      for (const Device* d : info.shards) {
-        if (!s.device.empty()) s.device += '+';
-        s.device += d->info().id.str();
-      }
-    }
-    if (running_ && running_->staged(u)) s.stagedOn = running_->ticket->result().to;
-    if (u == 0 || u + 1 == model_->unitCount()) continue;
-    // A split block's KV is on each of its devices, in pages of its share of the heads.
-    addBytes(kv, info.device->info().id.str(), 0);
-    for (const Device* d : info.shards) addBytes(kv, d->info().id.str(), 0);
-    auto count = [&](const runtime::Session& session, uint64_t id, bool isIdle) {
-      size_t pages = 0;
-      for (int j = 0; j < session.shardsOf(u - 1); j++) {
-        const int t = session.tableOf(u - 1, j);
-        const size_t n = session.layerPageCount(t);
-        const size_t bytes = n * session.layerPool(t).layout().pageBytes();
-        const std::string device = session.layerPool(t).device().info().id.str();
-        pages += n;
-        s.kvBytes += bytes;
-        addBytes(kv, device, bytes);
-        if (isIdle) addBytes(idleKv, device, bytes);
-      }
-      s.kvPages += pages;
-      s.sessionPages.emplace_back(id, uint32_t(pages));
-    };
-    for (const auto& a : active) {
-      if (a->seq->suspended()) continue;  // its KV is in host RAM
-      count(a->session(), a->sessionId, false);
-    }
-    for (const auto& i : idle_.entries()) {
-      if (i->session) count(*i->session, i->id, true);
-    }
+  std::vector<SessionPages> pages;
+  for (const auto& a : active) {
+    if (!a->seq->suspended()) pages.push_back({&a->session(), a->sessionId, false});  // else its KV is in host RAM
   }
+  for (const auto& i : idle_.entries()) {
+    if (i->session) pages.push_back({i->session.get(), i->id, true});
+  }
+  PlacementSnapshot placement =
+      snapshotPlacement(*model_, pages, [this](int unit) { return migrations_->stagedOn(unit); });
   std::vector<KvPoolSnapshot> pools;
   for (const runtime::KvPagePool* pool : model_->kvPools()) {
     pools.push_back({pool->device().info().id.str(), pool->pagesInUse(), pool->pagesReserved()});
   }
-  std::string migration =
-      running_ ? "migration " + std::to_string(running_->ticket->id()) + ": " + running_->describe() : std::string();
+  migrations_->publish();
   std::lock_guard lock(mutex_);
-  for (size_t u = 0; u < units.size(); u++) units[u].pinned = pins_[u];
   published_ = std::move(sessions);
   publishedIdle_ = std::move(idle);
-  publishedIdleKv_ = std::move(idleKv);
+  publishedIdleKv_ = std::move(placement.idleKvBytes);
   publishedParkedBytes_ = parkedBytes;
-  publishedKv_ = std::move(kv);
+  publishedKv_ = std::move(placement.kvBytes);
   publishedPools_ = std::move(pools);
-  publishedUnits_ = std::move(units);
-  publishedMigration_ = std::move(migration);
-  if (committed_.first) migrating_ = pendingMigration_ != nullptr;  // the committed placement is visible now
+  publishedUnits_ = std::move(placement.units);
   if (!published_.empty()) {  // sessions ran (or wait) this iteration; idle ones do not count
     lastActiveMs_ = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
   }
@@ -640,12 +316,13 @@ ModelSnapshot ModelHost::snapshot() const {
   s.idleKvBytesByDevice = publishedIdleKv_;
   s.parkedKvBytes = publishedParkedBytes_;
   s.units = publishedUnits_;
-  for (size_t u = 0; u < s.units.size(); u++) s.units[u].pinned = pins_[u];
-  s.migration = publishedMigration_;
+  ModelMigrations::Published m = migrations_->published();
+  for (size_t u = 0; u < s.units.size() && u < m.pins.size(); u++) s.units[u].pinned = std::move(m.pins[u]);
+  s.migration = std::move(m.migration);
   s.lastActiveMs = lastActiveMs_;
-  s.migrating = migrating_;
-  s.pagedOut = pagedOut_;
-  s.home = home_;
+  s.migrating = m.migrating;
+  s.pagedOut = m.pagedOut;
+  s.home = std::move(m.home);
   s.state = prepared_ ? "ready" : "preparing kernels";
   s.goodput = goodput_.snapshot(tiers_, Clock::now());
   return s;
@@ -926,7 +603,7 @@ void ModelHost::workerLoop() {
         }
         return false;
       };
-      auto wake = [&] { return pokes_ || stopping_ || !incoming_.empty() || runnable() || migrating_; };
+      auto wake = [&] { return pokes_ || stopping_ || !incoming_.empty() || runnable() || migrations_->busy(); };
       if (!wake()) {
         if (preempted) {
           changed_.wait_for(lock, std::chrono::milliseconds(5), wake);
@@ -957,20 +634,12 @@ void ModelHost::workerLoop() {
         loop_.reset();
         idle_.clear();
       }
+      lostDevices_.close();  // nothing to re-place: their requesters hear so now
       std::lock_guard lock(mutex_);
       for (auto& j : incoming_) j->fail(gone);
       incoming_.clear();
       const Error unloaded(ErrorKind::kDisconnected, "model '" + name_ + "' was unloaded before the migration ended");
-      if (pendingMigration_) pendingMigration_->fail(unloaded);
-      if (running_) running_->ticket->fail(unloaded);
-      pendingMigration_.reset();
-      migrating_ = false;
-      for (auto& l : lostDevices_) {
-        if (l.done) l.done();
-      }
-      lostDevices_.clear();
-      for (auto& done : replaced_) done();
-      replaced_.clear();
+      migrations_->shutdown(unloaded);
       activeCount_ = 0;
       published_.clear();
       changed_.notify_all();
@@ -981,14 +650,8 @@ void ModelHost::workerLoop() {
     std::vector<Device*> touched = usedDevices_;
     {
       std::lock_guard lock(mutex_);
-      if (pendingMigration_) {
-        touched.push_back(pendingMigration_->request().target);
-        for (Device* d : pendingMigration_->request().split) touched.push_back(d);
-      }
-      for (const auto& l : lostDevices_) {
-        touched.push_back(l.lost);
-        touched.push_back(l.fallback);
-      }
+      migrations_->addRequestedDevices(touched);
+      lostDevices_.addDevicesTo(touched);
     }
     const DeviceLocks locks(touched);
     locks_ = &locks;
@@ -1029,14 +692,14 @@ void ModelHost::workerLoop() {
     resumePreempted(active);
 
     // A migration prepares between steps and commits at this token boundary.
-    serviceMigration();
+    migrations_->service(locks);
 
     // One step of every runnable sequence: prompt chunks and decode tokens together, each token
     // picked from candidates selected on the device, each job hearing of its token.
     loop_->step();
 
     // The step after a commit has run: the migration's source memory can go back now.
-    if (retiring_ && !running_) retiring_.reset();
+    migrations_->afterStep();
 
     // Retire ended sequences (their pages return to the pools, or stay as idle sessions) and
     // publish what ps shows.
@@ -1047,12 +710,8 @@ void ModelHost::workerLoop() {
     if (hadSessions && active.empty()) ::malloc_trim(0);
     publish(active);
     for (auto& [job, stats] : finished) job->finish(stats);
-    if (committed_.first) {
-      committed_.first->succeed(committed_.second);
-      committed_ = {};
-    }
-    for (auto& done : replaced_) done();
-    replaced_.clear();
+    migrations_->announce();
+    lostDevices_.runAfterPublish();
     locks_ = nullptr;
     changed_.notify_all();
   }

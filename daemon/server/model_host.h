@@ -7,10 +7,10 @@
 // tokens it would get alone. Jobs join and leave between iterations; a cancelled job's session
 // (and so its KV pages) is dropped at the next one.
 //
-// Migrations run on the same worker: between iterations it prepares one slice of the migration
-// in progress and, once prepared, commits it before the next step (live_migration.h), so the
-// replies keep streaming and stand still only for the commit. One migration per model at a time:
-// a second request is refused while one is running. Pins (per unit) keep units where they are.
+// Migrations run on the same worker (model_migrations.h): between iterations it prepares one
+// slice of the migration in progress and, once prepared, commits it before the next step, so the
+// replies keep streaming and stand still only for the commit. Pins (per unit) keep units where
+// they are.
 //
 // Idle sessions: a reply that finished keeps its session (and KV) as an idle session, up to
 // `idleSessions` per model, least recently used dropped first. A later request of the same user and
@@ -46,7 +46,10 @@
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
 #include "daemon/server/idle_sessions.h"
+#include "daemon/server/lost_devices.h"
 #include "daemon/server/migration_ticket.h"
+#include "daemon/server/model_migrations.h"
+#include "daemon/server/model_snapshot.h"
 #include "daemon/server/serving_metrics.h"
 #include "daemon/server/tier_goodput.h"
 #include "engine/chat/model_chat_template.h"
@@ -71,58 +74,6 @@ struct ModelHostOptions {
   TierConfig tiers;
   // Set on a replica (DaemonCore::replicate): the model it copies, whose requests it shares.
   std::string replicaOf;
-};
-
-// One KV pool of the model, as /metrics shows it.
-struct KvPoolSnapshot {
-  std::string device;
-  size_t pagesInUse = 0;
-  size_t pagesReserved = 0;  // held from the device (in use or free); the pool grows by chunks
-};
-
-struct SessionSnapshot {
-  uint64_t id = 0;
-  uint32_t ownerUid = 0;
-  int64_t tokens = 0;
-  int64_t contextLimit = 0;
-  std::string state;  // "prefill", "decode", "waiting", "preempted"; idle sessions: "idle", "parked" (KV in host RAM)
-  ServiceTier tier = ServiceTier::kStandard;
-};
-
-// One unit as ps -l shows it.
-struct UnitSnapshot {
-  std::string name;
-  std::string device;
-  std::string residency;  // "device" | "file" | "streamed" (through device memory each step)
-  std::string stagedOn;   // the target of the migration that has staged it; "" if none
-  size_t weightBytes = 0;
-  bool kernelsReady = false;
-  std::string pinned;  // device id, "" when not pinned
-  size_t kvPages = 0;
-  size_t kvBytes = 0;
-  std::vector<std::pair<uint64_t, uint32_t>> sessionPages;  // (session id, pages)
-};
-
-struct ModelSnapshot {
-  std::string name, path;
-  std::vector<SessionSnapshot> sessions;                            // running or waiting for a step
-  std::vector<SessionSnapshot> idle;                                // kept after their reply, least recently used first
-  std::vector<std::pair<std::string, size_t>> kvBytesByDevice;      // every session's pages
-  std::vector<std::pair<std::string, size_t>> idleKvBytesByDevice;  // the idle sessions' part of it
-  std::vector<KvPoolSnapshot> kvPools;                              // pages per pool (/metrics)
-  size_t parkedKvBytes = 0;                                         // idle sessions' KV in host RAM
-  std::vector<UnitSnapshot> units;
-  std::string migration;     // the one in progress, one line; "" when none
-  bool migrating = false;    // a migration is requested or in progress (also before it has started)
-  int64_t lastActiveMs = 0;  // steady-clock ms of the last step that ran a session (0: none yet)
-  // Paged out by the scheduler: its units were moved off their devices to free memory (they
-  // still run where they are, from the file); `home` is where they ran before, per unit.
-  bool pagedOut = false;
-  std::vector<std::string> home;
-  // "preparing kernels" from the load until every kernel its steps can meet is ready (requests
-  // submitted meanwhile wait), then "ready".
-  std::string state;
-  std::vector<TierGoodput> goodput;  // one per tier, most urgent first
 };
 
 class ModelHost final {
@@ -186,15 +137,9 @@ class ModelHost final {
 
  private:
   struct Active;
-  struct RunningMigration;
   void workerLoop();
   // The worker's first act: the model's kernels made ready (prepared_, prepareError_).
   void prepareKernels();
-  // One slice of the migration in progress (or its start or commit); worker thread only.
-  void serviceMigration();
-  // The running migration is over (done, failed or never started): drop it, and say whether
-  // another one waits.
-  void migrationEnded();
   void publish(const std::vector<std::unique_ptr<Active>>& active);
   // Carries out the deviceLost() requests; worker thread only.
   void handleLostDevices(std::vector<std::unique_ptr<Active>>& active);
@@ -233,25 +178,10 @@ class ModelHost final {
   // Every job submitted and not yet ended, for the per-user limit (guarded by mutex_).
   std::vector<std::weak_ptr<GenerationJob>> jobs_;
   std::vector<UnitSnapshot> publishedUnits_;
-  std::string publishedMigration_;
   int64_t lastActiveMs_ = 0;
-  std::vector<std::string> pins_;                      // per unit: device id or ""
-  std::shared_ptr<MigrationTicket> pendingMigration_;  // requested, not yet started by the worker
-  bool migrating_ = false;                             // pending or running, or committed but not yet published
-  std::unique_ptr<RunningMigration> running_;          // worker thread only
-  // A committed migration whose source pages and weights go back after the next step, so the
-  // streams do not wait for that (worker thread only).
-  std::unique_ptr<RunningMigration> retiring_;
-  // A commit publish() has not shown yet: its ticket succeeds, and migrating_ clears, at the publish.
-  std::pair<std::shared_ptr<MigrationTicket>, runtime::MigrationStats> committed_;
-  struct LostDevice {
-    Device* lost;
-    Device* fallback;
-    std::string why;
-    std::function<void()> done;
-  };
-  std::vector<LostDevice> lostDevices_;          // deviceLost() requests the worker has not handled yet
-  std::vector<std::function<void()>> replaced_;  // their `done`, run after the next publish (worker only)
+  // Requests, pins, the running migration (its own lock; taken inside mutex_, never around it).
+  std::unique_ptr<ModelMigrations> migrations_;
+  LostDevices lostDevices_;  // deviceLost() requests, until the worker has re-placed the model
   // Every device the model has used (worker only), and the locks on them the worker holds for one
   // iteration: other models' workers and loads share these devices and take turns.
   std::vector<Device*> usedDevices_;
@@ -261,8 +191,6 @@ class ModelHost final {
   std::vector<SessionSnapshot> publishedIdle_;
   std::vector<std::pair<std::string, size_t>> publishedIdleKv_;
   size_t publishedParkedBytes_ = 0;
-  bool pagedOut_ = false;  // see ModelSnapshot::pagedOut
-  std::vector<std::string> home_;
   bool prepared_ = false;              // prepareKernels() has run (guarded by mutex_)
   std::optional<Error> prepareError_;  // ... and failed
   size_t kernelsMade_ = 0;
