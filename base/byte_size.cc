@@ -1,6 +1,7 @@
 #include "base/byte_size.h"
 
 #include <charconv>
+#include <cstdio>
 #include <limits>
 
 namespace jitllm {
@@ -29,6 +30,16 @@ std::optional<size_t> parseByteSize(std::string_view text) {
   }
   if (value > (std::numeric_limits<size_t>::max() >> shift)) return std::nullopt;
   return value << shift;
+}
+
+std::string humanBytes(size_t bytes) {
+  char buf[32];
+  if (bytes < 1000000) {
+    std::snprintf(buf, sizeof buf, "%.1f KB", double(bytes) / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
+  }
+  return buf;
 }
 
 }  // namespace jitllm

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <cstdio>
 
 namespace jitllm::server {
 
@@ -99,16 +98,6 @@ std::shared_ptr<EventMailbox> EventHub::subscribe(size_t replay, std::optional<u
   for (auto it = recent.rbegin(); it != recent.rend(); ++it) box->push(**it);
   subscribers_.push_back(box);
   return box;
-}
-
-std::string humanBytes(size_t bytes) {
-  char buf[32];
-  if (bytes < 1000000) {
-    std::snprintf(buf, sizeof buf, "%.1f KB", double(bytes) / 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MB", double(bytes) / 1e6);
-  }
-  return buf;
 }
 
 }  // namespace jitllm::server

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/byte_size.h"
+
 namespace jitllm::server {
 
 enum class EventKind { kDaemon, kDevice, kModel, kSession, kMigration };
@@ -87,7 +89,7 @@ class EventHub final {
 
 const char* eventKindName(EventKind kind);
 
-// A byte count as events write it: "812.0 KB", "1.2 MB".
-std::string humanBytes(size_t bytes);
+// A byte count as events write it ("812.0 KB", "1.2 MB"): jitllm::humanBytes.
+using jitllm::humanBytes;
 
 }  // namespace jitllm::server

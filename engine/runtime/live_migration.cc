@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <set>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "engine/runtime/bound_unit.h"
 
@@ -340,9 +340,7 @@ void LiveMigration::dropFreedTargetPages(SessionCopy& c, size_t layer, const Ses
 
 std::string LiveMigration::describe() const {
   const int layers = int(model_.config().layers);
-  char kv[64];
-  const double b = double(stats_.bytesPrecopied);
-  std::snprintf(kv, sizeof kv, b < 1e6 ? "%.1f KB" : "%.1f MB", b < 1e6 ? b / 1e3 : b / 1e6);
+  const std::string kv = humanBytes(stats_.bytesPrecopied);
   return unitRangeName(options_.units, layers) + " " + (stats_.from.empty() ? "-" : stats_.from) + " -> " +
          options_.target->info().id.str() + ": " + std::to_string(staged_.size()) + "/" + std::to_string(stats_.units) +
          " units staged, " + kv + " KV pre-copied";

@@ -1,8 +1,8 @@
 #include "engine/runtime/tensor_parallel_switch.h"
 
 #include <algorithm>
-#include <cstdio>
 
+#include "base/byte_size.h"
 #include "base/error.h"
 #include "engine/kv/kv_head_split.h"
 #include "engine/runtime/bound_unit.h"
@@ -300,9 +300,7 @@ void TensorParallelSwitch::releaseSource() noexcept {
 
 std::string TensorParallelSwitch::describe() const {
   const int layers = int(model_.config().layers);
-  char kv[64];
-  const double b = double(stats_.bytesPrecopied);
-  std::snprintf(kv, sizeof kv, b < 1e6 ? "%.1f KB" : "%.1f MB", b < 1e6 ? b / 1e3 : b / 1e6);
+  const std::string kv = humanBytes(stats_.bytesPrecopied);
   return unitRangeName(options_.units, layers) + " " + (stats_.from.empty() ? "-" : stats_.from) + " -> " + stats_.to +
          ": " + std::to_string(staged_.size()) + "/" + std::to_string(stats_.units) + " blocks staged, " + kv +
          " KV re-laid";
