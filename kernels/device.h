@@ -159,10 +159,13 @@ struct KernelWorkload {
   struct Attention {
     int heads = 0;
     KvLayout kv;
+    int rotaryDims = 0;  // ropeAndStore's RopeParams (0: the head dim)
+    bool neox = false;
   };
   std::vector<Attention> attention;  // with ropeAndStore's and kvStore's shapes
   int64_t maxTokens = 1;             // the most tokens one op of a step takes
   bool elementwise = false;          // rmsNorm, swiglu, geglu, add, rope
+  std::vector<int64_t> normDims;     // the row lengths rmsNorm takes
   bool candidates = false;           // selectCandidates (the head)
 };
 

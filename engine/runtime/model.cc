@@ -340,6 +340,7 @@ KernelWorkload Model::kernelWorkload(int u, const BoundUnit& b) const {
   if (u == 0) {
     w.tables.push_back(b.table);
   } else if (u == unitCount() - 1) {
+    w.normDims.push_back(config_.embedding);
     w.products.push_back({b.table});
     // The rows that asked for logits, gathered out of a mixed step (Model::step): f32 rows.
     const int64_t E = config_.embedding;
@@ -357,7 +358,10 @@ KernelWorkload Model::kernelWorkload(int u, const BoundUnit& b) const {
     };
     if (b.shards > 1 && b.shard == 0 && !b.woSplit) stacked(config_.heads / b.shards * config_.headDim);
     if (b.shards > 1 && b.shard == 0 && !b.downSplit) stacked(config_.feedForward / b.shards);
-    w.attention.push_back({int(config_.heads) / b.shards, shardLayout(kvLayout_, b.shards)});
+    w.attention.push_back(
+        {int(config_.heads) / b.shards, shardLayout(kvLayout_, b.shards), int(config_.rotaryDims), config_.ropeNeox});
+    w.normDims.push_back(config_.embedding);
+    if (b.qNorm) w.normDims.push_back(config_.headDim);
   }
   return w;
 }
@@ -379,6 +383,7 @@ size_t Model::prepareKernels(const std::function<void(size_t done, size_t total)
     all.products.insert(all.products.end(), w.products.begin(), w.products.end());
     all.tables.insert(all.tables.end(), w.tables.begin(), w.tables.end());
     all.attention.insert(all.attention.end(), w.attention.begin(), w.attention.end());
+    all.normDims.insert(all.normDims.end(), w.normDims.begin(), w.normDims.end());
     all.candidates = all.candidates || w.candidates;
   };
   for (int u = 0; u < unitCount(); u++) {

@@ -1,9 +1,13 @@
 #include "kernels/vulkan/pipeline_library.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <shaderc/shaderc.hpp>
 #include <sstream>
+#include <thread>
 
 #include "base/error.h"
 #include "kernels/vulkan/shader_sources.h"
@@ -106,7 +110,7 @@ std::string PipelineLibrary::source(const KernelSpec& spec) const {
   return out;
 }
 
-std::vector<uint32_t> PipelineLibrary::compile(const std::string& source, const std::string& name) {
+std::vector<uint32_t> PipelineLibrary::compile(const std::string& source, const std::string& name) const {
   shaderc::Compiler compiler;
   shaderc::CompileOptions options;
   options.SetTargetEnvironment(shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_2);
@@ -125,31 +129,38 @@ const std::string& PipelineLibrary::name(VkPipeline pipeline) const {
   return it == names_.end() ? unknown : it->second;
 }
 
-VkPipeline PipelineLibrary::get(const KernelSpec& spec) {
-  const std::string key = spec.key();
-  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
-
+PipelineLibrary::Spirv PipelineLibrary::spirv(const KernelSpec& spec) const {
   using Clock = std::chrono::steady_clock;
+  const std::string key = spec.key();
   const std::string text = source(spec);
   const std::string hashed = text + "\n// " + kCompileTag;
   const uint64_t cacheKey = fnv1a64(hashed);
   const uint64_t check = fnv1a64(hashed, 0x84222325cbf29ce4ull);
-  std::vector<uint32_t> spirv;
+  Spirv out;
   if (auto cached = cache_.loadSpirv(cacheKey, check)) {
-    spirv = std::move(*cached);
-    stats_.loadedFromDisk++;
-  } else {
-    const auto t0 = Clock::now();
-    spirv = compile(text, key);
-    stats_.compileSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    stats_.compiled++;
-    cache_.storeSpirv(cacheKey, check, spirv);
+    out.words = std::move(*cached);
+    return out;
   }
+  const auto t0 = Clock::now();
+  out.words = compile(text, key);
+  out.compileSeconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.compiled = true;
+  cache_.storeSpirv(cacheKey, check, out.words);
+  return out;
+}
 
+VkPipeline PipelineLibrary::create(const std::string& key, const Spirv& code) {
+  using Clock = std::chrono::steady_clock;
+  if (code.compiled) {
+    stats_.compileSeconds += code.compileSeconds;
+    stats_.compiled++;
+  } else {
+    stats_.loadedFromDisk++;
+  }
   const auto t0 = Clock::now();
   VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-  mi.codeSize = spirv.size() * sizeof(uint32_t);
-  mi.pCode = spirv.data();
+  mi.codeSize = code.words.size() * sizeof(uint32_t);
+  mi.pCode = code.words.data();
   VkShaderModule module;
   ctx_.check(ctx_.fn.vkCreateShaderModule(ctx_.device, &mi, nullptr, &module), "vkCreateShaderModule");
   VkComputePipelineCreateInfo pi{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
@@ -164,9 +175,50 @@ VkPipeline PipelineLibrary::get(const KernelSpec& spec) {
   ctx_.check(r, "vkCreateComputePipelines");
   stats_.pipelineSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
   stats_.pipelines++;
+  if (prepared_) stats_.madeOnUse++;
   pipelines_.emplace(key, pipeline);
   names_.emplace(pipeline, key);
   return pipeline;
+}
+
+VkPipeline PipelineLibrary::get(const KernelSpec& spec) {
+  const std::string key = spec.key();
+  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+  return create(key, spirv(spec));
+}
+
+size_t PipelineLibrary::prepare(const std::vector<KernelSpec>& specs) {
+  std::vector<const KernelSpec*> missing;
+  std::set<std::string> keys;
+  for (const KernelSpec& s : specs) {
+    std::string key = s.key();
+    if (!pipelines_.count(key) && keys.insert(std::move(key)).second) missing.push_back(&s);
+  }
+  // SPIR-V from the disk cache or shaderc (a compiler per call) on a thread per core; the driver's
+  // pipelines after, on this thread (the library is one thread's).
+  std::vector<std::optional<Spirv>> made(missing.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < missing.size();) {
+      try {
+        made[i] = spirv(*missing[i]);
+      } catch (const Error&) {
+        // Left out: the op that needs it compiles it again and reports the error then.
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>(missing.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; t++) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  size_t created = 0;
+  for (size_t i = 0; i < missing.size(); i++) {
+    if (!made[i]) continue;
+    create(missing[i]->key(), *made[i]);
+    created++;
+  }
+  return created;
 }
 
 }  // namespace jitllm::vulkan

@@ -7,7 +7,8 @@
 // and kPushConstantBytes of push constants.
 //
 // Ownership: owns the pipelines, the layout and the VkPipelineCache; saves the latter to disk
-// when destroyed. Thread-safety: one thread at a time (the device's executor).
+// when destroyed. Thread-safety: one thread at a time (the device's executor); prepare() runs
+// shaderc on threads of its own inside the call.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,7 @@ struct KernelStats {
   int loadedFromDisk = 0;      // of which came from the SPIR-V cache
   double compileSeconds = 0;   // shaderc
   double pipelineSeconds = 0;  // vkCreateComputePipelines (the driver's own compile)
+  int madeOnUse = 0;           // made by an op after markPrepared(): a shape prepare did not foresee
 };
 
 class PipelineLibrary final {
@@ -55,6 +57,12 @@ class PipelineLibrary final {
   PipelineLibrary& operator=(const PipelineLibrary&) = delete;
 
   VkPipeline get(const KernelSpec& spec);
+  // Makes the pipelines of `specs` that do not exist yet, their SPIR-V compiled (or read from the
+  // disk cache) on a thread per core. A spec that does not compile is left out: the op that needs
+  // it compiles it again and reports the error then. Returns how many pipelines it made.
+  size_t prepare(const std::vector<KernelSpec>& specs);
+  // From now on a pipeline an op makes counts as KernelStats::madeOnUse.
+  void markPrepared() { prepared_ = true; }
   // The key of the spec a pipeline of this library was made from ("matmul.comp|K=2048|...").
   const std::string& name(VkPipeline pipeline) const;
   VkPipelineLayout layout() const { return layout_; }
@@ -67,7 +75,16 @@ class PipelineLibrary final {
   std::string source(const KernelSpec& spec) const;
 
  private:
-  std::vector<uint32_t> compile(const std::string& source, const std::string& name);
+  struct Spirv {
+    std::vector<uint32_t> words;
+    bool compiled = false;  // by shaderc, not from the disk cache
+    double compileSeconds = 0;
+  };
+  // A spec's SPIR-V: from the disk cache, else compiled (and stored). Any thread.
+  Spirv spirv(const KernelSpec& spec) const;
+  std::vector<uint32_t> compile(const std::string& source, const std::string& name) const;
+  // The pipeline of `code`, counted in stats_ and kept under `key`.
+  VkPipeline create(const std::string& key, const Spirv& code);
 
   const DeviceContext& ctx_;
   KernelCache cache_;
@@ -77,6 +94,7 @@ class PipelineLibrary final {
   std::unordered_map<std::string, VkPipeline> pipelines_;
   std::unordered_map<VkPipeline, std::string> names_;
   KernelStats stats_;
+  bool prepared_ = false;
 };
 
 }  // namespace jitllm::vulkan

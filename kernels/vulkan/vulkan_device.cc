@@ -1,6 +1,7 @@
 #include "kernels/vulkan/vulkan_device.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -383,7 +384,7 @@ void VulkanDevice::getRows(const WeightRef& table, const int32_t* ids, int64_t n
   const CommandStream::Upload up = stream_->upload(size_t(n) * sizeof(int32_t));
   std::memcpy(up.host, ids, size_t(n) * sizeof(int32_t));
   push.ids = up.address;
-  const VkPipeline p = pipelines_->get(KernelSpec{"get_rows.comp", {}}.define(type).define("K", table.cols));
+  const VkPipeline p = pipelines_->get(getRowsSpec(table));
   dispatch(p, push, groupsFor(uint64_t(table.cols + 31) / 32, 64), uint32_t(n));
 }
 
@@ -403,19 +404,15 @@ void VulkanDevice::rmsNorm(const float* x, const float* weight, float* out, int6
   // A norm's output is the input of integer products (q, k, v; gate, up; the head) whenever they
   // run at all, so it is quantized here (rms_norm.comp's QUANTIZE) rather than by a quantize_x
   // dispatch of its own. Not in place: the fused part reads x after other invocations wrote out.
-  KernelSpec spec{"rms_norm.comp", {}};
-  spec.define("DIM", dim).define("WG", int64_t(kNormWorkgroup));
   const bool quantize =
       !rangesOverlap(push.x, bytes, push.out, bytes) && fusedQuantizationScratch(rows, dim, push.xq, push.xqStride);
-  if (quantize) spec.define("QUANTIZE");
-  dispatch(pipelines_->get(spec), push, uint32_t(rows));
+  dispatch(pipelines_->get(rmsNormSpec(dim, quantize)), push, uint32_t(rows));
   if (quantize) noteFusedQuantization(out, rows, dim);
 }
 
 bool VulkanDevice::fusedQuantizationScratch(int64_t rows, int64_t cols, uint64_t& xq, uint32_t& xqStride) {
+  if (!quantizesRowsOf(cols)) return false;
   const uint64_t rowBytes = uint64_t(quantizedRowBytes(cols));
-  // Only the integer products read the integer form, and only rows of whole 256-element blocks.
-  if (!integerMatmul_ || cols % 256 != 0 || rowBytes > UINT32_MAX) return false;
   growScratch(xq_, rowBytes * uint64_t(rows));
   xq = reinterpret_cast<uint64_t>(xq_->data());
   xqStride = uint32_t(rowBytes);
@@ -513,41 +510,58 @@ void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, fl
                  !rangesOverlap(push.x, uint64_t(tokens * w.cols) * 4, push.y, uint64_t(tokens * w.rows) * 4));
 }
 
-template <typename Push>
-void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push,
-                                  bool repeatable) {
-  // Tokens per workgroup grow with the batch up to 8; the rows per workgroup (WR x NR) are the
-  // tuner's. None of it changes the summation order (shaders/matmul.comp, matmul_int.comp).
-  const int tt = tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
+int VulkanDevice::matmulTokensPerGroup(int64_t tokens) {
+  return tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
+}
+
+KernelSpec VulkanDevice::matmulVariant(const char* shader, const WeightRef& w, int tt) {
   KernelSpec variant{shader, {}};
   variant.define(typeDefine(w.type))
       .define("K", w.cols)
       .define("LANES", int64_t(kMatmulLanes))
       .define("TT", int64_t(tt));
-  MatmulTuner::Shape shape = MatmulTuner::kDefault;
+  return variant;
+}
+
+bool VulkanDevice::knownMatmulShape(const KernelSpec& variant, const WeightRef& w, int64_t tokens,
+                                    MatmulTuner::Shape& shape, std::string& tuningKey) {
   if (tokens == 1 && decodeRowGroups_ > 0) {
     shape = {decodeRowGroups_, decodeRowsPerGroup_};
-  } else {
-    const std::string local = variant.key() + "|rows=" + std::to_string(w.rows);
-    if (auto it = matmulShapes_.find(local); it != matmulShapes_.end()) {
-      shape = it->second;
-    } else {
-      // The file's key also carries the kernel's source hash: a changed kernel is timed afresh.
-      KernelSpec defaults = variant;
-      defaults.define("WR", int64_t(shape.wr)).define("NR", int64_t(shape.nr));
-      char hash[24];
-      std::snprintf(hash, sizeof hash, "%016llx",
-                    static_cast<unsigned long long>(fnv1a64(pipelines_->source(defaults))));
-      const std::string key = local + "|src=" + hash;
-      if (auto found = tuner_->find(key)) {
-        shape = *found;
-        matmulShapes_.emplace(local, shape);
-      } else if (tune_ && repeatable) {
-        shape = tuneMatmul(variant, tt, w, tokens, push);
-        tuner_->remember(key, shape);
-        matmulShapes_.emplace(local, shape);
-      }
-    }
+    return true;
+  }
+  const std::string local = variant.key() + "|rows=" + std::to_string(w.rows);
+  if (auto it = matmulShapes_.find(local); it != matmulShapes_.end()) {
+    shape = it->second;
+    return true;
+  }
+  // The file's key also carries the kernel's source hash: a changed kernel is timed afresh.
+  KernelSpec defaults = variant;
+  defaults.define("WR", int64_t(MatmulTuner::kDefault.wr)).define("NR", int64_t(MatmulTuner::kDefault.nr));
+  char hash[24];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a64(pipelines_->source(defaults))));
+  tuningKey = local + "|src=" + hash;
+  if (auto found = tuner_->find(tuningKey)) {
+    shape = *found;
+    matmulShapes_.emplace(local, shape);
+    return true;
+  }
+  shape = MatmulTuner::kDefault;
+  return false;
+}
+
+template <typename Push>
+void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push,
+                                  bool repeatable) {
+  // Tokens per workgroup grow with the batch up to 8; the rows per workgroup (WR x NR) are the
+  // tuner's. None of it changes the summation order (shaders/matmul.comp, matmul_int.comp).
+  const int tt = matmulTokensPerGroup(tokens);
+  const KernelSpec variant = matmulVariant(shader, w, tt);
+  MatmulTuner::Shape shape = MatmulTuner::kDefault;
+  std::string tuningKey;
+  if (!knownMatmulShape(variant, w, tokens, shape, tuningKey) && tune_ && repeatable) {
+    shape = tuneMatmul(variant, tt, w, tokens, push);
+    tuner_->remember(tuningKey, shape);
+    matmulShapes_.emplace(variant.key() + "|rows=" + std::to_string(w.rows), shape);
   }
   KernelSpec spec = variant;
   spec.define("WR", int64_t(shape.wr)).define("NR", int64_t(shape.nr));
@@ -641,10 +655,7 @@ void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const 
     uint32_t tokens, heads;
   } push{address(x, uint64_t(tokens * heads * headDim) * 4, "rope input"), r.address, uint32_t(tokens),
          uint32_t(heads)};
-  const VkPipeline p = pipelines_->get(KernelSpec{"rope.comp", {}}
-                                           .define("HD", int64_t(headDim))
-                                           .define("HALF", int64_t(half))
-                                           .define("NEOX", int64_t(params.neox ? 1 : 0)));
+  const VkPipeline p = pipelines_->get(ropeSpec(headDim, params.rotaryDims, params.neox));
   dispatch(p, push, groupsFor(uint64_t(tokens) * uint64_t(heads) * uint64_t(half), kElementwiseWorkgroup));
 }
 
@@ -665,10 +676,7 @@ void VulkanDevice::kvStore(const float* k, const float* v, int64_t tokens, const
     uint32_t tokens;
   } push{address(k, uint64_t(tokens * width) * 4, "kvStore K"), address(v, uint64_t(tokens * width) * 4, "kvStore V"),
          up.address, uint32_t(tokens)};
-  const VkPipeline p = pipelines_->get(KernelSpec{"kv_store.comp", {}}
-                                           .define("WIDTH", width)
-                                           .define("PAGE_TOKENS", int64_t(layout.pageTokens))
-                                           .define("KV_F16", int64_t(layout.precision == KvPrecision::kF16)));
+  const VkPipeline p = pipelines_->get(kvStoreSpec(layout));
   dispatch(p, push, groupsFor(uint64_t(tokens * width), kElementwiseWorkgroup));
 }
 
@@ -747,18 +755,7 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
          0,
          xqStride,
          uint32_t(window)};
-  const auto pipeline = [&](int mode) {
-    KernelSpec spec{"attention.comp", {}};
-    spec.define("HD", int64_t(kv.headDim))
-        .define("HEADS", int64_t(batch.heads))
-        .define("KVH", int64_t(kv.kvHeads))
-        .define("PAGE_TOKENS", int64_t(kv.pageTokens))
-        .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
-        .define("WG", int64_t(kAttentionWorkgroup))
-        .define("MODE", int64_t(mode));
-    if (quantize && mode != 1) spec.define("QUANTIZE");
-    return pipelines_->get(spec);
-  };
+  const auto pipeline = [&](int mode) { return pipelines_->get(attentionSpec(kv, batch.heads, mode, quantize)); };
   if (split) {
     push.partials = reinterpret_cast<uint64_t>(partials_->data());
     push.maxChunks = maxChunks;
@@ -811,6 +808,137 @@ void VulkanDevice::scale(float* x, float s, int64_t n) {
     uint32_t n, stride;
   } push{address(x, uint64_t(n) * 4, "scale x"), s, uint32_t(n), groups * kElementwiseWorkgroup};
   dispatch(pipelines_->get(KernelSpec{"scale.comp", {}}), push, groups);
+}
+
+// The kernel variants the ops ask for, one place each, so prepareKernels asks for the same.
+
+KernelSpec VulkanDevice::getRowsSpec(const WeightRef& table) {
+  return KernelSpec{"get_rows.comp", {}}.define(typeDefine(table.type)).define("K", table.cols);
+}
+
+KernelSpec VulkanDevice::rmsNormSpec(int64_t dim, bool quantize) {
+  KernelSpec spec{"rms_norm.comp", {}};
+  spec.define("DIM", dim).define("WG", int64_t(kNormWorkgroup));
+  if (quantize) spec.define("QUANTIZE");
+  return spec;
+}
+
+KernelSpec VulkanDevice::ropeSpec(int headDim, int rotaryDims, bool neox) {
+  return KernelSpec{"rope.comp", {}}
+      .define("HD", int64_t(headDim))
+      .define("HALF", int64_t(rotaryDims / 2))
+      .define("NEOX", int64_t(neox ? 1 : 0));
+}
+
+KernelSpec VulkanDevice::kvStoreSpec(const KvLayout& layout) {
+  return KernelSpec{"kv_store.comp", {}}
+      .define("WIDTH", int64_t(layout.kvHeads) * layout.headDim)
+      .define("PAGE_TOKENS", int64_t(layout.pageTokens))
+      .define("KV_F16", int64_t(layout.precision == KvPrecision::kF16));
+}
+
+KernelSpec VulkanDevice::attentionSpec(const KvLayout& kv, int heads, int mode, bool quantize) {
+  KernelSpec spec{"attention.comp", {}};
+  spec.define("HD", int64_t(kv.headDim))
+      .define("HEADS", int64_t(heads))
+      .define("KVH", int64_t(kv.kvHeads))
+      .define("PAGE_TOKENS", int64_t(kv.pageTokens))
+      .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
+      .define("WG", int64_t(kAttentionWorkgroup))
+      .define("MODE", int64_t(mode));
+  if (quantize && mode != 1) spec.define("QUANTIZE");
+  return spec;
+}
+
+bool VulkanDevice::quantizesRowsOf(int64_t cols) const {
+  // Only the integer products read the integer form, and only rows of whole 256-element blocks.
+  return integerMatmul_ && cols % 256 == 0 && uint64_t(quantizedRowBytes(cols)) <= UINT32_MAX;
+}
+
+size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<KernelSpec> specs;
+  // Products at every tokens-per-workgroup width a step can use, in the shape the op will take;
+  // those the tuner has not timed yet get all their candidates, and are timed below.
+  struct Untimed {
+    WeightRef w;
+    int tt;
+  };
+  std::vector<Untimed> untimed;
+  for (const auto& group : workload.products) {
+    for (const WeightRef& w : group) {
+      if (w.rows <= 0 || typeDefine(w.type) == nullptr) continue;
+      const char* shader = integerMatmulFits(w) ? "matmul_int.comp" : "matmul.comp";
+      for (int tt : {1, 2, 4, 8}) {
+        if (tt > 1 && tt / 2 >= workload.maxTokens) break;  // no step has that many tokens
+        const KernelSpec variant = matmulVariant(shader, w, tt);
+        MatmulTuner::Shape shape;
+        std::string key;
+        std::vector<MatmulTuner::Shape> shapes;
+        if (knownMatmulShape(variant, w, tt, shape, key) || !tune_) {
+          shapes = {shape};
+        } else {
+          shapes = MatmulTuner::candidates(tt, kMatmulLanes, *ctx_.physical);
+          untimed.push_back({w, tt});
+        }
+        for (const MatmulTuner::Shape& c : shapes) {
+          KernelSpec spec = variant;
+          specs.push_back(spec.define("WR", int64_t(c.wr)).define("NR", int64_t(c.nr)));
+        }
+      }
+      if (integerMatmulFits(w)) specs.push_back(KernelSpec{"quantize_x.comp", {}});
+    }
+  }
+  for (const WeightRef& table : workload.tables) {
+    if (typeDefine(table.type) != nullptr) specs.push_back(getRowsSpec(table));
+  }
+  for (int64_t dim : workload.normDims) {
+    specs.push_back(rmsNormSpec(dim, false));
+    if (quantizesRowsOf(dim)) specs.push_back(rmsNormSpec(dim, true));
+  }
+  for (const KernelWorkload::Attention& a : workload.attention) {
+    const KvLayout& kv = a.kv;
+    if (kv.kvHeads <= 0 || a.heads % kv.kvHeads != 0) continue;
+    const bool quantize = kv.headDim % 32 == 0 && quantizesRowsOf(int64_t(a.heads) * kv.headDim);
+    specs.push_back(attentionSpec(kv, a.heads, 0, quantize));
+    if (splitAttention_) {
+      specs.push_back(attentionSpec(kv, a.heads, 1, quantize));
+      specs.push_back(attentionSpec(kv, a.heads, 2, quantize));
+    }
+    specs.push_back(ropeSpec(kv.headDim, a.rotaryDims > 0 ? a.rotaryDims : kv.headDim, a.neox));
+    specs.push_back(kvStoreSpec(kv));
+  }
+  if (workload.elementwise) {
+    for (const char* shader : {"swiglu.comp", "geglu.comp", "add.comp", "scale.comp"}) specs.push_back({shader, {}});
+  }
+  size_t made = pipelines_->prepare(specs);
+
+  // Timing what was not timed: each such product run once at its width on scratch operands, as
+  // its first step would (its pipelines are all made by now).
+  if (!untimed.empty()) {
+    int64_t cols = 0, rows = 0;
+    for (const Untimed& u : untimed) {
+      cols = std::max(cols, u.w.cols);
+      rows = std::max(rows, u.w.rows);
+    }
+    try {
+      auto x = allocate(size_t(8 * cols) * sizeof(float));
+      auto y = allocate(size_t(8 * rows) * sizeof(float));
+      const std::vector<float> zeros(size_t(8 * cols), 0.0f);
+      copyFromHost(x->data(), zeros.data(), zeros.size() * sizeof(float));
+      for (const Untimed& u : untimed) {
+        matmul(u.w, reinterpret_cast<const float*>(x->data()), u.tt, reinterpret_cast<float*>(y->data()), nullptr);
+      }
+      synchronize();
+      quantized_ = {};  // it named the scratch input, which goes now
+    } catch (const Error& e) {
+      // No memory for the scratch, say: the first step that meets such a product times it then.
+      std::fprintf(stderr, "%s: prepareKernels: products left untimed: %s\n", info_.id.str().c_str(), e.what());
+    }
+  }
+  pipelines_->markPrepared();
+  prepareSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return made;
 }
 
 }  // namespace jitllm::vulkan

@@ -58,6 +58,7 @@ struct VulkanStats {
   uint64_t separateQuantizations = 0;
   uint64_t fusedQuantizations = 0;
   uint64_t matmulTunings = 0;  // product shapes this device timed (not found in its tuning file)
+  double prepareSeconds = 0;   // in prepareKernels
 };
 
 class VulkanDevice final : public Device {
@@ -86,6 +87,11 @@ class VulkanDevice final : public Device {
   void geglu(const float* gate, const float* up, float* out, int64_t n) override;
   void add(float* x, const float* y, int64_t n) override;
   void scale(float* x, float s, int64_t n) override;
+  // Makes every pipeline the workload's steps can ask for (products at 1, 2, 4 and 8 tokens a
+  // workgroup, timed by the tuner where that is on; attention with and without the split; norms,
+  // rope, KV stores, gathers, activations), their SPIR-V compiled on a thread per core; a step
+  // after it makes none (KernelStats::madeOnUse counts those it did not foresee).
+  size_t prepareKernels(const KernelWorkload& workload) override;
 
   // Waits until every queued op has run.
   void synchronize();
@@ -96,7 +102,7 @@ class VulkanDevice final : public Device {
   const std::string& cacheDirectory() const { return pipelines_->cache().directory(); }
   PipelineLibrary& pipelines() { return *pipelines_; }
   // What it has done so far (tests, tools). Executor thread.
-  VulkanStats stats() const { return {separateQuantizations_, fusedQuantizations_, matmulTunings_}; }
+  VulkanStats stats() const { return {separateQuantizations_, fusedQuantizations_, matmulTunings_, prepareSeconds_}; }
 
  private:
   friend class VulkanBuffer;
@@ -119,6 +125,21 @@ class VulkanDevice final : public Device {
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   bool integerMatmulFits(const WeightRef& w) const;
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias);
+  // The variants the ops ask for (prepareKernels asks for the same).
+  static KernelSpec getRowsSpec(const WeightRef& table);
+  static KernelSpec rmsNormSpec(int64_t dim, bool quantize);
+  static KernelSpec ropeSpec(int headDim, int rotaryDims, bool neox);
+  static KernelSpec kvStoreSpec(const KvLayout& layout);
+  static KernelSpec attentionSpec(const KvLayout& kv, int heads, int mode, bool quantize);
+  static int matmulTokensPerGroup(int64_t tokens);
+  static KernelSpec matmulVariant(const char* shader, const WeightRef& w, int tt);  // without WR and NR
+  // Whether a producer writes the integer form of rows of `cols` (fusedQuantizationScratch).
+  bool quantizesRowsOf(int64_t cols) const;
+  // The dispatch shape of a product variant when one is chosen (JITLLM_VULKAN_DECODE_ROWS, this
+  // process's, the tuning file's); otherwise false, the default in `shape`, and in `tuningKey` the
+  // key to remember a timed one under.
+  bool knownMatmulShape(const KernelSpec& variant, const WeightRef& w, int64_t tokens, MatmulTuner::Shape& shape,
+                        std::string& tuningKey);
   // Records `shader` (matmul.comp or matmul_int.comp) for w's type and row length over `tokens`,
   // in the dispatch shape the tuner chose (timing the candidates first where none was chosen yet
   // and `repeatable`: dispatching it again gives the same output, i.e. it does not overwrite what
@@ -168,6 +189,7 @@ class VulkanDevice final : public Device {
   // (variant key, rows) -> shape, for this process: the tuner's key hashes the kernel's source.
   std::unordered_map<std::string, MatmulTuner::Shape> matmulShapes_;
   bool splitAttention_ = true;  // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)
+  double prepareSeconds_ = 0;
 };
 
 // Every Vulkan device of this machine as the loader sees it, in "vulkan:N" order, unusable ones

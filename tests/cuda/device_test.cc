@@ -16,6 +16,7 @@
 #include "kernels/quant/quantize.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/gpu/long_context.h"
+#include "tests/gpu/serving_shapes.h"
 #include "tools/random_model.h"
 
 namespace jitllm::testing {
@@ -65,12 +66,8 @@ TEST(CudaDevices, KernelsCompiledOnceAreLoadedFromTheDiskCacheByTheNextDevice) {
 // parallel (the tiny Q4_K_M shape: integer, tensor-core and grouped products).
 TEST(CudaDevices, AfterPrepareKernelsNoStepShapeMakesAModule) {
   JITLLM_REQUIRE_CUDA();
-  const auto shape = tools::findShape("tiny");
-  if (!std::filesystem::exists(std::string(JITLLM_SHARED_DIR) + "/" + shape->vocabFile))
-    GTEST_SKIP() << "no " << shape->vocabFile;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("jitllm-prepare-" + std::to_string(getpid()) + ".gguf")).string();
-  tools::writeRandomModel({*shape, *tools::findMix("q4_k_m"), 3, JITLLM_SHARED_DIR}, path);
+  const std::string path = writeTinyQ4KM("prepare");
+  if (path.empty()) GTEST_SKIP() << "no vocab file for the tiny shape in " << JITLLM_SHARED_DIR;
   const std::string root =
       (std::filesystem::temp_directory_path() / ("jitllm-cuda-prep-" + std::to_string(getpid()))).string();
   cuda::CudaDeviceOptions o;
@@ -84,41 +81,10 @@ TEST(CudaDevices, AfterPrepareKernelsNoStepShapeMakesAModule) {
   std::printf("prepareKernels: %zu modules (%llu compiled) in %.2f s\n", made,
               (unsigned long long)prepared.modulesCompiled, prepared.prepareSeconds);
   EXPECT_GT(made, 8u);
-  std::mt19937 rng(11);
-  auto tokens = [&](size_t n) {
-    std::vector<int32_t> t(n);
-    for (auto& id : t) id = int32_t(rng() % 32000);
-    return t;
-  };
-  std::vector<CandidateRequest> greedy(64, CandidateRequest{1, 1.0f, {}}), sampled(64, CandidateRequest{40, 1.1f, {}});
-  std::vector<int32_t> ids;
-  std::vector<float> values;
-  for (int n : {1, 2, 3, 5, 8, 9, 16, 17, 31, 33, 48, 64}) {
-    std::vector<std::unique_ptr<runtime::Session>> sessions;
-    std::vector<std::vector<int32_t>> prompts;
-    for (int i = 0; i < n; i++) {
-      sessions.push_back(model->createSession(1024));
-      prompts.push_back(tokens(size_t(i == 0 ? 300 : 3 + i % 7)));  // one long prefill among short ones
-    }
-    std::vector<runtime::SequenceInput> in;
-    for (int i = 0; i < n; i++) in.push_back({sessions[size_t(i)].get(), prompts[size_t(i)], false});
-    model->forward(in, std::span(greedy).first(size_t(n)), 1, ids, values);
-    for (int step = 0; step < 3; step++) {
-      std::vector<std::vector<int32_t>> next(static_cast<size_t>(n));
-      in.clear();
-      for (int i = 0; i < n; i++) {
-        next[size_t(i)] = {ids[size_t(i) * size_t(step == 0 ? 1 : 40)] % 32000};
-        in.push_back({sessions[size_t(i)].get(), next[size_t(i)], false});
-      }
-      model->forward(in, std::span(step % 2 ? sampled : greedy).first(size_t(n)), 40, ids, values);
-    }
-  }
+  runServingShapes(*model, {1, 2, 3, 5, 8, 9, 16, 17, 31, 33, 48, 64}, 300, 3, 1024);
   // A prefill alone, of every chunk length a step can give.
   for (size_t len : {size_t(15), size_t(16), size_t(100), size_t(512), size_t(700)}) {
-    auto s = model->createSession(1024);
-    const auto t = tokens(len);
-    runtime::SequenceInput in{s.get(), t, false};
-    model->forward({&in, 1}, std::span(greedy).first(1), 1, ids, values);
+    runServingShapes(*model, {1}, len, 0, 1024);
   }
   EXPECT_EQ(gpu->stats().modulesMadeOnUse, 0u) << "a step shape prepareKernels did not foresee";
   // A second device on the now warm disk cache compiles nothing.

@@ -4,6 +4,8 @@
 #include <filesystem>
 
 #include "engine/devices/builtin_backends.h"
+#include "engine/runtime/model.h"
+#include "tests/gpu/serving_shapes.h"
 #include "tests/vulkan/vulkan_test_support.h"
 
 namespace jitllm::testing {
@@ -130,6 +132,45 @@ TEST(VulkanDevices, KernelsCompiledOnceAreLoadedFromTheDiskCacheByTheNextDevice)
   }
   const auto [third, dir3] = run();
   EXPECT_EQ(third.compiled, 2);
+  std::filesystem::remove_all(root);
+}
+
+// After Model::prepareKernels, serving makes no pipeline: decode batches of 1 to 9 sessions,
+// prefills of one session and of several beside decodes, contexts past one attention chunk (the
+// split kernels) - all on pipelines made ahead, on a cold cache, their SPIR-V compiled in
+// parallel (the tiny Q4_K_M shape: integer products at every tokens-per-workgroup width). A
+// second device on the warm disk cache compiles nothing.
+TEST(VulkanDevices, AfterPrepareKernelsNoStepShapeMakesAPipeline) {
+  JITLLM_REQUIRE_VULKAN();
+  const std::string path = writeTinyQ4KM("vk-prepare");
+  if (path.empty()) GTEST_SKIP() << "no vocab file for the tiny shape in " << JITLLM_SHARED_DIR;
+  const auto root = std::filesystem::temp_directory_path() / ("jitllm-vk-prep-" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  vulkan::VulkanDeviceOptions o;
+  o.cacheRoot = root.string();  // cold: every pipeline is compiled here
+  auto gpu = vulkan::VulkanDevice::create(o);
+  runtime::ModelLoadOptions lo;
+  lo.devices = {gpu.get()};
+  auto model = runtime::Model::load(path, lo);
+  const size_t made = model->prepareKernels();
+  const vulkan::KernelStats prepared = gpu->kernelStats();
+  std::printf("prepareKernels: %zu pipelines (%d compiled, %.2f s shaderc, %.2f s driver) in %.2f s\n", made,
+              prepared.compiled, prepared.compileSeconds, prepared.pipelineSeconds, gpu->stats().prepareSeconds);
+  EXPECT_GT(made, 8u);
+  runServingShapes(*model, {1, 2, 3, 5, 9}, 100, 2, 256);  // 100 tokens: past one attention chunk
+  EXPECT_EQ(gpu->kernelStats().madeOnUse, 0) << "a step shape prepareKernels did not foresee";
+  model.reset();
+  gpu.reset();
+  auto again = vulkan::VulkanDevice::create(o);
+  lo.devices = {again.get()};
+  model = runtime::Model::load(path, lo);
+  model->prepareKernels();
+  EXPECT_EQ(again->kernelStats().compiled, 0);
+  EXPECT_GT(again->kernelStats().loadedFromDisk, 8);
+  std::printf("warm cache: prepareKernels in %.2f s\n", again->stats().prepareSeconds);
+  model.reset();
+  again.reset();
+  std::filesystem::remove(path);
   std::filesystem::remove_all(root);
 }
 
