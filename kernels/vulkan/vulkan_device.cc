@@ -60,6 +60,9 @@ constexpr int kAttentionWorkgroup = 64;
 // GPU idle over a long context).
 constexpr int64_t kSplitAttentionBelow = 256;
 constexpr int kElementwiseWorkgroup = 256;
+// The most candidates select_candidates.comp returns a row (its shared arrays; the sampler's
+// kMaxCandidates).
+constexpr int64_t kMaxSelectCandidates = 1024;
 
 const char* typeDefine(quant::TensorType type) {
   using quant::TensorType;
@@ -227,6 +230,7 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
 VulkanDevice::~VulkanDevice() {
   xq_.reset();  // buffers of this device: before the pool goes
   partials_.reset();
+  candidates_.reset();
   try {
     if (stream_) stream_->finish();
   } catch (...) {
@@ -810,7 +814,67 @@ void VulkanDevice::scale(float* x, float s, int64_t n) {
   dispatch(pipelines_->get(KernelSpec{"scale.comp", {}}), push, groups);
 }
 
+void VulkanDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab,
+                                    std::span<const CandidateRequest> requests, int32_t* ids, float* values,
+                                    int64_t stride) {
+  JITLLM_REQUIRE(int64_t(requests.size()) == rows, "selectCandidates: ", requests.size(), " requests for ", rows,
+                 " rows");
+  if (rows == 0) return;
+  JITLLM_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31) && stride > 0 && stride <= (int64_t(1) << 20) &&
+                     rows <= int64_t(ctx_.physical->maxWorkgroupCount[0]),
+                 info_.id, ": selectCandidates: ", rows, " rows of ", vocab, " logits, stride ", stride);
+  // One uploaded table: counts, the penalty lists' starts, the penalised ids, the penalties.
+  size_t penalised = 0;
+  for (const CandidateRequest& r : requests) {
+    JITLLM_REQUIRE(r.count >= 1 && r.count <= stride && r.count <= kMaxSelectCandidates, info_.id,
+                   ": selectCandidates: a row asks for ", r.count, " candidates, room for ",
+                   std::min<int64_t>(stride, kMaxSelectCandidates));
+    if (r.repeatPenalty != 1.0f) penalised += r.penalized.size();
+  }
+  const size_t n = size_t(rows);
+  const uint64_t outBytes = uint64_t(n) * uint64_t(stride) * 4;
+  growScratch(candidates_, 2 * outBytes);  // before the upload: growing waits, which recycles the arena
+  const size_t tableBytes = (n + (n + 1) + penalised + n) * 4;
+  const CommandStream::Upload up = stream_->upload(tableBytes);
+  auto* counts = reinterpret_cast<int32_t*>(up.host);
+  int32_t* starts = counts + n;
+  int32_t* penaltyIds = starts + n + 1;
+  auto* penalties = reinterpret_cast<float*>(penaltyIds + penalised);
+  int32_t at = 0;
+  for (size_t r = 0; r < n; r++) {
+    const CandidateRequest& q = requests[r];
+    counts[r] = q.count;
+    starts[r] = at;
+    penalties[r] = q.repeatPenalty;
+    if (q.repeatPenalty != 1.0f) {
+      for (int32_t id : q.penalized) penaltyIds[at++] = id;
+    }
+  }
+  starts[n] = at;
+  const uint64_t out = reinterpret_cast<uint64_t>(candidates_->data());
+  struct {
+    uint64_t logits, counts, penaltyStart, penaltyIds, penalties, outIds, outValues;
+    uint32_t vocab, stride;
+  } push{address(logits, uint64_t(rows * vocab) * 4, "selectCandidates logits"),
+         up.address,
+         up.address + n * 4,
+         up.address + (2 * n + 1) * 4,
+         up.address + (2 * n + 1 + penalised) * 4,
+         out,
+         out + outBytes,
+         uint32_t(vocab),
+         uint32_t(stride)};
+  dispatch(pipelines_->get(selectCandidatesSpec()), push, uint32_t(rows));
+  // Ids and values side by side: one read-back.
+  candidatesHost_.resize(size_t(2 * outBytes));
+  copyToHost(candidatesHost_.data(), candidates_->data(), size_t(2 * outBytes));
+  std::memcpy(ids, candidatesHost_.data(), size_t(outBytes));
+  std::memcpy(values, candidatesHost_.data() + outBytes, size_t(outBytes));
+}
+
 // The kernel variants the ops ask for, one place each, so prepareKernels asks for the same.
+
+KernelSpec VulkanDevice::selectCandidatesSpec() { return KernelSpec{"select_candidates.comp", {}}; }
 
 KernelSpec VulkanDevice::getRowsSpec(const WeightRef& table) {
   return KernelSpec{"get_rows.comp", {}}.define(typeDefine(table.type)).define("K", table.cols);
@@ -911,6 +975,7 @@ size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
   if (workload.elementwise) {
     for (const char* shader : {"swiglu.comp", "geglu.comp", "add.comp", "scale.comp"}) specs.push_back({shader, {}});
   }
+  if (workload.candidates) specs.push_back(selectCandidatesSpec());
   size_t made = pipelines_->prepare(specs);
 
   // Timing what was not timed: each such product run once at its width on scratch operands, as

@@ -92,6 +92,9 @@ class VulkanDevice final : public Device {
   // rope, KV stores, gathers, activations), their SPIR-V compiled on a thread per core; a step
   // after it makes none (KernelStats::madeOnUse counts those it did not foresee).
   size_t prepareKernels(const KernelWorkload& workload) override;
+  // On the device (select_candidates.comp): only the candidates come back, not the rows.
+  void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
+                        int32_t* ids, float* values, int64_t stride) override;
 
   // Waits until every queued op has run.
   void synchronize();
@@ -126,6 +129,7 @@ class VulkanDevice final : public Device {
   bool integerMatmulFits(const WeightRef& w) const;
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias);
   // The variants the ops ask for (prepareKernels asks for the same).
+  static KernelSpec selectCandidatesSpec();
   static KernelSpec getRowsSpec(const WeightRef& table);
   static KernelSpec rmsNormSpec(int64_t dim, bool quantize);
   static KernelSpec ropeSpec(int headDim, int rotaryDims, bool neox);
@@ -181,6 +185,8 @@ class VulkanDevice final : public Device {
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0;
   bool keepQuantized_ = false;                        // set while an integer product records its own dispatches
   std::unique_ptr<DeviceBuffer> partials_;            // per-chunk attention states (attention.comp MODE 1)
+  std::unique_ptr<DeviceBuffer> candidates_;          // selectCandidates' ids and values
+  std::vector<uint8_t> candidatesHost_;               // ... read back
   int decodeRowGroups_ = 0, decodeRowsPerGroup_ = 0;  // JITLLM_VULKAN_DECODE_ROWS (0: the tuner's)
   std::unique_ptr<MatmulTuner> tuner_;
   bool tune_ = false;
