@@ -58,8 +58,9 @@ class PipelineLibrary final {
 
   VkPipeline get(const KernelSpec& spec);
   // Makes the pipelines of `specs` that do not exist yet, their SPIR-V compiled (or read from the
-  // disk cache) on a thread per core. A spec that does not compile is left out: the op that needs
-  // it compiles it again and reports the error then. Returns how many pipelines it made.
+  // disk cache) on a thread per core. A spec that does not compile, or whose pipeline the driver
+  // refuses, is left out: the op that needs it tries again and reports the error then. Returns
+  // how many pipelines it made.
   size_t prepare(const std::vector<KernelSpec>& specs);
   // From now on a pipeline an op makes counts as KernelStats::madeOnUse.
   void markPrepared() { prepared_ = true; }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "base/error.h"
 #include "kernels/quant/tensor_type.h"
@@ -929,6 +930,7 @@ size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
     int tt;
   };
   std::vector<Untimed> untimed;
+  std::set<std::string> untimedKeys;  // layers share shapes: each is timed once
   for (const auto& group : workload.products) {
     for (const WeightRef& w : group) {
       if (w.rows <= 0 || typeDefine(w.type) == nullptr) continue;
@@ -943,7 +945,7 @@ size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
           shapes = {shape};
         } else {
           shapes = MatmulTuner::candidates(tt, kMatmulLanes, *ctx_.physical);
-          untimed.push_back({w, tt});
+          if (untimedKeys.insert(key).second) untimed.push_back({w, tt});
         }
         for (const MatmulTuner::Shape& c : shapes) {
           KernelSpec spec = variant;
@@ -991,11 +993,14 @@ size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
       auto y = allocate(size_t(8 * rows) * sizeof(float));
       const std::vector<float> zeros(size_t(8 * cols), 0.0f);
       copyFromHost(x->data(), zeros.data(), zeros.size() * sizeof(float));
+      struct Forget {  // the quantized input named the scratch, which goes at the end of this scope
+        QuantizedInput& q;
+        ~Forget() { q = {}; }
+      } forget{quantized_};
       for (const Untimed& u : untimed) {
         matmul(u.w, reinterpret_cast<const float*>(x->data()), u.tt, reinterpret_cast<float*>(y->data()), nullptr);
       }
       synchronize();
-      quantized_ = {};  // it named the scratch input, which goes now
     } catch (const Error& e) {
       // No memory for the scratch, say: the first step that meets such a product times it then.
       std::fprintf(stderr, "%s: prepareKernels: products left untimed: %s\n", info_.id.str().c_str(), e.what());
