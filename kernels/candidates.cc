@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
+
 namespace jitllm {
 
 void selectCandidates(const float* row, int64_t vocab, const CandidateRequest& request, int32_t* ids, float* values) {
@@ -64,6 +66,38 @@ void selectCandidates(const float* row, int64_t vocab, const CandidateRequest& r
     ids[k] = heap[k].id;
     values[k] = heap[k].value;
   }
+}
+
+CandidateTable planCandidateTable(std::span<const CandidateRequest> requests, int64_t stride, int64_t maxCount,
+                                  const std::string& device) {
+  CandidateTable t;
+  t.rows = requests.size();
+  for (const CandidateRequest& r : requests) {
+    JITLLM_REQUIRE(r.count >= 1 && r.count <= stride && r.count <= maxCount, device,
+                   ": selectCandidates: a row asks for ", r.count, " candidates, room for ",
+                   std::min(stride, maxCount));
+    if (r.repeatPenalty != 1.0f) t.penalised += r.penalized.size();
+  }
+  return t;
+}
+
+void packCandidateTable(std::span<const CandidateRequest> requests, const CandidateTable& table, void* out) {
+  auto* base = static_cast<uint8_t*>(out);
+  auto* counts = reinterpret_cast<int32_t*>(base);
+  auto* starts = reinterpret_cast<int32_t*>(base + table.startsOffset());
+  auto* ids = reinterpret_cast<int32_t*>(base + table.idsOffset());
+  auto* penalties = reinterpret_cast<float*>(base + table.penaltiesOffset());
+  int32_t at = 0;
+  for (size_t r = 0; r < table.rows; r++) {
+    const CandidateRequest& q = requests[r];
+    counts[r] = q.count;
+    starts[r] = at;
+    penalties[r] = q.repeatPenalty;
+    if (q.repeatPenalty != 1.0f) {
+      for (int32_t id : q.penalized) ids[at++] = id;
+    }
+  }
+  starts[table.rows] = at;
 }
 
 }  // namespace jitllm

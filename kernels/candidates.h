@@ -9,8 +9,10 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace jitllm {
 
@@ -35,5 +37,23 @@ inline float penalize(float logit, float penalty) { return logit > 0 ? logit / p
 // Writes the best min(request.count, vocab) candidates of `row` (vocab logits) after the penalty,
 // in candidateBefore order, to ids and values.
 void selectCandidates(const float* row, int64_t vocab, const CandidateRequest& request, int32_t* ids, float* values);
+
+// The requests of one Device::selectCandidates call as a GPU kernel reads them: one table of
+// 32-bit words - counts[rows], the penalty lists' starts[rows + 1] (row r's penalised ids are
+// [starts[r], starts[r + 1])), the penalised ids, penalties[rows] (floats) - at these byte offsets.
+struct CandidateTable {
+  size_t rows = 0;
+  size_t penalised = 0;  // ids of the rows whose penalty is not 1
+  size_t startsOffset() const { return rows * 4; }
+  size_t idsOffset() const { return (2 * rows + 1) * 4; }
+  size_t penaltiesOffset() const { return (2 * rows + 1 + penalised) * 4; }
+  size_t bytes() const { return (3 * rows + 1 + penalised) * 4; }
+};
+// The table's layout for `requests`, checking each asks for 1 to min(stride, maxCount)
+// candidates (Error(FAILED) naming `device` otherwise).
+CandidateTable planCandidateTable(std::span<const CandidateRequest> requests, int64_t stride, int64_t maxCount,
+                                  const std::string& device);
+// Writes the table (table.bytes() at `out`, 4-byte aligned).
+void packCandidateTable(std::span<const CandidateRequest> requests, const CandidateTable& table, void* out);
 
 }  // namespace jitllm

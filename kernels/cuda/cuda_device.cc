@@ -535,37 +535,16 @@ void CudaDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab,
   JITLLM_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31) && stride > 0 && stride <= (int64_t(1) << 20), info_.id,
                  ": selectCandidates: bad shape");
   requireOwned(logits, size_t(rows * vocab) * sizeof(float), "logits");
-  // One staged table: counts, the penalty lists' starts, the penalised ids, the penalties.
-  size_t penalised = 0;
-  for (const CandidateRequest& r : requests) {
-    JITLLM_REQUIRE(r.count >= 1 && r.count <= stride && r.count <= kMaxSelectCandidates, info_.id,
-                   ": selectCandidates: a row asks for ", r.count, " candidates, room for ", stride);
-    if (r.repeatPenalty != 1.0f) penalised += r.penalized.size();
-  }
-  const size_t n = size_t(rows);
-  const size_t bytes = (n + (n + 1) + penalised + n) * 4;
-  Staged s = stage(bytes);
-  auto* counts = reinterpret_cast<int32_t*>(s.host);
-  int32_t* starts = counts + n;
-  int32_t* penaltyIds = starts + n + 1;
-  auto* penalties = reinterpret_cast<float*>(penaltyIds + penalised);
-  int32_t at = 0;
-  for (size_t r = 0; r < n; r++) {
-    const CandidateRequest& q = requests[r];
-    counts[r] = q.count;
-    starts[r] = at;
-    penalties[r] = q.repeatPenalty;
-    if (q.repeatPenalty != 1.0f) {
-      for (int32_t id : q.penalized) penaltyIds[at++] = id;
-    }
-  }
-  starts[n] = at;
+  // One staged table of the requests (kernels/candidates.h).
+  const CandidateTable t = planCandidateTable(requests, stride, kMaxSelectCandidates, info_.id.str());
+  Staged s = stage(t.bytes());
+  packCandidateTable(requests, t, s.host);
   commit(s);
-  const size_t out = n * size_t(stride) * 4;
+  const size_t out = size_t(rows) * size_t(stride) * 4;
   growScratch(candidates_, candidatesBytes_, 2 * out, "sampling candidates");
   if (!selectKernel_) selectKernel_ = function(module(samplingModule()), "select_candidates");
-  const CUdeviceptr table = s.device, countsPtr = table, startsPtr = table + n * 4, idsPtr = startsPtr + (n + 1) * 4,
-                    penaltiesPtr = idsPtr + penalised * 4, outIds = candidates_, outValues = candidates_ + out;
+  const CUdeviceptr countsPtr = s.device, startsPtr = s.device + t.startsOffset(), idsPtr = s.device + t.idsOffset(),
+                    penaltiesPtr = s.device + t.penaltiesOffset(), outIds = candidates_, outValues = candidates_ + out;
   const CUdeviceptr rowsPtr = dptr(logits);
   const int64_t v = vocab;
   const int s32 = int(stride);

@@ -824,43 +824,20 @@ void VulkanDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab,
   JITLLM_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31) && stride > 0 && stride <= (int64_t(1) << 20) &&
                      rows <= int64_t(ctx_.physical->maxWorkgroupCount[0]),
                  info_.id, ": selectCandidates: ", rows, " rows of ", vocab, " logits, stride ", stride);
-  // One uploaded table: counts, the penalty lists' starts, the penalised ids, the penalties.
-  size_t penalised = 0;
-  for (const CandidateRequest& r : requests) {
-    JITLLM_REQUIRE(r.count >= 1 && r.count <= stride && r.count <= kMaxSelectCandidates, info_.id,
-                   ": selectCandidates: a row asks for ", r.count, " candidates, room for ",
-                   std::min<int64_t>(stride, kMaxSelectCandidates));
-    if (r.repeatPenalty != 1.0f) penalised += r.penalized.size();
-  }
-  const size_t n = size_t(rows);
-  const uint64_t outBytes = uint64_t(n) * uint64_t(stride) * 4;
+  const CandidateTable t = planCandidateTable(requests, stride, kMaxSelectCandidates, info_.id.str());
+  const uint64_t outBytes = uint64_t(rows) * uint64_t(stride) * 4;
   growScratch(candidates_, 2 * outBytes);  // before the upload: growing waits, which recycles the arena
-  const size_t tableBytes = (n + (n + 1) + penalised + n) * 4;
-  const CommandStream::Upload up = stream_->upload(tableBytes);
-  auto* counts = reinterpret_cast<int32_t*>(up.host);
-  int32_t* starts = counts + n;
-  int32_t* penaltyIds = starts + n + 1;
-  auto* penalties = reinterpret_cast<float*>(penaltyIds + penalised);
-  int32_t at = 0;
-  for (size_t r = 0; r < n; r++) {
-    const CandidateRequest& q = requests[r];
-    counts[r] = q.count;
-    starts[r] = at;
-    penalties[r] = q.repeatPenalty;
-    if (q.repeatPenalty != 1.0f) {
-      for (int32_t id : q.penalized) penaltyIds[at++] = id;
-    }
-  }
-  starts[n] = at;
+  const CommandStream::Upload up = stream_->upload(t.bytes());  // the requests (kernels/candidates.h)
+  packCandidateTable(requests, t, up.host);
   const uint64_t out = reinterpret_cast<uint64_t>(candidates_->data());
   struct {
     uint64_t logits, counts, penaltyStart, penaltyIds, penalties, outIds, outValues;
     uint32_t vocab, stride;
   } push{address(logits, uint64_t(rows * vocab) * 4, "selectCandidates logits"),
          up.address,
-         up.address + n * 4,
-         up.address + (2 * n + 1) * 4,
-         up.address + (2 * n + 1 + penalised) * 4,
+         up.address + t.startsOffset(),
+         up.address + t.idsOffset(),
+         up.address + t.penaltiesOffset(),
          out,
          out + outBytes,
          uint32_t(vocab),
