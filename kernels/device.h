@@ -282,6 +282,18 @@ class Device {
   virtual void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
                                 int32_t* ids, float* values, int64_t stride);
 
+  // The rows of a step's activations that hold prompt tokens (not tokens the model just produced):
+  // until the next call, a product (matmul, matmuls) over exactly `tokens` rows may compute the
+  // rows in `ranges` on a prompt path of its own - faster for many tokens, its bits a function of
+  // the token's own row (so independent of the batch and of how a prompt was chunked) but not
+  // decode's bits. The CUDA backend's is fp16 tensor cores (docs/cuda.md); the default ignores the
+  // hint, which is always correct. Empty `ranges`: every row takes the ordinary path. Ranges are
+  // sorted, disjoint and within [0, tokens).
+  struct RowRange {
+    int64_t begin = 0, end = 0;
+  };
+  virtual void setPromptRows(std::span<const RowRange> ranges, int64_t tokens) {}
+
   // Makes ready every kernel `workload` can meet, before a step needs it: a backend that compiles
   // kernels at run time compiles them now - in parallel where it can, from its disk cache where it
   // has them - so no request waits for a compile. Returns how many it had to make (0: all were

@@ -23,6 +23,9 @@ Modes:
   serve     carried .carry-serve binaries (prepare-gpu-carry.sh --serve): load time and first TTFT
             on a cold and a warm kernel cache, in-process tg, then tools/bench/run SERVE_CASES
   profile   GPU time per op (JITLLM_CUDA_PROFILE=1) of pp512 and tg64; with NCU_KERNEL, Nsight Compute
+  prompt    the prompt path (gemm_f16): its cuda_tests (PROMPT_FILTER) and step_loop_tests, then jitllm-bench pp on the
+            Llama-3.2 shapes (PROMPT_MODELS) with it and without (JITLLM_CUDA_PROMPT_GEMM=0),
+            alternating, twice; then the 1B's pp512 with each launch timed alone
   archs     every architecture beyond llama (ARCH_SHAPES) in f16 and Q4_K_M: the same ids scored on
             cpu:0 and cuda:0, NMSE and top-1 between them; then the backend conformance suite
   migrate   migration tests; jitllm-migrate-bench cuda:0<->cuda:1 (two GPUs) and cuda:0<->cpu:0
@@ -47,6 +50,8 @@ Environment (all optional):
   NCU_KERNEL        profile: a regex of kernel names for Nsight Compute's full set (default: no ncu)
   NCU_SKIP          profile: launches of that kernel skipped first (default 0)
   NCU_ARGS          profile: jitllm-bench's arguments under Nsight Compute (default "-p 0 -n 4")
+  PROMPT_FILTER     prompt: cuda_tests' filter (default *Prompt*:*Prefill*:*TinyModels*:*AfterPrepare*:*TensorCore*)
+  PROMPT_MODELS     prompt: Llama-3.2 shapes (default "1b 3b"); PROMPT_ARGS: jitllm-bench's (default "-p 512 -n 0 -r 3")
   TP_CONTEXTS       tp: the bench's contexts (default 512,2048,8192)
   ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro phi4-micro gemma3-micro")
   BUILT_AT          vulkan: the checkout path the carried binaries were built at (default /work/main)
@@ -336,6 +341,29 @@ PYEOF
   return $rc
 }
 
+# prompt: the prompt path against the decode kernels for prompts (docs/cuda.md, "Prompt products").
+promptPath() {
+  local m f round gemm args rc=0
+  gtest cuda_tests --gtest_filter="${PROMPT_FILTER:-*Prompt*:*Prefill*:*TinyModels*:*AfterPrepare*:*TensorCore*}" || rc=1
+  gtest step_loop_tests || rc=1
+  read -ra args <<< "${PROMPT_ARGS:--p 512 -n 0 -r 3}"
+  for m in ${PROMPT_MODELS:-1b 3b}; do
+    f=$(makeModel "llama-3.2-$m" q4_k_m)
+    for round in 1 2; do
+      for gemm in 1 0; do
+        JITLLM_CUDA_PROMPT_GEMM=$gemm timeout 150 "$BIN/jitllm-bench" "$f" --devices cuda:0 "${args[@]}" \
+          > "$LOGS/prompt-$m-$gemm-$round.txt" 2>&1 || rc=1
+        echo "$m round $round JITLLM_CUDA_PROMPT_GEMM=$gemm: $(grep -E "^(pp|tg)[0-9]" "$LOGS/prompt-$m-$gemm-$round.txt" | paste -sd' ')"
+      done
+    done
+  done | tee "$OUT/prompt.txt"
+  f=$(makeModel llama-3.2-1b q4_k_m)
+  JITLLM_CUDA_PROFILE=1 timeout 120 "$BIN/jitllm-bench" "$f" --devices cuda:0 -p 512 -n 0 -r 1 > "$LOGS/profile-prompt-1b.txt" 2>&1
+  echo "1b pp512 on the prompt path, each launch timed alone:"
+  topOps "$LOGS/profile-prompt-1b.txt" 14
+  return $rc
+}
+
 # The Vulkan backend on NVIDIA's driver, with no build here (no Vulkan SDK on this machine): where it
 # is built with Vulkan and CUDA (docs/vulkan.md, "Running elsewhere"), carry .carry/ (`strip -o .carry/X
 # build-vk/bin/X` for X in jitllm-bench jitllm-mkmodel vulkan_tests) and .gl/ (Debian's libvulkan1).
@@ -374,6 +402,7 @@ case $mode in
   tiers) steps=(tiers) ;;
   migrate) steps=("build cuda_tests migration_tests jitllm-migrate-bench jitllm-mkmodel" migrate) ;;
   tp) steps=("build cuda_tests jitllm-migrate-bench jitllm-bench jitllm-mkmodel" tp) ;;
+  prompt) steps=(startLlamaCpp "build cuda_tests step_loop_tests jitllm-bench jitllm-mkmodel" promptPath) ;;
   archs) steps=("build jitllm-run jitllm-mkmodel backend_conformance_tests" archs) ;;
   vulkan) steps=(vulkan) ;;
   all) steps=(startLlamaCpp "build cuda_tests runtime_tests migration_tests backend_conformance_tests step_loop_tests jitllm-bench jitllm-mkmodel" runTests

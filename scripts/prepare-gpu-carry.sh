@@ -40,6 +40,15 @@ chmod -R u+w .devshared
 
 if ((!noPeer)) && [ ! -f .peer/llama.cpp.bundle ]; then
   bash "$SHARED/peer/setup" --bundle .peer > /dev/null
+  # The bundle holds llama.cpp's vocab files, docs and benches (34 MB): building llama-bench and
+  # llama-batched-bench needs none of them. One commit without them packs into ~12 MB, which
+  # leaves the tree (its goldens) room beside .devshared.
+  slim=$(mktemp -d)
+  git -c advice.detachedHead=false clone -q .peer/llama.cpp.bundle "$slim/src"
+  (cd "$slim/src" && git checkout -q --orphan slim && git rm -rq --cached models docs benches &&
+    git -c user.name=jitllm -c user.email=jitllm@localhost commit -qm "llama.cpp without models, docs, benches" &&
+    git bundle create -q "$slim/llama.cpp.bundle" HEAD slim) && mv "$slim/llama.cpp.bundle" .peer/llama.cpp.bundle
+  rm -rf "$slim"
 fi
 
 # --serve: .carry-serve/, the daemon and its tools built here (the GPU machine has no Cap'n Proto

@@ -243,18 +243,20 @@ int run(int argc, char** argv) {
     auto session = model->createSession(depth + more);
     if (depth > 0) {
       const auto tokens = benchTokens(depth, c.vocabSize);
-      runtime::SequenceInput input{session.get(), tokens, false};
+      runtime::SequenceInput input{session.get(), tokens, false, int64_t(tokens.size())};
       logits.clear();
       model->forward({&input, 1}, logits);
     }
     return session;
   };
+  // Prompts are fed as the step loop feeds them: on a device's prompt path (SequenceInput::
+  // promptTokens; JITLLM_CUDA_PROMPT_GEMM=0 keeps CUDA's on the decode kernels).
   if (nPrompt > 0) {
     const auto tokens = benchTokens(nPrompt, c.vocabSize);
     std::vector<double> rates;
     for (int r = 0; r <= reps; r++) {
       auto session = context(nPrompt);
-      runtime::SequenceInput input{session.get(), tokens, false};
+      runtime::SequenceInput input{session.get(), tokens, false, int64_t(tokens.size())};
       logits.clear();
       const auto t0 = Clock::now();
       model->forward({&input, 1}, logits);

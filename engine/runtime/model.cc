@@ -835,6 +835,32 @@ void Model::forward(std::span<const SequenceInput> inputs, std::span<const Candi
   });
 }
 
+namespace {
+// Hands a microbatch's prompt rows to each device that runs one of its blocks, and takes them back
+// from all of them before the head - or when the step fails - so no later product reads them.
+class PromptRowsScope {
+ public:
+  PromptRowsScope(std::span<const Device::RowRange> rows, int64_t tokens) : rows_(rows), tokens_(tokens) {}
+  PromptRowsScope(const PromptRowsScope&) = delete;
+  PromptRowsScope& operator=(const PromptRowsScope&) = delete;
+  ~PromptRowsScope() { clear(); }
+  void on(Device& d) {
+    if (rows_.empty() || std::find(told_.begin(), told_.end(), &d) != told_.end()) return;
+    d.setPromptRows(rows_, tokens_);
+    told_.push_back(&d);
+  }
+  void clear() noexcept {
+    for (Device* d : told_) d->setPromptRows({}, 0);
+    told_.clear();
+  }
+
+ private:
+  std::span<const Device::RowRange> rows_;
+  int64_t tokens_;
+  std::vector<Device*> told_;
+};
+}  // namespace
+
 void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOutput) {
   const ModelConfig& c = config_;
   // Validate the whole batch before touching any session.
@@ -845,6 +871,8 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
     JITLLM_REQUIRE(seen.insert(in.session).second, "forward: session ", in.session->id(),
                    " appears twice in one batch");
     JITLLM_REQUIRE(!in.tokens.empty(), "forward: session ", in.session->id(), " was given no tokens");
+    JITLLM_REQUIRE(in.promptTokens >= 0 && in.promptTokens <= int64_t(in.tokens.size()), "forward: session ",
+                   in.session->id(), ": ", in.promptTokens, " prompt tokens of ", in.tokens.size());
     for (int32_t id : in.tokens) {
       JITLLM_REQUIRE(id >= 0 && id < c.vocabSize, "token id ", id, " is outside the vocabulary (", c.vocabSize,
                      " tokens)");
@@ -863,13 +891,15 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
     int32_t id;
     int32_t position;
     bool wantLogits;
+    bool prompt;
   };
   std::vector<TokenRef> flat;
   flat.reserve(size_t(total));
   for (const SequenceInput& in : inputs) {
     const int64_t base = in.session->length();
     for (size_t j = 0; j < in.tokens.size(); j++) {
-      flat.push_back({in.session, in.tokens[j], int32_t(base + int64_t(j)), in.allLogits || j + 1 == in.tokens.size()});
+      flat.push_back({in.session, in.tokens[j], int32_t(base + int64_t(j)), in.allLogits || j + 1 == in.tokens.size(),
+                      int64_t(j) < in.promptTokens});
     }
   }
 
@@ -888,6 +918,18 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
       positions[size_t(t)] = r.position;
       sessions[size_t(t)] = r.session;
     }
+
+    // The prompt rows of this microbatch, for the blocks' products (not the head's, whose rows are
+    // the ones that asked for logits).
+    std::vector<Device::RowRange> promptRows;
+    for (int64_t t = 0; t < T; t++) {
+      if (!flat[size_t(t0 + t)].prompt) continue;
+      if (!promptRows.empty() && promptRows.back().end == t)
+        promptRows.back().end = t + 1;
+      else
+        promptRows.push_back({t, t + 1});
+    }
+    PromptRowsScope promptScope(promptRows, T);
 
     Workspace* ws = &workspace(*units_[0].device, T);
     // Each device's share of the step, waits for it included (Device::addBusyTime).
@@ -935,12 +977,15 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
         }
         BoundUnit& b = units_[size_t(unit)];
         if (b.streamed) streamIn(unit, *ws);
+        promptScope.on(d);
         runBlock(b, layer, *ws, T, positions.data(), slots.data(), pageTables.data());
         if (b.streamed) ws->slotFree[ws->inFlight.at(unit).first] = d.markOps();
         if (b.streamed) ws->inFlight.erase(unit);
         b.kernelsReady = true;
       }
     }
+
+    promptScope.clear();
 
     // The head: only rows whose logits were asked for.
     BoundUnit& head = units_.back();

@@ -122,7 +122,11 @@ bool StepLoop::take(Sequence& s, int64_t n) {
     s.error_ = e;  // this sequence only: the others still run
     return false;
   }
-  inputs_.push_back({s.session_, {s.history_.data() + s.fed_, size_t(n)}, false});
+  // Unfed tokens beyond the next one are a prompt's (generated tokens are fed one by one as they
+  // come): they take the prompt path, all but the prompt's last token, which is always computed as
+  // decode computes it - so each token's path is the same however the prompt was chunked.
+  const int64_t promptTokens = std::min<int64_t>(n, int64_t(s.history_.size() - s.fed_) - 1);
+  inputs_.push_back({s.session_, {s.history_.data() + s.fed_, size_t(n)}, false, promptTokens});
   stepping_.push_back(&s);
   return true;
 }

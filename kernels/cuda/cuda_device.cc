@@ -133,6 +133,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, R
   graphsEnabled_ = settings.graphs;
   integerMatmul_ = settings.integerMatmul;
   tensorCores_ = settings.tensorCores && arch_ >= 80;
+  promptGemm_ = settings.promptGemm && arch_ >= 80;
   tensorCoreTokens_ = settings.tensorCoreTokens.value_or(kDefaultTensorCoreTokens);
   tensorCoreTokensChosen_ = settings.tensorCoreTokens.has_value();
   tensorCoreRowWarps_ = settings.tensorCoreRowWarps;
@@ -159,6 +160,7 @@ CudaStats CudaDevice::stats() const {
   s.fusedAdds = fusedAdds_;
   s.groupedProducts = groupedProducts_;
   s.tensorCoreProducts = tensorCoreProducts_;
+  s.promptProducts = promptProducts_;
   s.perHeadAttentions = perHeadAttentions_;
   s.rowAttentions = rowAttentions_;
   s.peerBlockMoves = peerBlockMoves_;
@@ -204,6 +206,8 @@ CudaDevice::~CudaDevice() {
   for (auto& [key, m] : modules_) api_.cuModuleUnload(m);
   if (ringDevice_) api_.cuMemFree(ringDevice_);
   if (xq_) api_.cuMemFree(xq_);
+  if (halfWeights_) api_.cuMemFree(halfWeights_);
+  if (halfInput_) api_.cuMemFree(halfInput_);
   if (candidates_) api_.cuMemFree(candidates_);
   if (partials_) api_.cuMemFree(partials_);
   if (chunkCounters_) api_.cuMemFree(chunkCounters_);
@@ -1064,6 +1068,15 @@ void CudaDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, floa
   if (tokens == 0 || w.rows == 0) return;
   const int align = checkMatmul(w, x, tokens, y, bias);
   makeCurrent();
+  if (promptProduct(w, x, tokens)) {
+    matmulPromptSplit(w, x, tokens, y, bias, align);
+    return;
+  }
+  matmulRows(w, x, tokens, y, bias, align);
+}
+
+void CudaDevice::matmulRows(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
+                            int align) {
   if (integerMatmul_ && cudaIntegerMatmulType(w.type, w.cols)) {
     matmulInteger(w, x, tokens, y, bias, align);
     return;
@@ -1101,6 +1114,13 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 
 void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) {
   opTokens_ = tokens;
+  for (const MatmulTarget& t : targets) {
+    if (promptProduct(t.w, x, tokens)) {
+      // Prompt rows among them: each product alone, its prompt rows on gemm_f16.
+      Device::matmuls(targets, x, tokens);
+      return;
+    }
+  }
   // One launch when every product runs on the dp4a kernels (integer types, one row length) in
   // decode shapes - the launches, not the bytes, are what a decode step's small products cost.
   std::array<WeightRef, 3> weights;
@@ -1313,6 +1333,85 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
   }
   // A product whose output overwrites its own input leaves xq_ describing bytes that changed.
   quantized_.forgetIfWritten(y, size_t(tokens * w.rows) * sizeof(float));
+}
+
+// ---- the prompt path (gemm_f16.cuh) ----
+
+void CudaDevice::setPromptRows(std::span<const RowRange> ranges, int64_t tokens) {
+  int64_t last = 0;
+  for (const RowRange& r : ranges) {
+    JITLLM_REQUIRE(r.begin >= last && r.begin < r.end && r.end <= tokens, info_.id,
+                   ": prompt rows must be sorted, disjoint, non-empty ranges within ", tokens, " tokens");
+    last = r.end;
+  }
+  promptRows_.assign(ranges.begin(), ranges.end());
+  promptTokens_ = ranges.empty() ? 0 : tokens;
+}
+
+bool CudaDevice::promptProduct(const WeightRef& w, const float* x, int64_t tokens) const {
+  if (!promptGemm_ || promptRows_.empty() || tokens != promptTokens_) return false;
+  const bool decodable = w.type == quant::TensorType::kF16 || quant::typeTraits(w.type).blockElems > 1;
+  return decodable && w.cols % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+void CudaDevice::matmulPromptSplit(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
+                                   int align) {
+  // Runs of rows in order: decode rows before a prompt range, the range, ...; each run's rows are
+  // contiguous in x and y.
+  const int64_t K = w.cols, N = w.rows;
+  int64_t next = 0;
+  auto decodeRows = [&](int64_t end) {
+    if (end > next) matmulRows(w, x + next * K, end - next, y + next * N, bias, align);
+  };
+  for (const RowRange& r : promptRows_) {
+    decodeRows(r.begin);
+    matmulPrompt(w, x + r.begin * K, r.end - r.begin, y + r.begin * N, bias, align);
+    next = r.end;
+  }
+  decodeRows(tokens);
+}
+
+int CudaDevice::promptBlockRows(int64_t rows, int64_t tokens) const {
+  const int64_t tokenBlocks = (tokens + 127) / 128;
+  for (int blockRows : {128, 64}) {
+    if ((rows + blockRows - 1) / blockRows * tokenBlocks >= multiprocessors_) return blockRows;
+  }
+  return 32;
+}
+
+const CudaDevice::PromptKernels& CudaDevice::promptKernels(quant::TensorType type, int64_t cols, int align,
+                                                           int blockRows) {
+  const std::array<int64_t, 4> key{int64_t(type), cols, align, blockRows};
+  if (auto it = promptKernels_.find(key); it != promptKernels_.end()) return it->second;
+  CUmodule m = module(promptGemmModule(type, cols, align, blockRows));
+  PromptKernels k{function(m, "dequant_f16"), function(m, "to_f16"), function(m, "gemm_f16")};
+  const size_t shared = promptGemmSharedBytes(blockRows);
+  JITLLM_REQUIRE(shared <= size_t(maxSharedOptIn_), info_.id, ": gemm_f16 needs ", shared,
+                 " bytes of shared memory a block");
+  check(api_.cuFuncSetAttribute(k.gemm, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared)),
+        "cuFuncSetAttribute");
+  return promptKernels_.emplace(key, k).first->second;
+}
+
+void CudaDevice::matmulPrompt(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
+                              int align) {
+  const int64_t K = w.cols, N = w.rows;
+  const int blockRows = promptBlockRows(N, tokens);
+  const PromptKernels& k = promptKernels(w.type, K, align, blockRows);
+  growScratch(halfWeights_, halfWeightsBytes_, size_t(N * K) * 2, "fp16 weights");
+  growScratch(halfInput_, halfInputBytes_, size_t(tokens * K) * 2, "fp16 activations");
+  CUdeviceptr wp = dptr(w.data), wh = halfWeights_, xp = dptr(x), xh = halfInput_, yp = dptr(y), bp = dptr(bias);
+  uint64_t stride = w.rowStride;
+  int rows = int(N), t = int(tokens);
+  char op[64] = "matmul_prompt";
+  if (named())
+    std::snprintf(op, sizeof op, "matmul_prompt %s %lldx%lld b%d", std::string(quant::typeName(w.type)).c_str(),
+                  (long long)N, (long long)K, blockRows);
+  launch("dequant_f16", k.dequant, unsigned(N), unsigned((K + 2047) / 2048), 256, 0, wp, stride, wh);
+  launch("to_f16", k.toHalf, unsigned(tokens), unsigned((K + 1023) / 1024), 256, 0, xp, xh);
+  launch(op, k.gemm, unsigned((N + blockRows - 1) / blockRows), unsigned((tokens + 127) / 128), 256,
+         unsigned(promptGemmSharedBytes(blockRows)), wh, rows, xh, t, yp, bp);
+  promptProducts_++;
 }
 
 size_t CudaDevice::ropeBytes(const RopeParams& params, int64_t tokens) {
@@ -1679,6 +1778,14 @@ size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
         continue;
       }
       for (const WeightRef& w : ws) product(w, t);
+    }
+    // Prompt rows (setPromptRows): gemm_f16 at every block height a product's shape can choose.
+    for (const WeightRef& w : ws) {
+      if (!promptGemm_ || !cudaSupportsWeightType(w.type) || w.rows <= 0 || w.cols % 32 != 0) continue;
+      if (w.type != quant::TensorType::kF16 && quant::typeTraits(w.type).blockElems == 1) continue;
+      std::set<int> heights;  // the choice changes with the tiles of 128 tokens only
+      for (int64_t t = 128; t < workload.maxTokens + 128; t += 128) heights.insert(promptBlockRows(w.rows, t));
+      for (int h : heights) want(promptGemmModule(w.type, w.cols, align(w), h));
     }
   }
   for (const WeightRef& table : workload.tables) {

@@ -60,6 +60,7 @@ struct CudaStats {
   uint64_t fusedAdds = 0;              // residual adds done by the rmsNorm after them
   uint64_t groupedProducts = 0;        // matmuls() calls that ran as one launch
   uint64_t tensorCoreProducts = 0;     // products on the tensor-core prefill kernels
+  uint64_t promptProducts = 0;         // products of prompt rows on fp16 tensor cores (gemm_f16)
   uint64_t perHeadAttentions = 0;      // attention launches with a block per query head (decode)
   uint64_t rowAttentions = 0;          // attention launches with blocks of several tokens (prefill)
   uint64_t peerBlockMoves = 0;         // moveBlocksTo calls that moved blocks GPU to GPU
@@ -127,6 +128,9 @@ class CudaDevice final : public Device {
   // q, k and v (gate and up) of a decode step in one launch (matmul_int_group) when they are
   // integer products; else one launch each.
   void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) override;
+  // Prompt rows of the products that follow take gemm_f16 (fp16 tensor cores), where the weight
+  // type, row length and GPU allow (promptProduct).
+  void setPromptRows(std::span<const RowRange> ranges, int64_t tokens) override;
   // Every module the workload's ops choose at 1..maxTokens tokens, by the choices the ops make
   // (intProduct, groupedParts, attentionModules), compiled on one thread per core - or read from
   // the disk cache - then loaded.
@@ -309,6 +313,24 @@ class CudaDevice final : public Device {
   bool named() const { return profile_ || !skipOps_.empty(); }
   // Checks a product's shape and buffers; returns the alignment of the weight rows.
   int checkMatmul(const WeightRef& w, const float* x, int64_t tokens, const float* y, const float* bias) const;
+  // Whether prompt rows of a product of w over `tokens` rows at x take gemm_f16: the rows set by
+  // setPromptRows for exactly this many tokens, a weight type gemm_f16's dequant_f16 decodes
+  // (quantized or f16), whole 32-element slices, 16-byte aligned input, and sm_80 or later.
+  bool promptProduct(const WeightRef& w, const float* x, int64_t tokens) const;
+  // matmul() with the prompt rows on gemm_f16 and every other run of rows on matmulRows.
+  void matmulPromptSplit(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
+  // Rows of x on gemm_f16: w decoded into halfWeights_, x rounded into halfInput_, one product.
+  void matmulPrompt(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
+  // matmul() on the decode kernels (integer or float) for these rows.
+  void matmulRows(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
+  struct PromptKernels {
+    CUfunction dequant = nullptr, toHalf = nullptr, gemm = nullptr;
+  };
+  // gemm_f16.cuh's kernels for a weight type, row length, alignment and block height (32, 64, 128).
+  const PromptKernels& promptKernels(quant::TensorType type, int64_t cols, int align, int blockRows);
+  // The block height gemm_f16 takes for `rows` x `tokens`: the tallest whose blocks still number
+  // the multiprocessors (the bits do not depend on it).
+  int promptBlockRows(int64_t rows, int64_t tokens) const;
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
   // Makes xq_ hold x's integer form: nothing when it still does, else the producer that just queued
@@ -418,6 +440,14 @@ class CudaDevice final : public Device {
   std::optional<int> tensorCoreRowWarps_;            // CudaSettings::tensorCoreRowWarps
   CUdeviceptr xq_ = 0;
   size_t xqBytes_ = 0;
+  // The prompt path (setPromptRows): the rows it covers for products of promptTokens_ rows, the
+  // decoded fp16 weights of the product being computed and the fp16 activations, grown on demand.
+  bool promptGemm_ = true;
+  std::vector<RowRange> promptRows_;
+  int64_t promptTokens_ = 0;
+  std::map<std::array<int64_t, 4>, PromptKernels> promptKernels_;
+  CUdeviceptr halfWeights_ = 0, halfInput_ = 0;
+  size_t halfWeightsBytes_ = 0, halfInputBytes_ = 0;
   // selectCandidates' output (ids, then values) and its kernel.
   CUdeviceptr candidates_ = 0;
   std::vector<uint8_t> candidatesHost_;  // a read-back's ids and values, split into the caller's
@@ -447,7 +477,7 @@ class CudaDevice final : public Device {
   };
   FusableProducer producer_;
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0, fusedAdds_ = 0, groupedProducts_ = 0,
-           tensorCoreProducts_ = 0, perHeadAttentions_ = 0, rowAttentions_ = 0;
+           tensorCoreProducts_ = 0, promptProducts_ = 0, perHeadAttentions_ = 0, rowAttentions_ = 0;
   // The last op queued when it was add(x, y): an rmsNorm of x right after replaces it with one
   // kernel that adds and normalises (rms_norm's addend).
   struct QueuedAdd {

@@ -71,6 +71,7 @@ ResolvedCudaSettings resolveSettings(const CudaSettings& s) {
   r.graphs = onUnlessZero(s.graphs, "JITLLM_CUDA_GRAPHS");
   r.integerMatmul = onUnlessZero(s.integerMatmul, "JITLLM_CUDA_INTDOT");
   r.tensorCores = onUnlessZero(s.tensorCores, "JITLLM_CUDA_MMA");
+  r.promptGemm = onUnlessZero(s.promptGemm, "JITLLM_CUDA_PROMPT_GEMM");
   if (const auto tokens = experiment(s.tensorCoreTokens, "JITLLM_CUDA_MMA_TOKENS")) {
     JITLLM_REQUIRE(*tokens == 32 || *tokens == 64,
                    "tensor-core tokens per block (JITLLM_CUDA_MMA_TOKENS) must be 32 or 64, not ", *tokens);

@@ -25,6 +25,11 @@ struct CudaSettings {
   // q4_K/q6_K products of 32 tokens or more on int8 tensor cores (matmul_int.cuh's JL_MMA, sm_80 and
   // later; the same bits as the dp4a kernels). JITLLM_CUDA_MMA=0 turns it off.
   std::optional<bool> tensorCores;
+  // Prompt tokens' products (the rows Device::setPromptRows names) on fp16 tensor cores
+  // (gemm_f16.cuh, sm_80 and later): the weights decoded to fp16 once per product, fp32 sums. Their
+  // bits depend on the token alone, not on the batch, but differ from decode's; off, prompts take
+  // the decode kernels' bits. JITLLM_CUDA_PROMPT_GEMM=0 turns it off.
+  std::optional<bool> promptGemm;
   // Tokens a tensor-core block computes (32 or 64: 16 or 32 per warp, matmul_int.cuh) in products
   // of more than 32 tokens; the bits do not depend on it. JITLLM_CUDA_MMA_TOKENS=N; unset:
   // kDefaultTensorCoreTokens for the products whose blocks that wide still number at least the
@@ -96,6 +101,7 @@ struct ResolvedCudaSettings {
   bool graphs = true;
   bool integerMatmul = true;
   bool tensorCores = true;
+  bool promptGemm = true;
   std::optional<int> tensorCoreTokens;    // unset: chosen per product
   std::optional<int> tensorCoreRowWarps;  // unset: chosen per product
   bool programmaticLaunch = true;

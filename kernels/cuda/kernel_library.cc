@@ -53,7 +53,7 @@ std::string ModuleSpec::source() const {
   std::string s;
   for (const auto& [name, value] : defines) s += "#define " + name + " " + std::to_string(value) + "\n";
   s += requireSource("common.cuh");
-  if (file == "matmul.cuh" || file == "matmul_int.cuh") s += requireSource("weights.cuh");
+  if (file == "matmul.cuh" || file == "matmul_int.cuh" || file == "gemm_f16.cuh") s += requireSource("weights.cuh");
   if (file == "elementwise.cuh" || file == "attention.cuh") s += requireSource("quantize_x.cuh");
   s += requireSource(file);
   return s;
@@ -124,6 +124,13 @@ int tensorCoreBlockTokens(int64_t rows, int64_t tokens, int width, bool widthCho
   if (tokens <= 32) return 32;
   const int64_t wideBlocks = (rows + 63) / 64 * ((tokens + width - 1) / width);
   return widthChosen || wideBlocks >= multiprocessors ? width : 32;
+}
+
+ModuleSpec promptGemmModule(TensorType type, int64_t k, int align, int blockRows) {
+  JITLLM_ASSERT(cudaSupportsWeightType(type) && k % 32 == 0);
+  JITLLM_ASSERT(blockRows == 32 || blockRows == 64 || blockRows == 128);
+  return ModuleSpec{"gemm_f16.cuh",
+                    {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_BM", blockRows}}};
 }
 
 ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t k, int align, int tokens) {
@@ -203,6 +210,12 @@ std::vector<ModuleSpec> representativeModules() {
       specs.push_back(butterfly);
     }
   }
+  // The prompt path: each block height, q4_K and q6_K at the 1B's and the 3B's row lengths (the
+  // 3B's q6_K rows 2-byte aligned), the other quantized types and f16 at one.
+  for (int h : {32, 64, 128}) specs.push_back(promptGemmModule(TensorType::kQ4_K, 2048, 16, h));
+  specs.push_back(promptGemmModule(TensorType::kQ6_K, 3072, 2, 128));
+  for (TensorType t : {TensorType::kF16, TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ5_K})
+    specs.push_back(promptGemmModule(t, 2048, 16, 64));
   constexpr int kSpan = kDefaultAttentionSpan;
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4, kSpan));

@@ -76,6 +76,12 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
 // Rows one warp of intMatmulModule(type, k, ..., rows) computes: `rows`, twice when a row takes
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
+// The prompt path's kernels (gemm_f16.cuh: dequant_f16, to_f16, gemm_f16) for a weight type
+// dequant_f16 decodes (quantized or f16), a row length of whole 32-element slices, the rows'
+// alignment and gemm_f16's block height (32, 64 or 128 weight rows; 128 tokens).
+ModuleSpec promptGemmModule(quant::TensorType type, int64_t k, int align, int blockRows);
+// gemm_f16's dynamic shared memory at that block height (gemm.cuh: kStages * kStageBytes).
+constexpr size_t promptGemmSharedBytes(int blockRows) { return size_t(4) * size_t(blockRows + 128) * 64; }
 // Prefill attention's tokens per block (attention.cuh: attention_rows, JL_QTOKENS' default).
 constexpr int kDefaultAttentionRowTokens = 8;
 // The tokens per block a CudaDevice gives attention_rows unless told otherwise: 8 for head dims up

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <span>
 #include <string>
+#include <tuple>
 
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
@@ -94,6 +96,100 @@ TEST_F(CudaOps, TensorCorePrefillGivesTheBitsOfTheDp4aKernelsAndOfDecode) {
         }
       }
     }
+}
+
+// The prompt path (Device::setPromptRows, gemm_f16.cuh): the rows it names come from fp16 tensor
+// cores, within fp16's rounding of the weights and activations of the float64 product over the
+// dequantized weights (2^-10 of sum |w x|: 2^-11 for each rounding, the fp32 sums well inside the
+// rest); every other row keeps the decode kernels' bits. Each weight type dequant_f16 decodes, rows
+// that end mid-block (300 of a 128-row tile), tokens that end mid-tile, two prompt ranges around
+// decode rows, a bias, 2-byte aligned q6_K rows.
+TEST_F(CudaOps, PromptRowsComeFromFp16TensorCoresWithinFp16RoundingAndOtherRowsKeepTheirBits) {
+  if (gpu->computeCapability() < 80) GTEST_SKIP() << gpu->info().name << ": fp16 mma.m16n8k16 needs sm_80 or later";
+  constexpr int64_t kRows = 300, kTokens = 150;
+  const std::vector<Device::RowRange> prompt = {{0, 5}, {20, 150}};
+  for (const auto& [type, cols, pad] : {std::tuple{TensorType::kQ4_K, int64_t(2048), size_t(16)},
+                                        {TensorType::kQ6_K, int64_t(3072), size_t(2)},
+                                        {TensorType::kQ8_0, int64_t(1024), size_t(2)},
+                                        {TensorType::kQ4_0, int64_t(512), size_t(2)},
+                                        {TensorType::kQ5_K, int64_t(512), size_t(16)},
+                                        {TensorType::kF16, int64_t(256), size_t(0)}}) {
+    SCOPED_TRACE(std::string(quant::typeName(type)) + ", " + std::to_string(cols) + " columns");
+    const Matrix m = randomMatrix(type, kRows, cols, freshSeed() + uint32_t(cols) + 11 * uint32_t(type), pad);
+    const auto xHost = randomFloats(size_t(kTokens * cols), freshSeed() + 5, 2.0f);
+    const auto biasHost = randomFloats(size_t(kRows), freshSeed() + 6);
+    auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
+    auto x = upload(*gpu, xHost);
+    auto bias = upload(*gpu, biasHost);
+    auto y = gpu->allocate(size_t(kTokens * kRows) * 4);
+    const WeightRef ref{type, w->data(), kRows, cols, m.stride};
+    const auto product = [&](std::span<const Device::RowRange> rows) {
+      gpu->setPromptRows(rows, kTokens);
+      gpu->matmul(ref, x.as<float>(), kTokens, reinterpret_cast<float*>(y->data()), bias.as<float>());
+      gpu->setPromptRows({}, 0);
+      return download<float>(*gpu, *y, size_t(kTokens * kRows));
+    };
+    const uint64_t before = gpu->stats().promptProducts;
+    const auto got = product(prompt);
+    ASSERT_EQ(before + prompt.size(), gpu->stats().promptProducts) << "gemm_f16 did not run";
+    const auto decode = product({});
+    ASSERT_EQ(before + prompt.size(), gpu->stats().promptProducts);
+    size_t differing = 0;
+    for (int64_t t = 0; t < kTokens; t++) {
+      const bool isPrompt = (t < 5) || (t >= 20);
+      const float* g = got.data() + t * kRows;
+      const float* d = decode.data() + t * kRows;
+      if (!isPrompt) {
+        ASSERT_EQ(0, std::memcmp(g, d, size_t(kRows) * 4)) << "decode row " << t;
+        continue;
+      }
+      differing += std::memcmp(g, d, size_t(kRows) * 4) != 0;
+      const float* xt = xHost.data() + t * cols;
+      for (int64_t r = 0; r < kRows; r++) {
+        double sum = 0, magnitude = 0;
+        for (int64_t k = 0; k < cols; k++) {
+          const double p = double(m.dequantized[size_t(r * cols + k)]) * double(xt[k]);
+          sum += p;
+          magnitude += std::fabs(p);
+        }
+        sum += double(biasHost[size_t(r)]);
+        ASSERT_LE(std::fabs(double(g[r]) - sum), std::ldexp(magnitude, -10) + 1e-6) << "token " << t << ", row " << r;
+      }
+    }
+    // fp16 products are not the decode kernels' (integer or float) sums: the path did change.
+    EXPECT_GT(differing, 100u);
+  }
+}
+
+// A prompt token's outputs depend on its own row only: the same bits computed among 300 prompt
+// tokens (blocks of 128 weight rows over three token tiles) as in a product of 37 (too few blocks
+// for 128 rows: blocks of 32) or of one, and run after run.
+TEST_F(CudaOps, PromptRowsGiveTheSameBitsInAnyBatchAndAnyTile) {
+  if (gpu->computeCapability() < 80) GTEST_SKIP() << gpu->info().name << ": fp16 mma.m16n8k16 needs sm_80 or later";
+  constexpr int64_t kRows = 8192, kCols = 2048, kTokens = 300;
+  const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 3, 16);
+  const auto xHost = randomFloats(size_t(kTokens * kCols), freshSeed() + 4, 2.0f);
+  auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
+  auto x = upload(*gpu, xHost);
+  auto y = gpu->allocate(size_t(kTokens * kRows) * 4);
+  const WeightRef ref{TensorType::kQ4_K, w->data(), kRows, kCols, m.stride};
+  const auto product = [&](int64_t first, int64_t n) {
+    const Device::RowRange all{0, n};
+    gpu->setPromptRows({&all, 1}, n);
+    gpu->matmul(ref, x.as<float>() + first * kCols, n, reinterpret_cast<float*>(y->data()), nullptr);
+    gpu->setPromptRows({}, 0);
+    return download<float>(*gpu, *y, size_t(n * kRows));
+  };
+  const uint64_t before = gpu->stats().promptProducts;
+  const auto whole = product(0, kTokens);
+  EXPECT_EQ(0, std::memcmp(whole.data(), product(0, kTokens).data(), whole.size() * 4)) << "a second run differs";
+  const auto some = product(100, 37);
+  EXPECT_EQ(0, std::memcmp(some.data(), whole.data() + 100 * kRows, some.size() * 4));
+  for (int64_t t : {int64_t(0), int64_t(131), kTokens - 1}) {
+    const auto alone = product(t, 1);
+    EXPECT_EQ(0, std::memcmp(alone.data(), whole.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;
+  }
+  EXPECT_EQ(before + 6, gpu->stats().promptProducts);
 }
 
 // q, k and v read one input and the integer kernels quantize it once; anything that may write

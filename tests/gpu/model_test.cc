@@ -167,17 +167,29 @@ TEST_P(GpuModels, LayersSplitOverCpuAndGpuGiveTheSameGreedyTokens) {
 
 // The engine-core tolerance: teacher-forced logits within NMSE 1e-6 of the CPU backend (in
 // practice ~1e-12: both compute in float32 over bit-identical dequantized weights).
-TEST_P(GpuTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
-  JITLLM_REQUIRE_GPU();
-  const std::string mix = GetParam();
+// The random-weight `tiny` model in `mix` written to a temporary file; empty (and a reason in
+// `skip`) without the vocab file it takes its tokenizer from.
+std::string writeTinyModel(const std::string& mix, std::string& skip) {
   const auto shape = tools::findShape("tiny");
-  ASSERT_TRUE(shape);
-  if (!std::filesystem::exists(sharedPath(shape->vocabFile))) GTEST_SKIP() << "no " << sharedPath(shape->vocabFile);
+  JITLLM_ASSERT(shape);
+  if (!std::filesystem::exists(sharedPath(shape->vocabFile))) {
+    skip = "no " + sharedPath(shape->vocabFile);
+    return {};
+  }
   const std::string path =
       (std::filesystem::temp_directory_path() /
        ("jitllm-" + std::string(testedBackend().name) + "-tiny-" + mix + "-" + std::to_string(getpid()) + ".gguf"))
           .string();
   tools::writeRandomModel({*shape, *tools::findMix(mix), 7, JITLLM_SHARED_DIR}, path);
+  return path;
+}
+
+TEST_P(GpuTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
+  JITLLM_REQUIRE_GPU();
+  const std::string mix = GetParam();
+  std::string skip;
+  const std::string path = writeTinyModel(mix, skip);
+  if (path.empty()) GTEST_SKIP() << skip;
   auto gpu = load(path, {"gpu"});
   auto cpu = load(path, {"cpu"});
   auto gpu16 = load(path, {"gpu"}, {}, KvPrecision::kF16);
@@ -544,6 +556,57 @@ TEST_P(GpuModels, TinyQ4KMBlocksSplitOverTwoDevicesOfOneGpuComputeOneDevicesBits
   tools::writeRandomModel({*shape, *tools::findMix("q4_k_m"), 7, JITLLM_SHARED_DIR}, path);
   expectSplitsBitwiseInvisible(path, prompts(32000));
   std::filesystem::remove(path);
+}
+
+// A prompt fed on the prompt path (SequenceInput::promptTokens: fp16 tensor cores on CUDA) leaves
+// the same KV whatever its chunks, so the logits after it - from its last token, on the decode
+// path - have the same bits fed whole or in chunks of 7, 13 and 19; and they stay as close to the
+// CPU's as decode's do (within NMSE 1e-5; printed).
+TEST_P(GpuTinyModels, APromptOnThePromptPathGivesTheSameBitsHoweverItIsChunked) {
+  JITLLM_REQUIRE_GPU();
+  const std::string mix = GetParam();
+  std::string skip;
+  const std::string path = writeTinyModel(mix, skip);
+  if (path.empty()) GTEST_SKIP() << skip;
+  auto gpu = load(path, {"gpu"});
+  auto cpu = load(path, {"cpu"});
+  std::filesystem::remove(path);
+  std::vector<int32_t> ids(40);
+  std::mt19937 rng(23);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(cpu.model->config().vocabSize));
+  ids[0] = 1;
+  // Feeds ids in chunks (sizes, then the last token alone), all but the last as prompt tokens;
+  // returns the last token's logits.
+  const auto feed = [&](runtime::Model& model, const std::vector<size_t>& chunks, bool promptPath) {
+    auto session = model.createSession(int64_t(ids.size()));
+    std::vector<float> logits;
+    size_t at = 0;
+    for (size_t n : chunks) {
+      runtime::SequenceInput in{session.get(), {ids.data() + at, n}, false, promptPath ? int64_t(n) : 0};
+      logits.clear();
+      model.forward({&in, 1}, logits);
+      at += n;
+    }
+    runtime::SequenceInput last{session.get(), {ids.data() + at, ids.size() - at}, false, 0};
+    logits.clear();
+    model.forward({&last, 1}, logits);
+    return logits;
+  };
+  const auto whole = feed(*gpu.model, {39}, true);
+  EXPECT_EQ(whole, feed(*gpu.model, {7, 13, 19}, true));
+  const auto wholeTogether = [&] {  // the prompt and its last token in one input
+    auto session = gpu.model->createSession(int64_t(ids.size()));
+    std::vector<float> logits;
+    runtime::SequenceInput in{session.get(), ids, false, 39};
+    gpu.model->forward({&in, 1}, logits);
+    return logits;
+  }();
+  EXPECT_EQ(whole, wholeTogether);
+  const auto want = feed(*cpu.model, {39}, false);
+  const double e = nmse(whole, want), decodeE = nmse(feed(*gpu.model, {39}, false), want);
+  std::printf("tiny %-7s %s prompt path vs cpu: nmse %.3e (decode path %.3e)\n", mix.c_str(), testedBackend().name, e,
+              decodeE);
+  EXPECT_LE(e, 1e-5);
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ inline std::string writeTinyQ4KM(const std::string& tag) {
 }
 
 // For each n of `batches`: n sessions prefilled in one step (the first with `longPrompt` tokens,
-// the others 3-9), then `decodeSteps` decode steps of all n, greedy and top-40 sampled in turn.
+// the others 3-9; all but their last tokens on the prompt path), then `decodeSteps` decode steps of all n, greedy and
+// top-40 sampled in turn.
 inline void runServingShapes(runtime::Model& model, std::initializer_list<int> batches, size_t longPrompt,
                              int decodeSteps, int64_t contextLimit) {
   std::mt19937 rng(11);
@@ -55,7 +56,9 @@ inline void runServingShapes(runtime::Model& model, std::initializer_list<int> b
       prompts.push_back(tokens(i == 0 ? longPrompt : size_t(3 + i % 7)));
     }
     std::vector<runtime::SequenceInput> in;
-    for (int i = 0; i < n; i++) in.push_back({sessions[size_t(i)].get(), prompts[size_t(i)], false});
+    // As the step loop feeds them: all but each prompt's last token on the prompt path.
+    for (int i = 0; i < n; i++)
+      in.push_back({sessions[size_t(i)].get(), prompts[size_t(i)], false, int64_t(prompts[size_t(i)].size()) - 1});
     model.forward(in, std::span(greedy).first(size_t(n)), 1, ids, values);
     for (int step = 0; step < decodeSteps; step++) {
       std::vector<std::vector<int32_t>> next(static_cast<size_t>(n));
