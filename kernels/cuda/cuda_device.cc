@@ -134,6 +134,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, R
   integerMatmul_ = settings.integerMatmul;
   tensorCores_ = settings.tensorCores && arch_ >= 80;
   promptGemm_ = settings.promptGemm && arch_ >= 80;
+  promptBlockRowsChosen_ = settings.promptBlockRows.value_or(0);
   tensorCoreTokens_ = settings.tensorCoreTokens.value_or(kDefaultTensorCoreTokens);
   tensorCoreTokensChosen_ = settings.tensorCoreTokens.has_value();
   tensorCoreRowWarps_ = settings.tensorCoreRowWarps;
@@ -382,6 +383,7 @@ void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
 void CudaDevice::uploadThroughStaging(CUdeviceptr dst, const void* src, size_t bytes) {
   flush();
   quantized_ = {};
+  halfHeld_ = {};
   const auto* from = static_cast<const uint8_t*>(src);
   for (size_t done = 0, turn = 0; done < bytes; turn ^= 1) {
     const size_t n = std::min(kStagingBytes, bytes - done);
@@ -785,6 +787,7 @@ bool CudaDevice::Command::operator==(const Command& o) const {
 
 size_t CudaDevice::enqueue(const char* op, const Command& c) {
   if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
+  if (!keepHalf_) halfHeld_ = {};         // or the input held in fp16
   producer_ = {};                        // and comes after the producer
   lastAdd_ = {};                         // and after the add
   if (!skipOps_.empty() && opTokens_ <= kProgrammaticMaxTokens) [[unlikely]] {
@@ -1035,6 +1038,7 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   if (index != kNotQueued) {
     lastAdd_ = {};
     quantized_ = {};
+    halfHeld_ = {};
     producer_ = {};
     fusedAdds_++;
   } else {
@@ -1372,11 +1376,21 @@ void CudaDevice::matmulPromptSplit(const WeightRef& w, const float* x, int64_t t
 }
 
 int CudaDevice::promptBlockRows(int64_t rows, int64_t tokens) const {
+  if (promptBlockRowsChosen_) return promptBlockRowsChosen_;
+  // Taller blocks do more mma per shared-memory load (a warp's tile is 32 rows x 64, 32 or 16
+  // tokens), but a product too small to give every multiprocessor a block leaves SMs idle. Each
+  // height's worth: the share of SMs its blocks occupy, times its throughput relative to 128 rows
+  // (measured on an H200, docs/cuda.md: 8192-row products at 128 rows ran at 233 TFLOPS, 2048-row
+  // ones at 32 rows at 116-132).
   const int64_t tokenBlocks = (tokens + 127) / 128;
-  for (int blockRows : {128, 64}) {
-    if ((rows + blockRows - 1) / blockRows * tokenBlocks >= multiprocessors_) return blockRows;
+  int best = 32;
+  double bestWorth = 0;
+  for (const auto& [blockRows, throughput] : {std::pair{128, 1.0}, {64, 0.85}, {32, 0.55}}) {
+    const double blocks = double((rows + blockRows - 1) / blockRows * tokenBlocks);
+    const double worth = std::min(1.0, blocks / double(multiprocessors_)) * throughput;
+    if (worth > bestWorth) best = blockRows, bestWorth = worth;
   }
-  return 32;
+  return best;
 }
 
 const CudaDevice::PromptKernels& CudaDevice::promptKernels(quant::TensorType type, int64_t cols, int align,
@@ -1398,8 +1412,9 @@ void CudaDevice::matmulPrompt(const WeightRef& w, const float* x, int64_t tokens
   const int64_t K = w.cols, N = w.rows;
   const int blockRows = promptBlockRows(N, tokens);
   const PromptKernels& k = promptKernels(w.type, K, align, blockRows);
+  const KeepQuantized keep(keepHalf_);
   growScratch(halfWeights_, halfWeightsBytes_, size_t(N * K) * 2, "fp16 weights");
-  growScratch(halfInput_, halfInputBytes_, size_t(tokens * K) * 2, "fp16 activations");
+  if (growScratch(halfInput_, halfInputBytes_, size_t(tokens * K) * 2, "fp16 activations")) halfHeld_ = {};
   CUdeviceptr wp = dptr(w.data), wh = halfWeights_, xp = dptr(x), xh = halfInput_, yp = dptr(y), bp = dptr(bias);
   uint64_t stride = w.rowStride;
   int rows = int(N), t = int(tokens);
@@ -1408,10 +1423,15 @@ void CudaDevice::matmulPrompt(const WeightRef& w, const float* x, int64_t tokens
     std::snprintf(op, sizeof op, "matmul_prompt %s %lldx%lld b%d", std::string(quant::typeName(w.type)).c_str(),
                   (long long)N, (long long)K, blockRows);
   launch("dequant_f16", k.dequant, unsigned(N), unsigned((K + 2047) / 2048), 256, 0, wp, stride, wh);
-  launch("to_f16", k.toHalf, unsigned(tokens), unsigned((K + 1023) / 1024), 256, 0, xp, xh);
+  if (!halfHeld_.holds(x, tokens, K)) {
+    launch("to_f16", k.toHalf, unsigned(tokens), unsigned((K + 1023) / 1024), 256, 0, xp, xh);
+    halfHeld_ = {x, tokens, K};
+  }
   launch(op, k.gemm, unsigned((N + blockRows - 1) / blockRows), unsigned((tokens + 127) / 128), 256,
          unsigned(promptGemmSharedBytes(blockRows)), wh, rows, xh, t, yp, bp);
   promptProducts_++;
+  // A product whose output overwrites its own input leaves halfInput_ describing bytes that changed.
+  halfHeld_.forgetIfWritten(y, size_t(tokens * N) * sizeof(float));
 }
 
 size_t CudaDevice::ropeBytes(const RopeParams& params, int64_t tokens) {
@@ -1775,7 +1795,8 @@ size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
         int a = 16;
         const auto parts = groupedParts(ws, t, a);
         want(intMatmulGroupModule(parts, ws[0].cols, a, groupWarpTokens(t)));
-        continue;
+        // A step with prompt rows runs them one by one (matmuls), its decode rows on these.
+        if (!promptGemm_) continue;
       }
       for (const WeightRef& w : ws) product(w, t);
     }

@@ -448,6 +448,11 @@ class CudaDevice final : public Device {
   std::map<std::array<int64_t, 4>, PromptKernels> promptKernels_;
   CUdeviceptr halfWeights_ = 0, halfInput_ = 0;
   size_t halfWeightsBytes_ = 0, halfInputBytes_ = 0;
+  int promptBlockRowsChosen_ = 0;  // CudaSettings::promptBlockRows; 0: promptBlockRows' choice
+  // The input halfInput_ holds in fp16 while nothing but prompt products has been queued since
+  // (q, k and v round one x once); keepHalf_ is set while a prompt product queues its launches.
+  QuantizedInput halfHeld_;
+  bool keepHalf_ = false;
   // selectCandidates' output (ids, then values) and its kernel.
   CUdeviceptr candidates_ = 0;
   std::vector<uint8_t> candidatesHost_;  // a read-back's ids and values, split into the caller's

@@ -72,6 +72,11 @@ ResolvedCudaSettings resolveSettings(const CudaSettings& s) {
   r.integerMatmul = onUnlessZero(s.integerMatmul, "JITLLM_CUDA_INTDOT");
   r.tensorCores = onUnlessZero(s.tensorCores, "JITLLM_CUDA_MMA");
   r.promptGemm = onUnlessZero(s.promptGemm, "JITLLM_CUDA_PROMPT_GEMM");
+  if (const auto rows = experiment(s.promptBlockRows, "JITLLM_CUDA_PROMPT_ROWS")) {
+    JITLLM_REQUIRE(*rows == 32 || *rows == 64 || *rows == 128,
+                   "prompt product rows per block (JITLLM_CUDA_PROMPT_ROWS) must be 32, 64 or 128, not ", *rows);
+    r.promptBlockRows = rows;
+  }
   if (const auto tokens = experiment(s.tensorCoreTokens, "JITLLM_CUDA_MMA_TOKENS")) {
     JITLLM_REQUIRE(*tokens == 32 || *tokens == 64,
                    "tensor-core tokens per block (JITLLM_CUDA_MMA_TOKENS) must be 32 or 64, not ", *tokens);

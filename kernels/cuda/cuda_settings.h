@@ -30,6 +30,9 @@ struct CudaSettings {
   // bits depend on the token alone, not on the batch, but differ from decode's; off, prompts take
   // the decode kernels' bits. JITLLM_CUDA_PROMPT_GEMM=0 turns it off.
   std::optional<bool> promptGemm;
+  // Weight rows of a gemm_f16 block (32, 64 or 128) for every prompt product; the bits do not
+  // depend on it. JITLLM_CUDA_PROMPT_ROWS=N; unset: chosen per product.
+  std::optional<int> promptBlockRows;
   // Tokens a tensor-core block computes (32 or 64: 16 or 32 per warp, matmul_int.cuh) in products
   // of more than 32 tokens; the bits do not depend on it. JITLLM_CUDA_MMA_TOKENS=N; unset:
   // kDefaultTensorCoreTokens for the products whose blocks that wide still number at least the
@@ -102,6 +105,7 @@ struct ResolvedCudaSettings {
   bool integerMatmul = true;
   bool tensorCores = true;
   bool promptGemm = true;
+  std::optional<int> promptBlockRows;  // unset: chosen per product
   std::optional<int> tensorCoreTokens;    // unset: chosen per product
   std::optional<int> tensorCoreRowWarps;  // unset: chosen per product
   bool programmaticLaunch = true;

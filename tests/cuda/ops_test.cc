@@ -209,6 +209,24 @@ TEST_F(CudaOps, AnInputWrittenBetweenIntegerProductsIsQuantizedAgain) {
   }
 }
 
+// The same for the prompt path, which rounds an input to fp16 once for the products that read it
+// (every one-token product here a prompt row).
+TEST_F(CudaOps, AnInputWrittenBetweenPromptProductsIsRoundedAgain) {
+  if (gpu->computeCapability() < 80) GTEST_SKIP() << gpu->info().name << ": fp16 mma.m16n8k16 needs sm_80 or later";
+  constexpr int64_t kRows = 64, kCols = 512;
+  const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 13);
+  auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
+  const Matrix sq = randomMatrix(TensorType::kQ4_K, kCols, kCols, freshSeed() + 5);
+  auto ws = gpu->adoptHostBytes(sq.bytes.data(), sq.bytes.size());
+  const Device::RowRange one{0, 1};
+  gpu->setPromptRows({&one, 1}, 1);
+  const uint64_t before = gpu->stats().promptProducts;
+  expectWrittenInputsQuantizedAgain(*gpu, WeightRef{TensorType::kQ4_K, w->data(), kRows, kCols, m.stride},
+                                    WeightRef{TensorType::kQ4_K, ws->data(), kCols, kCols, sq.stride}, freshSeed());
+  gpu->setPromptRows({}, 0);
+  EXPECT_GE(gpu->stats().promptProducts, before + 10) << "the products did not take the prompt path";
+}
+
 // rms_norm (also fused with the residual add before it), swiglu and geglu write the integer form of
 // their output themselves when an integer product reads it next; the product's result is bit for
 // bit what quantize_x's form gives.
