@@ -24,8 +24,8 @@ Modes:
             on a cold and a warm kernel cache, in-process tg, then tools/bench/run SERVE_CASES
   profile   GPU time per op (JITLLM_CUDA_PROFILE=1) of pp512 and tg64; with NCU_KERNEL, Nsight Compute
   prompt    the prompt path (gemm_f16): its cuda_tests (PROMPT_FILTER) and step_loop_tests, then jitllm-bench pp on the
-            Llama-3.2 shapes (PROMPT_MODELS) with it and without (JITLLM_CUDA_PROMPT_GEMM=0),
-            alternating, twice; then the 1B's pp512 with each launch timed alone
+            Llama-3.2 shapes (PROMPT_MODELS) for each setting of PROMPT_ENVS (default: with it and
+            without), alternating, twice; then the 1B's pp512 with each launch timed alone
   archs     every architecture beyond llama (ARCH_SHAPES) in f16 and Q4_K_M: the same ids scored on
             cpu:0 and cuda:0, NMSE and top-1 between them; then the backend conformance suite
   migrate   migration tests; jitllm-migrate-bench cuda:0<->cuda:1 (two GPUs) and cuda:0<->cpu:0
@@ -52,6 +52,7 @@ Environment (all optional):
   NCU_ARGS          profile: jitllm-bench's arguments under Nsight Compute (default "-p 0 -n 4")
   PROMPT_FILTER     prompt: cuda_tests' filter (default *Prompt*:*Prefill*:*TinyModels*:*AfterPrepare*:*TensorCore*)
   PROMPT_MODELS     prompt: Llama-3.2 shapes (default "1b 3b"); PROMPT_ARGS: jitllm-bench's (default "-p 512 -n 0 -r 3")
+  PROMPT_ENVS       prompt: ';'-separated settings (default "JITLLM_CUDA_PROMPT_GEMM=1;JITLLM_CUDA_PROMPT_GEMM=0")
   TP_CONTEXTS       tp: the bench's contexts (default 512,2048,8192)
   ARCH_SHAPES       archs: shapes to compare (default "qwen3-micro granite-micro phi3-micro phi4-micro gemma3-micro")
   BUILT_AT          vulkan: the checkout path the carried binaries were built at (default /work/main)
@@ -343,17 +344,18 @@ PYEOF
 
 # prompt: the prompt path against the decode kernels for prompts (docs/cuda.md, "Prompt products").
 promptPath() {
-  local m f round gemm args rc=0
+  local m f round e envs args rc=0
   gtest cuda_tests --gtest_filter="${PROMPT_FILTER:-*Prompt*:*Prefill*:*TinyModels*:*AfterPrepare*:*TensorCore*}" || rc=1
   gtest step_loop_tests || rc=1
   read -ra args <<< "${PROMPT_ARGS:--p 512 -n 0 -r 3}"
+  IFS=';' read -ra envs <<< "${PROMPT_ENVS:-JITLLM_CUDA_PROMPT_GEMM=1;JITLLM_CUDA_PROMPT_GEMM=0}"
   for m in ${PROMPT_MODELS:-1b 3b}; do
     f=$(makeModel "llama-3.2-$m" q4_k_m)
     for round in 1 2; do
-      for gemm in 1 0; do
-        JITLLM_CUDA_PROMPT_GEMM=$gemm timeout 150 "$BIN/jitllm-bench" "$f" --devices cuda:0 "${args[@]}" \
-          > "$LOGS/prompt-$m-$gemm-$round.txt" 2>&1 || rc=1
-        echo "$m round $round JITLLM_CUDA_PROMPT_GEMM=$gemm: $(grep -E "^(pp|tg)[0-9]" "$LOGS/prompt-$m-$gemm-$round.txt" | paste -sd' ')"
+      for e in "${envs[@]}"; do
+        # shellcheck disable=SC2086 # e is NAME=VALUE words
+        env $e timeout 150 "$BIN/jitllm-bench" "$f" --devices cuda:0 "${args[@]}" > "$LOGS/prompt.txt" 2>&1 || rc=1
+        echo "$m round $round $e: $(grep -E "^(pp|tg)[0-9]" "$LOGS/prompt.txt" | paste -sd' ')"
       done
     done
   done | tee "$OUT/prompt.txt"

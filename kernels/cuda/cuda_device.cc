@@ -135,6 +135,7 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, R
   tensorCores_ = settings.tensorCores && arch_ >= 80;
   promptGemm_ = settings.promptGemm && arch_ >= 80;
   promptBlockRowsChosen_ = settings.promptBlockRows.value_or(0);
+  promptSliceK_ = settings.promptSliceK;
   tensorCoreTokens_ = settings.tensorCoreTokens.value_or(kDefaultTensorCoreTokens);
   tensorCoreTokensChosen_ = settings.tensorCoreTokens.has_value();
   tensorCoreRowWarps_ = settings.tensorCoreRowWarps;
@@ -787,7 +788,7 @@ bool CudaDevice::Command::operator==(const Command& o) const {
 
 size_t CudaDevice::enqueue(const char* op, const Command& c) {
   if (!keepQuantized_) quantized_ = {};  // this op may write the quantized input
-  if (!keepHalf_) halfHeld_ = {};         // or the input held in fp16
+  if (!keepHalf_) halfHeld_ = {};        // or the input held in fp16
   producer_ = {};                        // and comes after the producer
   lastAdd_ = {};                         // and after the add
   if (!skipOps_.empty() && opTokens_ <= kProgrammaticMaxTokens) [[unlikely]] {
@@ -1377,29 +1378,23 @@ void CudaDevice::matmulPromptSplit(const WeightRef& w, const float* x, int64_t t
 
 int CudaDevice::promptBlockRows(int64_t rows, int64_t tokens) const {
   if (promptBlockRowsChosen_) return promptBlockRowsChosen_;
-  // Taller blocks do more mma per shared-memory load (a warp's tile is 32 rows x 64, 32 or 16
-  // tokens), but a product too small to give every multiprocessor a block leaves SMs idle. Each
-  // height's worth: the share of SMs its blocks occupy, times its throughput relative to 128 rows
-  // (measured on an H200, docs/cuda.md: 8192-row products at 128 rows ran at 233 TFLOPS, 2048-row
-  // ones at 32 rows at 116-132).
+  // Taller blocks do more mma per shared-memory load (a warp's tile is 32 rows x 64 tokens at 128,
+  // x 16 at 32), but need many blocks to keep every SM busy: measured on an H200 (docs/cuda.md),
+  // 128 rows won only where its blocks made about two for each multiprocessor (8192 x 2048 over
+  // 512 tokens: 256 blocks, 74 us against 109 at 32 rows); with one or fewer (2048 and 3072 rows)
+  // 32 rows won by 12-30 %, and 64 rows never won.
   const int64_t tokenBlocks = (tokens + 127) / 128;
-  int best = 32;
-  double bestWorth = 0;
-  for (const auto& [blockRows, throughput] : {std::pair{128, 1.0}, {64, 0.85}, {32, 0.55}}) {
-    const double blocks = double((rows + blockRows - 1) / blockRows * tokenBlocks);
-    const double worth = std::min(1.0, blocks / double(multiprocessors_)) * throughput;
-    if (worth > bestWorth) best = blockRows, bestWorth = worth;
-  }
-  return best;
+  return (rows + 127) / 128 * tokenBlocks * 2 >= 3 * int64_t(multiprocessors_) ? 128 : 32;
 }
 
 const CudaDevice::PromptKernels& CudaDevice::promptKernels(quant::TensorType type, int64_t cols, int align,
                                                            int blockRows) {
   const std::array<int64_t, 4> key{int64_t(type), cols, align, blockRows};
   if (auto it = promptKernels_.find(key); it != promptKernels_.end()) return it->second;
-  CUmodule m = module(promptGemmModule(type, cols, align, blockRows));
+  const int slice = promptSlice(cols);
+  CUmodule m = module(promptGemmModule(type, cols, align, blockRows, slice));
   PromptKernels k{function(m, "dequant_f16"), function(m, "to_f16"), function(m, "gemm_f16")};
-  const size_t shared = promptGemmSharedBytes(blockRows);
+  const size_t shared = promptGemmSharedBytes(blockRows, slice);
   JITLLM_REQUIRE(shared <= size_t(maxSharedOptIn_), info_.id, ": gemm_f16 needs ", shared,
                  " bytes of shared memory a block");
   check(api_.cuFuncSetAttribute(k.gemm, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared)),
@@ -1428,7 +1423,7 @@ void CudaDevice::matmulPrompt(const WeightRef& w, const float* x, int64_t tokens
     halfHeld_ = {x, tokens, K};
   }
   launch(op, k.gemm, unsigned((N + blockRows - 1) / blockRows), unsigned((tokens + 127) / 128), 256,
-         unsigned(promptGemmSharedBytes(blockRows)), wh, rows, xh, t, yp, bp);
+         unsigned(promptGemmSharedBytes(blockRows, promptSlice(K))), wh, rows, xh, t, yp, bp);
   promptProducts_++;
   // A product whose output overwrites its own input leaves halfInput_ describing bytes that changed.
   halfHeld_.forgetIfWritten(y, size_t(tokens * N) * sizeof(float));
@@ -1806,7 +1801,7 @@ size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
       if (w.type != quant::TensorType::kF16 && quant::typeTraits(w.type).blockElems == 1) continue;
       std::set<int> heights;  // the choice changes with the tiles of 128 tokens only
       for (int64_t t = 128; t < workload.maxTokens + 128; t += 128) heights.insert(promptBlockRows(w.rows, t));
-      for (int h : heights) want(promptGemmModule(w.type, w.cols, align(w), h));
+      for (int h : heights) want(promptGemmModule(w.type, w.cols, align(w), h, promptSlice(w.cols)));
     }
   }
   for (const WeightRef& table : workload.tables) {

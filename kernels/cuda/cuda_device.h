@@ -326,7 +326,8 @@ class CudaDevice final : public Device {
   struct PromptKernels {
     CUfunction dequant = nullptr, toHalf = nullptr, gemm = nullptr;
   };
-  // gemm_f16.cuh's kernels for a weight type, row length, alignment and block height (32, 64, 128).
+  // gemm_f16.cuh's kernels for a weight type, row length, alignment and block height (32, 64, 128),
+  // at promptSlice(cols).
   const PromptKernels& promptKernels(quant::TensorType type, int64_t cols, int align, int blockRows);
   // The block height gemm_f16 takes for `rows` x `tokens`: the tallest whose blocks still number
   // the multiprocessors (the bits do not depend on it).
@@ -449,6 +450,9 @@ class CudaDevice final : public Device {
   CUdeviceptr halfWeights_ = 0, halfInput_ = 0;
   size_t halfWeightsBytes_ = 0, halfInputBytes_ = 0;
   int promptBlockRowsChosen_ = 0;  // CudaSettings::promptBlockRows; 0: promptBlockRows' choice
+  int promptSliceK_ = 32;          // CudaSettings::promptSliceK
+  // The slice gemm_f16 takes for rows of `cols` elements: promptSliceK_ where it divides them.
+  int promptSlice(int64_t cols) const { return cols % promptSliceK_ == 0 ? promptSliceK_ : 32; }
   // The input halfInput_ holds in fp16 while nothing but prompt products has been queued since
   // (q, k and v round one x once); keepHalf_ is set while a prompt product queues its launches.
   QuantizedInput halfHeld_;

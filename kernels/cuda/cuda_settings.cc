@@ -77,6 +77,11 @@ ResolvedCudaSettings resolveSettings(const CudaSettings& s) {
                    "prompt product rows per block (JITLLM_CUDA_PROMPT_ROWS) must be 32, 64 or 128, not ", *rows);
     r.promptBlockRows = rows;
   }
+  if (const auto slice = experiment(s.promptSliceK, "JITLLM_CUDA_PROMPT_SLICE")) {
+    JITLLM_REQUIRE(*slice == 32 || *slice == 64,
+                   "prompt product K per stage (JITLLM_CUDA_PROMPT_SLICE) must be 32 or 64, not ", *slice);
+    r.promptSliceK = *slice;
+  }
   if (const auto tokens = experiment(s.tensorCoreTokens, "JITLLM_CUDA_MMA_TOKENS")) {
     JITLLM_REQUIRE(*tokens == 32 || *tokens == 64,
                    "tensor-core tokens per block (JITLLM_CUDA_MMA_TOKENS) must be 32 or 64, not ", *tokens);

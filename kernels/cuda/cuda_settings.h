@@ -33,6 +33,9 @@ struct CudaSettings {
   // Weight rows of a gemm_f16 block (32, 64 or 128) for every prompt product; the bits do not
   // depend on it. JITLLM_CUDA_PROMPT_ROWS=N; unset: chosen per product.
   std::optional<int> promptBlockRows;
+  // K per pipeline stage of gemm_f16 (32 or 64; rows whose length 64 does not divide take 32); the
+  // bits do not depend on it. JITLLM_CUDA_PROMPT_SLICE=N; default 32.
+  std::optional<int> promptSliceK;
   // Tokens a tensor-core block computes (32 or 64: 16 or 32 per warp, matmul_int.cuh) in products
   // of more than 32 tokens; the bits do not depend on it. JITLLM_CUDA_MMA_TOKENS=N; unset:
   // kDefaultTensorCoreTokens for the products whose blocks that wide still number at least the
@@ -106,6 +109,7 @@ struct ResolvedCudaSettings {
   bool tensorCores = true;
   bool promptGemm = true;
   std::optional<int> promptBlockRows;  // unset: chosen per product
+  int promptSliceK = 32;
   std::optional<int> tensorCoreTokens;    // unset: chosen per product
   std::optional<int> tensorCoreRowWarps;  // unset: chosen per product
   bool programmaticLaunch = true;

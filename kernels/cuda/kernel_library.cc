@@ -126,11 +126,13 @@ int tensorCoreBlockTokens(int64_t rows, int64_t tokens, int width, bool widthCho
   return widthChosen || wideBlocks >= multiprocessors ? width : 32;
 }
 
-ModuleSpec promptGemmModule(TensorType type, int64_t k, int align, int blockRows) {
-  JITLLM_ASSERT(cudaSupportsWeightType(type) && k % 32 == 0);
+ModuleSpec promptGemmModule(TensorType type, int64_t k, int align, int blockRows, int sliceK) {
+  JITLLM_ASSERT(cudaSupportsWeightType(type) && (sliceK == 32 || sliceK == 64) && k % sliceK == 0);
   JITLLM_ASSERT(blockRows == 32 || blockRows == 64 || blockRows == 128);
-  return ModuleSpec{"gemm_f16.cuh",
-                    {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_BM", blockRows}}};
+  ModuleSpec spec{"gemm_f16.cuh",
+                  {{"JL_WTYPE", int64_t(type)}, {"JL_K", k}, {"JL_ALIGN", align}, {"JL_BM", blockRows}}};
+  if (sliceK != 32) spec.defines.emplace_back("JL_BK", sliceK);
+  return spec;
 }
 
 ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t k, int align, int tokens) {
@@ -212,7 +214,10 @@ std::vector<ModuleSpec> representativeModules() {
   }
   // The prompt path: each block height, q4_K and q6_K at the 1B's and the 3B's row lengths (the
   // 3B's q6_K rows 2-byte aligned), the other quantized types and f16 at one.
-  for (int h : {32, 64, 128}) specs.push_back(promptGemmModule(TensorType::kQ4_K, 2048, 16, h));
+  for (int h : {32, 64, 128}) {
+    specs.push_back(promptGemmModule(TensorType::kQ4_K, 2048, 16, h));
+    specs.push_back(promptGemmModule(TensorType::kQ4_K, 2048, 16, h, 64));
+  }
   specs.push_back(promptGemmModule(TensorType::kQ6_K, 3072, 2, 128));
   for (TensorType t : {TensorType::kF16, TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ5_K})
     specs.push_back(promptGemmModule(t, 2048, 16, 64));

@@ -77,11 +77,15 @@ ModuleSpec intMatmulGroupModule(const std::vector<IntMatmulPart>& parts, int64_t
 // half a warp (matmul_int.cuh: kSlots).
 int intMatmulRowsPerWarp(quant::TensorType type, int64_t k, int rows);
 // The prompt path's kernels (gemm_f16.cuh: dequant_f16, to_f16, gemm_f16) for a weight type
-// dequant_f16 decodes (quantized or f16), a row length of whole 32-element slices, the rows'
-// alignment and gemm_f16's block height (32, 64 or 128 weight rows; 128 tokens).
-ModuleSpec promptGemmModule(quant::TensorType type, int64_t k, int align, int blockRows);
-// gemm_f16's dynamic shared memory at that block height (gemm.cuh: kStages * kStageBytes).
-constexpr size_t promptGemmSharedBytes(int blockRows) { return size_t(4) * size_t(blockRows + 128) * 64; }
+// dequant_f16 decodes (quantized or f16), a row length of whole slices, the rows' alignment,
+// gemm_f16's block height (32, 64 or 128 weight rows; 128 tokens) and K per stage (32 or 64, which
+// must divide k).
+ModuleSpec promptGemmModule(quant::TensorType type, int64_t k, int align, int blockRows, int sliceK = 32);
+// gemm_f16's dynamic shared memory (gemm_f16.cuh: kStages * kStageBytes): 4 stages of 32-element
+// slices, or 3 of 64.
+constexpr size_t promptGemmSharedBytes(int blockRows, int sliceK = 32) {
+  return size_t(sliceK == 64 ? 3 : 4) * size_t(blockRows + 128) * size_t(sliceK) * 2;
+}
 // Prefill attention's tokens per block (attention.cuh: attention_rows, JL_QTOKENS' default).
 constexpr int kDefaultAttentionRowTokens = 8;
 // The tokens per block a CudaDevice gives attention_rows unless told otherwise: 8 for head dims up

@@ -163,33 +163,45 @@ TEST_F(CudaOps, PromptRowsComeFromFp16TensorCoresWithinFp16RoundingAndOtherRowsK
 
 // A prompt token's outputs depend on its own row only: the same bits computed among 300 prompt
 // tokens (blocks of 128 weight rows over three token tiles) as in a product of 37 (too few blocks
-// for 128 rows: blocks of 32) or of one, and run after run.
+// for 128 rows: blocks of 32) or of one, run after run, and at every block height and K per stage.
 TEST_F(CudaOps, PromptRowsGiveTheSameBitsInAnyBatchAndAnyTile) {
   if (gpu->computeCapability() < 80) GTEST_SKIP() << gpu->info().name << ": fp16 mma.m16n8k16 needs sm_80 or later";
   constexpr int64_t kRows = 8192, kCols = 2048, kTokens = 300;
   const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, freshSeed() + 3, 16);
   const auto xHost = randomFloats(size_t(kTokens * kCols), freshSeed() + 4, 2.0f);
-  auto w = gpu->adoptHostBytes(m.bytes.data(), m.bytes.size());
-  auto x = upload(*gpu, xHost);
-  auto y = gpu->allocate(size_t(kTokens * kRows) * 4);
-  const WeightRef ref{TensorType::kQ4_K, w->data(), kRows, kCols, m.stride};
-  const auto product = [&](int64_t first, int64_t n) {
+  const auto product = [&](cuda::CudaDevice& dev, int64_t first, int64_t n) {
+    auto w = dev.adoptHostBytes(m.bytes.data(), m.bytes.size());
+    auto x = upload(dev, xHost);
+    auto y = dev.allocate(size_t(n * kRows) * 4);
     const Device::RowRange all{0, n};
-    gpu->setPromptRows({&all, 1}, n);
-    gpu->matmul(ref, x.as<float>() + first * kCols, n, reinterpret_cast<float*>(y->data()), nullptr);
-    gpu->setPromptRows({}, 0);
-    return download<float>(*gpu, *y, size_t(n * kRows));
+    dev.setPromptRows({&all, 1}, n);
+    dev.matmul(WeightRef{TensorType::kQ4_K, w->data(), kRows, kCols, m.stride}, x.as<float>() + first * kCols, n,
+               reinterpret_cast<float*>(y->data()), nullptr);
+    dev.setPromptRows({}, 0);
+    return download<float>(dev, *y, size_t(n * kRows));
   };
   const uint64_t before = gpu->stats().promptProducts;
-  const auto whole = product(0, kTokens);
-  EXPECT_EQ(0, std::memcmp(whole.data(), product(0, kTokens).data(), whole.size() * 4)) << "a second run differs";
-  const auto some = product(100, 37);
+  const auto whole = product(*gpu, 0, kTokens);
+  EXPECT_EQ(0, std::memcmp(whole.data(), product(*gpu, 0, kTokens).data(), whole.size() * 4)) << "a second run differs";
+  const auto some = product(*gpu, 100, 37);
   EXPECT_EQ(0, std::memcmp(some.data(), whole.data() + 100 * kRows, some.size() * 4));
   for (int64_t t : {int64_t(0), int64_t(131), kTokens - 1}) {
-    const auto alone = product(t, 1);
+    const auto alone = product(*gpu, t, 1);
     EXPECT_EQ(0, std::memcmp(alone.data(), whole.data() + t * kRows, size_t(kRows) * 4)) << "token " << t;
   }
   EXPECT_EQ(before + 6, gpu->stats().promptProducts);
+  for (const int rows : {32, 64, 128}) {
+    for (const int slice : {32, 64}) {
+      cuda::CudaDeviceOptions o;
+      o.cacheRoot = JITLLM_TEST_KERNEL_CACHE;
+      o.settings.promptBlockRows = rows;
+      o.settings.promptSliceK = slice;
+      auto other = cuda::CudaDevice::create(o);
+      EXPECT_EQ(0, std::memcmp(whole.data(), product(*other, 0, kTokens).data(), whole.size() * 4))
+          << rows << " rows a block, " << slice << " columns a stage";
+      EXPECT_EQ(1u, other->stats().promptProducts);
+    }
+  }
 }
 
 // q, k and v read one input and the integer kernels quantize it once; anything that may write

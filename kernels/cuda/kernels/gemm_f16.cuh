@@ -6,6 +6,7 @@
 //   JL_WTYPE, JL_K, JL_ALIGN  the weight type, row length (a multiple of 32) and row alignment,
 //                             as weights.cuh reads them (for dequant_f16)
 //   JL_BM                     weight rows per block of gemm_f16: 32, 64 or 128
+//   JL_BK                     K per pipeline stage: 32 (4 stages) or 64 (3)
 //
 // The bits of an output y[t][r] depend only on row t of x and row r of W: its accumulator starts
 // at 0 and takes the k16 slices in order 0, 16, 32, ... through the same mma instruction whatever
@@ -47,27 +48,36 @@ extern "C" __global__ void __launch_bounds__(256) to_f16(const float* x, u16* ou
 #ifndef JL_BM
 #define JL_BM 128
 #endif
+#ifndef JL_BK
+#define JL_BK 32
+#endif
 
 namespace gemm {
 
 constexpr int kBlockRows = JL_BM;  // weight rows of a block
 constexpr int kBlockTokens = 128;  // tokens of a block
-constexpr int kSliceK = 32;        // K per stage: rows of 64 bytes, four 16-byte chunks
-constexpr int kStages = 4;
+constexpr int kSliceK = JL_BK;     // K per stage (32 or 64): rows of 64 or 128 bytes
+constexpr int kChunks = kSliceK / 8;         // 16-byte chunks of a row
+constexpr int kRowBytes = kSliceK * 2;
+constexpr int kStages = kSliceK == 64 ? 3 : 4;
 constexpr int kWarps = 8;
 constexpr int kRowWarps = kBlockRows / 32;  // a warp takes 32 rows (two m16 tiles)
 constexpr int kTokenWarps = kWarps / kRowWarps;
 constexpr int kWarpTokens = kBlockTokens / kTokenWarps;
 constexpr int kTokenTiles = kWarpTokens / 8;  // n8 tiles a warp
 constexpr int kSlices = JL_K / kSliceK;
-constexpr int kStageBytes = (kBlockRows + kBlockTokens) * kSliceK * 2;
-static_assert(JL_K % kSliceK == 0, "gemm_f16: rows of whole 32-element slices");
+constexpr int kStageBytes = (kBlockRows + kBlockTokens) * kRowBytes;
+static_assert(kSliceK == 32 || kSliceK == 64, "gemm_f16: JL_BK 32 or 64");
+static_assert(JL_K % kSliceK == 0, "gemm_f16: rows of whole slices");
 static_assert(kRowWarps >= 1 && kRowWarps <= 4 && kTokenTiles % 2 == 0, "gemm_f16: JL_BM 32, 64 or 128");
 
-// Byte offset of 16-byte chunk c of row r in a tile of 64-byte rows. The chunk index is XORed with
-// bits 1-2 of the row, so the eight rows one ldmatrix phase reads fall in eight different 16-byte
-// bank groups.
-JL_DEV u32 chunkOffset(int r, int c) { return u32(r * 64 + ((c ^ ((r >> 1) & 3)) << 4)); }
+// Byte offset of 16-byte chunk c of row r in a tile. The chunk index is XORed with bits of the row
+// (1-2 for 64-byte rows, 0-2 for 128-byte ones), so the eight rows one ldmatrix phase reads fall in
+// eight different 16-byte bank groups.
+JL_DEV u32 chunkOffset(int r, int c) {
+  if constexpr (kRowBytes == 64) return u32(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
+  return u32(r * 128 + ((c ^ (r & 7)) << 4));
+}
 
 // One 16-byte copy, or zeros (src-size 0) for a row past the matrix's end.
 JL_DEV void copyOrZero16(u32 to, const void* from, bool valid) {
@@ -110,21 +120,21 @@ extern "C" __global__ void __launch_bounds__(256) gemm_f16(const u16* __restrict
   const int row0 = blockIdx.x * kBlockRows, token0 = blockIdx.y * kBlockTokens;
   const u32 base = sharedAddress(tiles);
 
-  // Each thread copies (kBlockRows + kBlockTokens) * 4 / 256 chunks of a slice.
+  // Each thread copies (kBlockRows + kBlockTokens) * kChunks / 256 chunks of a slice.
   auto stage = [&](int slice) {
     const u32 at = base + u32((slice % kStages) * kStageBytes);
     const int k0 = slice * kSliceK;
-    for (int i = threadIdx.x; i < kBlockRows * 4; i += 256) {
-      const int r = i >> 2, c = i & 3;
+    for (int i = threadIdx.x; i < kBlockRows * kChunks; i += 256) {
+      const int r = i / kChunks, c = i % kChunks;
       const bool valid = row0 + r < rows;
       const u16* from = w + i64(valid ? row0 + r : 0) * JL_K + k0 + c * 8;
       copyOrZero16(at + chunkOffset(r, c), from, valid);
     }
-    for (int i = threadIdx.x; i < kBlockTokens * 4; i += 256) {
-      const int t = i >> 2, c = i & 3;
+    for (int i = threadIdx.x; i < kBlockTokens * kChunks; i += 256) {
+      const int t = i / kChunks, c = i % kChunks;
       const bool valid = token0 + t < tokens;
       const u16* from = x + i64(valid ? token0 + t : 0) * JL_K + k0 + c * 8;
-      copyOrZero16(at + u32(kBlockRows * 64) + chunkOffset(t, c), from, valid);
+      copyOrZero16(at + u32(kBlockRows * kRowBytes) + chunkOffset(t, c), from, valid);
     }
   };
 
@@ -149,21 +159,21 @@ extern "C" __global__ void __launch_bounds__(256) gemm_f16(const u16* __restrict
     __syncthreads();  // the slice is in; every warp is done with the stage the next copy overwrites
     if (slice + kStages - 1 < kSlices) stage(slice + kStages - 1);
     commitCopies();
-    const u32 a = base + u32((slice % kStages) * kStageBytes), b = a + u32(kBlockRows * 64);
+    const u32 a = base + u32((slice % kStages) * kStageBytes), b = a + u32(kBlockRows * kRowBytes);
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
+    for (int step = 0; step < kSliceK / 16; step++) {  // k16 steps, in order
       u32 af[2][4];
 #pragma unroll
       for (int m = 0; m < 2; m++) {
-        // Rows 0-15 of the m16 tile, chunks 2 half (lanes 0-15) and 2 half + 1 (lanes 16-31).
-        loadMatrix4(a + chunkOffset(warpRow + m * 16 + (lane & 15), 2 * half + (lane >> 4)), af[m]);
+        // Rows 0-15 of the m16 tile, chunks 2 step (lanes 0-15) and 2 step + 1 (lanes 16-31).
+        loadMatrix4(a + chunkOffset(warpRow + m * 16 + (lane & 15), 2 * step + (lane >> 4)), af[m]);
       }
 #pragma unroll
       for (int n = 0; n < kTokenTiles; n += 2) {
-        // Two n8 tiles: tokens 0-7 and 8-15 of the pair, chunks 2 half and 2 half + 1 each.
+        // Two n8 tiles: tokens 0-7 and 8-15 of the pair, chunks 2 step and 2 step + 1 each.
         u32 bf[4];
         const int t = warpToken + n * 8 + (lane & 7) + ((lane >> 4) << 3);
-        loadMatrix4(b + chunkOffset(t, 2 * half + ((lane >> 3) & 1)), bf);
+        loadMatrix4(b + chunkOffset(t, 2 * step + ((lane >> 3) & 1)), bf);
 #pragma unroll
         for (int m = 0; m < 2; m++) {
           mma16816(acc[m][n], af[m], bf[0], bf[1]);
