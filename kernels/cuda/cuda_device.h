@@ -450,7 +450,7 @@ class CudaDevice final : public Device {
   CUdeviceptr halfWeights_ = 0, halfInput_ = 0;
   size_t halfWeightsBytes_ = 0, halfInputBytes_ = 0;
   int promptBlockRowsChosen_ = 0;  // CudaSettings::promptBlockRows; 0: promptBlockRows' choice
-  int promptSliceK_ = 32;          // CudaSettings::promptSliceK
+  int promptSliceK_ = 64;          // CudaSettings::promptSliceK
   // The slice gemm_f16 takes for rows of `cols` elements: promptSliceK_ where it divides them.
   int promptSlice(int64_t cols) const { return cols % promptSliceK_ == 0 ? promptSliceK_ : 32; }
   // The input halfInput_ holds in fp16 while nothing but prompt products has been queued since

@@ -34,7 +34,8 @@ struct CudaSettings {
   // depend on it. JITLLM_CUDA_PROMPT_ROWS=N; unset: chosen per product.
   std::optional<int> promptBlockRows;
   // K per pipeline stage of gemm_f16 (32 or 64; rows whose length 64 does not divide take 32); the
-  // bits do not depend on it. JITLLM_CUDA_PROMPT_SLICE=N; default 32.
+  // bits do not depend on it. JITLLM_CUDA_PROMPT_SLICE=N; default 64 (pp512 +1-9 % over 32 on an
+  // H200, docs/benchmarks.md).
   std::optional<int> promptSliceK;
   // Tokens a tensor-core block computes (32 or 64: 16 or 32 per warp, matmul_int.cuh) in products
   // of more than 32 tokens; the bits do not depend on it. JITLLM_CUDA_MMA_TOKENS=N; unset:
@@ -109,7 +110,7 @@ struct ResolvedCudaSettings {
   bool tensorCores = true;
   bool promptGemm = true;
   std::optional<int> promptBlockRows;  // unset: chosen per product
-  int promptSliceK = 32;
+  int promptSliceK = 64;
   std::optional<int> tensorCoreTokens;    // unset: chosen per product
   std::optional<int> tensorCoreRowWarps;  // unset: chosen per product
   bool programmaticLaunch = true;

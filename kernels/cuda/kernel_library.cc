@@ -212,15 +212,15 @@ std::vector<ModuleSpec> representativeModules() {
       specs.push_back(butterfly);
     }
   }
-  // The prompt path: each block height, q4_K and q6_K at the 1B's and the 3B's row lengths (the
-  // 3B's q6_K rows 2-byte aligned), the other quantized types and f16 at one.
+  // The prompt path: each block height at both slice widths, q6_K at the 3B's row length (2-byte
+  // aligned rows), the other quantized types and f16 at one.
   for (int h : {32, 64, 128}) {
     specs.push_back(promptGemmModule(TensorType::kQ4_K, 2048, 16, h));
     specs.push_back(promptGemmModule(TensorType::kQ4_K, 2048, 16, h, 64));
   }
-  specs.push_back(promptGemmModule(TensorType::kQ6_K, 3072, 2, 128));
+  specs.push_back(promptGemmModule(TensorType::kQ6_K, 3072, 2, 128, 64));
   for (TensorType t : {TensorType::kF16, TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ5_K})
-    specs.push_back(promptGemmModule(t, 2048, 16, 64));
+    specs.push_back(promptGemmModule(t, 2048, 16, 32, 64));
   constexpr int kSpan = kDefaultAttentionSpan;
   for (int hd : {64, 128}) {
     for (int group : {1, 4, 7}) specs.push_back(attentionModule(hd, group, 16, group == 4, kSpan));

@@ -6,7 +6,8 @@
 //   JL_WTYPE, JL_K, JL_ALIGN  the weight type, row length (a multiple of 32) and row alignment,
 //                             as weights.cuh reads them (for dequant_f16)
 //   JL_BM                     weight rows per block of gemm_f16: 32, 64 or 128
-//   JL_BK                     K per pipeline stage: 32 (4 stages) or 64 (3)
+//   JL_BK                     K per pipeline stage: 32 (4 stages; the default here) or 64 (3
+//                             stages; the device's default where 64 divides JL_K)
 //
 // The bits of an output y[t][r] depend only on row t of x and row r of W: its accumulator starts
 // at 0 and takes the k16 slices in order 0, 16, 32, ... through the same mma instruction whatever
