@@ -238,25 +238,28 @@ int run(int argc, char** argv) {
   std::vector<std::pair<std::string, Result>> results;
   std::vector<float> logits;
   const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
+  // Prompts are fed as the step loop feeds them: from kPromptPathMinTokens on, on a device's prompt
+  // path (SequenceInput::promptTokens; JITLLM_CUDA_PROMPT_GEMM=0 keeps CUDA's on decode's kernels).
+  const auto promptTokens = [](std::span<const int32_t> tokens) {
+    return int64_t(tokens.size()) >= runtime::kPromptPathMinTokens ? int64_t(tokens.size()) : int64_t(0);
+  };
   // A session with `depth` tokens already in its context (prefilled untimed), room for `more`.
   const auto context = [&](int64_t more) {
     auto session = model->createSession(depth + more);
     if (depth > 0) {
       const auto tokens = benchTokens(depth, c.vocabSize);
-      runtime::SequenceInput input{session.get(), tokens, false, int64_t(tokens.size())};
+      runtime::SequenceInput input{session.get(), tokens, false, promptTokens(tokens)};
       logits.clear();
       model->forward({&input, 1}, logits);
     }
     return session;
   };
-  // Prompts are fed as the step loop feeds them: on a device's prompt path (SequenceInput::
-  // promptTokens; JITLLM_CUDA_PROMPT_GEMM=0 keeps CUDA's on the decode kernels).
   if (nPrompt > 0) {
     const auto tokens = benchTokens(nPrompt, c.vocabSize);
     std::vector<double> rates;
     for (int r = 0; r <= reps; r++) {
       auto session = context(nPrompt);
-      runtime::SequenceInput input{session.get(), tokens, false, int64_t(tokens.size())};
+      runtime::SequenceInput input{session.get(), tokens, false, promptTokens(tokens)};
       logits.clear();
       const auto t0 = Clock::now();
       model->forward({&input, 1}, logits);

@@ -96,6 +96,11 @@ struct UnitInfo {
   std::vector<Device*> shards;
 };
 
+// The prompt length from which the step loop (and jitllm-bench) feeds a prompt on the devices' prompt
+// path: where CUDA's fp16 tensor cores, which decode every weight to fp16 once per step, overtake
+// decode's integer kernels for that step (estimated from the H200's figures: docs/cuda.md).
+inline constexpr int64_t kPromptPathMinTokens = 128;
+
 struct SequenceInput {
   Session* session = nullptr;
   std::span<const int32_t> tokens;
@@ -104,7 +109,8 @@ struct SequenceInput {
   // path (Device::setPromptRows; CUDA: fp16 tensor cores): their bits depend only on each token's
   // own row - the same in any batch and however the prompt is chunked - but are not token-by-token
   // decode's. The step loop leaves out a prompt's last token, whose logits pick the first output
-  // token, so that token is computed alike wherever the chunks end. 0: decode's bits for all.
+  // token, so that token is computed alike wherever the chunks end, and short prompts
+  // (StepLoop::Options::promptPathMinTokens). 0: decode's bits for all.
   int64_t promptTokens = 0;
 };
 

@@ -48,7 +48,9 @@ Sequence& StepLoop::add(Session& session, SequenceRequest request, SequenceListe
   JITLLM_REQUIRE(tok != nullptr || request.stops.empty(), "stop strings need the model's tokenizer");
   sequences_.push_back(
       std::unique_ptr<Sequence>(new Sequence(session, nullptr, std::move(request), listener, tok, fed)));
-  return *sequences_.back();
+  Sequence& s = *sequences_.back();
+  s.promptPath_ = int64_t(s.history_.size() - fed) >= options_.promptPathMinTokens;
+  return s;
 }
 
 void StepLoop::fail(Sequence& sequence, const Error& error) {
@@ -123,9 +125,10 @@ bool StepLoop::take(Sequence& s, int64_t n) {
     return false;
   }
   // Unfed tokens beyond the next one are a prompt's (generated tokens are fed one by one as they
-  // come): they take the prompt path, all but the prompt's last token, which is always computed as
-  // decode computes it - so each token's path is the same however the prompt was chunked.
-  const int64_t promptTokens = std::min<int64_t>(n, int64_t(s.history_.size() - s.fed_) - 1);
+  // come): a long prompt's take the prompt path, all but its last token, which is always computed
+  // as decode computes it - so each token's path is the same however the prompt was chunked.
+  const int64_t promptTokens =
+      s.promptPath_ ? std::min<int64_t>(n, int64_t(s.history_.size() - s.fed_) - 1) : int64_t(0);
   inputs_.push_back({s.session_, {s.history_.data() + s.fed_, size_t(n)}, false, promptTokens});
   stepping_.push_back(&s);
   return true;

@@ -110,6 +110,7 @@ class Sequence final {
   std::optional<Error> error_;
   Clock::time_point added_, firstToken_;
   bool suspended_ = false;
+  bool promptPath_ = false;  // its prompt takes the devices' prompt path (Options::promptPathMinTokens)
 };
 
 class StepLoop final {
@@ -120,6 +121,12 @@ class StepLoop final {
     int64_t prefillChunk = 512;
     // Tokens one step takes at most, over all sequences.
     int64_t stepTokens = Model::kMaxStepTokens;
+    // A sequence with at least this many prompt tokens to feed feeds them on the devices' prompt
+    // path (SequenceInput::promptTokens), all but the last; shorter prompts ride along on decode's
+    // kernels, where a prompt path's cost per step (CUDA decodes every weight to fp16 for it) would
+    // outweigh what it saves. Decided from the sequence's own prompt, so its tokens never depend on
+    // what else is in its steps. 0: every prompt; INT64_MAX: none.
+    int64_t promptPathMinTokens = kPromptPathMinTokens;
     // A session could not reserve KV pages (OVERLOADED): free some and return true to try again,
     // or false to end that sequence with the error. Unset: false.
     std::function<bool()> onOutOfMemory;

@@ -8,7 +8,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <span>
 #include <sstream>
+#include <string_view>
 
 #include "engine/kv/host_kv.h"
 #include "engine/runtime/step_loop.h"
@@ -607,6 +610,74 @@ TEST_P(GpuTinyModels, APromptOnThePromptPathGivesTheSameBitsHoweverItIsChunked) 
   std::printf("tiny %-7s %s prompt path vs cpu: nmse %.3e (decode path %.3e)\n", mix.c_str(), testedBackend().name, e,
               decodeE);
   EXPECT_LE(e, 1e-5);
+}
+
+// The serving guarantee on the prompt path: sequences whose prompts take it (StepLoop::Options::
+// promptPathMinTokens: 128 by default, 0 for every prompt) get the same greedy tokens in a loop of
+// their own as together in any batch, their prompts fed in chunks of 3 beside the others' decoding
+// or whole - and the prompts of 128 tokens and more among them take the path by default.
+TEST_P(GpuTinyModels, SequencesOnThePromptPathGetTheirTokensAloneInAnyBatch) {
+  JITLLM_REQUIRE_GPU();
+  // Backends without a prompt path feed prompts on decode's kernels, whose batching
+  // StepLoopBatching covers (and lavapipe would take minutes over these steps).
+  if (std::string_view(testedBackend().name) != "cuda")
+    GTEST_SKIP() << "the " << testedBackend().name << " backend has no prompt path";
+  const std::string mix = GetParam();
+  std::string skip;
+  const std::string path = writeTinyModel(mix, skip);
+  if (path.empty()) GTEST_SKIP() << skip;
+  auto gpu = load(path, {"gpu"});
+  std::filesystem::remove(path);
+  runtime::Model& model = *gpu.model;
+  std::mt19937 rng(31);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t length : {size_t(150), size_t(9), size_t(200), size_t(128), size_t(17), size_t(140)}) {
+    std::vector<int32_t> p(length);
+    for (auto& id : p) id = int32_t(1 + rng() % uint32_t(model.config().vocabSize - 1));
+    prompts.push_back(std::move(p));
+  }
+  struct Collector final : runtime::SequenceListener {
+    std::vector<int32_t> tokens;
+    void generated(int32_t token, std::string_view, std::span<const float>) override { tokens.push_back(token); }
+  };
+  const auto request = [&](size_t i) {
+    runtime::SequenceRequest r;
+    r.prompt = prompts[i];
+    r.maxTokens = 8;
+    r.stopAtEndOfGeneration = false;
+    return r;
+  };
+  // Sequences [0, n) in one loop: half at once, the others three steps later.
+  const auto run = [&](std::vector<size_t> which, int64_t chunk, int64_t minTokens) {
+    runtime::StepLoop::Options o;
+    o.prefillChunk = chunk;
+    o.promptPathMinTokens = minTokens;
+    runtime::StepLoop loop(model, o);
+    std::vector<Collector> out(which.size());
+    for (size_t j = 0; j < which.size(); j++) {
+      if (j == (which.size() + 1) / 2) {
+        for (int s = 0; s < 3; s++) loop.step();
+      }
+      loop.add(model.createSession(256), request(which[j]), &out[j]);
+    }
+    while (loop.step()) {
+    }
+    for (auto& ended : loop.takeEnded()) EXPECT_FALSE(ended->error()) << ended->error()->what();
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& c : out) tokens.push_back(c.tokens);
+    return tokens;
+  };
+  for (int64_t minTokens : {runtime::kPromptPathMinTokens, int64_t(0)}) {
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < prompts.size(); i++) alone.push_back(run({i}, 512, minTokens)[0]);
+    for (int64_t chunk : {int64_t(3), int64_t(512)}) {
+      const auto together = run({0, 1, 2, 3, 4, 5}, chunk, minTokens);
+      for (size_t i = 0; i < prompts.size(); i++) {
+        EXPECT_EQ(together[i], alone[i]) << "sequence " << i << ", prompt chunks of " << chunk << ", prompt path from "
+                                         << minTokens << " tokens";
+      }
+    }
+  }
 }
 
 }  // namespace
