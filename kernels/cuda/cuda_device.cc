@@ -147,6 +147,10 @@ CudaDevice::CudaDevice(const DriverApi& api, const CudaDeviceOptions& options, R
   attentionPerHead_ = settings.attentionPerHead;
   check(api_.cuDeviceGetAttribute(&maxSharedOptIn_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_),
         "cuDeviceGetAttribute");
+  // gemm_f16's tallest block at 64 columns a stage takes 96 KiB (every sm_80+ GPU allows 99 or
+  // more); where it would not fit, 32 columns, else no prompt path.
+  if (size_t(maxSharedOptIn_) < promptGemmSharedBytes(128, promptSliceK_)) promptSliceK_ = 32;
+  if (size_t(maxSharedOptIn_) < promptGemmSharedBytes(128, 32)) promptGemm_ = false;
   intDecodeRows_ = settings.intDecodeRows;
   intPrefillRows_ = settings.intPrefillRows;
   skipOps_ = std::move(settings.skipOps);
