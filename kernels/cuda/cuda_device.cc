@@ -1357,10 +1357,15 @@ void CudaDevice::setPromptRows(std::span<const RowRange> ranges, int64_t tokens)
   promptTokens_ = ranges.empty() ? 0 : tokens;
 }
 
+bool CudaDevice::promptMatrix(const WeightRef& w) const {
+  // Quantized types and f16 (which fp16 holds exactly); f32 and bf16 would lose range or bits.
+  const bool halfExact = w.type == quant::TensorType::kF16 || quant::typeTraits(w.type).blockElems > 1;
+  return promptGemm_ && cudaSupportsWeightType(w.type) && halfExact && w.rows > 0 && w.cols % 32 == 0;
+}
+
 bool CudaDevice::promptProduct(const WeightRef& w, const float* x, int64_t tokens) const {
-  if (!promptGemm_ || promptRows_.empty() || tokens != promptTokens_) return false;
-  const bool decodable = w.type == quant::TensorType::kF16 || quant::typeTraits(w.type).blockElems > 1;
-  return decodable && w.cols % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (promptRows_.empty() || tokens != promptTokens_) return false;
+  return promptMatrix(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
 void CudaDevice::matmulPromptSplit(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
@@ -1801,8 +1806,7 @@ size_t CudaDevice::prepareKernels(const KernelWorkload& workload) {
     }
     // Prompt rows (setPromptRows): gemm_f16 at every block height a product's shape can choose.
     for (const WeightRef& w : ws) {
-      if (!promptGemm_ || !cudaSupportsWeightType(w.type) || w.rows <= 0 || w.cols % 32 != 0) continue;
-      if (w.type != quant::TensorType::kF16 && quant::typeTraits(w.type).blockElems == 1) continue;
+      if (!promptMatrix(w)) continue;
       std::set<int> heights;  // the choice changes with the tiles of 128 tokens only
       for (int64_t t = 128; t < workload.maxTokens + 128; t += 128) heights.insert(promptBlockRows(w.rows, t));
       for (int h : heights) want(promptGemmModule(w.type, w.cols, align(w), h, promptSlice(w.cols)));

@@ -313,9 +313,11 @@ class CudaDevice final : public Device {
   bool named() const { return profile_ || !skipOps_.empty(); }
   // Checks a product's shape and buffers; returns the alignment of the weight rows.
   int checkMatmul(const WeightRef& w, const float* x, int64_t tokens, const float* y, const float* bias) const;
+  // Whether gemm_f16 takes products by w: the prompt path on (sm_80 or later), a weight type
+  // dequant_f16 decodes into fp16 without loss of range (quantized or f16), whole 32-element slices.
+  bool promptMatrix(const WeightRef& w) const;
   // Whether prompt rows of a product of w over `tokens` rows at x take gemm_f16: the rows set by
-  // setPromptRows for exactly this many tokens, a weight type gemm_f16's dequant_f16 decodes
-  // (quantized or f16), whole 32-element slices, 16-byte aligned input, and sm_80 or later.
+  // setPromptRows for exactly this many tokens, promptMatrix(w), and a 16-byte aligned input.
   bool promptProduct(const WeightRef& w, const float* x, int64_t tokens) const;
   // matmul() with the prompt rows on gemm_f16 and every other run of rows on matmulRows.
   void matmulPromptSplit(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
