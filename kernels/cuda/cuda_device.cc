@@ -387,8 +387,7 @@ void CudaDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) {
 
 void CudaDevice::uploadThroughStaging(CUdeviceptr dst, const void* src, size_t bytes) {
   flush();
-  quantized_ = {};
-  halfHeld_ = {};
+  forgetHeldInputs();
   const auto* from = static_cast<const uint8_t*>(src);
   for (size_t done = 0, turn = 0; done < bytes; turn ^= 1) {
     const size_t n = std::min(kStagingBytes, bytes - done);
@@ -1042,8 +1041,7 @@ void CudaDevice::rmsNorm(const float* x, const float* weight, float* out, int64_
   const Command c = make(addend, 0, 0);
   if (index != kNotQueued) {
     lastAdd_ = {};
-    quantized_ = {};
-    halfHeld_ = {};
+    forgetHeldInputs();
     producer_ = {};
     fusedAdds_++;
   } else {
@@ -1175,7 +1173,7 @@ void CudaDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, 
     const ModuleSpec spec = intMatmulGroupModule(parts, cols, align, perWarpTokens);
     it = groupMatmuls_.emplace(key, function(module(spec), "matmul_int_group")).first;
   }
-  const KeepQuantized keep(keepQuantized_);
+  const KeepInput keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, cols);
   CUdeviceptr xqPtr = xq_;
   int t = int(tokens);
@@ -1316,7 +1314,7 @@ uint64_t CudaDevice::quantizeInput(const float* x, int64_t tokens, int64_t cols)
 
 void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias,
                                int align) {
-  const KeepQuantized keep(keepQuantized_);
+  const KeepInput keep(keepQuantized_);
   uint64_t xqStride = quantizeInput(x, tokens, w.cols);
   CUdeviceptr xqPtr = xq_;
   const IntProduct choice = intProduct(w, align, tokens);
@@ -1416,7 +1414,7 @@ void CudaDevice::matmulPrompt(const WeightRef& w, const float* x, int64_t tokens
   const int64_t K = w.cols, N = w.rows;
   const int blockRows = promptBlockRows(N, tokens);
   const PromptKernels& k = promptKernels(w.type, K, align, blockRows);
-  const KeepQuantized keep(keepHalf_);
+  const KeepInput keep(keepHalf_);
   growScratch(halfWeights_, halfWeightsBytes_, size_t(N * K) * 2, "fp16 weights");
   if (growScratch(halfInput_, halfInputBytes_, size_t(tokens * K) * 2, "fp16 activations")) halfHeld_ = {};
   CUdeviceptr wp = dptr(w.data), wh = halfWeights_, xp = dptr(x), xh = halfInput_, yp = dptr(y), bp = dptr(bias);

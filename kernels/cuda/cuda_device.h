@@ -337,7 +337,7 @@ class CudaDevice final : public Device {
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias, int align);
   // Makes xq_ hold x's integer form: nothing when it still does, else the producer that just queued
-  // x writes it (fused), else quantize_x. Returns the row stride. The caller holds a KeepQuantized.
+  // x writes it (fused), else quantize_x. Returns the row stride. The caller holds a KeepInput.
   uint64_t quantizeInput(const float* x, int64_t tokens, int64_t cols);
   // The integer kernels' rows per warp for w at perWarpTokens tokens per warp (dp4a kernels).
   int intRowsPerWarp(const WeightRef& w, int perWarpTokens) const;
@@ -466,14 +466,20 @@ class CudaDevice final : public Device {
   CUfunction selectKernel_ = nullptr;
   QuantizedInput quantized_;
   bool keepQuantized_ = false;  // set while an integer product queues its own launches
-  // Sets keepQuantized_ for its lifetime (an integer product's quantization and launch).
-  struct KeepQuantized {
-    explicit KeepQuantized(bool& held) : flag(held) { flag = true; }
-    ~KeepQuantized() { flag = false; }
-    KeepQuantized(const KeepQuantized&) = delete;
-    KeepQuantized& operator=(const KeepQuantized&) = delete;
+  // Sets a keep flag for its lifetime: keepQuantized_ over an integer product's quantization and
+  // launch, keepHalf_ over a prompt product's launches.
+  struct KeepInput {
+    explicit KeepInput(bool& held) : flag(held) { flag = true; }
+    ~KeepInput() { flag = false; }
+    KeepInput(const KeepInput&) = delete;
+    KeepInput& operator=(const KeepInput&) = delete;
     bool& flag;
   };
+  // Forgets the inputs held in another form (quantized_, halfHeld_): their bytes may change.
+  void forgetHeldInputs() {
+    quantized_ = {};
+    halfHeld_ = {};
+  }
   // The last op queued, when it produced a float array a product may read next and can write that
   // array's integer form as it goes (rms_norm, swiglu and geglu with an xq argument): an integer product
   // reading exactly that array swaps the queued command for its fused form instead of launching

@@ -187,6 +187,15 @@ std::string writeTinyModel(const std::string& mix, std::string& skip) {
   return path;
 }
 
+// n token ids below `vocab` from seed, the first 1 (BOS).
+std::vector<int32_t> randomIds(size_t n, uint32_t seed, int64_t vocab) {
+  std::vector<int32_t> ids(n);
+  std::mt19937 rng(seed);
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(vocab));
+  ids[0] = 1;
+  return ids;
+}
+
 TEST_P(GpuTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
   JITLLM_REQUIRE_GPU();
   const std::string mix = GetParam();
@@ -198,10 +207,7 @@ TEST_P(GpuTinyModels, TeacherForcedLogitsStayWithin1e6NmseOfTheCpu) {
   auto gpu16 = load(path, {"gpu"}, {}, KvPrecision::kF16);
   auto cpu16 = load(path, {"cpu"}, {}, KvPrecision::kF16);
   std::filesystem::remove(path);  // the mappings keep the bytes
-  std::vector<int32_t> ids(40);
-  std::mt19937 rng(11);
-  for (auto& id : ids) id = int32_t(rng() % uint32_t(cpu.model->config().vocabSize));
-  ids[0] = 1;
+  const std::vector<int32_t> ids = randomIds(40, 11, cpu.model->config().vocabSize);
   const auto want = scoreAll(*cpu.model, ids);
   const auto got = scoreAll(*gpu.model, ids);
   ASSERT_EQ(got.size(), want.size());
@@ -574,10 +580,7 @@ TEST_P(GpuTinyModels, APromptOnThePromptPathGivesTheSameBitsHoweverItIsChunked) 
   auto gpu = load(path, {"gpu"});
   auto cpu = load(path, {"cpu"});
   std::filesystem::remove(path);
-  std::vector<int32_t> ids(40);
-  std::mt19937 rng(23);
-  for (auto& id : ids) id = int32_t(rng() % uint32_t(cpu.model->config().vocabSize));
-  ids[0] = 1;
+  const std::vector<int32_t> ids = randomIds(40, 23, cpu.model->config().vocabSize);
   // Feeds ids in chunks (sizes, then the last token alone), all but the last as prompt tokens;
   // returns the last token's logits.
   const auto feed = [&](runtime::Model& model, const std::vector<size_t>& chunks, bool promptPath) {
