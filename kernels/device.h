@@ -286,9 +286,9 @@ class Device {
   // until the next call, a product (matmul, matmuls) over exactly `tokens` rows may compute the
   // rows in `ranges` on a prompt path of its own - faster for many tokens, its bits a function of
   // the token's own row (so independent of the batch and of how a prompt was chunked) but not
-  // decode's bits. The CUDA backend's is fp16 tensor cores (docs/cuda.md); the default ignores the
-  // hint, which is always correct. Empty `ranges`: every row takes the ordinary path. Ranges are
-  // sorted, disjoint and within [0, tokens).
+  // decode's bits. CUDA's is fp16 tensor cores (docs/cuda.md), the CPU's byte activations
+  // (docs/cpu-kernels.md); the default ignores the hint, which is always correct. Empty `ranges`:
+  // every row takes the ordinary path. Ranges are sorted, disjoint and within [0, tokens).
   struct RowRange {
     int64_t begin = 0, end = 0;
   };

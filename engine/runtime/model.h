@@ -106,11 +106,11 @@ struct SequenceInput {
   std::span<const int32_t> tokens;
   bool allLogits = false;  // every position's logits (scoring); else only the last token's
   // The first promptTokens tokens are a prompt's, whose products a device may compute on its prompt
-  // path (Device::setPromptRows; CUDA: fp16 tensor cores): their bits depend only on each token's
-  // own row - the same in any batch and however the prompt is chunked - but are not token-by-token
-  // decode's. The step loop leaves out a prompt's last token, whose logits pick the first output
-  // token, so that token is computed alike wherever the chunks end, and short prompts
-  // (StepLoop::Options::promptPathMinTokens). 0: decode's bits for all.
+  // path (Device::setPromptRows; CUDA: fp16 tensor cores; CPU: byte activations): their bits depend
+  // only on each token's own row - the same in any batch and however the prompt is chunked - but
+  // are not token-by-token decode's. The step loop leaves out a prompt's last token, whose logits
+  // pick the first output token, so that token is computed alike wherever the chunks end, and
+  // short prompts (StepLoop::Options::promptPathMinTokens). 0: decode's bits for all.
   int64_t promptTokens = 0;
 };
 

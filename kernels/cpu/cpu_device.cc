@@ -93,10 +93,18 @@ constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 
 }  // namespace
 
+namespace {
+bool promptBytesByDefault() {
+  const char* env = std::getenv("JITLLM_CPU_PROMPT_BYTES");
+  return !(env && std::strcmp(env, "0") == 0);
+}
+}  // namespace
+
 CpuDevice::CpuDevice(const CpuDeviceOptions& options)
     : isa_(options.isa.value_or(bestIsa())),
       tuning_(tuningFor(options)),
-      pool_(options.threads > 0 ? options.threads : tuning_.threads) {
+      pool_(options.threads > 0 ? options.threads : tuning_.threads),
+      promptBytes_(options.promptBytes.value_or(promptBytesByDefault())) {
   info_.id = {"cpu", options.index};
   info_.caps.hostMemory = true;
   info_.caps.kernelsCompiledIn = true;
@@ -204,10 +212,54 @@ void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float
     });
     return;
   }
+  if (promptBytes_ && tokens == promptTokens_ && !promptRows_.empty() && promptRowsOnBytes(isa_, w.type)) {
+    // The prompt rows' runs on their own path, the others' on the ordinary one; each thread takes
+    // its rows through every run.
+    struct Run {
+      int64_t begin, end;
+      bool prompt;
+    };
+    std::vector<Run> runs;
+    int64_t at = 0;
+    for (const RowRange& r : promptRows_) {
+      if (r.begin > at) runs.push_back({at, r.begin, false});
+      runs.push_back({r.begin, r.end, true});
+      at = r.end;
+    }
+    if (at < tokens) runs.push_back({at, tokens, false});
+    // Each run's prompt activations are quantized once, by all threads, before any row is
+    // multiplied (in every chunk of rows, matmulPromptRows would quantize them again).
+    while (promptActivations_.size() < runs.size()) promptActivations_.push_back(std::make_unique<PromptActivations>());
+    for (size_t i = 0; i < runs.size(); i++) {
+      if (!runs[i].prompt) continue;
+      PromptActivations& p = *promptActivations_[i];
+      const int64_t groups = p.reset(isa_, runs[i].end - runs[i].begin, w.cols);
+      pool_.parallelFor(groups, 1,
+                        [&](int64_t begin, int64_t end) { p.layOut(x + runs[i].begin * w.cols, w.cols, begin, end); });
+    }
+    pool_.parallelFor(w.rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
+      for (size_t i = 0; i < runs.size(); i++) {
+        float* ys = y + runs[i].begin * w.rows;
+        if (runs[i].prompt) {
+          matmulPromptRowsPrepared(view, *promptActivations_[i], ys, w.rows, begin, end);
+        } else {
+          matmulRows(view, x + runs[i].begin * w.cols, w.cols, runs[i].end - runs[i].begin, ys, w.rows, begin, end,
+                     isa_);
+        }
+      }
+      addBias(begin, end);
+    });
+    return;
+  }
   pool_.parallelFor(w.rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
     matmulRows(view, x, w.cols, tokens, y, w.rows, begin, end, isa_);
     addBias(begin, end);
   });
+}
+
+void CpuDevice::setPromptRows(std::span<const RowRange> ranges, int64_t tokens) {
+  promptRows_.assign(ranges.begin(), ranges.end());
+  promptTokens_ = ranges.empty() ? 0 : tokens;
 }
 
 void CpuDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,

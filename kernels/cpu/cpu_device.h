@@ -13,6 +13,7 @@
 #include <atomic>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cpu/cpu_tuning.h"
 #include "kernels/cpu/gemm/isa.h"
@@ -29,6 +30,10 @@ struct CpuDeviceOptions {
   std::optional<Isa> isa;   // force a kernel variant (tests); default: the best the CPU has
   // Measured settings (cpu_tuning.h); default: this CPU's file in the cache, else the defaults.
   std::optional<CpuTuning> tuning;
+  // Whether prompt rows (setPromptRows) take the byte activations of matmulPromptRows where the
+  // Isa has them; default: yes unless JITLLM_CPU_PROMPT_BYTES=0 (which keeps decode's bits for
+  // every token, at prefill's old speed).
+  std::optional<bool> promptBytes;
 };
 
 class CpuDevice final : public Device {
@@ -50,6 +55,7 @@ class CpuDevice final : public Device {
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
+  // Rows given by setPromptRows take matmulPromptRows where the Isa has it for w's type.
   void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) override;
   void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
             const RopeParams& params) override;
@@ -63,6 +69,8 @@ class CpuDevice final : public Device {
   // The rows are host memory: selected in place, rows spread over the threads.
   void selectCandidates(float* logits, int64_t rows, int64_t vocab, std::span<const CandidateRequest> requests,
                         int32_t* ids, float* values, int64_t stride) override;
+  void setPromptRows(std::span<const RowRange> ranges, int64_t tokens) override;
+  bool promptBytes() const { return promptBytes_; }
 
  private:
   friend class CpuBuffer;
@@ -77,7 +85,12 @@ class CpuDevice final : public Device {
   ThreadPool pool_;
   std::unordered_map<const void*, size_t> weightBytes_;  // executor thread only
   PreparedActivations prepared_;                         // executor thread only; reused by each matmul
+  // Executor thread only: one per run of prompt rows in a product, reused by each matmul.
+  std::vector<std::unique_ptr<PromptActivations>> promptActivations_;
   size_t weightBytesTotal_ = 0;
+  bool promptBytes_;
+  std::vector<RowRange> promptRows_;  // executor thread only: the last setPromptRows
+  int64_t promptTokens_ = 0;
 };
 
 }  // namespace jitllm::cpu

@@ -351,7 +351,9 @@ TEST(Matmul, Bf16WeightsOnVdpbf16psSplitEachActivationInTwoHalves) {
   matmulRows(m.view(), x.data(), kCols, kTokens, y.data(), kRows, 0, kRows, Isa::kAvx512Bf16);
   for (int64_t r = 0; r < kRows; r++) {
     const float w = m.dequantized[size_t(r * kCols + 700)];
-    if (w != 0) EXPECT_EQ(y[size_t(kRows + r)], std::copysign(INFINITY, w)) << "row " << r;
+    if (w != 0) {
+      EXPECT_EQ(y[size_t(kRows + r)], std::copysign(INFINITY, w)) << "row " << r;
+    }
   }
   EXPECT_TRUE(std::isfinite(y[0]) && std::isfinite(y[size_t(2 * kRows)]));
   x[size_t(kCols + 700)] = NAN;
@@ -375,6 +377,172 @@ TEST(Matmul, PreparedActivationsAreOnlyForTheAmxProductsAndRefuseAMismatch) {
   bad.type = TensorType::kQ4_0;
   EXPECT_THROW(matmulRowsPrepared(bad, prepared, y.data(), 16, 0, 16, Isa::kAvx512Amx), Error);
   EXPECT_THROW(prepared.reset(16, 100), Error);
+}
+
+// --- The prompt path (matmulPromptRows): activations of one byte per element.
+
+constexpr TensorType kPromptTypes[] = {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ4_0,
+                                       TensorType::kQ5_0};
+
+std::vector<Isa> promptIsasHere(TensorType type) {
+  std::vector<Isa> out;
+  for (Isa isa : isasHere()) {
+    if (promptRowsOnBytes(isa, type)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Activations whose blocks of 32 differ: ordinary ones, one a million times smaller, an all-zero
+// one and one of values near 1e-35 (below the smallest block that takes the scale amax / 127).
+std::vector<float> promptActivations(int64_t tokens, int64_t stride, uint32_t seed) {
+  std::vector<float> x = randomActivations(tokens, stride, seed);
+  for (int64_t t = 0; t < tokens; t++) {
+    float* row = x.data() + t * stride;
+    for (int64_t k = 32; k < 64; k++) row[k] *= 1e-6f;
+    if (t % 3 == 0) std::fill(row + 64, row + 96, 0.0f);
+    if (t % 4 == 1) {
+      for (int64_t k = 96; k < 128; k++) row[k] *= 1e-35f;
+    }
+  }
+  return x;
+}
+
+// Every output within the bound of byte activations from the float64 product of the dequantized
+// weights: each activation is off by at most d / 2, d = amax / 127 of its block, so a result by at
+// most sum |w| amax / 254 over its blocks (plus float rounding). And the path is taken: the
+// results are not the ordinary (~15-bit) path's.
+TEST(Matmul, PromptRowsOnByteActivationsStayWithinTheirBoundOfTheTruth) {
+  constexpr int64_t kRows = 37;
+  for (TensorType type : kPromptTypes) {
+    const int64_t cols = colsFor(type);
+    const Matrix m = randomMatrix(type, kRows, cols, 1300 + uint32_t(type));
+    for (Isa isa : promptIsasHere(type)) {
+      // 21 tokens: two token vectors of 8, then a tile of 4 and one token alone; 8: one vector.
+      for (int64_t tokens : {21, 8, 3}) {
+        SCOPED_TRACE(describe(type, isa, tokens));
+        const int64_t xStride = cols + 3, yStride = kRows + 5;
+        const std::vector<float> x = promptActivations(tokens, xStride, 11 * uint32_t(tokens));
+        std::vector<float> y(size_t(tokens * yStride), NAN), ordinary(y.size(), NAN);
+        for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 5}, {5, 22}, {22, 23}, {23, 37}}) {
+          matmulPromptRows(m.view(), x.data(), xStride, tokens, y.data(), yStride, begin, end, isa);
+        }
+        matmulRows(m.view(), x.data(), xStride, tokens, ordinary.data(), yStride, 0, kRows, isa);
+        int64_t differ = 0;
+        for (int64_t t = 0; t < tokens; t++) {
+          const float* xt = x.data() + t * xStride;
+          for (int64_t r = 0; r < kRows; r++) {
+            double exact = 0, magnitude = 0, bound = 0;
+            for (int64_t k0 = 0; k0 < cols; k0 += 32) {
+              double amax = 0, weights = 0;
+              for (int64_t k = k0; k < k0 + 32; k++) {
+                const double w = m.dequantized[size_t(r * cols + k)];
+                exact += w * xt[k];
+                magnitude += std::abs(w * xt[k]);
+                weights += std::abs(w);
+                amax = std::max(amax, std::abs(double(xt[k])));
+              }
+              bound += weights * amax / 254;
+            }
+            const float got = y[size_t(t * yStride + r)];
+            ASSERT_LE(std::abs(got - exact), bound * (1 + 1e-4) + 1e-5 * magnitude)
+                << "row " << r << " token " << t << ": " << got << " against " << exact;
+            if (got != ordinary[size_t(t * yStride + r)]) differ++;
+          }
+        }
+        EXPECT_GT(differ, tokens * kRows / 2) << "the prompt path gave the ordinary path's results";
+      }
+    }
+  }
+}
+
+// A prompt token's bits are a function of its own row: the same whole, in any row split, alone, in
+// uneven batches, from prepared activations (PromptActivations, laid out by groups) - and the same
+// on every Isa that has the path.
+TEST(Matmul, PromptRowsGiveEachTokenTheSameBitsInAnyBatchAnySplitAndOnEveryIsa) {
+  constexpr int64_t kRows = 45, kTokens = 29;
+  for (TensorType type : kPromptTypes) {
+    const std::vector<Isa> isas = promptIsasHere(type);
+    if (isas.empty()) continue;
+    const int64_t cols = colsFor(type);
+    const Matrix m = randomMatrix(type, kRows, cols, 1700 + uint32_t(type));
+    const std::vector<float> x = promptActivations(kTokens, cols, 99);
+    std::vector<float> want(size_t(kTokens * kRows), NAN);
+    matmulPromptRows(m.view(), x.data(), cols, kTokens, want.data(), kRows, 0, kRows, isas[0]);
+    for (float v : want) ASSERT_TRUE(std::isfinite(v));
+    for (Isa isa : isas) {
+      SCOPED_TRACE(describe(type, isa, kTokens));
+      std::vector<float> y(want.size(), NAN);
+      matmulPromptRows(m.view(), x.data(), cols, kTokens, y.data(), kRows, 0, kRows, isa);
+      EXPECT_TRUE(bitwiseEqual(want, y)) << "another Isa's bits (" << isaName(isas[0]) << ")";
+      std::fill(y.begin(), y.end(), NAN);
+      for (int64_t begin = 0; begin < kRows;) {
+        const int64_t end = std::min<int64_t>(kRows, begin + 1 + begin % 6);
+        matmulPromptRows(m.view(), x.data(), cols, kTokens, y.data(), kRows, begin, end, isa);
+        begin = end;
+      }
+      EXPECT_TRUE(bitwiseEqual(want, y)) << "row splitting changed the result";
+      std::fill(y.begin(), y.end(), NAN);
+      for (int64_t t = 0; t < kTokens; t++) {
+        matmulPromptRows(m.view(), x.data() + t * cols, cols, 1, y.data() + t * kRows, kRows, 0, kRows, isa);
+      }
+      EXPECT_TRUE(bitwiseEqual(want, y)) << "one token at a time differs from the batch";
+      std::fill(y.begin(), y.end(), NAN);
+      for (int64_t t = 0; t < kTokens;) {
+        const int64_t n = std::min<int64_t>(kTokens - t, 3 + t % 11);
+        matmulPromptRows(m.view(), x.data() + t * cols, cols, n, y.data() + t * kRows, kRows, 0, kRows, isa);
+        t += n;
+      }
+      EXPECT_TRUE(bitwiseEqual(want, y)) << "batch composition changed the result";
+      PromptActivations prepared;
+      const int64_t groups = prepared.reset(isa, kTokens, cols);
+      ASSERT_EQ(groups, 4);
+      prepared.layOut(x.data(), cols, 2, groups);  // groups in any order, as threads take them
+      prepared.layOut(x.data(), cols, 0, 2);
+      std::fill(y.begin(), y.end(), NAN);
+      matmulPromptRowsPrepared(m.view(), prepared, y.data(), kRows, 0, 20);
+      matmulPromptRowsPrepared(m.view(), prepared, y.data(), kRows, 20, kRows);
+      EXPECT_TRUE(bitwiseEqual(want, y)) << "prepared activations differ";
+    }
+  }
+}
+
+// A block holding inf or NaN carries it into the results, as on the ordinary path; types and
+// Isas without the path are refused by name, and prepared activations must fit the product.
+TEST(Matmul, PromptRowsPropagateNonFiniteBlocksAndRefuseWhatHasNoPath) {
+  EXPECT_FALSE(promptRowsOnBytes(Isa::kScalar, TensorType::kQ4_K));
+  for (Isa isa : isasHere()) {
+    EXPECT_FALSE(promptRowsOnBytes(isa, TensorType::kQ8_0)) << isaName(isa);
+    EXPECT_FALSE(promptRowsOnBytes(isa, TensorType::kF16)) << isaName(isa);
+  }
+  if (isaSupported(Isa::kAvx512Amx)) {
+    EXPECT_FALSE(promptRowsOnBytes(Isa::kAvx512Amx, TensorType::kQ4_K));  // on the tiles already
+    EXPECT_TRUE(promptRowsOnBytes(Isa::kAvx512Amx, TensorType::kQ5_K));
+  }
+  const std::vector<Isa> isas = promptIsasHere(TensorType::kQ4_K);
+  if (isas.empty()) GTEST_SKIP() << "no Isa here has the prompt path (it needs AVX2)";
+  constexpr int64_t kRows = 8, kCols = 512, kTokens = 9;
+  const Matrix m = randomMatrix(TensorType::kQ4_K, kRows, kCols, 5);
+  std::vector<float> x = randomActivations(kTokens, kCols, 6);
+  x[size_t(kCols + 300)] = INFINITY;  // token 1
+  x[size_t(2 * kCols + 10)] = NAN;    // token 2
+  for (Isa isa : isas) {
+    SCOPED_TRACE(isaName(isa));
+    std::vector<float> y(size_t(kTokens * kRows), 0.0f);
+    matmulPromptRows(m.view(), x.data(), kCols, kTokens, y.data(), kRows, 0, kRows, isa);
+    for (int64_t r = 0; r < kRows; r++) {
+      EXPECT_FALSE(std::isfinite(y[size_t(kRows + r)])) << "row " << r;
+      EXPECT_TRUE(std::isnan(y[size_t(2 * kRows + r)])) << "row " << r;
+      EXPECT_TRUE(std::isfinite(y[size_t(r)]) && std::isfinite(y[size_t(3 * kRows + r)])) << "row " << r;
+    }
+    Matrix q8 = randomMatrix(TensorType::kQ8_0, kRows, kCols, 7);
+    EXPECT_THROW(matmulPromptRows(q8.view(), x.data(), kCols, kTokens, y.data(), kRows, 0, kRows, isa), Error);
+    PromptActivations prepared;
+    EXPECT_THROW(prepared.reset(isa, kTokens, 100), Error);
+    prepared.layOut(x.data(), 256, 0, prepared.reset(isa, kTokens, 256));
+    EXPECT_THROW(matmulPromptRowsPrepared(m.view(), prepared, y.data(), kRows, 0, kRows), Error);
+  }
+  PromptActivations prepared;
+  EXPECT_THROW(prepared.reset(Isa::kScalar, kTokens, kCols), Error);
 }
 
 TEST(Matmul, RejectsShapesThatDoNotFitTheTypeOrTheMatrix) {

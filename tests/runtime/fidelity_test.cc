@@ -135,6 +135,28 @@ TEST_P(MicroFidelity, LogitsAreAtLeastAsCloseToTheFloat64TruthAsLlamaCpps) {
   EXPECT_GE(a.top1, b.top1);
 }
 
+// The prompt path (Device::setPromptRows; on the CPU, byte activations for the quantized types
+// that have it) is held to the same bar: every position fed as a prompt token, the head then
+// computing each one's logits.
+TEST_P(MicroFidelity, OnThePromptPathLogitsAreAtLeastAsCloseToTheFloat64TruthAsLlamaCpps) {
+  const std::string type = GetParam();
+  const auto ids = readIds(readFirstLine(goldenPath("micro/tokens.txt")));
+  auto m = loadOnCpu(goldenPath("micro/micro-" + type + ".gguf"));
+  auto session = m.model->createSession(int64_t(ids.size()));
+  std::vector<float> ours;
+  runtime::SequenceInput in{session.get(), ids, true, int64_t(ids.size())};
+  m.model->forward({&in, 1}, ours);
+  const auto truth = readFloats(goldenPath("micro/" + type + ".truth.bin"));
+  const auto llamacpp = readFloats(goldenPath("micro/" + type + ".llamacpp.bin"));
+  ASSERT_EQ(ours.size(), truth.size());
+  const auto a = compareLogits(ours, truth, 512);
+  const auto b = compareLogits(llamacpp, truth, 512);
+  std::printf("micro %-7s prompt path: jitllm nmse %.3e top1 %.4f | llama.cpp nmse %.3e top1 %.4f\n", type.c_str(),
+              a.nmse, a.top1, b.nmse, b.top1);
+  EXPECT_LE(a.nmse, std::max(1.1 * b.nmse, 1e-6));
+  EXPECT_GE(a.top1, b.top1);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryWeightType, MicroFidelity,
                          ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"));
 

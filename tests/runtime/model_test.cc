@@ -158,6 +158,57 @@ TEST(Model, TheThreadCountDoesNotChangeAnyLogit) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+// The CPU's prompt path (Device::setPromptRows; CpuDevice: byte activations, matmulPromptRows):
+// a prompt fed on it leaves the same KV whatever its chunks, so the logits after it - its last
+// token on the decode path - have the same bits fed whole, in chunks, or with the last token in the
+// same input; the path is taken (those bits are not decode's), and a device told not to take it
+// (CpuDeviceOptions::promptBytes, JITLLM_CPU_PROMPT_BYTES=0) gives decode's bits for every token.
+TEST(Model, APromptOnTheCpuPromptPathGivesTheSameBitsHoweverItIsChunked) {
+  const auto ids = microTokens();
+  const size_t prompt = ids.size() - 1;
+  const auto lastLogits = [&](runtime::Model& model, const std::vector<size_t>& chunks, bool promptPath) {
+    auto session = model.createSession(int64_t(ids.size()));
+    std::vector<float> logits;
+    size_t at = 0;
+    for (size_t n : chunks) {
+      runtime::SequenceInput in{session.get(), {ids.data() + at, n}, false, promptPath ? int64_t(n) : 0};
+      model.forward({&in, 1}, logits);
+      at += n;
+    }
+    runtime::SequenceInput in{
+        session.get(), {ids.data() + at, ids.size() - at}, false, promptPath ? int64_t(ids.size() - at - 1) : 0};
+    logits.clear();
+    model.forward({&in, 1}, logits);
+    return logits;
+  };
+  for (cpu::Isa isa : cpu::kAllIsas) {
+    if (!cpu::promptRowsOnBytes(isa, quant::TensorType::kQ4_K)) continue;
+    SCOPED_TRACE(cpu::isaName(isa));
+    cpu::CpuDeviceOptions o;
+    o.isa = isa;
+    o.threads = 2;
+    cpu::CpuDevice device(o);
+    o.promptBytes = false;
+    cpu::CpuDevice decodeOnly(o);
+    ASSERT_TRUE(device.promptBytes());
+    runtime::ModelLoadOptions options;
+    options.devices = {&device};
+    auto model = runtime::Model::load(kMicro, options);
+    options.devices = {&decodeOnly};
+    auto reference = runtime::Model::load(kMicro, options);
+
+    const auto whole = lastLogits(*model, {prompt}, true);
+    EXPECT_EQ(whole, lastLogits(*model, {7, 13, 19}, true));
+    EXPECT_EQ(whole, lastLogits(*model, {}, true));  // the prompt and its last token in one input
+    const auto decode = lastLogits(*model, {prompt}, false);
+    EXPECT_NE(whole, decode) << "the prompt rows took decode's path";
+    EXPECT_EQ(lastLogits(*reference, {prompt}, true), decode);
+    const double e = compareLogits(whole, decode, 512).nmse;
+    std::printf("micro q4_k_m on %s: prompt path vs decode path nmse %.3e\n", cpu::isaName(isa), e);
+    EXPECT_LE(e, 1e-3);
+  }
+}
+
 // The float variants differ from the portable one by float rounding alone; the integer ones
 // (quantized weights against ~15-bit activations, kernels/cpu/gemm/matmul_int8.inc) also by the
 // activations' rounding. Integer variants of one width share every kernel's bits (the products

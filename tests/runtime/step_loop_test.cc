@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -329,6 +331,69 @@ TEST_F(StepLoopPriorities, APreemptedSequenceResumesFromHostRamWithTheTokensItGe
     EXPECT_FALSE(b.error());
     EXPECT_EQ(urgent.tokens, urgentAlone);
     EXPECT_EQ(batch.tokens, batchAlone);
+  }
+}
+
+// The serving guarantee on the CPU's prompt path (byte activations for prompt rows, CpuDevice):
+// sequences whose prompts take it (StepLoop::Options::promptPathMinTokens: 128 by default, 0 for
+// every prompt) get the same greedy tokens in a loop of their own as together in any batch, their
+// prompts fed in chunks of 3 beside the others' decoding or whole. The quantized micro model, whose
+// q4_K and q6_K products have the path.
+TEST(StepLoopPromptPath, SequencesOnTheCpuPromptPathGetTheirTokensAloneInAnyBatch) {
+  cpu::CpuDeviceOptions o;
+  o.threads = 2;
+  cpu::CpuDevice device(o);
+  runtime::ModelLoadOptions options;
+  options.devices = {&device};
+  auto model = runtime::Model::load(goldenPath("micro/micro-q4_k_m.gguf"), options);
+  std::mt19937 rng(31);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t length : {size_t(150), size_t(9), size_t(200), size_t(128), size_t(17), size_t(140)}) {
+    std::vector<int32_t> p(length);
+    for (auto& id : p) id = int32_t(1 + rng() % uint32_t(model->config().vocabSize - 1));
+    prompts.push_back(std::move(p));
+  }
+  const auto run = [&](std::vector<size_t> which, int64_t chunk, int64_t minTokens) {
+    runtime::StepLoop::Options lo;
+    lo.prefillChunk = chunk;
+    lo.promptPathMinTokens = minTokens;
+    runtime::StepLoop loop(*model, lo);
+    std::vector<Collector> out(which.size());
+    for (size_t j = 0; j < which.size(); j++) {
+      if (j == (which.size() + 1) / 2) {
+        for (int s = 0; s < 3; s++) loop.step();
+      }
+      runtime::SequenceRequest r;
+      r.prompt = prompts[which[j]];
+      r.maxTokens = 8;
+      r.stopAtEndOfGeneration = false;
+      loop.add(model->createSession(256), r, &out[j]);
+    }
+    while (loop.step()) {
+    }
+    for (auto& ended : loop.takeEnded()) EXPECT_FALSE(ended->error()) << ended->error()->what();
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& c : out) tokens.push_back(c.tokens);
+    return tokens;
+  };
+  std::vector<std::vector<int32_t>> decodeAlone;
+  for (size_t i = 0; i < prompts.size(); i++)
+    decodeAlone.push_back(run({i}, 512, std::numeric_limits<int64_t>::max())[0]);
+  for (int64_t minTokens : {runtime::kPromptPathMinTokens, int64_t(0)}) {
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < prompts.size(); i++) alone.push_back(run({i}, 512, minTokens)[0]);
+    for (int64_t chunk : {int64_t(3), int64_t(512)}) {
+      const auto together = run({0, 1, 2, 3, 4, 5}, chunk, minTokens);
+      for (size_t i = 0; i < prompts.size(); i++) {
+        EXPECT_EQ(together[i], alone[i]) << "sequence " << i << ", prompt chunks of " << chunk << ", prompt path from "
+                                         << minTokens << " tokens";
+      }
+    }
+    // Short prompts keep decode's path under the default threshold.
+    if (minTokens == runtime::kPromptPathMinTokens) {
+      EXPECT_EQ(alone[1], decodeAlone[1]);
+      EXPECT_EQ(alone[4], decodeAlone[4]);
+    }
   }
 }
 

@@ -76,6 +76,117 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
   JITLLM_FAIL(kFailed, "matmul: unknown Isa ", int(isa));
 }
 
+bool promptRowsOnBytes(Isa isa, quant::TensorType type) {
+  using quant::TensorType;
+  const bool bytesType = type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K ||
+                         type == TensorType::kQ4_0 || type == TensorType::kQ5_0;
+  if (!bytesType || !isaSupported(isa)) return false;
+  switch (isa) {
+    case Isa::kScalar:
+      return false;
+    case Isa::kAvx512Amx:
+      return !detail::amxMultiplies(type);
+    default:
+      return true;  // every other Isa runs AVX2 (an AVX-512 CPU has it)
+  }
+}
+
+namespace {
+
+// Which compile of the 256-bit kernels runs an Isa's prompt products: one set of bits on every Isa
+// (the integer sums are exact however they are made), with vpdpbusd where the Isa has it - the
+// AVX-512 paths in its EVEX form where the CPU has AVX-512 VNNI. kAvx2 stays on vpmaddubsw even
+// on a CPU with more, as its ordinary products do.
+enum class PromptKernels { kAvx2, kAvxVnni, kNarrowVnni };
+
+PromptKernels promptKernels(Isa isa) {
+  if (isa == Isa::kAvx2) return PromptKernels::kAvx2;
+  if (isa == Isa::kAvxVnni) return PromptKernels::kAvxVnni;
+  if (isaSupported(Isa::kAvx512Vnni)) return PromptKernels::kNarrowVnni;
+  if (isaSupported(Isa::kAvxVnni)) return PromptKernels::kAvxVnni;
+  return PromptKernels::kAvx2;
+}
+
+void requirePromptPath(const WeightView& w, Isa isa) {
+  JITLLM_REQUIRE(promptRowsOnBytes(isa, w.type), "matmul: ", isaName(isa), " has no prompt path for ",
+                 quant::typeTraits(w.type).name);
+}
+
+}  // namespace
+
+void matmulPromptRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
+                      int64_t rowBegin, int64_t rowEnd, Isa isa) {
+  requireWeightsAndRows(w, rowBegin, rowEnd);
+  JITLLM_REQUIRE(nTokens >= 0 && (nTokens <= 1 || xStride >= w.cols), "matmul: ", nTokens,
+                 " tokens with activation stride ", xStride, " for ", w.cols, " columns");
+  requirePromptPath(w, isa);
+  if (rowBegin == rowEnd || nTokens == 0) return;
+  switch (promptKernels(isa)) {
+    case PromptKernels::kAvx2:
+      detail::matmulPromptRowsAvx2Int8(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return;
+    case PromptKernels::kAvxVnni:
+      detail::matmulPromptRowsAvxVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return;
+    case PromptKernels::kNarrowVnni:
+      detail::matmulPromptRowsNarrowVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return;
+  }
+}
+
+PromptActivations::PromptActivations() = default;
+PromptActivations::~PromptActivations() { std::free(data_); }
+
+int64_t PromptActivations::reset(Isa isa, int64_t nTokens, int64_t cols) {
+  JITLLM_REQUIRE(nTokens > 0 && cols > 0 && cols % 32 == 0, "matmul: cannot lay out ", nTokens, " prompt tokens of ",
+                 cols, " columns");
+  JITLLM_REQUIRE(isaSupported(isa) && isa != Isa::kScalar, "matmul: ", isaName(isa), " has no prompt path");
+  const int64_t groups = (nTokens + 7) / 8;
+  const size_t bytes = (size_t(groups) * detail::promptGroupBytes(cols) + 63) / 64 * 64;
+  if (bytes > capacity_) {
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+    if (p == nullptr) JITLLM_FAIL(kOverloaded, "matmul: no memory for ", bytes, " bytes of prompt activations");
+    std::free(data_);
+    data_ = p;
+    capacity_ = bytes;
+  }
+  isa_ = isa;
+  tokens_ = nTokens;
+  cols_ = cols;
+  return groups;
+}
+
+void PromptActivations::layOut(const float* x, int64_t xStride, int64_t groupBegin, int64_t groupEnd) {
+  switch (promptKernels(isa_)) {
+    case PromptKernels::kAvx2:
+      return detail::promptLayOutAvx2Int8(x, xStride, tokens_, cols_, data_, groupBegin, groupEnd);
+    case PromptKernels::kAvxVnni:
+      return detail::promptLayOutAvxVnni(x, xStride, tokens_, cols_, data_, groupBegin, groupEnd);
+    case PromptKernels::kNarrowVnni:
+      return detail::promptLayOutNarrowVnni(x, xStride, tokens_, cols_, data_, groupBegin, groupEnd);
+  }
+}
+
+void matmulPromptRowsPrepared(const WeightView& w, const PromptActivations& x, float* y, int64_t yStride,
+                              int64_t rowBegin, int64_t rowEnd) {
+  requireWeightsAndRows(w, rowBegin, rowEnd);
+  requirePromptPath(w, x.isa());
+  JITLLM_REQUIRE(x.cols() == w.cols && x.tokens() > 0, "matmul: prompt activations of ", x.tokens(), " x ", x.cols(),
+                 " do not fit a product of ", w.cols, " columns");
+  if (rowBegin == rowEnd) return;
+  switch (promptKernels(x.isa())) {
+    case PromptKernels::kAvx2:
+      detail::promptRowsPreparedAvx2Int8(w, x.data(), x.tokens(), y, yStride, rowBegin, rowEnd);
+      return;
+    case PromptKernels::kAvxVnni:
+      detail::promptRowsPreparedAvxVnni(w, x.data(), x.tokens(), y, yStride, rowBegin, rowEnd);
+      return;
+    case PromptKernels::kNarrowVnni:
+      detail::promptRowsPreparedNarrowVnni(w, x.data(), x.tokens(), y, yStride, rowBegin, rowEnd);
+      return;
+  }
+}
+
 bool PreparedActivations::wanted(Isa isa, quant::TensorType type, int64_t nTokens) {
   return isa == Isa::kAvx512Amx && isaSupported(isa) && nTokens >= detail::kAmxMinTokens && detail::amxMultiplies(type);
 }

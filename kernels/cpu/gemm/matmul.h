@@ -48,6 +48,58 @@ struct WeightView {
 void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                 int64_t rowBegin, int64_t rowEnd, Isa isa);
 
+// Prompt tokens (Device::setPromptRows: tokens the model did not produce, whose bits need not be
+// decode's) may be multiplied on a path of their own: activations quantized to one byte per element
+// (per block of 32, a = round(x * 127 / amax): llama.cpp's q8 precision class, where the wide form
+// keeps ~15 bits) on the 256-bit integer kernels, which then skip the products of the second byte -
+// half the integer work of the token-vector prefill, the bound on AVX2 prefill. Each token's bits
+// are a function of its own row only (never of the batch, the row split or the token count), and
+// the same on every Isa that has the path.
+//
+// Whether `isa` has the prompt path for `type`: the types of the 256-bit integer kernels but q8_0
+// (whose prefill multiplies 16-bit activations: no byte products to skip), on every Isa that runs
+// those kernels, except the types AMX multiplies on its tiles (already at the tile unit's speed).
+bool promptRowsOnBytes(Isa isa, quant::TensorType type);
+// As matmulRows, on the prompt path; promptRowsOnBytes(isa, w.type) must hold.
+void matmulPromptRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
+                      int64_t rowBegin, int64_t rowEnd, Isa isa);
+
+// Prompt activations quantized and laid out once for a product whose rows several threads compute
+// (matmulPromptRows would have each call - each thread, each chunk of rows - quantize every token
+// again). Results are matmulPromptRows' bits exactly.
+//
+// Thread-safety: layOut may run on several threads at once for disjoint group ranges; after it,
+// matmulPromptRowsPrepared may run on many threads at once. reset() needs exclusive access.
+class PromptActivations {
+ public:
+  PromptActivations();
+  ~PromptActivations();
+  PromptActivations(const PromptActivations&) = delete;
+  PromptActivations& operator=(const PromptActivations&) = delete;
+
+  // Makes room for nTokens rows of `cols` columns (a multiple of 32) for `isa`'s kernels, keeping
+  // the memory for later calls. Returns the number of groups (of 8 tokens) to lay out.
+  int64_t reset(Isa isa, int64_t nTokens, int64_t cols);
+  // Lays out groups [groupBegin, groupEnd) from x (nTokens rows of xStride floats).
+  void layOut(const float* x, int64_t xStride, int64_t groupBegin, int64_t groupEnd);
+
+  Isa isa() const { return isa_; }
+  int64_t tokens() const { return tokens_; }
+  int64_t cols() const { return cols_; }
+  const uint8_t* data() const { return data_; }
+
+ private:
+  Isa isa_ = Isa::kScalar;
+  int64_t tokens_ = 0, cols_ = 0;
+  size_t capacity_ = 0;
+  uint8_t* data_ = nullptr;  // 64-byte aligned, owned
+};
+
+// As matmulPromptRows, with the activations of x.layOut (all its groups laid out); w's type must
+// have the prompt path on x.isa().
+void matmulPromptRowsPrepared(const WeightView& w, const PromptActivations& x, float* y, int64_t yStride,
+                              int64_t rowBegin, int64_t rowEnd);
+
 // Activations laid out once for a product whose rows several threads compute. Prefill on AMX
 // (Isa::kAvx512Amx; q4_K, q6_K and q8_0 weights; kMinTokens or more) reads the activations
 // quantized and transposed into tiles; matmulRows would have every call (every thread, every

@@ -20,6 +20,36 @@ void matmulRowsAvx2Int8(const WeightView& w, const float* x, int64_t xStride, in
                         int64_t yStride, int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvxVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                        int64_t rowBegin, int64_t rowEnd);
+// The same kernels on activations in the prompt form (matmulPromptRows); false for a type they do
+// not multiply.
+bool matmulPromptRowsAvx2Int8(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                              int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+bool matmulPromptRowsAvxVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                             int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+// The same 256-bit kernels with the EVEX vpdpbusd of AVX-512 VL + VNNI: what the AVX-512 VNNI paths
+// run narrow (the same bits). Needs Isa::kAvx512Vnni.
+void matmulRowsNarrowVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                          int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+bool matmulPromptRowsNarrowVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
+                                int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+
+// PromptActivations' layout (matmul_int8_256.inc): groups of 8 tokens of `cols` columns, each
+// promptGroupBytes; the same bytes whichever variant lays them out.
+size_t promptGroupBytes(int64_t cols);
+// Lays out groups [groupBegin, groupEnd) of x's nTokens rows at base, with each variant's kernels.
+void promptLayOutAvx2Int8(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
+                          int64_t groupBegin, int64_t groupEnd);
+void promptLayOutAvxVnni(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
+                         int64_t groupBegin, int64_t groupEnd);
+void promptLayOutNarrowVnni(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
+                            int64_t groupBegin, int64_t groupEnd);
+// Rows [rowBegin, rowEnd) against nTokens laid out at base; false for a type without a prompt form.
+bool promptRowsPreparedAvx2Int8(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
+                                int64_t rowBegin, int64_t rowEnd);
+bool promptRowsPreparedAvxVnni(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
+                               int64_t rowBegin, int64_t rowEnd);
+bool promptRowsPreparedNarrowVnni(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
+                                  int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx512(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                       int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
