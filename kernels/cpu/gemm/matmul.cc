@@ -27,6 +27,13 @@ float* threadScratch(size_t floats) {
   return buffer.get();
 }
 
+void matmulRowsInt8(const Int8Kernels256& kernels, const WeightView& w, const float* x, int64_t xStride,
+                    int64_t nTokens, float* y, int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
+  if (!kernels.rows(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd, /*promptForm=*/false)) {
+    matmulRowsAvx2(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+  }
+}
+
 }  // namespace detail
 
 namespace {
@@ -57,9 +64,9 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
     case Isa::kScalar:
       return detail::matmulRowsScalar(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx2:
-      return detail::matmulRowsAvx2Int8(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return detail::matmulRowsInt8(detail::kInt8Avx2, w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvxVnni:
-      return detail::matmulRowsAvxVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return detail::matmulRowsInt8(detail::kInt8AvxVnni, w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx512:
       return detail::matmulRowsAvx512(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     case Isa::kAvx512Vnni:
@@ -97,14 +104,12 @@ namespace {
 // (the integer sums are exact however they are made), with vpdpbusd where the Isa has it - the
 // AVX-512 paths in its EVEX form where the CPU has AVX-512 VNNI. kAvx2 stays on vpmaddubsw even
 // on a CPU with more, as its ordinary products do.
-enum class PromptKernels { kAvx2, kAvxVnni, kNarrowVnni };
-
-PromptKernels promptKernels(Isa isa) {
-  if (isa == Isa::kAvx2) return PromptKernels::kAvx2;
-  if (isa == Isa::kAvxVnni) return PromptKernels::kAvxVnni;
-  if (isaSupported(Isa::kAvx512Vnni)) return PromptKernels::kNarrowVnni;
-  if (isaSupported(Isa::kAvxVnni)) return PromptKernels::kAvxVnni;
-  return PromptKernels::kAvx2;
+const detail::Int8Kernels256& promptKernels(Isa isa) {
+  if (isa == Isa::kAvx2) return detail::kInt8Avx2;
+  if (isa == Isa::kAvxVnni) return detail::kInt8AvxVnni;
+  if (isaSupported(Isa::kAvx512Vnni)) return detail::kInt8NarrowVnni;
+  if (isaSupported(Isa::kAvxVnni)) return detail::kInt8AvxVnni;
+  return detail::kInt8Avx2;
 }
 
 void requirePromptPath(const WeightView& w, Isa isa) {
@@ -121,17 +126,7 @@ void matmulPromptRows(const WeightView& w, const float* x, int64_t xStride, int6
                  " tokens with activation stride ", xStride, " for ", w.cols, " columns");
   requirePromptPath(w, isa);
   if (rowBegin == rowEnd || nTokens == 0) return;
-  switch (promptKernels(isa)) {
-    case PromptKernels::kAvx2:
-      detail::matmulPromptRowsAvx2Int8(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
-      return;
-    case PromptKernels::kAvxVnni:
-      detail::matmulPromptRowsAvxVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
-      return;
-    case PromptKernels::kNarrowVnni:
-      detail::matmulPromptRowsNarrowVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
-      return;
-  }
+  promptKernels(isa).rows(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd, /*promptForm=*/true);
 }
 
 PromptActivations::PromptActivations() = default;
@@ -142,7 +137,7 @@ int64_t PromptActivations::reset(Isa isa, int64_t nTokens, int64_t cols) {
                  cols, " columns");
   JITLLM_REQUIRE(isaSupported(isa) && isa != Isa::kScalar, "matmul: ", isaName(isa), " has no prompt path");
   const int64_t groups = (nTokens + 7) / 8;
-  const size_t bytes = (size_t(groups) * detail::promptGroupBytes(cols) + 63) / 64 * 64;
+  const size_t bytes = (size_t(groups) * promptKernels(isa).promptGroupBytes(cols) + 63) / 64 * 64;
   if (bytes > capacity_) {
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
     if (p == nullptr) JITLLM_FAIL(kOverloaded, "matmul: no memory for ", bytes, " bytes of prompt activations");
@@ -157,14 +152,7 @@ int64_t PromptActivations::reset(Isa isa, int64_t nTokens, int64_t cols) {
 }
 
 void PromptActivations::layOut(const float* x, int64_t xStride, int64_t groupBegin, int64_t groupEnd) {
-  switch (promptKernels(isa_)) {
-    case PromptKernels::kAvx2:
-      return detail::promptLayOutAvx2Int8(x, xStride, tokens_, cols_, data_, groupBegin, groupEnd);
-    case PromptKernels::kAvxVnni:
-      return detail::promptLayOutAvxVnni(x, xStride, tokens_, cols_, data_, groupBegin, groupEnd);
-    case PromptKernels::kNarrowVnni:
-      return detail::promptLayOutNarrowVnni(x, xStride, tokens_, cols_, data_, groupBegin, groupEnd);
-  }
+  promptKernels(isa_).promptLayOut(x, xStride, tokens_, cols_, data_, groupBegin, groupEnd);
 }
 
 void matmulPromptRowsPrepared(const WeightView& w, const PromptActivations& x, float* y, int64_t yStride,
@@ -174,17 +162,7 @@ void matmulPromptRowsPrepared(const WeightView& w, const PromptActivations& x, f
   JITLLM_REQUIRE(x.cols() == w.cols && x.tokens() > 0, "matmul: prompt activations of ", x.tokens(), " x ", x.cols(),
                  " do not fit a product of ", w.cols, " columns");
   if (rowBegin == rowEnd) return;
-  switch (promptKernels(x.isa())) {
-    case PromptKernels::kAvx2:
-      detail::promptRowsPreparedAvx2Int8(w, x.data(), x.tokens(), y, yStride, rowBegin, rowEnd);
-      return;
-    case PromptKernels::kAvxVnni:
-      detail::promptRowsPreparedAvxVnni(w, x.data(), x.tokens(), y, yStride, rowBegin, rowEnd);
-      return;
-    case PromptKernels::kNarrowVnni:
-      detail::promptRowsPreparedNarrowVnni(w, x.data(), x.tokens(), y, yStride, rowBegin, rowEnd);
-      return;
-  }
+  promptKernels(x.isa()).promptRowsPrepared(w, x.data(), x.tokens(), y, yStride, rowBegin, rowEnd);
 }
 
 bool PreparedActivations::wanted(Isa isa, quant::TensorType type, int64_t nTokens) {

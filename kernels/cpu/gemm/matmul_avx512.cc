@@ -300,7 +300,7 @@ void matmulRowsAvx512(const WeightView& w, const float* x, int64_t xStride, int6
     case TensorType::kQ5_0:
       // No float decoder: the integer contract's 256-bit kernels (every AVX-512 CPU has AVX2), as
       // on the VNNI paths - gemma3-1b's 1152-wide rows are q5_0 in a Q4_K_M file.
-      return matmulRowsAvx2Int8(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return matmulRowsInt8(kInt8Avx2, w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     default:
       return referenceRows<V>(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }

@@ -176,7 +176,7 @@ void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, 
   using quant::TensorType;
   if (w.narrowInt8 && (w.type == TensorType::kQ4_K || w.type == TensorType::kQ6_K || w.type == TensorType::kQ8_0)) {
     // The tuner found the 256-bit kernels faster for this product here (cpu_tuning.h).
-    return matmulRowsNarrowVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+    return matmulRowsInt8(kInt8NarrowVnni, w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }
   switch (w.type) {
     case TensorType::kQ4_K:
@@ -190,7 +190,7 @@ void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, 
     case TensorType::kQ5_0:
       // The contract's 256-bit kernels (no 512-bit form of these yet): the same bits as every
       // other integer path, and far faster than the float kernels.
-      return matmulRowsNarrowVnni(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+      return matmulRowsInt8(kInt8NarrowVnni, w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
     default:
       return matmulRowsAvx512(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
   }

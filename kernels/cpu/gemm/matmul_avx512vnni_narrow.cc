@@ -37,27 +37,7 @@ constexpr bool kDotEvex = true;
 
 }  // namespace
 
-void matmulRowsNarrowVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                          int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
-  if (!int8Rows256(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd)) {
-    matmulRowsAvx2(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
-  }
-}
-
-bool matmulPromptRowsNarrowVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                                int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
-  return int8Rows256(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd, /*promptForm=*/true);
-}
-
-void promptLayOutNarrowVnni(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
-                            int64_t groupBegin, int64_t groupEnd) {
-  promptLayOutGroups(x, xStride, nTokens, cols, base, groupBegin, groupEnd);
-}
-
-bool promptRowsPreparedNarrowVnni(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
-                                  int64_t rowBegin, int64_t rowEnd) {
-  return promptRowsPrepared256(w, base, nTokens, y, yStride, rowBegin, rowEnd);
-}
+const Int8Kernels256 kInt8NarrowVnni = kThisCompile;
 
 }  // namespace jitllm::cpu::detail
 

@@ -14,42 +14,31 @@ void matmulRowsScalar(const WeightView& w, const float* x, int64_t xStride, int6
                       int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx2(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                     int64_t rowBegin, int64_t rowEnd);
-// Isa::kAvx2 and Isa::kAvxVnni: q4_0, q4_K, q5_K, q6_K and q8_0 on the integer contract in 256-bit registers
-// (matmul_int8_256.inc), every other type on matmulRowsAvx2.
-void matmulRowsAvx2Int8(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                        int64_t yStride, int64_t rowBegin, int64_t rowEnd);
-void matmulRowsAvxVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
-                       int64_t rowBegin, int64_t rowEnd);
-// The same kernels on activations in the prompt form (matmulPromptRows); false for a type they do
-// not multiply.
-bool matmulPromptRowsAvx2Int8(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                              int64_t yStride, int64_t rowBegin, int64_t rowEnd);
-bool matmulPromptRowsAvxVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                             int64_t yStride, int64_t rowBegin, int64_t rowEnd);
-// The same 256-bit kernels with the EVEX vpdpbusd of AVX-512 VL + VNNI: what the AVX-512 VNNI paths
-// run narrow (the same bits). Needs Isa::kAvx512Vnni.
-void matmulRowsNarrowVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                          int64_t yStride, int64_t rowBegin, int64_t rowEnd);
-bool matmulPromptRowsNarrowVnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
-                                int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+// One compile of the 256-bit integer kernels (matmul_int8_256.inc): kInt8Avx2 (vpmaddubsw +
+// vpmaddwd: Isa::kAvx2), kInt8AvxVnni (VEX vpdpbusd: Isa::kAvxVnni) and kInt8NarrowVnni (EVEX
+// vpdpbusd on ymm: the AVX-512 VNNI paths' narrow kernels, for CPUs with AVX-512 VNNI and no
+// AVX-VNNI too). All give the same bits. Each function returns false for a type the kernels do
+// not multiply (they do q4_0, q5_0, q4_K, q5_K, q6_K and q8_0; the prompt form all but q8_0).
+struct Int8Kernels256 {
+  // matmulRows; promptForm: the activations in the prompt form (matmulPromptRows).
+  bool (*rows)(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
+               int64_t rowBegin, int64_t rowEnd, bool promptForm);
+  // PromptActivations' layout: groups of 8 tokens of `cols` columns, promptGroupBytes each; groups
+  // [groupBegin, groupEnd) of x's nTokens rows laid out at base.
+  size_t (*promptGroupBytes)(int64_t cols);
+  void (*promptLayOut)(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
+                       int64_t groupBegin, int64_t groupEnd);
+  // Rows [rowBegin, rowEnd) against nTokens laid out at base.
+  bool (*promptRowsPrepared)(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
+                             int64_t rowBegin, int64_t rowEnd);
+};
+extern const Int8Kernels256 kInt8Avx2, kInt8AvxVnni, kInt8NarrowVnni;
 
-// PromptActivations' layout (matmul_int8_256.inc): groups of 8 tokens of `cols` columns, each
-// promptGroupBytes; the same bytes whichever variant lays them out.
-size_t promptGroupBytes(int64_t cols);
-// Lays out groups [groupBegin, groupEnd) of x's nTokens rows at base, with each variant's kernels.
-void promptLayOutAvx2Int8(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
-                          int64_t groupBegin, int64_t groupEnd);
-void promptLayOutAvxVnni(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
-                         int64_t groupBegin, int64_t groupEnd);
-void promptLayOutNarrowVnni(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, uint8_t* base,
-                            int64_t groupBegin, int64_t groupEnd);
-// Rows [rowBegin, rowEnd) against nTokens laid out at base; false for a type without a prompt form.
-bool promptRowsPreparedAvx2Int8(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
-                                int64_t rowBegin, int64_t rowEnd);
-bool promptRowsPreparedAvxVnni(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
-                               int64_t rowBegin, int64_t rowEnd);
-bool promptRowsPreparedNarrowVnni(const WeightView& w, const uint8_t* base, int64_t nTokens, float* y, int64_t yStride,
-                                  int64_t rowBegin, int64_t rowEnd);
+// matmulRows on one compile of the 256-bit integer kernels; the types they do not multiply on the
+// AVX2 float kernels (matmulRowsAvx2).
+void matmulRowsInt8(const Int8Kernels256& kernels, const WeightView& w, const float* x, int64_t xStride,
+                    int64_t nTokens, float* y, int64_t yStride, int64_t rowBegin, int64_t rowEnd);
+
 void matmulRowsAvx512(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                       int64_t rowBegin, int64_t rowEnd);
 void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
