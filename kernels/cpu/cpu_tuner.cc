@@ -171,10 +171,9 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
   }
 
   // AVX-512 VNNI: per type, decode and prefill on the 512-bit kernels against the 256-bit ones
-  // (avxvnni where the CPU has it, else avx2), which give the same bits. The 256-bit ones take a
-  // product when they are clearly faster (5 %), as on CPUs that split 512-bit operations in two.
+  // (EVEX vpdpbusd on ymm), which give the same bits. The 256-bit ones take a product when they
+  // are clearly faster (5 %), as on CPUs that split 512-bit operations in two.
   if (isa == Isa::kAvx512Vnni || isa == Isa::kAvx512Bf16) {
-    const Isa narrowIsa = isaSupported(Isa::kAvxVnni) ? Isa::kAvxVnni : Isa::kAvx2;
     CpuTuning wide = tuning, narrow = tuning;
     wide.narrowInt8 = 0;
     narrow.narrowInt8 = ~uint32_t(0);
@@ -186,8 +185,8 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
       const RandomMatrices t = randomMatrices(std::max(workingSet / 4, size_t(2) * llc), type);
       const double wd = decodeMs(wideDevice, t, t.count, x, y), nd = decodeMs(narrowDevice, t, t.count, x, y);
       const double wp = prefillMs(wideDevice, t, x, y), np = prefillMs(narrowDevice, t, x, y);
-      log(std::string(quant::typeTraits(type).name) + format(": decode %.3f ms (512-bit), %.3f ms", wd, nd) + " (" +
-          isaName(narrowIsa) + format("); prefill %.2f ms, %.2f ms", wp, np));
+      log(std::string(quant::typeTraits(type).name) + format(": decode %.3f ms (512-bit), %.3f ms", wd, nd) +
+          format(" (256-bit); prefill %.2f ms, %.2f ms", wp, np));
       if (nd < 0.95 * wd) tuning.narrowInt8 |= narrowInt8Bit(type, false);
       if (np < 0.95 * wp) tuning.narrowInt8 |= narrowInt8Bit(type, true);
     }

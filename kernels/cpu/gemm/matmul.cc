@@ -83,21 +83,6 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
   JITLLM_FAIL(kFailed, "matmul: unknown Isa ", int(isa));
 }
 
-bool promptRowsOnBytes(Isa isa, quant::TensorType type) {
-  using quant::TensorType;
-  const bool bytesType = type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K ||
-                         type == TensorType::kQ4_0 || type == TensorType::kQ5_0;
-  if (!bytesType || !isaSupported(isa)) return false;
-  switch (isa) {
-    case Isa::kScalar:
-      return false;
-    case Isa::kAvx512Amx:
-      return !detail::amxMultiplies(type);
-    default:
-      return true;  // every other Isa runs AVX2 (an AVX-512 CPU has it)
-  }
-}
-
 namespace {
 
 // Which compile of the 256-bit kernels runs an Isa's prompt products: one set of bits on every Isa
@@ -118,6 +103,24 @@ void requirePromptPath(const WeightView& w, Isa isa) {
 }
 
 }  // namespace
+
+bool promptRowsOnBytes(Isa isa, quant::TensorType type) {
+  using quant::TensorType;
+  if (!isaSupported(isa) || isa == Isa::kScalar) return false;
+  if (isa == Isa::kAvx512Amx && detail::amxMultiplies(type)) return false;  // on the tiles already
+  switch (type) {
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+    case TensorType::kQ4_0:
+    case TensorType::kQ5_0:
+      return true;  // every other Isa runs AVX2 (an AVX-512 CPU has it)
+    case TensorType::kQ8_0:
+      return &promptKernels(isa) != &detail::kInt8Avx2;  // byte vectors need vpdpbusd
+    default:
+      return false;
+  }
+}
 
 void matmulPromptRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
                       int64_t rowBegin, int64_t rowEnd, Isa isa) {

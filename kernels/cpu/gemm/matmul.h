@@ -56,9 +56,10 @@ void matmulRows(const WeightView& w, const float* x, int64_t xStride, int64_t nT
 // are a function of its own row only (never of the batch, the row split or the token count), and
 // the same on every Isa that has the path.
 //
-// Whether `isa` has the prompt path for `type`: the types of the 256-bit integer kernels but q8_0
-// (whose prefill multiplies 16-bit activations: no byte products to skip), on every Isa that runs
-// those kernels, except the types AMX multiplies on its tiles (already at the tile unit's speed).
+// Whether `isa` has the prompt path for `type`: q4_0, q5_0, q4_K, q5_K and q6_K on every Isa that
+// runs the 256-bit integer kernels, q8_0 where they have vpdpbusd (AVX-VNNI or AVX-512 VNNI: its
+// signed weights go in as q + 128, whose pair sums vpmaddubsw's int16 could not hold) - except the
+// types AMX multiplies on its tiles (already at the tile unit's speed).
 bool promptRowsOnBytes(Isa isa, quant::TensorType type);
 // As matmulRows, on the prompt path; promptRowsOnBytes(isa, w.type) must hold.
 void matmulPromptRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y, int64_t yStride,
