@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
     WeightView view{type, w.data(), rows, cols, stride};
     // STREAMED=1: decode as for weights that stream from memory (one row at a time, prefetched);
     // give a matrix larger than the last-level cache to time that. PREFILL=0 skips prefill.
+    // NARROW=1: the AVX-512 VNNI paths on their 256-bit kernels (WeightView::narrowInt8).
     view.streamed = getenv("STREAMED") != nullptr;
+    view.narrowInt8 = getenv("NARROW") != nullptr;
     for (Isa isa : kAllIsas) {
       if (!isaSupported(isa)) continue;
       if (isa == Isa::kScalar && getenv("SCALAR") == nullptr) continue;
