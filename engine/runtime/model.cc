@@ -966,6 +966,10 @@ void Model::step(std::span<const SequenceInput> inputs, const HeadOutput& headOu
             shardTables[size_t(j)][size_t(t)] = sessions[size_t(t)]->pageAddresses(table).data();
           }
         }
+        // Every shard takes the prompt path for its rows, so a split block keeps one device's bits
+        // for prompt tokens too (its products are per row; the whole ones see the same rows).
+        promptScope.on(*b.device);
+        for (BoundUnit& p : b.peers) promptScope.on(*p.device);
         runSplitBlock(b, layer, T, positions.data(), shardSlots, shardTables);
         b.kernelsReady = true;
         for (BoundUnit& p : b.peers) p.kernelsReady = true;

@@ -90,10 +90,21 @@ class TensorParallelOnCpu : public ::testing::TestWithParam<const char*> {
   std::string path_;
 };
 
+// Every position's logits with all of `ids` fed as prompt tokens (the devices' prompt path:
+// on the CPU, byte activations for the quantized types).
+std::vector<float> scoreAllOnThePromptPath(runtime::Model& model, const std::vector<int32_t>& ids) {
+  auto session = model.createSession(int64_t(ids.size()));
+  std::vector<float> logits;
+  runtime::SequenceInput in{session.get(), ids, true, int64_t(ids.size())};
+  model.forward({&in, 1}, logits);
+  return logits;
+}
+
 TEST_P(TensorParallelOnCpu, SplitBlocksGiveOneDevicesLogitsAndTokens) {
   LoadedModel one = loadSplit(path_, 4, 1);
   const auto p = prompts(one.model->config().vocabSize);
   const std::vector<float> reference = scoreAll(*one.model, p[2]);
+  const std::vector<float> promptReference = scoreAllOnThePromptPath(*one.model, p[2]);
   const MigratedRun undisturbed = runWithMigrations(*one.model, p, 24, {});
   for (int k = 2; k <= widest(*one.model); k *= 2) {
     SCOPED_TRACE(k);
@@ -106,6 +117,10 @@ TEST_P(TensorParallelOnCpu, SplitBlocksGiveOneDevicesLogitsAndTokens) {
     const std::vector<float> logits = scoreAll(*split.model, p[2]);
     ASSERT_EQ(logits.size(), reference.size());
     EXPECT_EQ(0, std::memcmp(logits.data(), reference.data(), logits.size() * sizeof(float)));
+    // Prompt tokens too: every shard takes the prompt path for the rows it computes.
+    const std::vector<float> promptLogits = scoreAllOnThePromptPath(*split.model, p[2]);
+    EXPECT_EQ(0, std::memcmp(promptLogits.data(), promptReference.data(), promptLogits.size() * sizeof(float)))
+        << "a split block's prompt rows differ from one device's";
     expectBitwiseEqual(runWithMigrations(*split.model, p, 24, {}), undisturbed);
     // KV of split blocks comes from the shards' pools: each holds its share of the heads.
     auto s = split.model->createSession(64);
