@@ -91,13 +91,12 @@ constexpr size_t kMinWeightBytesPerThread = 128 * 1024;
 // The same for attention, in (position x head dim) products per thread.
 constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 
-}  // namespace
-
-namespace {
+// CpuDeviceOptions::promptBytes unless set: on, but for JITLLM_CPU_PROMPT_BYTES=0.
 bool promptBytesByDefault() {
   const char* env = std::getenv("JITLLM_CPU_PROMPT_BYTES");
   return !(env && std::strcmp(env, "0") == 0);
 }
+
 }  // namespace
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options)

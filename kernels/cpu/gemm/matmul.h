@@ -2,9 +2,10 @@
 //
 // Weights stay in their file type (f32, f16, bf16 or a GGUF quant) and are decoded on the fly.
 // The float kernels keep activations and accumulation in float32; on every SIMD Isa but kAvx512
-// (AVX2, AVX-VNNI, AVX-512 VNNI, AMX) q4_0, q4_K, q5_K, q6_K and q8_0 multiply activations held as ~15-bit
-// integers (matmul_int8.inc, the same bits on all four), never the 8 bits of llama.cpp's CPU path,
-// which is where most of its error against a float64 reference comes from.
+// (AVX2, AVX-VNNI, AVX-512 VNNI, AMX) q4_0, q5_0, q4_K, q5_K, q6_K and q8_0 multiply activations
+// held as ~15-bit integers (matmul_int8.inc, the same bits on all four), not the 8 bits of
+// llama.cpp's CPU path, which is where most of its error against a float64 reference comes from.
+// Only prompt tokens may take one byte per activation (matmulPromptRows, below), at half the work.
 //
 // Determinism: every (row, token) result is the sum of the products W[r,k] * x[t,k] (W decoded
 // exactly as quant::dequantizeRow does) accumulated in one fixed order chosen by the Isa alone.
