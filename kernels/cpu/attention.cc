@@ -70,17 +70,53 @@ __attribute__((target("avx512f"))) void axpyAvx512(float* acc, float w, const T*
   }
 }
 
+// Four keys' dotAvx512 at once: four independent chains (one alone waits on its FMA latency at
+// every step), each the same operations in the same order as dotAvx512, so the same bits.
+template <typename T>
+__attribute__((target("avx512f"))) void dot4Avx512(const float* q, const T* const* k, int n, float* out) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (int i = 0; i < n; i += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + i);
+    s0 = _mm512_fmadd_ps(qv, load16(k[0] + i), s0);
+    s1 = _mm512_fmadd_ps(qv, load16(k[1] + i), s1);
+    s2 = _mm512_fmadd_ps(qv, load16(k[2] + i), s2);
+    s3 = _mm512_fmadd_ps(qv, load16(k[3] + i), s3);
+  }
+  out[0] = _mm512_reduce_add_ps(s0);
+  out[1] = _mm512_reduce_add_ps(s1);
+  out[2] = _mm512_reduce_add_ps(s2);
+  out[3] = _mm512_reduce_add_ps(s3);
+}
+
+// acc = sum over j of w[j] * v(j), for a head of kVectors * 16 values: axpyAvx512 over every j in
+// order with the accumulator in registers instead of memory (there, each key's FMAs waited for
+// the last key's stores). The same operations per value in the same order: the same bits.
+template <int kVectors, typename T, typename RowOf>
+__attribute__((target("avx512f"))) void weightedSumAvx512(float* acc, const float* w, int64_t n, RowOf rowOf) {
+  __m512 a[kVectors];
+  for (int i = 0; i < kVectors; i++) a[i] = _mm512_loadu_ps(acc + 16 * i);
+  for (int64_t j = 0; j < n; j++) {
+    const __m512 wv = _mm512_set1_ps(w[j]);
+    const T* v = rowOf(j);
+#pragma GCC unroll 16
+    for (int i = 0; i < kVectors; i++) a[i] = _mm512_fmadd_ps(wv, load16(v + 16 * i), a[i]);
+  }
+  for (int i = 0; i < kVectors; i++) _mm512_storeu_ps(acc + 16 * i, a[i]);
+}
+
 template <typename T>
 struct HeadKernels {
   float (*dot)(const float*, const T*, int);
   void (*axpy)(float*, float, const T*, int);
+  void (*dot4)(const float*, const T* const*, int, float*);  // null: dot one key at a time
+  bool wide;                                                 // the AVX-512 kernels
 };
 
 template <typename T>
 HeadKernels<T> kernelsFor(Isa isa, int headDim) {
-  if (isa >= Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>};
-  if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2<T>, axpyAvx2<T>};
-  return {dotScalar<T>, axpyScalar<T>};
+  if (isa >= Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>, dot4Avx512<T>, true};
+  if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2<T>, axpyAvx2<T>, nullptr, false};
+  return {dotScalar<T>, axpyScalar<T>, nullptr, false};
 }
 
 // scores[j] = exp(scores[j] - shift): elementwise, so a score's bits do not depend on n.
@@ -122,17 +158,34 @@ void attend(const float* q, float* out, const AttentionBatch& batch, int64_t tok
 
   const float* qh = q + (token * batch.heads + head) * hd;
   scratch.scores.resize(size_t(n));
+  float* scores = scratch.scores.data();
+  int64_t j = 0;
+  if (k.dot4 != nullptr) {
+    for (; j + 4 <= n; j += 4) {
+      const T* keys[4] = {row(j, 0), row(j + 1, 0), row(j + 2, 0), row(j + 3, 0)};
+      k.dot4(qh, keys, hd, scores + j);
+    }
+  }
+  for (; j < n; j++) scores[j] = k.dot(qh, row(j, 0), hd);
   float maxScore = -INFINITY;
-  for (int64_t j = 0; j < n; j++) {
-    const float s = k.dot(qh, row(j, 0), hd) * batch.scale;
-    scratch.scores[size_t(j)] = s;
-    maxScore = std::max(maxScore, s);
+  for (j = 0; j < n; j++) {
+    scores[j] *= batch.scale;
+    maxScore = std::max(maxScore, scores[j]);
   }
   expShifted(scratch.scores.data(), n, maxScore, isa);
   double sum = 0;
   for (int64_t j = 0; j < n; j++) sum += scratch.scores[size_t(j)];
   scratch.accum.assign(size_t(hd), 0.0f);
-  for (int64_t j = 0; j < n; j++) k.axpy(scratch.accum.data(), scratch.scores[size_t(j)], row(j, 1), hd);
+  const auto valueRow = [&](int64_t i) { return row(i, 1); };
+  if (k.wide && hd == 64) {
+    weightedSumAvx512<4, T>(scratch.accum.data(), scores, n, valueRow);
+  } else if (k.wide && hd == 128) {
+    weightedSumAvx512<8, T>(scratch.accum.data(), scores, n, valueRow);
+  } else if (k.wide && hd == 256) {
+    weightedSumAvx512<16, T>(scratch.accum.data(), scores, n, valueRow);
+  } else {
+    for (j = 0; j < n; j++) k.axpy(scratch.accum.data(), scores[j], row(j, 1), hd);
+  }
   float* o = out + (token * batch.heads + head) * hd;
   const float inv = float(1.0 / sum);
   for (int i = 0; i < hd; i++) o[i] = scratch.accum[size_t(i)] * inv;
