@@ -211,7 +211,7 @@ void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float
     });
     return;
   }
-  if (promptBytes_ && tokens == promptTokens_ && !promptRows_.empty() && promptRowsOnBytes(isa_, w.type)) {
+  if (promptBytes_ && promptRows_.in(tokens) && promptRowsOnBytes(isa_, w.type)) {
     // The prompt rows' runs on their own path, the others' on the ordinary one; each thread takes
     // its rows through every run.
     struct Run {
@@ -219,13 +219,9 @@ void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float
       bool prompt;
     };
     std::vector<Run> runs;
-    int64_t at = 0;
-    for (const RowRange& r : promptRows_) {
-      if (r.begin > at) runs.push_back({at, r.begin, false});
-      runs.push_back({r.begin, r.end, true});
-      at = r.end;
-    }
-    if (at < tokens) runs.push_back({at, tokens, false});
+    promptRows_.forEachRun(tokens, [&](int64_t begin, int64_t end, bool prompt) {
+      runs.push_back({begin, end, prompt});
+    });
     // Each run's prompt activations are quantized once, by all threads, before any row is
     // multiplied (in every chunk of rows, matmulPromptRows would quantize them again).
     while (promptActivations_.size() < runs.size()) promptActivations_.push_back(std::make_unique<PromptActivations>());
@@ -257,8 +253,7 @@ void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float
 }
 
 void CpuDevice::setPromptRows(std::span<const RowRange> ranges, int64_t tokens) {
-  promptRows_.assign(ranges.begin(), ranges.end());
-  promptTokens_ = ranges.empty() ? 0 : tokens;
+  promptRows_.set(ranges, tokens, info_.id);
 }
 
 void CpuDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,

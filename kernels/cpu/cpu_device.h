@@ -20,6 +20,7 @@
 #include "kernels/cpu/gemm/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/device.h"
+#include "kernels/prompt_rows.h"
 
 namespace jitllm::cpu {
 
@@ -89,8 +90,7 @@ class CpuDevice final : public Device {
   std::vector<std::unique_ptr<PromptActivations>> promptActivations_;
   size_t weightBytesTotal_ = 0;
   bool promptBytes_;
-  std::vector<RowRange> promptRows_;  // executor thread only: the last setPromptRows
-  int64_t promptTokens_ = 0;
+  PromptRows promptRows_;  // executor thread only: the last setPromptRows
 };
 
 }  // namespace jitllm::cpu

@@ -1345,14 +1345,7 @@ void CudaDevice::matmulInteger(const WeightRef& w, const float* x, int64_t token
 // ---- the prompt path (gemm_f16.cuh) ----
 
 void CudaDevice::setPromptRows(std::span<const RowRange> ranges, int64_t tokens) {
-  int64_t last = 0;
-  for (const RowRange& r : ranges) {
-    JITLLM_REQUIRE(r.begin >= last && r.begin < r.end && r.end <= tokens, info_.id,
-                   ": prompt rows must be sorted, disjoint, non-empty ranges within ", tokens, " tokens");
-    last = r.end;
-  }
-  promptRows_.assign(ranges.begin(), ranges.end());
-  promptTokens_ = ranges.empty() ? 0 : tokens;
+  promptRows_.set(ranges, tokens, info_.id);
 }
 
 bool CudaDevice::promptMatrix(const WeightRef& w) const {
@@ -1362,7 +1355,7 @@ bool CudaDevice::promptMatrix(const WeightRef& w) const {
 }
 
 bool CudaDevice::promptProduct(const WeightRef& w, const float* x, int64_t tokens) const {
-  if (promptRows_.empty() || tokens != promptTokens_) return false;
+  if (!promptRows_.in(tokens)) return false;
   return promptMatrix(w) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
@@ -1371,16 +1364,13 @@ void CudaDevice::matmulPromptSplit(const WeightRef& w, const float* x, int64_t t
   // Runs of rows in order: decode rows before a prompt range, the range, ...; each run's rows are
   // contiguous in x and y.
   const int64_t K = w.cols, N = w.rows;
-  int64_t next = 0;
-  auto decodeRows = [&](int64_t end) {
-    if (end > next) matmulRows(w, x + next * K, end - next, y + next * N, bias, align);
-  };
-  for (const RowRange& r : promptRows_) {
-    decodeRows(r.begin);
-    matmulPrompt(w, x + r.begin * K, r.end - r.begin, y + r.begin * N, bias, align);
-    next = r.end;
-  }
-  decodeRows(tokens);
+  promptRows_.forEachRun(tokens, [&](int64_t begin, int64_t end, bool prompt) {
+    if (prompt) {
+      matmulPrompt(w, x + begin * K, end - begin, y + begin * N, bias, align);
+    } else {
+      matmulRows(w, x + begin * K, end - begin, y + begin * N, bias, align);
+    }
+  });
 }
 
 int CudaDevice::promptBlockRows(int64_t rows, int64_t tokens) const {

@@ -39,6 +39,7 @@
 #include "kernels/cuda/driver_api.h"
 #include "kernels/cuda/kernel_library.h"
 #include "kernels/device.h"
+#include "kernels/prompt_rows.h"
 #include "kernels/quantized_input.h"
 
 namespace jitllm::cuda {
@@ -443,11 +444,10 @@ class CudaDevice final : public Device {
   std::optional<int> tensorCoreRowWarps_;            // CudaSettings::tensorCoreRowWarps
   CUdeviceptr xq_ = 0;
   size_t xqBytes_ = 0;
-  // The prompt path (setPromptRows): the rows it covers for products of promptTokens_ rows, the
-  // decoded fp16 weights of the product being computed and the fp16 activations, grown on demand.
+  // The prompt path (setPromptRows): the rows it covers, the decoded fp16 weights of the product
+  // being computed and the fp16 activations, grown on demand.
   bool promptGemm_ = true;
-  std::vector<RowRange> promptRows_;
-  int64_t promptTokens_ = 0;
+  PromptRows promptRows_;
   std::map<std::array<int64_t, 4>, PromptKernels> promptKernels_;
   CUdeviceptr halfWeights_ = 0, halfInput_ = 0;
   size_t halfWeightsBytes_ = 0, halfInputBytes_ = 0;

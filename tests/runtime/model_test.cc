@@ -206,6 +206,11 @@ TEST(Model, APromptOnTheCpuPromptPathGivesTheSameBitsHoweverItIsChunked) {
     const double e = compareLogits(whole, decode, 512).nmse;
     std::printf("micro q4_k_m on %s: prompt path vs decode path nmse %.3e\n", cpu::isaName(isa), e);
     EXPECT_LE(e, 1e-3);
+    // Device::setPromptRows' contract is checked: ranges sorted, disjoint, non-empty, within tokens.
+    const Device::RowRange empty[] = {{3, 3}}, past[] = {{2, 9}}, unsorted[] = {{4, 6}, {1, 2}};
+    EXPECT_THROW(device.setPromptRows(empty, 8), Error);
+    EXPECT_THROW(device.setPromptRows(past, 8), Error);
+    EXPECT_THROW(device.setPromptRows(unsorted, 8), Error);
   }
 }
 

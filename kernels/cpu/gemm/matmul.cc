@@ -97,6 +97,16 @@ const detail::Int8Kernels256& promptKernels(Isa isa) {
   return detail::kInt8Avx2;
 }
 
+// Makes `buffer` (64-byte aligned, owned) hold at least `bytes`, keeping a larger one as it is.
+void growAligned(uint8_t*& buffer, size_t& capacity, size_t bytes, const char* what) {
+  if (bytes <= capacity) return;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  if (p == nullptr) JITLLM_FAIL(kOverloaded, "matmul: no memory for ", bytes, " bytes of ", what);
+  std::free(buffer);
+  buffer = p;
+  capacity = bytes;
+}
+
 void requirePromptPath(const WeightView& w, Isa isa) {
   JITLLM_REQUIRE(promptRowsOnBytes(isa, w.type), "matmul: ", isaName(isa), " has no prompt path for ",
                  quant::typeTraits(w.type).name);
@@ -140,14 +150,7 @@ int64_t PromptActivations::reset(Isa isa, int64_t nTokens, int64_t cols) {
                  cols, " columns");
   JITLLM_REQUIRE(isaSupported(isa) && isa != Isa::kScalar, "matmul: ", isaName(isa), " has no prompt path");
   const int64_t groups = (nTokens + 7) / 8;
-  const size_t bytes = (size_t(groups) * promptKernels(isa).promptGroupBytes(cols) + 63) / 64 * 64;
-  if (bytes > capacity_) {
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-    if (p == nullptr) JITLLM_FAIL(kOverloaded, "matmul: no memory for ", bytes, " bytes of prompt activations");
-    std::free(data_);
-    data_ = p;
-    capacity_ = bytes;
-  }
+  growAligned(data_, capacity_, size_t(groups) * promptKernels(isa).promptGroupBytes(cols), "prompt activations");
   isa_ = isa;
   tokens_ = nTokens;
   cols_ = cols;
@@ -179,14 +182,7 @@ int64_t PreparedActivations::reset(int64_t nTokens, int64_t cols) {
   JITLLM_REQUIRE(nTokens > 0 && cols > 0 && cols % 32 == 0, "matmul: cannot prepare ", nTokens, " tokens of ", cols,
                  " columns");
   const int64_t nTiles = (nTokens + detail::kAmxTile - 1) / detail::kAmxTile;
-  const size_t bytes = size_t(nTiles) * detail::amxTokenTileBytes(cols);
-  if (bytes > capacity_) {
-    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-    if (p == nullptr) JITLLM_FAIL(kOverloaded, "matmul: no memory for ", bytes, " bytes of prepared activations");
-    std::free(tiles_);
-    tiles_ = p;
-    capacity_ = bytes;
-  }
+  growAligned(tiles_, capacity_, size_t(nTiles) * detail::amxTokenTileBytes(cols), "prepared activations");
   tokens_ = nTokens;
   cols_ = cols;
   return nTiles;
