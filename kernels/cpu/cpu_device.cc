@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_tuner.h"
 #include "kernels/cpu/gemm/matmul.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/half.h"
@@ -82,7 +83,7 @@ size_t physicalMemory() {
 
 CpuTuning tuningFor(const CpuDeviceOptions& options) {
   if (options.tuning) return *options.tuning;
-  return loadCpuTuning(cacheRoot(), detectCpuTopology());
+  return thisCpusTuning();
 }
 
 // Weight bytes per thread below which splitting a matrix product costs more than it saves (a

@@ -29,7 +29,8 @@ struct CpuDeviceOptions {
   int threads = 0;          // 0: the tuning's (every physical core until measured)
   size_t memoryBudget = 0;  // 0: the machine's physical memory
   std::optional<Isa> isa;   // force a kernel variant (tests); default: the best the CPU has
-  // Measured settings (cpu_tuning.h); default: this CPU's file in the cache, else the defaults.
+  // Measured settings (cpu_tuning.h); default: thisCpusTuning() (cpu_tuner.h): this CPU's file in
+  // the cache, measured and kept first on a machine that has none (unless JITLLM_CPU_TUNE=0).
   std::optional<CpuTuning> tuning;
   // Whether prompt rows (setPromptRows) take the byte activations of matmulPromptRows where the
   // Isa has them; default: yes unless JITLLM_CPU_PROMPT_BYTES=0 (which keeps decode's bits for

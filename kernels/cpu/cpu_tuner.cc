@@ -1,14 +1,23 @@
 #include "kernels/cpu/cpu_tuner.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/device.h"
 #include "kernels/quant/blocks.h"
 #include "kernels/quant/tensor_type.h"
 
@@ -208,6 +217,71 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
     }
   }
   return tuning;
+}
+
+namespace {
+
+// An exclusive flock on a file, released (and the descriptor closed) on destruction.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) return;
+    int rc;
+    do {
+      rc = ::flock(fd_, LOCK_EX);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the lock
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+CpuTuning loadOrMeasureCpuTuning(const std::string& cacheRoot, const CpuTopology& topology, bool allowed,
+                                 const std::function<CpuTuning()>& measure,
+                                 const std::function<void(const std::string&)>& report) {
+  const std::string path = cpuTuningPath(cacheRoot, topology);
+  std::error_code ec;
+  if (!allowed || path.empty() || std::filesystem::exists(path, ec)) return loadCpuTuning(cacheRoot, topology);
+  // Devices opened together in one process (cpu:0 and cpu:1) measure once too.
+  static std::mutex measuring;
+  const std::lock_guard<std::mutex> inProcess(measuring);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const FileLock acrossProcesses(path + ".lock");
+  if (!acrossProcesses.held() || std::filesystem::exists(path, ec)) return loadCpuTuning(cacheRoot, topology);
+  const auto start = std::chrono::steady_clock::now();
+  const CpuTuning tuning = measure();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool kept = storeCpuTuning(cacheRoot, topology, tuning);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "measured this CPU's kernel settings in %.1f s (%s): threads %d, cache_resident_bytes %zu, "
+                "prefill_chunk %lld, narrow_int8 %u; ",
+                seconds, topology.model.c_str(), tuning.threads, tuning.cacheResidentBytes,
+                static_cast<long long>(tuning.prefillChunk), tuning.narrowInt8);
+  report(line + (kept ? "kept in " + path + " (jitllm-bench --tune measures again)" : std::string("not kept")));
+  return kept ? loadCpuTuning(cacheRoot, topology) : tuning;
+}
+
+CpuTuning thisCpusTuning() {
+  const CpuTopology topology = detectCpuTopology();
+  const char* env = std::getenv("JITLLM_CPU_TUNE");
+  const bool allowed = !(env != nullptr && std::strcmp(env, "0") == 0);
+  return loadOrMeasureCpuTuning(
+      cacheRoot(), topology, allowed,
+      [&] { return measureCpuTuning(topology, fastestIsa(detectCpuFeatures()), [](const std::string&) {}); },
+      [](const std::string& line) { std::fprintf(stderr, "jitllm: %s\n", line.c_str()); });
 }
 
 }  // namespace jitllm::cpu

@@ -8,7 +8,8 @@
 // A run takes a few seconds and about 4x the last-level cache of memory (64 MiB to 1 GiB).
 // Timings are the minimum of several repetitions, so a busy machine skews them less.
 //
-// Thread-safety: one call at a time per process is sensible (it loads every core).
+// Thread-safety: one measurement at a time per process is sensible (it loads every core);
+// loadOrMeasureCpuTuning serializes its own, within the process and across processes.
 #pragma once
 
 #include <functional>
@@ -22,5 +23,27 @@ namespace jitllm::cpu {
 
 // `log` receives one line per measurement ("threads 2: decode 12.3 ms, prefill 45.6 ms").
 CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::function<void(const std::string&)>& log);
+
+// The tuning a CpuDevice takes when it is given none: this CPU's file in the cache, and on the
+// first run on a machine (no file yet) the measurement above, made now and kept, so the settings
+// are this CPU's from the start without anyone running `jitllm-bench --tune`. A measurement costs
+// about a second, once per CPU model and cache size.
+//   - Only where the result can be kept (a cache root whose cpu/ folder takes a lock file): a
+//     machine without a writable cache keeps the defaults rather than measuring on every start.
+//   - Not when JITLLM_CPU_TUNE=0 (`allowed` false): the test suites set it, since their devices
+//     would otherwise measure at once in parallel processes, and a measurement's noise is no test.
+//   - Processes that start together measure once: each holds an exclusive flock on <file>.lock
+//     while it looks, and the ones that waited read the file the first one kept.
+//   - An existing file is used as it is, even a damaged one (its unreadable lines keep their
+//     defaults: cpu_tuning.h); `jitllm-bench --tune` measures again.
+// `measure` makes the measurement (measureCpuTuning with the CPU's fastest Isa, whatever
+// JITLLM_ISA forces for this process: the file serves every process on the machine); `report`
+// gets one line when a measurement ran.
+CpuTuning loadOrMeasureCpuTuning(const std::string& cacheRoot, const CpuTopology& topology, bool allowed,
+                                 const std::function<CpuTuning()>& measure,
+                                 const std::function<void(const std::string&)>& report);
+// loadOrMeasureCpuTuning for this machine: cacheRoot(), detectCpuTopology(), allowed unless
+// JITLLM_CPU_TUNE=0, the fastest Isa's measurement, and its line on stderr.
+CpuTuning thisCpusTuning();
 
 }  // namespace jitllm::cpu

@@ -3,11 +3,16 @@
 #include "kernels/cpu/cpu_tuning.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/cpu_device.h"
@@ -128,6 +133,7 @@ TEST(CpuTuning, KeptUnderTheCacheRootPerTopologyAndOffWithoutOne) {
 TEST(CpuTuning, ADeviceTakesItsThreadsFromThisCpusFileUnlessGivenACount) {
   TempDir root;
   const ScopedEnv env("JITLLM_CACHE_DIR", root.path());
+  const ScopedEnv noMeasuring("JITLLM_CPU_TUNE", "0");
   const CpuTopology here = detectCpuTopology();
   EXPECT_EQ(CpuDevice().info().threads, here.physicalCores);
   CpuTuning t = defaultCpuTuning(here);
@@ -139,6 +145,95 @@ TEST(CpuTuning, ADeviceTakesItsThreadsFromThisCpusFileUnlessGivenACount) {
   CpuDeviceOptions o;
   o.threads = 1;
   EXPECT_EQ(CpuDevice(o).info().threads, 1);
+}
+
+// The first run on a machine measures (here a stand-in measurement) and keeps the result; every
+// later run reads it and measures nothing.
+TEST(CpuTuning, TheFirstRunMeasuresOnceAndKeepsWhatItMeasured) {
+  TempDir root;
+  CpuTopology here;
+  here.physicalCores = 2;
+  CpuTuning measured = defaultCpuTuning(here);
+  measured.threads = 7;
+  measured.narrowInt8 = 5;
+  measured.source = "measured";
+  int measurements = 0;
+  std::vector<std::string> reports;
+  const auto measure = [&] {
+    measurements++;
+    return measured;
+  };
+  const auto report = [&](const std::string& line) { reports.push_back(line); };
+  const CpuTuning first = loadOrMeasureCpuTuning(root.path(), here, true, measure, report);
+  EXPECT_EQ(measurements, 1);
+  EXPECT_EQ(first, measured);
+  ASSERT_TRUE(fs::exists(cpuTuningPath(root.path(), here)));
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find("threads 7"), std::string::npos) << reports[0];
+  EXPECT_NE(reports[0].find(cpuTuningPath(root.path(), here)), std::string::npos) << reports[0];
+  const CpuTuning second = loadOrMeasureCpuTuning(root.path(), here, true, measure, report);
+  EXPECT_EQ(measurements, 1) << "the kept file serves every later run";
+  EXPECT_EQ(second, measured);
+  EXPECT_EQ(reports.size(), 1u);
+}
+
+// No measurement where it is switched off (the test suites), where there is no cache to keep it
+// in, or where the cache cannot take it: the defaults, every time, at no cost.
+TEST(CpuTuning, NothingIsMeasuredWhenOffOrWhereTheResultCouldNotBeKept) {
+  TempDir root;
+  CpuTopology here;
+  here.physicalCores = 3;
+  int measurements = 0;
+  const auto measure = [&] {
+    measurements++;
+    return defaultCpuTuning(here);
+  };
+  const auto report = [](const std::string&) {};
+  EXPECT_EQ(loadOrMeasureCpuTuning(root.path(), here, false, measure, report), defaultCpuTuning(here));
+  EXPECT_FALSE(fs::exists(cpuTuningPath(root.path(), here)));
+  EXPECT_EQ(loadOrMeasureCpuTuning("", here, true, measure, report), defaultCpuTuning(here));
+  // A cache root below a regular file: no folder, no lock, no file can be made there.
+  writeFile(fs::path(root.path()) / "plain-file", "x");
+  const std::string blocked = (fs::path(root.path()) / "plain-file" / "cache").string();
+  EXPECT_EQ(loadOrMeasureCpuTuning(blocked, here, true, measure, report), defaultCpuTuning(here));
+  EXPECT_EQ(measurements, 0);
+}
+
+// Two processes that start at once on a fresh machine (jitllmd and a jitllm-run) measure once:
+// the second waits on the lock and reads what the first kept.
+TEST(CpuTuning, ProcessesThatStartTogetherMeasureOnce) {
+  TempDir root;
+  CpuTopology here;
+  here.physicalCores = 4;
+  const fs::path tally = fs::path(root.path()) / "measurements";
+  std::vector<pid_t> children;
+  for (int i = 0; i < 3; i++) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      CpuTuning t = defaultCpuTuning(here);
+      t.threads = 9;
+      const CpuTuning got = loadOrMeasureCpuTuning(
+          root.path(), here, true,
+          [&] {
+            std::ofstream(tally, std::ios::app) << "x";
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others reach the lock
+            return t;
+          },
+          [](const std::string&) {});
+      ::_exit(got.threads == 9 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "every process ends with the measured tuning";
+  }
+  std::ifstream in(tally);
+  std::string marks;
+  in >> marks;
+  EXPECT_EQ(marks, "x");
 }
 
 // The 256-bit kernels an AVX-512 VNNI CPU may be tuned to take give the 512-bit ones' bits (the
@@ -189,6 +284,23 @@ TEST(CpuTuner, MeasuresThisCpuAndChoosesAmongItsCandidates) {
   EXPECT_GE(lines, 1 + (here.logicalCpus != here.physicalCores ? 1 : 0));
   // What it measured parses back from its own file.
   EXPECT_EQ(parseCpuTuning(formatCpuTuning(t), defaultCpuTuning(here)).threads, t.threads);
+}
+
+// A device given no tuning on a machine whose cache has none measures this CPU (the real tuner)
+// and keeps the file; the next device reads it.
+TEST(CpuTuner, TheFirstDeviceOnAMachineMeasuresThisCpuAndKeepsIt) {
+  TempDir root;
+  const ScopedEnv cache("JITLLM_CACHE_DIR", root.path());
+  const ScopedEnv measuring("JITLLM_CPU_TUNE", std::nullopt);
+  const CpuTopology here = detectCpuTopology();
+  const CpuDevice first;
+  EXPECT_EQ(first.tuning().source, "measured");
+  const std::string path = cpuTuningPath(root.path(), here);
+  ASSERT_TRUE(fs::exists(path));
+  const auto written = fs::last_write_time(path);
+  const CpuDevice second;
+  EXPECT_EQ(second.tuning(), first.tuning());
+  EXPECT_EQ(fs::last_write_time(path), written) << "measured once";
 }
 
 }  // namespace
