@@ -48,6 +48,11 @@ __attribute__((target("avx512f"))) __m512 swiglu16(__m512 g, __m512 u) {
   return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
+__attribute__((target("avx2,fma"))) __m256 swiglu8(__m256 g, __m256 u) {
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
 // GEGLU's exponent: z = sqrt(8 / pi) (g + 0.044715 g^3), written as g (c + c 0.044715 g^2).
 constexpr float kGeluScale = 1.5957691216057308f;
 constexpr float kGeluCubic = 0.044715f * kGeluScale;
@@ -84,6 +89,7 @@ void gegluRange(const float* gate, const float* up, float* out, int64_t begin, i
 
 void swigluRange(const float* gate, const float* up, float* out, int64_t begin, int64_t end, Isa isa) {
   if (isa >= Isa::kAvx512) return rangeAvx512<swiglu16>(gate, up, out, begin, end);
+  if (isa >= Isa::kAvx2) return rangeAvx2<swiglu8>(gate, up, out, begin, end);
   swigluScalar(gate, up, out, begin, end);
 }
 

@@ -51,6 +51,38 @@ __attribute__((target("avx2,fma,f16c"))) void axpyAvx2(float* acc, float w, cons
   }
 }
 
+// Four keys' dotAvx2 at once (as dot4Avx512 to dotAvx512): the same bits.
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) void dot4Avx2(const float* q, const T* const* k, int n, float* out) {
+  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int i = 0; i < n; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    for (int c = 0; c < 4; c++) s[c] = _mm256_fmadd_ps(qv, load8(k[c] + i), s[c]);
+  }
+  for (int c = 0; c < 4; c++) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s[c]), _mm256_extractf128_ps(s[c], 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    out[c] = _mm_cvtss_f32(lo);
+  }
+}
+
+// acc = sum over j of w[j] * v(j) for kVectors * 8 values (at most 8 vectors: the weights and
+// values take the rest of the 16 registers): axpyAvx2 over every j in order, the accumulator in
+// registers. The same operations per value in the same order: the same bits.
+template <int kVectors, typename T, typename RowOf>
+__attribute__((target("avx2,fma,f16c"))) void weightedSumAvx2(float* acc, const float* w, int64_t n, RowOf rowOf) {
+  __m256 a[kVectors];
+  for (int i = 0; i < kVectors; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
+  for (int64_t j = 0; j < n; j++) {
+    const __m256 wv = _mm256_set1_ps(w[j]);
+    const T* v = rowOf(j);
+#pragma GCC unroll 8
+    for (int i = 0; i < kVectors; i++) a[i] = _mm256_fmadd_ps(wv, load8(v + 8 * i), a[i]);
+  }
+  for (int i = 0; i < kVectors; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
+}
+
 __attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -109,14 +141,14 @@ struct HeadKernels {
   float (*dot)(const float*, const T*, int);
   void (*axpy)(float*, float, const T*, int);
   void (*dot4)(const float*, const T* const*, int, float*);  // null: dot one key at a time
-  bool wide;                                                 // the AVX-512 kernels
+  int lanes;                                                 // 16 (AVX-512), 8 (AVX2) or 1
 };
 
 template <typename T>
 HeadKernels<T> kernelsFor(Isa isa, int headDim) {
-  if (isa >= Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>, dot4Avx512<T>, true};
-  if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2<T>, axpyAvx2<T>, nullptr, false};
-  return {dotScalar<T>, axpyScalar<T>, nullptr, false};
+  if (isa >= Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>, dot4Avx512<T>, 16};
+  if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2<T>, axpyAvx2<T>, dot4Avx2<T>, 8};
+  return {dotScalar<T>, axpyScalar<T>, nullptr, 1};
 }
 
 // scores[j] = exp(scores[j] - shift): elementwise, so a score's bits do not depend on n.
@@ -130,8 +162,22 @@ __attribute__((target("avx512f"))) void expShiftedAvx512(float* scores, int64_t 
   }
 }
 
+// The same 8 lanes at a time with exp8 (exp16's bits), the tail through a padded copy.
+__attribute__((target("avx2,fma"))) void expShiftedAvx2(float* scores, int64_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(scores + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + j), s)));
+  if (j < n) {
+    alignas(32) float tail[8] = {};
+    std::copy(scores + j, scores + n, tail);
+    _mm256_store_ps(tail, exp8(_mm256_sub_ps(_mm256_load_ps(tail), s)));
+    std::copy(tail, tail + (n - j), scores + j);
+  }
+}
+
 void expShifted(float* scores, int64_t n, float shift, Isa isa) {
   if (isa >= Isa::kAvx512) return expShiftedAvx512(scores, n, shift);
+  if (isa >= Isa::kAvx2) return expShiftedAvx2(scores, n, shift);
   for (int64_t j = 0; j < n; j++) scores[j] = std::exp(scores[j] - shift);
 }
 
@@ -177,12 +223,22 @@ void attend(const float* q, float* out, const AttentionBatch& batch, int64_t tok
   for (int64_t j = 0; j < n; j++) sum += scratch.scores[size_t(j)];
   scratch.accum.assign(size_t(hd), 0.0f);
   const auto valueRow = [&](int64_t i) { return row(i, 1); };
-  if (k.wide && hd == 64) {
+  if (k.lanes == 16 && hd == 64) {
     weightedSumAvx512<4, T>(scratch.accum.data(), scores, n, valueRow);
-  } else if (k.wide && hd == 128) {
+  } else if (k.lanes == 16 && hd == 128) {
     weightedSumAvx512<8, T>(scratch.accum.data(), scores, n, valueRow);
-  } else if (k.wide && hd == 256) {
+  } else if (k.lanes == 16 && hd == 256) {
     weightedSumAvx512<16, T>(scratch.accum.data(), scores, n, valueRow);
+  } else if (k.lanes == 8 && hd % 32 == 0) {
+    // 64 values (32 at the end) per pass over the window: each value's FMAs in the same order.
+    for (int part = 0; part < hd; part += 64) {
+      const auto partRow = [&](int64_t i) { return valueRow(i) + part; };
+      if (hd - part >= 64) {
+        weightedSumAvx2<8, T>(scratch.accum.data() + part, scores, n, partRow);
+      } else {
+        weightedSumAvx2<4, T>(scratch.accum.data() + part, scores, n, partRow);
+      }
+    }
   } else {
     for (j = 0; j < n; j++) k.axpy(scratch.accum.data(), scores[j], row(j, 1), hd);
   }
