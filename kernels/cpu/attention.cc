@@ -223,7 +223,9 @@ void attend(const float* q, float* out, const AttentionBatch& batch, int64_t tok
   for (int64_t j = 0; j < n; j++) sum += scratch.scores[size_t(j)];
   scratch.accum.assign(size_t(hd), 0.0f);
   const auto valueRow = [&](int64_t i) { return row(i, 1); };
-  if (k.lanes == 16 && hd == 64) {
+  if (k.lanes == 16 && hd == 32) {
+    weightedSumAvx512<2, T>(scratch.accum.data(), scores, n, valueRow);
+  } else if (k.lanes == 16 && hd == 64) {
     weightedSumAvx512<4, T>(scratch.accum.data(), scores, n, valueRow);
   } else if (k.lanes == 16 && hd == 128) {
     weightedSumAvx512<8, T>(scratch.accum.data(), scores, n, valueRow);

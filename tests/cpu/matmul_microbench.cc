@@ -2,6 +2,7 @@
 // development machine is shared, so wall time is noise). Prints GB/s of weights for decode (one
 // token) and tokens/s x rows for a prefill of 128 tokens.
 //   [STREAMED=1] [PREFILL=reps] [REPS=decode reps] [TYPE=q4_K] build/bin/matmul_microbench [rows cols]
+// PROMPT=1: prefill as prompt rows (matmulPromptRows: byte activations) where the Isa has them.
 #include <time.h>
 
 #include <cstdio>
@@ -60,7 +61,11 @@ int main(int argc, char** argv) {
       const int prefillReps = getenv("PREFILL") != nullptr ? atoi(getenv("PREFILL")) : 2;
       for (int rep = 0; rep < prefillReps; rep++) {
         const double t0 = threadSeconds();
-        matmulRows(view, x.data(), cols, tokens, y.data(), rows, 0, rows, isa);
+        if (getenv("PROMPT") != nullptr && promptRowsOnBytes(isa, type)) {
+          matmulPromptRows(view, x.data(), cols, tokens, y.data(), rows, 0, rows, isa);
+        } else {
+          matmulRows(view, x.data(), cols, tokens, y.data(), rows, 0, rows, isa);
+        }
         bestPrefill = std::min(bestPrefill, threadSeconds() - t0);
       }
       std::printf("%-6s %-7s decode %7.3f ms %6.2f GB/s | prefill128 %8.2f ms %7.1f GFLOP/s\n",
