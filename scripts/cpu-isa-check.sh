@@ -7,6 +7,9 @@
 #       llama.cpp build, which goes on after the call (the three do not fit one call's 64 MiB)
 #   run(command="bash scripts/cpu-isa-check.sh", carry=[".carry-cpu", ".devshared"])  # on the warm
 #       machine, within a minute or two: waits for that build, then tests and measures
+# or, where a machine is taken back soon after a call (status: idle_release_s), all in one call:
+#   run(command="bash scripts/cpu-isa-check.sh all", carry=[".carry-cpu", ".devshared", ".peer"])
+#       builds llama.cpp (AVX2) in the foreground, then tests and measures
 # Writes its logs under $OUT. MODELS (default "q4_k_m q6_k q8_0") picks the 1B shapes; the tiny
 # Q4_K_M runs too (TINY=0: not). ISAS (default "avx2 avxvnni avx512vnni avx512amx") the jitllm
 # paths for the first model. Both engines run on cores 0-1 with 2 threads, alternating, ROUNDS (2)
@@ -24,15 +27,30 @@ grep -o -w -E "avx2|avx_vnni|avx512f|avx512_vnni|avx512_bf16|amx_int8" /proc/cpu
 
 # llama.cpp for AVX2 only, built in the background (setsid: it survives the call that starts it).
 PEER_LOG=/tmp/peer-avx2-setup.log
-if [ "${1:-}" = peer ]; then
+# .carry-cpu/bin.tar.xz (prepare-gpu-carry.sh --cpu) holds the binaries.
+if [ -f "$C/bin.tar.xz" ] && [ ! -x "$C/bin/jitllm-bench" ]; then tar -C "$C" -xJf "$C/bin.tar.xz"; fi
+[ -d "$C/bin" ] && C=$C/bin
+peerArgs() {
+  echo "JITLLM_PEER_DIR=$PEER JITLLM_PEER_BUNDLE=/tmp/peer-src/llama.cpp.bundle PEER_TARGETS=llama-bench" \
+    "PEER_CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF'"
+}
+if { [ "${1:-}" = peer ] || [ "${1:-}" = all ]; } && [ ! -x $PEER/bin/llama-bench ]; then
   [ -f .peer/llama.cpp.bundle ] || { echo "carry .peer to build llama.cpp" >&2; exit 1; }
-  [ -x $PEER/bin/llama-bench ] && { echo "llama.cpp (AVX2) is built already"; exit 0; }
   rm -rf /tmp/peer-src && mkdir -p /tmp/peer-src && cp -r .devshared/peer .peer/llama.cpp.bundle /tmp/peer-src/
   : > $PEER_LOG
-  setsid bash -c "JITLLM_PEER_DIR=$PEER JITLLM_PEER_BUNDLE=/tmp/peer-src/llama.cpp.bundle PEER_TARGETS=llama-bench \
-    PEER_CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF' \
-    bash /tmp/peer-src/peer/setup >> $PEER_LOG 2>&1; echo exit \$? >> $PEER_LOG" < /dev/null > /dev/null 2>&1 &
-  echo "llama.cpp (AVX2) build started; log $PEER_LOG"
+  if [ "$1" = all ]; then
+    # In the foreground: the measurements below wait for it anyway.
+    bash -c "$(peerArgs) timeout 360 bash /tmp/peer-src/peer/setup" >> $PEER_LOG 2>&1
+    echo "exit $?" >> $PEER_LOG
+    tail -2 $PEER_LOG
+  else
+    setsid bash -c "$(peerArgs) bash /tmp/peer-src/peer/setup >> $PEER_LOG 2>&1; echo exit \$? >> $PEER_LOG" \
+      < /dev/null > /dev/null 2>&1 &
+    echo "llama.cpp (AVX2) build started; log $PEER_LOG"
+    exit 0
+  fi
+elif [ "${1:-}" = peer ]; then
+  echo "llama.cpp (AVX2) is built already"
   exit 0
 fi
 waitPeer() {

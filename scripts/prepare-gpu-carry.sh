@@ -73,11 +73,15 @@ if ((cpu)); then
   bins=(quant_tests cpu_tests runtime_tests matmul_microbench jitllm-bench jitllm-mkmodel)
   [ -f build/build.ninja ] || { echo "--cpu needs the release build in build/" >&2; exit 1; }
   cmake --build build --target "${bins[@]}" > /dev/null
-  rm -rf .carry-cpu && mkdir -p .carry-cpu
-  for t in "${bins[@]}"; do strip -o ".carry-cpu/$t" "build/bin/$t"; done
+  rm -rf .carry-cpu && mkdir -p .carry-cpu/bin
+  for t in "${bins[@]}"; do strip -o ".carry-cpu/bin/$t" "build/bin/$t"; done
   # OLD_BENCH=path: an earlier jitllm-bench (built from another commit) for cpu-isa-check.sh's
   # no-regression rows.
-  if [ -n "${OLD_BENCH:-}" ]; then strip -o .carry-cpu/jitllm-bench-old "$OLD_BENCH"; fi
+  if [ -n "${OLD_BENCH:-}" ]; then strip -o .carry-cpu/bin/jitllm-bench-old "$OLD_BENCH"; fi
+  # Packed (a quarter of the size), so that the binaries, .devshared and .peer fit one call and
+  # cpu-isa-check.sh's `all` builds llama.cpp and measures in one (an idle machine is soon taken
+  # back). cpu-isa-check.sh unpacks it.
+  tar -C .carry-cpu -cJf .carry-cpu/bin.tar.xz bin && rm -rf .carry-cpu/bin
 fi
 
 exclude=.git/info/exclude
