@@ -9,7 +9,8 @@
 #       machine, within a minute or two: waits for that build, then tests and measures
 # or, where a machine is taken back soon after a call (status: idle_release_s), all in one call:
 #   run(command="bash scripts/cpu-isa-check.sh all", carry=[".carry-cpu", ".devshared", ".peer"])
-#       builds llama.cpp (AVX2) in the foreground, then tests and measures
+#       builds llama.cpp (AVX2) in the foreground, then tests and measures (NATIVE_PEER=1: and
+#       starts a native build for scripts/cpu-arch-check.sh)
 # Writes its logs under $OUT. MODELS (default "q4_k_m q6_k q8_0") picks the 1B shapes; the tiny
 # Q4_K_M runs too (TINY=0: not). ISAS (default "avx2 avxvnni avx512vnni avx512amx") the jitllm
 # paths for the first model. Both engines run on cores 0-1 with 2 threads, alternating, ROUNDS (2)
@@ -39,6 +40,13 @@ if { [ "${1:-}" = peer ] || [ "${1:-}" = all ]; } && [ ! -x $PEER/bin/llama-benc
   rm -rf /tmp/peer-src && mkdir -p /tmp/peer-src && cp -r .devshared/peer .peer/llama.cpp.bundle /tmp/peer-src/
   : > $PEER_LOG
   if [ "$1" = all ]; then
+    # NATIVE_PEER=1: also llama.cpp built for this CPU, in the background, for
+    # scripts/cpu-arch-check.sh in the next call (setsid: it survives this one).
+    if [ "${NATIVE_PEER:-0}" = 1 ] && [ ! -x /tmp/peer-native/bin/llama-bench ]; then
+      setsid bash -c "JITLLM_PEER_DIR=/tmp/peer-native JITLLM_PEER_BUNDLE=/tmp/peer-src/llama.cpp.bundle \
+        PEER_TARGETS=llama-bench bash /tmp/peer-src/peer/setup > /tmp/peer-native-setup.log 2>&1; \
+        echo exit \$? >> /tmp/peer-native-setup.log" < /dev/null > /dev/null 2>&1 &
+    fi
     # In the foreground: the measurements below wait for it anyway.
     bash -c "$(peerArgs) timeout 360 bash /tmp/peer-src/peer/setup" >> $PEER_LOG 2>&1
     echo "exit $?" >> $PEER_LOG
