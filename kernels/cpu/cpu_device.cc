@@ -262,26 +262,55 @@ void CpuDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int
   const int half = params.rotaryDims / 2;
   JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
                  "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
-  pool_.parallelFor(tokens, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> cosv(static_cast<size_t>(half)), sinv(static_cast<size_t>(half));
-    for (int64_t t = begin; t < end; t++) {
-      // Angles in double: the float64 reference computes them so, and float32 powers drift by
-      // several ulps at large positions.
-      const double pos = double(positions[t]) * double(params.freqScale);
-      for (int i = 0; i < half; i++) {
-        double inv = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
-        if (params.freqFactors) inv /= double(params.freqFactors[i]);
-        cosv[size_t(i)] = float(std::cos(pos * inv)) * params.attnFactor;
-        sinv[size_t(i)] = float(std::sin(pos * inv)) * params.attnFactor;
+  const size_t n = size_t(tokens);
+  const auto matches = [&](const RopeAngles& a) {
+    return a.rotaryDims == params.rotaryDims && a.freqBase == params.freqBase && a.freqScale == params.freqScale &&
+           a.attnFactor == params.attnFactor && a.factors.size() == (params.freqFactors ? size_t(half) : 0) &&
+           (params.freqFactors == nullptr ||
+            std::memcmp(a.factors.data(), params.freqFactors, size_t(half) * sizeof(float)) == 0) &&
+           a.positions.size() == n && std::memcmp(a.positions.data(), positions, n * sizeof(int32_t)) == 0;
+  };
+  // The entry used now goes first; a miss replaces the older one.
+  if (!matches(ropeAngles_[0])) std::swap(ropeAngles_[0], ropeAngles_[1]);
+  RopeAngles& a = ropeAngles_[0];
+  if (!matches(a)) {
+    a.rotaryDims = params.rotaryDims;
+    a.freqBase = params.freqBase;
+    a.freqScale = params.freqScale;
+    a.attnFactor = params.attnFactor;
+    a.factors.assign(params.freqFactors, params.freqFactors ? params.freqFactors + half : params.freqFactors);
+    a.positions.assign(positions, positions + n);
+    a.cos.resize(n * size_t(half));
+    a.sin.resize(n * size_t(half));
+    // Angles in double: the float64 reference computes them so, and float32 powers drift by
+    // several ulps at large positions.
+    std::vector<double> inv(static_cast<size_t>(half));
+    for (int i = 0; i < half; i++) {
+      inv[size_t(i)] = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
+      if (params.freqFactors) inv[size_t(i)] /= double(params.freqFactors[i]);
+    }
+    pool_.parallelFor(tokens, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; t++) {
+        const double pos = double(positions[t]) * double(params.freqScale);
+        for (int i = 0; i < half; i++) {
+          a.cos[size_t(t * half + i)] = float(std::cos(pos * inv[size_t(i)])) * params.attnFactor;
+          a.sin[size_t(t * half + i)] = float(std::sin(pos * inv[size_t(i)])) * params.attnFactor;
+        }
       }
+    });
+  }
+  pool_.parallelFor(tokens, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; t++) {
+      const float* cosv = a.cos.data() + t * half;
+      const float* sinv = a.sin.data() + t * half;
       for (int h = 0; h < heads; h++) {
         float* v = x + (t * heads + h) * headDim;
         for (int i = 0; i < half; i++) {
-          const int a = params.neox ? i : 2 * i;
-          const int b = params.neox ? i + half : 2 * i + 1;
-          const float x0 = v[a], x1 = v[b];
-          v[a] = x0 * cosv[size_t(i)] - x1 * sinv[size_t(i)];
-          v[b] = x0 * sinv[size_t(i)] + x1 * cosv[size_t(i)];
+          const int p = params.neox ? i : 2 * i;
+          const int q = params.neox ? i + half : 2 * i + 1;
+          const float x0 = v[p], x1 = v[q];
+          v[p] = x0 * cosv[i] - x1 * sinv[i];
+          v[q] = x0 * sinv[i] + x1 * cosv[i];
         }
       }
     }

@@ -92,6 +92,18 @@ class CpuDevice final : public Device {
   size_t weightBytesTotal_ = 0;
   bool promptBytes_;
   PromptRows promptRows_;  // executor thread only: the last setPromptRows
+  // The cos and sin of the last two rope parameter sets (executor thread only): every layer of a
+  // step rotates q and k at the same positions with the same parameters (two sets where local and
+  // global layers have their own bases, as gemma3's), so they are computed once per step, not
+  // twice per layer (in double, sin and cos cost more than the rotation itself).
+  struct RopeAngles {
+    int rotaryDims = 0;
+    float freqBase = 0, freqScale = 0, attnFactor = 0;
+    std::vector<float> factors;      // freqFactors' values (empty: none)
+    std::vector<int32_t> positions;  // per token
+    std::vector<float> cos, sin;     // tokens x rotaryDims / 2
+  };
+  RopeAngles ropeAngles_[2];  // [0] the most recently used
 };
 
 }  // namespace jitllm::cpu
