@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -261,7 +262,15 @@ CpuTuning loadOrMeasureCpuTuning(const std::string& cacheRoot, const CpuTopology
   const FileLock acrossProcesses(path + ".lock");
   if (!acrossProcesses.held() || std::filesystem::exists(path, ec)) return loadCpuTuning(cacheRoot, topology);
   const auto start = std::chrono::steady_clock::now();
-  const CpuTuning tuning = measure();
+  CpuTuning tuning;
+  try {
+    tuning = measure();
+  } catch (const std::exception& e) {
+    // A device must open whatever the timing met (no memory for its working set, say): the
+    // defaults, and the next run tries again.
+    report(std::string("could not measure this CPU's kernel settings (") + e.what() + "); the defaults for now");
+    return loadCpuTuning(cacheRoot, topology);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const bool kept = storeCpuTuning(cacheRoot, topology, tuning);
   char line[256];

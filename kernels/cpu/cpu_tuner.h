@@ -34,6 +34,8 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
 //     would otherwise measure at once in parallel processes, and a measurement's noise is no test.
 //   - Processes that start together measure once: each holds an exclusive flock on <file>.lock
 //     while it looks, and the ones that waited read the file the first one kept.
+//   - A measurement that throws (no memory for its working set, about 4x the last-level cache)
+//     leaves the defaults and no file: the device still opens, and the next run tries again.
 //   - An existing file is used as it is, even a damaged one (its unreadable lines keep their
 //     defaults: cpu_tuning.h); `jitllm-bench --tune` measures again.
 // `measure` makes the measurement (measureCpuTuning with the CPU's fastest Isa, whatever

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,6 +198,30 @@ TEST(CpuTuning, NothingIsMeasuredWhenOffOrWhereTheResultCouldNotBeKept) {
   const std::string blocked = (fs::path(root.path()) / "plain-file" / "cache").string();
   EXPECT_EQ(loadOrMeasureCpuTuning(blocked, here, true, measure, report), defaultCpuTuning(here));
   EXPECT_EQ(measurements, 0);
+}
+
+// A measurement that fails leaves a device its defaults and no file, so the next run measures.
+TEST(CpuTuning, AMeasurementThatFailsLeavesTheDefaultsAndNoFile) {
+  TempDir root;
+  CpuTopology here;
+  here.physicalCores = 5;
+  std::vector<std::string> reports;
+  const CpuTuning got = loadOrMeasureCpuTuning(
+      root.path(), here, true, []() -> CpuTuning { throw std::runtime_error("no memory for the working set"); },
+      [&](const std::string& line) { reports.push_back(line); });
+  EXPECT_EQ(got, defaultCpuTuning(here));
+  EXPECT_FALSE(fs::exists(cpuTuningPath(root.path(), here)));
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find("no memory for the working set"), std::string::npos) << reports[0];
+  int measurements = 0;
+  loadOrMeasureCpuTuning(
+      root.path(), here, true,
+      [&] {
+        measurements++;
+        return defaultCpuTuning(here);
+      },
+      [](const std::string&) {});
+  EXPECT_EQ(measurements, 1) << "the next run tries again";
 }
 
 // Two processes that start at once on a fresh machine (jitllmd and a jitllm-run) measure once:
