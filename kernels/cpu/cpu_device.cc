@@ -95,6 +95,14 @@ constexpr size_t kMinWeightBytesPerThread = 32 * 1024;
 // The same for attention, in (position x head dim) products per thread.
 constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
 
+// y[t][r] += bias[r] for rows [begin, end) of every token (bias may be null).
+void addBias(const float* bias, float* y, int64_t rows, int64_t tokens, int64_t begin, int64_t end) {
+  if (!bias) return;
+  for (int64_t t = 0; t < tokens; t++) {
+    for (int64_t r = begin; r < end; r++) y[t * rows + r] += bias[r];
+  }
+}
+
 // CpuDeviceOptions::promptBytes unless set: on, but for JITLLM_CPU_PROMPT_BYTES=0.
 bool promptBytesByDefault() {
   const char* env = std::getenv("JITLLM_CPU_PROMPT_BYTES");
@@ -188,71 +196,110 @@ bool CpuDevice::streamsFromMemory(const WeightRef& w) {
 }
 
 void CpuDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) {
+  if (!PreparedActivations::wanted(isa_, w.type, tokens)) {
+    const MatmulTarget target{w, y, bias};
+    multiply(std::span(&target, 1), x, tokens);
+    return;
+  }
+  // Prefill on AMX: the activations are laid out once (tiles of tokens split among the threads),
+  // then the threads take whole row tiles.
+  const WeightView view = viewFor(w, tokens);
+  const int64_t tiles = prepared_.reset(tokens, w.cols);
+  pool_.parallelFor(tiles, 1, [&](int64_t begin, int64_t end) { prepared_.layOut(x, w.cols, begin, end); });
+  constexpr int64_t kGrain = PreparedActivations::kRowGrain;
+  const int64_t rowTiles = (w.rows + kGrain - 1) / kGrain;
+  pool_.parallelFor(rowTiles, 1, [&](int64_t begin, int64_t end) {
+    const int64_t rowBegin = begin * kGrain, rowEnd = std::min(w.rows, end * kGrain);
+    matmulRowsPrepared(view, prepared_, y, w.rows, rowBegin, rowEnd, isa_);
+    addBias(bias, y, w.rows, tokens, rowBegin, rowEnd);
+  });
+}
+
+void CpuDevice::matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) {
+  for (const MatmulTarget& t : targets) {
+    if (PreparedActivations::wanted(isa_, t.w.type, tokens)) return Device::matmuls(targets, x, tokens);
+  }
+  multiply(targets, x, tokens);
+}
+
+WeightView CpuDevice::viewFor(const WeightRef& w, int64_t tokens) {
   WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride};
   view.streamed = streamsFromMemory(w);
   view.prefillChunk = tuning_.prefillChunk;
   view.narrowInt8 = runsNarrow(tuning_, w.type, tokens);
-  // Rows are split among threads in contiguous ranges; each row's result depends only on the
-  // kernel variant, so the thread count never changes the output.
-  const int64_t minRows = int64_t(kMinWeightBytesPerThread / std::max<size_t>(1, w.rowStride * size_t(tokens)));
-  auto addBias = [&](int64_t begin, int64_t end) {
-    if (!bias) return;
-    for (int64_t t = 0; t < tokens; t++) {
-      for (int64_t r = begin; r < end; r++) y[t * w.rows + r] += bias[r];
-    }
-  };
-  if (PreparedActivations::wanted(isa_, w.type, tokens)) {
-    // Prefill on AMX: the activations are laid out once (tiles of tokens split among the
-    // threads), then the threads take whole row tiles.
-    const int64_t tiles = prepared_.reset(tokens, w.cols);
-    pool_.parallelFor(tiles, 1, [&](int64_t begin, int64_t end) { prepared_.layOut(x, w.cols, begin, end); });
-    constexpr int64_t kGrain = PreparedActivations::kRowGrain;
-    const int64_t rowTiles = (w.rows + kGrain - 1) / kGrain;
-    pool_.parallelFor(rowTiles, 1, [&](int64_t begin, int64_t end) {
-      const int64_t rowBegin = begin * kGrain, rowEnd = std::min(w.rows, end * kGrain);
-      matmulRowsPrepared(view, prepared_, y, w.rows, rowBegin, rowEnd, isa_);
-      addBias(rowBegin, rowEnd);
-    });
-    return;
+  return view;
+}
+
+void CpuDevice::multiply(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) {
+  if (targets.empty()) return;
+  const int64_t cols = targets[0].w.cols;
+  // The targets' rows one after another, split among the threads as one loop; each row's result
+  // depends only on its kernel, so neither the thread count nor the grouping changes an output.
+  std::vector<WeightView> views;
+  std::vector<int64_t> firstRow;
+  int64_t rows = 0;
+  size_t bytes = 0;
+  for (const MatmulTarget& t : targets) {
+    JITLLM_REQUIRE(t.w.cols == cols, "matmuls: products of one input need one column count, not ", cols, " and ",
+                   t.w.cols);
+    views.push_back(viewFor(t.w, tokens));
+    firstRow.push_back(rows);
+    rows += t.w.rows;
+    bytes += size_t(t.w.rows) * t.w.rowStride;
   }
-  if (promptBytes_ && promptRows_.in(tokens) && promptRowsOnBytes(isa_, w.type)) {
-    // The prompt rows' runs on their own path, the others' on the ordinary one; each thread takes
-    // its rows through every run.
-    struct Run {
-      int64_t begin, end;
-      bool prompt;
-    };
-    std::vector<Run> runs;
+  if (rows == 0 || tokens == 0) return;
+  // The prompt rows' runs on their own path for the matrices that have it, the others' on the
+  // ordinary one. Each run's prompt activations are laid out once, by all threads, before any row
+  // is multiplied, and serve every matrix (in every chunk of rows, matmulPromptRows would quantize
+  // them again).
+  struct Run {
+    int64_t begin, end;
+    bool prompt;
+  };
+  std::vector<Run> runs;
+  bool anyPrompt = false;
+  if (promptBytes_ && promptRows_.in(tokens)) {
+    for (const MatmulTarget& t : targets) anyPrompt = anyPrompt || promptRowsOnBytes(isa_, t.w.type);
+  }
+  if (anyPrompt) {
     promptRows_.forEachRun(tokens, [&](int64_t begin, int64_t end, bool prompt) {
       runs.push_back({begin, end, prompt});
     });
-    // Each run's prompt activations are quantized once, by all threads, before any row is
-    // multiplied (in every chunk of rows, matmulPromptRows would quantize them again).
-    while (promptActivations_.size() < runs.size()) promptActivations_.push_back(std::make_unique<PromptActivations>());
-    for (size_t i = 0; i < runs.size(); i++) {
-      if (!runs[i].prompt) continue;
-      PromptActivations& p = *promptActivations_[i];
-      const int64_t groups = p.reset(isa_, runs[i].end - runs[i].begin, w.cols);
-      pool_.parallelFor(groups, 1,
-                        [&](int64_t begin, int64_t end) { p.layOut(x + runs[i].begin * w.cols, w.cols, begin, end); });
-    }
-    pool_.parallelFor(w.rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
-      for (size_t i = 0; i < runs.size(); i++) {
-        float* ys = y + runs[i].begin * w.rows;
-        if (runs[i].prompt) {
-          matmulPromptRowsPrepared(view, *promptActivations_[i], ys, w.rows, begin, end);
-        } else {
-          matmulRows(view, x + runs[i].begin * w.cols, w.cols, runs[i].end - runs[i].begin, ys, w.rows, begin, end,
-                     isa_);
-        }
-      }
-      addBias(begin, end);
-    });
-    return;
+  } else {
+    runs.push_back({0, tokens, false});
   }
-  pool_.parallelFor(w.rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
-    matmulRows(view, x, w.cols, tokens, y, w.rows, begin, end, isa_);
-    addBias(begin, end);
+  while (promptActivations_.size() < runs.size()) promptActivations_.push_back(std::make_unique<PromptActivations>());
+  for (size_t i = 0; i < runs.size(); i++) {
+    if (!runs[i].prompt) continue;
+    PromptActivations& p = *promptActivations_[i];
+    const int64_t groups = p.reset(isa_, runs[i].end - runs[i].begin, cols);
+    pool_.parallelFor(groups, 1,
+                      [&](int64_t begin, int64_t end) { p.layOut(x + runs[i].begin * cols, cols, begin, end); });
+  }
+  const int64_t bytesPerRow = int64_t(std::max<size_t>(1, bytes / size_t(rows)));
+  const int64_t minRows = int64_t(kMinWeightBytesPerThread) / std::max<int64_t>(1, bytesPerRow * tokens);
+  pool_.parallelFor(rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
+    for (size_t m = 0; m < targets.size(); m++) {
+      const MatmulTarget& t = targets[m];
+      const int64_t rowBegin = std::max(begin, firstRow[m]) - firstRow[m];
+      const int64_t rowEnd = std::min(end, firstRow[m] + t.w.rows) - firstRow[m];
+      if (rowBegin >= rowEnd) continue;
+      if (anyPrompt && promptRowsOnBytes(isa_, t.w.type)) {
+        for (size_t i = 0; i < runs.size(); i++) {
+          float* ys = t.y + runs[i].begin * t.w.rows;
+          if (runs[i].prompt) {
+            matmulPromptRowsPrepared(views[m], *promptActivations_[i], ys, t.w.rows, rowBegin, rowEnd);
+          } else {
+            matmulRows(views[m], x + runs[i].begin * cols, cols, runs[i].end - runs[i].begin, ys, t.w.rows, rowBegin,
+                       rowEnd, isa_);
+          }
+        }
+      } else {
+        // No prompt path for this matrix: all tokens at once, as matmul() takes them.
+        matmulRows(views[m], x, cols, tokens, t.y, t.w.rows, rowBegin, rowEnd, isa_);
+      }
+      addBias(t.bias, t.y, t.w.rows, tokens, rowBegin, rowEnd);
+    }
   });
 }
 

@@ -59,6 +59,9 @@ class CpuDevice final : public Device {
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
   // Rows given by setPromptRows take matmulPromptRows where the Isa has it for w's type.
   void matmul(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias) override;
+  // One parallel loop over all the targets' rows, and a prompt's activations laid out once for
+  // all of them (q, k and v share their input): each row computed as matmul() computes it.
+  void matmuls(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) override;
   void rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
             const RopeParams& params) override;
   void kvStore(const float* k, const float* v, int64_t tokens, const KvSlot* slots, const KvLayout& layout) override;
@@ -81,6 +84,10 @@ class CpuDevice final : public Device {
   // Whether w's rows stream from memory: the distinct weight matrices this device has multiplied
   // with add up to more than the caches hold. A model's first step counts as it goes.
   bool streamsFromMemory(const WeightRef& w);
+  // The products of x with every target's matrix, on the ordinary integer and float kernels and
+  // the prompt path (not AMX's prepared activations: matmul() runs those one by one).
+  void multiply(std::span<const MatmulTarget> targets, const float* x, int64_t tokens);
+  WeightView viewFor(const WeightRef& w, int64_t tokens);
 
   Isa isa_;
   CpuTuning tuning_;

@@ -265,28 +265,33 @@ TEST_P(OpConformance, MatmulOfEveryTypeMatchesTheTruthAndATokensBitsAreTheSameAl
 }
 
 // The products of one input (a layer's q, k and v - v in q6_K as Q4_K_M files have it, biases as
-// qwen2 has - and its gate and up) through matmuls(): the bits of the products run one by one.
+// qwen2 has - and its gate and up, beside a float matrix) through matmuls(): the bits of the
+// products run one by one, for decode, small batches and prompts, with and without prompt rows
+// (setPromptRows: a prompt path where the device has one, the ordinary one for the rest).
 TEST_P(OpConformance, GroupedProductsGiveTheBitsOfSeparateOnes) {
   constexpr int64_t kCols = 512;
   const Matrix mq = randomMatrix(TensorType::kQ4_K, 96, kCols, freshSeed() + 31);
   const Matrix mk = randomMatrix(TensorType::kQ4_K, 40, kCols, freshSeed() + 32);
   const Matrix mv = randomMatrix(TensorType::kQ6_K, 40, kCols, freshSeed() + 33);
   const Matrix mu = randomMatrix(TensorType::kQ4_K, 1030, kCols, freshSeed() + 34);
+  const Matrix mf = randomMatrix(TensorType::kF16, 24, kCols, freshSeed() + 37);
   std::vector<std::unique_ptr<DeviceBuffer>> weights;
   const auto ref = [&](const Matrix& m) {
     weights.push_back(dev().adoptHostBytes(m.bytes.data(), m.bytes.size()));
     return WeightRef{m.type, weights.back()->data(), m.rows, m.cols, m.stride};
   };
-  const WeightRef q = ref(mq), k = ref(mk), v = ref(mv), up = ref(mu);
+  const WeightRef q = ref(mq), k = ref(mk), v = ref(mv), up = ref(mu), f = ref(mf);
   auto bias = upload(dev(), randomFloats(96 + 40 + 40, freshSeed() + 35));
   const float* bq = bias.as<float>();
-  for (int64_t tokens : {1, 3, 12}) {
-    SCOPED_TRACE(tokens);
+  for (const auto& [tokens, promptRows] : std::vector<std::pair<int64_t, std::vector<Device::RowRange>>>{
+           {1, {}}, {3, {}}, {12, {}}, {40, {}}, {40, {{0, 39}}}, {40, {{2, 20}, {24, 39}}}}) {
+    SCOPED_TRACE(std::to_string(tokens) + " tokens, " + std::to_string(promptRows.size()) + " prompt ranges");
+    dev().setPromptRows(promptRows, tokens);
     auto x = upload(dev(), randomFloats(size_t(tokens * kCols), freshSeed() + 36 + uint32_t(tokens), 2.0f));
     for (int group = 0; group < 2; group++) {
-      const std::vector<WeightRef> ws = group == 0 ? std::vector{q, k, v} : std::vector{up, k};
+      const std::vector<WeightRef> ws = group == 0 ? std::vector{q, k, v} : std::vector{up, k, f};
       const std::vector<const float*> biases =
-          group == 0 ? std::vector{bq, bq + 96, bq + 136} : std::vector<const float*>{nullptr, nullptr};
+          group == 0 ? std::vector{bq, bq + 96, bq + 136} : std::vector<const float*>{nullptr, nullptr, nullptr};
       std::vector<std::unique_ptr<DeviceBuffer>> together, alone;
       std::vector<MatmulTarget> targets;
       for (size_t i = 0; i < ws.size(); i++) {
@@ -306,6 +311,7 @@ TEST_P(OpConformance, GroupedProductsGiveTheBitsOfSeparateOnes) {
       }
     }
   }
+  dev().setPromptRows({}, 0);
 }
 
 // An input quantized once for the integer products that share it (q, k and v) is quantized again
