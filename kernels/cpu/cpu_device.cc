@@ -239,10 +239,16 @@ void CpuDevice::multiply(std::span<const MatmulTarget> targets, const float* x, 
   std::vector<int64_t> firstRow;
   int64_t rows = 0;
   size_t bytes = 0;
+  // x cannot change during this call: each thread may quantize its few tokens once for all the
+  // targets' rows it takes (WeightView::inputEpoch; unique in the process, so another device's
+  // call on the same thread never matches).
+  static std::atomic<uint64_t> lastEpoch{0};
+  const uint64_t epoch = lastEpoch.fetch_add(1, std::memory_order_relaxed) + 1;
   for (const MatmulTarget& t : targets) {
     JITLLM_REQUIRE(t.w.cols == cols, "matmuls: products of one input need one column count, not ", cols, " and ",
                    t.w.cols);
     views.push_back(viewFor(t.w, tokens));
+    views.back().inputEpoch = epoch;
     firstRow.push_back(rows);
     rows += t.w.rows;
     bytes += size_t(t.w.rows) * t.w.rowStride;

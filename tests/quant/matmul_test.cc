@@ -568,5 +568,50 @@ TEST(Matmul, RejectsShapesThatDoNotFitTheTypeOrTheMatrix) {
   for (float v : y) EXPECT_TRUE(std::isnan(v));
 }
 
+// A group of products that shares its input (WeightView::inputEpoch: decode's q, k and v) gives
+// each product the bits it has alone, whatever the types, the 256- or 512-bit kernels and the row
+// chunks in between; a new epoch reads x afresh, even at the same address.
+TEST(Matmul, AGroupSharingItsQuantizedInputGivesEachProductItsBitsAlone) {
+  constexpr int64_t kCols = 512, kRows = 37;
+  const TensorType types[] = {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ8_0,
+                              TensorType::kQ5_K, TensorType::kQ4_0, TensorType::kF32};
+  std::vector<Matrix> ms;
+  for (TensorType type : types) ms.push_back(randomMatrix(type, kRows, kCols, 2100 + uint32_t(type)));
+  uint64_t epoch = 1000;
+  for (Isa isa : isasHere()) {
+    for (int64_t tokens : {1, 3, 7}) {
+      std::vector<float> x = randomActivations(tokens, kCols, 77 + uint32_t(tokens));
+      for (int round = 0; round < 2; round++) {
+        SCOPED_TRACE(std::string(isaName(isa)) + " " + std::to_string(tokens) + " tokens, round " +
+                     std::to_string(round));
+        std::vector<std::vector<float>> want;
+        for (const Matrix& m : ms) {
+          want.emplace_back(size_t(tokens * kRows), NAN);
+          matmulRows(m.view(), x.data(), kCols, tokens, want.back().data(), kRows, 0, kRows, isa);
+        }
+        // One epoch for the group; the products interleaved in row chunks as a thread takes them,
+        // on both kernel widths where the CPU has them.
+        epoch++;
+        std::vector<std::vector<float>> got(ms.size(), std::vector<float>(size_t(tokens * kRows), NAN));
+        for (int64_t begin = 0; begin < kRows;) {
+          const int64_t end = std::min<int64_t>(kRows, begin + 5 + begin % 7);
+          for (size_t i = 0; i < ms.size(); i++) {
+            WeightView v = ms[i].view();
+            v.inputEpoch = epoch;
+            v.narrowInt8 = (i + size_t(begin)) % 2 == 0;
+            matmulRows(v, x.data(), kCols, tokens, got[i].data(), kRows, begin, end, isa);
+          }
+          begin = end;
+        }
+        for (size_t i = 0; i < ms.size(); i++) {
+          EXPECT_TRUE(bitwiseEqual(want[i], got[i])) << quant::typeName(types[i]);
+        }
+        // The same buffer with other values: the next group (a new epoch) must not see the old ones.
+        for (float& v : x) v = -0.5f * v + 0.25f;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace jitllm::cpu

@@ -27,6 +27,40 @@ float* threadScratch(size_t floats) {
   return buffer.get();
 }
 
+QuantizedInput threadQuantizedInput(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, int form,
+                                    uint64_t epoch, size_t bytes) {
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  struct Kept {
+    const float* x = nullptr;
+    int64_t xStride = 0, nTokens = 0, cols = 0;
+    int form = -1;
+    uint64_t epoch = 0;
+    std::unique_ptr<uint8_t, FreeDeleter> data;
+    size_t capacity = 0;
+  };
+  thread_local Kept kept;
+  if (epoch != 0 && kept.epoch == epoch && kept.x == x && kept.xStride == xStride && kept.nTokens == nTokens &&
+      kept.cols == cols && kept.form == form && kept.capacity >= bytes) {
+    return {kept.data.get(), true};
+  }
+  if (bytes > kept.capacity) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+    if (p == nullptr) JITLLM_FAIL(kOverloaded, "matmul: no memory for ", rounded, " bytes of activations");
+    kept.data.reset(p);
+    kept.capacity = rounded;
+  }
+  kept.x = x;
+  kept.xStride = xStride;
+  kept.nTokens = nTokens;
+  kept.cols = cols;
+  kept.form = form;
+  kept.epoch = epoch;
+  return {kept.data.get(), false};
+}
+
 void matmulRowsInt8(const Int8Kernels256& kernels, const WeightView& w, const float* x, int64_t xStride,
                     int64_t nTokens, float* y, int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
   if (!kernels.rows(w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd, /*promptForm=*/false)) {

@@ -40,6 +40,11 @@ struct WeightView {
   // Also a hint: on an AVX-512 VNNI CPU, run this product on the 256-bit integer kernels (the same
   // bits; faster on CPUs that split 512-bit operations in two). Measured per CPU (cpu_tuning.h).
   bool narrowInt8 = false;
+  // Also a hint: products with the same non-zero epoch, x and shape have the same activations, so a
+  // thread may quantize a few tokens of x once for all of them (decode: once per thread per group of
+  // products, not once per chunk of rows). The caller gives each group of products a value no other
+  // call in the process has used (while x cannot change); 0: quantize at every call.
+  uint64_t inputEpoch = 0;
 };
 
 // y[t*yStride + r] = sum_k W[r,k] * x[t*xStride + k], for r in [rowBegin,rowEnd) and t in

@@ -139,10 +139,17 @@ void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTok
               int64_t rowBegin, int64_t rowEnd) {
   const size_t rowBytes = quantizedRowBytes(w.cols);
   const int64_t blockTokens = std::min(nTokens, kTokenBlock);
-  auto* scratch = reinterpret_cast<uint8_t*>(threadScratch((rowBytes * size_t(blockTokens) + 3) / 4));
+  // A few tokens (decode, small batches) quantized once per thread for a group of products
+  // (WeightView::inputEpoch); their form depends on the kernel's offset.
+  const bool keep = nTokens <= kTokenBlock && w.inputEpoch != 0;
+  const QuantizedInput kept = keep ? threadQuantizedInput(x, xStride, nTokens, w.cols, 512 + K::kOffset, w.inputEpoch,
+                                                          rowBytes * size_t(nTokens))
+                                   : QuantizedInput{nullptr, false};
+  auto* scratch =
+      keep ? kept.data : reinterpret_cast<uint8_t*>(threadScratch((rowBytes * size_t(blockTokens) + 3) / 4));
   for (int64_t t0 = 0; t0 < nTokens; t0 += kTokenBlock) {
     const int64_t nt = std::min(kTokenBlock, nTokens - t0);
-    for (int64_t t = 0; t < nt; t++)
+    for (int64_t t = 0; t < nt && !kept.ready; t++)
       quantizeRow(x + (t0 + t) * xStride, w.cols, K::kOffset, scratch + size_t(t) * rowBytes);
     int64_t r = rowBegin;
     QuantizedRow xs[kTokenBlock];

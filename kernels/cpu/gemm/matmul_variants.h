@@ -75,4 +75,18 @@ void matmulRowsAmxPrepared(const WeightView& w, const uint8_t* tiles, int64_t nT
 // on the same thread; its contents are not preserved across calls.
 float* threadScratch(size_t floats);
 
+// This thread's quantized copy of a few tokens' activations, kept from one call to the next of
+// the same product group (WeightView::inputEpoch): decode's token is quantized once per thread per
+// group of products instead of once per chunk of rows of each. `form` names the layout (each
+// kernel family its own, with what it depends on, like the 512-bit kernels' offset). `data`
+// (64-byte aligned, at least `bytes`) holds x's quantized rows when `ready`; otherwise the caller
+// writes them there, and later calls with the same key find them. Never for epoch 0. Valid until
+// the next call on the same thread with another key.
+struct QuantizedInput {
+  uint8_t* data;
+  bool ready;
+};
+QuantizedInput threadQuantizedInput(const float* x, int64_t xStride, int64_t nTokens, int64_t cols, int form,
+                                    uint64_t epoch, size_t bytes);
+
 }  // namespace jitllm::cpu::detail
