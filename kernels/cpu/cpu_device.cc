@@ -88,9 +88,8 @@ CpuTuning tuningFor(const CpuDeviceOptions& options) {
 
 // Weight bytes per thread below which splitting a matrix product costs more than it saves (a
 // hand-off to a spinning worker costs about a microsecond; 32 KiB of weights take about two on one
-// core). 32 KiB against the 128 KiB before: the tiny shape's layers (37-99 KiB products) split,
-// its decode +7 % on the Zen 4 dev VM on both paths (four alternating rounds, 2026-12-05);
-// 1B-class decode and prefill the same within noise.
+// core). At 32 KiB the tiny shape's layers (37-99 KiB products) split too, which its decode gains
+// from (docs/cpu-kernels.md, "Thread pool").
 constexpr size_t kMinWeightBytesPerThread = 32 * 1024;
 // The same for attention, in (position x head dim) products per thread.
 constexpr int64_t kMinAttentionWorkPerThread = 16 * 1024;
