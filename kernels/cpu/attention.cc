@@ -34,14 +34,20 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) 
 }
 __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 
-template <typename T>
-__attribute__((target("avx2,fma,f16c"))) float dotAvx2(const float* q, const T* k, int n) {
-  __m256 s = _mm256_setzero_ps();
-  for (int i = 0; i < n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), s);
+// The 8 lanes of a dot's accumulator summed: 4 apart, then 2, then 1 (dotAvx2 and dot4Avx2 share
+// it, so four keys at once keep one key's bits).
+__attribute__((target("avx2"))) inline float sumLanesAvx2(__m256 s) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   return _mm_cvtss_f32(lo);
+}
+
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) float dotAvx2(const float* q, const T* k, int n) {
+  __m256 s = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), s);
+  return sumLanesAvx2(s);
 }
 template <typename T>
 __attribute__((target("avx2,fma,f16c"))) void axpyAvx2(float* acc, float w, const T* v, int n) {
@@ -59,12 +65,7 @@ __attribute__((target("avx2,fma,f16c"))) void dot4Avx2(const float* q, const T* 
     const __m256 qv = _mm256_loadu_ps(q + i);
     for (int c = 0; c < 4; c++) s[c] = _mm256_fmadd_ps(qv, load8(k[c] + i), s[c]);
   }
-  for (int c = 0; c < 4; c++) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s[c]), _mm256_extractf128_ps(s[c], 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    out[c] = _mm_cvtss_f32(lo);
-  }
+  for (int c = 0; c < 4; c++) out[c] = sumLanesAvx2(s[c]);
 }
 
 // acc = sum over j of w[j] * v(j) for kVectors * 8 values (at most 8 vectors: the weights and

@@ -235,7 +235,6 @@ void CpuDevice::multiply(std::span<const MatmulTarget> targets, const float* x, 
   // The targets' rows one after another, split among the threads as one loop; each row's result
   // depends only on its kernel, so neither the thread count nor the grouping changes an output.
   std::vector<WeightView> views;
-  std::vector<int64_t> firstRow;
   int64_t rows = 0;
   size_t bytes = 0;
   // x cannot change during this call: each thread may quantize its few tokens once for all the
@@ -248,7 +247,6 @@ void CpuDevice::multiply(std::span<const MatmulTarget> targets, const float* x, 
                    t.w.cols);
     views.push_back(viewFor(t.w, tokens));
     views.back().inputEpoch = epoch;
-    firstRow.push_back(rows);
     rows += t.w.rows;
     bytes += size_t(t.w.rows) * t.w.rowStride;
   }
@@ -284,10 +282,11 @@ void CpuDevice::multiply(std::span<const MatmulTarget> targets, const float* x, 
   const int64_t bytesPerRow = int64_t(std::max<size_t>(1, bytes / size_t(rows)));
   const int64_t minRows = int64_t(kMinWeightBytesPerThread) / std::max<int64_t>(1, bytesPerRow * tokens);
   pool_.parallelFor(rows, std::max<int64_t>(minRows, 4), [&](int64_t begin, int64_t end) {
-    for (size_t m = 0; m < targets.size(); m++) {
+    int64_t first = 0;  // the target's first row in the loop's numbering
+    for (size_t m = 0; m < targets.size(); first += targets[m].w.rows, m++) {
       const MatmulTarget& t = targets[m];
-      const int64_t rowBegin = std::max(begin, firstRow[m]) - firstRow[m];
-      const int64_t rowEnd = std::min(end, firstRow[m] + t.w.rows) - firstRow[m];
+      const int64_t rowBegin = std::max(begin, first) - first;
+      const int64_t rowEnd = std::min(end, first + t.w.rows) - first;
       if (rowBegin >= rowEnd) continue;
       if (anyPrompt && promptRowsOnBytes(isa_, t.w.type)) {
         for (size_t i = 0; i < runs.size(); i++) {
