@@ -3,6 +3,7 @@
 // token) and tokens/s x rows for a prefill of 128 tokens.
 //   [STREAMED=1] [PREFILL=reps] [REPS=decode reps] [TYPE=q4_K] build/bin/matmul_microbench [rows cols]
 // PROMPT=1: prefill as prompt rows (matmulPromptRows: byte activations) where the Isa has them.
+// PACKED=1: decode on the packed copy (packed_rows.h) where the Isa reads one.
 #include <time.h>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm/matmul.h"
+#include "kernels/cpu/gemm/packed_rows.h"
 #include "kernels/quant/quantize.h"
 
 using namespace jitllm;
@@ -46,8 +48,11 @@ int main(int argc, char** argv) {
     // NARROW=1: the AVX-512 VNNI paths on their 256-bit kernels (WeightView::narrowInt8).
     view.streamed = getenv("STREAMED") != nullptr;
     view.narrowInt8 = getenv("NARROW") != nullptr;
+    std::vector<uint8_t> packed(packedBytes(type, rows, cols));
+    if (!packed.empty()) packRows(view, 0, rows / kPackedRows, packed.data());
     for (Isa isa : kAllIsas) {
       if (!isaSupported(isa)) continue;
+      view.packed = getenv("PACKED") != nullptr && packedDecode(isa, type) ? packed.data() : nullptr;
       if (isa == Isa::kScalar && getenv("SCALAR") == nullptr) continue;
       double best = 1e9;
       const int reps = getenv("REPS") != nullptr ? atoi(getenv("REPS")) : 7;

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/gemm/packed_rows.h"
+#include "kernels/quant/blocks.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/quantize.h"
 
@@ -611,6 +613,85 @@ TEST(Matmul, AGroupSharingItsQuantizedInputGivesEachProductItsBitsAlone) {
       }
     }
   }
+}
+
+// Decode on a packed copy (packed_rows.h) gives every row the bits of the file layout's kernels: for
+// any token count under a token vector, any split of the rows (groups of 8 cut by the split run on
+// the file layout), super-block counts odd and even (two groups at a time, then one), raw blocks with
+// every nibble and 6-bit scale, and tokens with a non-finite block or values at the quantizer's
+// extremes. Corrupting the copy changes the rows it holds and no others: the kernels read it.
+TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
+  constexpr int64_t kRows = 45;  // 5 groups of 8 and 5 rows outside any
+  std::mt19937 rng(4242);
+  for (int64_t cols : {512, 768}) {
+    Matrix m = randomMatrix(TensorType::kQ4_K, kRows, cols, 3100 + uint32_t(cols));
+    // Rows 16-23 as raw random blocks: every nibble and scale byte value, finite d and dmin.
+    for (int64_t r = 16; r < 24; r++) {
+      auto* blocks = reinterpret_cast<quant::block_q4_K*>(m.bytes.data() + size_t(r) * m.stride);
+      for (int64_t u = 0; u < cols / quant::kQK_K; u++) {
+        auto* raw = reinterpret_cast<uint8_t*>(&blocks[u]);
+        for (size_t i = 0; i < sizeof(quant::block_q4_K); i++) raw[i] = uint8_t(rng());
+        blocks[u].d = uint16_t(0x2000 + rng() % 0x3000);  // finite float16, 2^-7 .. 2^5
+        blocks[u].dmin = uint16_t(0x2000 + rng() % 0x3000);
+      }
+      if (r == 16) std::memset(blocks[0].qs, 0xFF, sizeof blocks[0].qs);  // every weight 15
+    }
+    std::vector<uint8_t> packed(packedBytes(TensorType::kQ4_K, kRows, cols));
+    ASSERT_EQ(packed.size(), size_t(kRows / kPackedRows * (cols / quant::kQK_K)) * sizeof(PackedQ4_K));
+    packRows(m.view(), 0, kRows / kPackedRows, packed.data());
+    for (Isa isa : isasHere()) {
+      if (!packedDecode(isa, TensorType::kQ4_K)) continue;
+      for (int64_t tokens = 1; tokens < 8; tokens++) {
+        SCOPED_TRACE(std::string(isaName(isa)) + ", " + std::to_string(cols) + " columns, " + std::to_string(tokens) +
+                     " tokens");
+        std::vector<float> x = randomActivations(tokens, cols, 900 + uint32_t(tokens));
+        x[size_t(cols) + 40] = tokens % 2 ? INFINITY : NAN;  // token 1's second block (when there is one)
+        for (int64_t i = 0; i < cols; i++) x[size_t(i)] = i % 2 ? 1000.0f : -1000.0f;  // a = +-127
+        std::vector<float> want(size_t(tokens * kRows), NAN);
+        matmulRows(m.view(), x.data(), cols, tokens, want.data(), kRows, 0, kRows, isa);
+        for (uint64_t epoch : {uint64_t(0), uint64_t(7000 + tokens)}) {
+          WeightView v = m.view();
+          v.packed = packed.data();
+          v.inputEpoch = epoch;
+          std::vector<float> whole(want.size(), NAN), split(want.size(), NAN);
+          matmulRows(v, x.data(), cols, tokens, whole.data(), kRows, 0, kRows, isa);
+          for (int64_t begin = 0; begin < kRows;) {
+            const int64_t end = std::min<int64_t>(kRows, begin + 3 + begin % 11);
+            matmulRows(v, x.data(), cols, tokens, split.data(), kRows, begin, end, isa);
+            begin = end;
+          }
+          EXPECT_TRUE(bitwiseEqual(want, whole)) << "epoch " << epoch;
+          EXPECT_TRUE(bitwiseEqual(want, split)) << "epoch " << epoch;
+        }
+        // Group 2 (rows 16-23) with other weights in the copy: those rows change, no others do.
+        std::vector<uint8_t> corrupted = packed;
+        const size_t groupBytes = packedBytes(TensorType::kQ4_K, kPackedRows, cols);
+        for (size_t i = 2 * groupBytes; i < 3 * groupBytes; i++) corrupted[i] ^= 0x11;
+        WeightView v = m.view();
+        v.packed = corrupted.data();
+        std::vector<float> got(want.size(), NAN);
+        matmulRows(v, x.data(), cols, tokens, got.data(), kRows, 0, kRows, isa);
+        int changed = 0;
+        for (int64_t t = 0; t < tokens; t++) {
+          for (int64_t r = 0; r < kRows; r++) {
+            const float a = want[size_t(t * kRows + r)], b = got[size_t(t * kRows + r)];
+            const bool same = std::memcmp(&a, &b, sizeof a) == 0;
+            if (r < 16 || r >= 24) {
+              EXPECT_TRUE(same) << "row " << r << " token " << t;
+            } else if (!same) {
+              changed++;
+            }
+          }
+        }
+        EXPECT_GE(changed, 8) << "the packed copy was not read";  // token 0 is finite in every row
+      }
+    }
+  }
+  // No copy for other types, for fewer than 8 rows, or on the float kernels.
+  EXPECT_EQ(packedBytes(TensorType::kQ6_K, 64, 512), 0u);
+  EXPECT_EQ(packedBytes(TensorType::kQ4_K, 7, 512), 0u);
+  EXPECT_FALSE(packedDecode(Isa::kAvx512, TensorType::kQ4_K));
+  EXPECT_FALSE(packedDecode(Isa::kScalar, TensorType::kQ4_K));
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ struct WeightView {
   // products, not once per chunk of rows). The caller gives each group of products a value no other
   // call in the process has used (while x cannot change); 0: quantize at every call.
   uint64_t inputEpoch = 0;
+  // Rows [0, rows / 8 * 8) again, interleaved by 8 for decode (packed_rows.h: packRows), or null.
+  // Decode reads its groups there where packedDecode(isa, type) holds and the rest of the rows in
+  // `data`; the results are the same bits either way.
+  const uint8_t* packed = nullptr;
 };
 
 // y[t*yStride + r] = sum_k W[r,k] * x[t*xStride + k], for r in [rowBegin,rowEnd) and t in

@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/gemm/int8_activation.h"
 #include "kernels/cpu/gemm/matmul_variants.h"
+#include "kernels/cpu/gemm/packed_rows.h"
 #include "kernels/quant/blocks.h"
 
 #if defined(__clang__)

@@ -28,6 +28,7 @@
 
 #include "kernels/cpu/gemm/int8_activation.h"
 #include "kernels/cpu/gemm/matmul_variants.h"
+#include "kernels/cpu/gemm/packed_rows.h"
 #include "kernels/quant/blocks.h"
 
 #if defined(__clang__)
@@ -181,6 +182,11 @@ void vnniRows(const WeightView& w, const float* x, int64_t xStride, int64_t nTok
 void matmulRowsAvx512Vnni(const WeightView& w, const float* x, int64_t xStride, int64_t nTokens, float* y,
                           int64_t yStride, int64_t rowBegin, int64_t rowEnd) {
   using quant::TensorType;
+  // Decode of a matrix with a packed copy (packed_rows.h): the 256-bit kernels' packed form, the
+  // same bits (token vectors start at 8 tokens; fewer go row by row).
+  if (w.packed != nullptr && nTokens < 8 && packedDecode(Isa::kAvx512Vnni, w.type)) {
+    return matmulRowsInt8(kInt8NarrowVnni, w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);
+  }
   if (w.narrowInt8 && (w.type == TensorType::kQ4_K || w.type == TensorType::kQ6_K || w.type == TensorType::kQ8_0)) {
     // The tuner found the 256-bit kernels faster for this product here (cpu_tuning.h).
     return matmulRowsInt8(kInt8NarrowVnni, w, x, xStride, nTokens, y, yStride, rowBegin, rowEnd);

@@ -1,0 +1,69 @@
+#include "kernels/cpu/gemm/packed_rows.h"
+
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/quant/blocks.h"
+
+namespace jitllm::cpu {
+
+bool packedDecode(Isa isa, quant::TensorType type) {
+  if (type != quant::TensorType::kQ4_K) return false;
+  switch (isa) {
+    case Isa::kAvx2:
+    case Isa::kAvxVnni:
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512Amx:
+      return true;
+    case Isa::kScalar:
+    case Isa::kAvx512:  // float kernels: other bits, no packed form
+      return false;
+  }
+  return false;
+}
+
+size_t packedBytes(quant::TensorType type, int64_t rows, int64_t cols) {
+  if (type != quant::TensorType::kQ4_K || rows < kPackedRows || cols % quant::kQK_K != 0) return 0;
+  return size_t(rows / kPackedRows) * size_t(cols / quant::kQK_K) * sizeof(PackedQ4_K);
+}
+
+namespace {
+
+void packQ4_K(const WeightView& w, int64_t group, PackedQ4_K* out) {
+  const int64_t blocks = w.cols / quant::kQK_K;
+  for (int64_t u = 0; u < blocks; u++) {
+    PackedQ4_K& p = out[u];
+    for (int64_t r = 0; r < kPackedRows; r++) {
+      const auto* rowBlocks =
+          reinterpret_cast<const quant::block_q4_K*>(w.data + size_t(kPackedRows * group + r) * w.rowStride);
+      const quant::block_q4_K& b = rowBlocks[u];
+      p.d[r] = b.d;
+      p.dmin[r] = b.dmin;
+      uint8_t scalesMins[16];
+      quant::unpackScalesMinsK4(b.scales, scalesMins);
+      for (int g = 0; g < 8; g++) {
+        p.scales[g][r] = scalesMins[g];
+        p.mins[g][r] = scalesMins[8 + g];
+      }
+      for (int pair = 0; pair < 4; pair++) {
+        for (int quad = 0; quad < 8; quad++) std::memcpy(p.qs[pair][quad][r], b.qs + 32 * pair + 4 * quad, 4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void packRows(const WeightView& w, int64_t groupBegin, int64_t groupEnd, uint8_t* out) {
+  const size_t groupBytes = packedBytes(w.type, kPackedRows, w.cols);
+  JITLLM_REQUIRE(groupBytes > 0, "packRows: no packed form of a ", quant::typeTraits(w.type).name, " matrix of ",
+                 w.cols, " columns");
+  JITLLM_REQUIRE(0 <= groupBegin && groupBegin <= groupEnd && groupEnd <= w.rows / kPackedRows, "packRows: groups [",
+                 groupBegin, ", ", groupEnd, ") outside the ", w.rows / kPackedRows, " of the matrix");
+  for (int64_t g = groupBegin; g < groupEnd; g++) {
+    packQ4_K(w, g, reinterpret_cast<PackedQ4_K*>(out + size_t(g) * groupBytes));
+  }
+}
+
+}  // namespace jitllm::cpu
