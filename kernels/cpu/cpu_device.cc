@@ -17,6 +17,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_tuner.h"
 #include "kernels/cpu/gemm/matmul.h"
+#include "kernels/cpu/gemm/packed_rows.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/half.h"
 
@@ -35,6 +36,7 @@ class CpuBuffer final : public DeviceBuffer {
   CpuBuffer(CpuDevice& device, uint8_t* data, size_t size, Origin origin)
       : device_(device), data_(data), size_(size), origin_(origin) {}
   ~CpuBuffer() override {
+    if (origin_ == Origin::kAdopted) device_.packed_.forget(this);
     if (origin_ == Origin::kHeap) std::free(data_);
     if (origin_ == Origin::kMapped) ::munmap(data_, size_);
     if (origin_ != Origin::kAdopted) device_.release(size_);
@@ -108,13 +110,33 @@ bool promptBytesByDefault() {
   return !(env && std::strcmp(env, "0") == 0);
 }
 
+// CpuDeviceOptions::packedDecode unless set: on, but for JITLLM_CPU_PACK=0.
+bool packedDecodeByDefault() {
+  const char* env = std::getenv("JITLLM_CPU_PACK");
+  return !(env && std::strcmp(env, "0") == 0);
+}
+
 }  // namespace
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options)
     : isa_(options.isa.value_or(bestIsa())),
       tuning_(tuningFor(options)),
       pool_(options.threads > 0 ? options.threads : tuning_.threads),
-      promptBytes_(options.promptBytes.value_or(promptBytesByDefault())) {
+      promptBytes_(options.promptBytes.value_or(promptBytesByDefault())),
+      packedDecode_(options.packedDecode.value_or(packedDecodeByDefault())),
+      packed_(
+          [this](size_t bytes) {
+            // A speed-up may not crowd out what replies need: the copies leave half the budget
+            // to KV pages and scratch.
+            if (memoryUsed() + bytes > info_.memoryBudget / 2) return false;
+            try {
+              reserveMemory(bytes);
+              return true;
+            } catch (const Error&) {
+              return false;
+            }
+          },
+          [this](size_t bytes) { releaseMemory(bytes); }) {
   info_.id = {"cpu", options.index};
   info_.caps.hostMemory = true;
   info_.caps.kernelsCompiledIn = true;
@@ -141,7 +163,9 @@ std::unique_ptr<DeviceBuffer> CpuDevice::allocate(size_t bytes) {
 
 std::unique_ptr<DeviceBuffer> CpuDevice::adoptHostBytes(const uint8_t* bytes, size_t size) {
   // The CPU reads the mapping in place: no copy, no budget (the page cache holds the bytes).
-  return std::make_unique<CpuBuffer>(*this, const_cast<uint8_t*>(bytes), size, CpuBuffer::Origin::kAdopted);
+  auto buffer = std::make_unique<CpuBuffer>(*this, const_cast<uint8_t*>(bytes), size, CpuBuffer::Origin::kAdopted);
+  packed_.adopted(buffer.get(), bytes, size);
+  return buffer;
 }
 
 void CpuDevice::copyFromHost(uint8_t* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
@@ -226,6 +250,11 @@ WeightView CpuDevice::viewFor(const WeightRef& w, int64_t tokens) {
   view.streamed = streamsFromMemory(w);
   view.prefillChunk = tuning_.prefillChunk;
   view.narrowInt8 = runsNarrow(tuning_, w.type, tokens);
+  if (packedDecode_ && packedDecode(isa_, w.type)) {
+    view.packed = packed_.copyOf(view, [&](uint8_t* out) {
+      pool_.parallelFor(w.rows / kPackedRows, 1, [&](int64_t begin, int64_t end) { packRows(view, begin, end, out); });
+    });
+  }
   return view;
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_tuning.h"
 #include "kernels/cpu/gemm/isa.h"
 #include "kernels/cpu/gemm/matmul.h"
+#include "kernels/cpu/packed_copies.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/device.h"
 #include "kernels/prompt_rows.h"
@@ -36,6 +37,10 @@ struct CpuDeviceOptions {
   // Isa has them; default: yes unless JITLLM_CPU_PROMPT_BYTES=0 (which keeps decode's bits for
   // every token, at prefill's old speed).
   std::optional<bool> promptBytes;
+  // Whether decode reads packed copies of the matrices that have one (gemm/packed_rows.h: q4_K
+  // rows interleaved by 8, made at a matrix's first product and charged to the budget; the same
+  // results, decode about twice as fast); default: yes unless JITLLM_CPU_PACK=0.
+  std::optional<bool> packedDecode;
 };
 
 class CpuDevice final : public Device {
@@ -76,6 +81,8 @@ class CpuDevice final : public Device {
                         int32_t* ids, float* values, int64_t stride) override;
   void setPromptRows(std::span<const RowRange> ranges, int64_t tokens) override;
   bool promptBytes() const { return promptBytes_; }
+  // Bytes of decode's packed copies held now (part of memoryUsed()).
+  size_t packedBytes() const { return packed_.bytes(); }
 
  private:
   friend class CpuBuffer;
@@ -98,6 +105,8 @@ class CpuDevice final : public Device {
   std::vector<std::unique_ptr<PromptActivations>> promptActivations_;
   size_t weightBytesTotal_ = 0;
   bool promptBytes_;
+  bool packedDecode_;
+  PackedCopies packed_;    // decode's packed copies of adopted matrices; any thread
   PromptRows promptRows_;  // executor thread only: the last setPromptRows
   // The cos and sin of the last two rope parameter sets (executor thread only): every layer of a
   // step rotates q and k at the same positions with the same parameters (two sets where local and

@@ -6,6 +6,7 @@
 // PACKED=1: decode on the packed copy (packed_rows.h) where the Isa reads one.
 #include <time.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -37,29 +38,44 @@ int main(int argc, char** argv) {
     // TYPE=q4_K: that type only.
     if (getenv("TYPE") != nullptr && quant::typeName(type) != std::string(getenv("TYPE"))) continue;
     const size_t stride = *quant::rowBytes(type, cols);
-    std::vector<uint8_t> w(stride * size_t(rows));
+    // COPIES=n: decode cycles through n copies of the matrix (past the caches, as a model's layers).
+    const int copies = getenv("COPIES") != nullptr ? std::max(1, atoi(getenv("COPIES"))) : 1;
+    std::vector<uint8_t> w(stride * size_t(rows) * size_t(copies));
     for (int64_t r = 0; r < rows; r++) {
       for (float& v : row) v = dist(rng);
       quant::quantizeRow(type, row.data(), w.data() + size_t(r) * stride, cols);
     }
+    for (int c = 1; c < copies; c++)
+      std::copy(w.begin(), w.begin() + stride * size_t(rows), w.begin() + stride * size_t(rows) * size_t(c));
     WeightView view{type, w.data(), rows, cols, stride};
     // STREAMED=1: decode as for weights that stream from memory (one row at a time, prefetched);
     // give a matrix larger than the last-level cache to time that. PREFILL=0 skips prefill.
     // NARROW=1: the AVX-512 VNNI paths on their 256-bit kernels (WeightView::narrowInt8).
     view.streamed = getenv("STREAMED") != nullptr;
     view.narrowInt8 = getenv("NARROW") != nullptr;
-    std::vector<uint8_t> packed(packedBytes(type, rows, cols));
-    if (!packed.empty()) packRows(view, 0, rows / kPackedRows, packed.data());
+    const size_t packedSize = packedBytes(type, rows, cols);
+    std::vector<uint8_t> packed(packedSize * size_t(copies));
+    for (int c = 0; c < copies && packedSize > 0; c++) {
+      WeightView v = view;
+      v.data = w.data() + stride * size_t(rows) * size_t(c);
+      packRows(v, 0, rows / kPackedRows, packed.data() + packedSize * size_t(c));
+    }
     for (Isa isa : kAllIsas) {
       if (!isaSupported(isa)) continue;
-      view.packed = getenv("PACKED") != nullptr && packedDecode(isa, type) ? packed.data() : nullptr;
+      const bool usePacked = getenv("PACKED") != nullptr && packedDecode(isa, type);
       if (isa == Isa::kScalar && getenv("SCALAR") == nullptr) continue;
+      if (getenv("ISA") != nullptr && std::string(isaName(isa)) != getenv("ISA")) continue;  // ISA=avx2: that one
       double best = 1e9;
       const int reps = getenv("REPS") != nullptr ? atoi(getenv("REPS")) : 7;
       for (int rep = 0; rep < reps; rep++) {
         const double t0 = threadSeconds();
-        matmulRows(view, x.data(), cols, 1, y.data(), rows, 0, rows, isa);
-        best = std::min(best, threadSeconds() - t0);
+        for (int c = 0; c < copies; c++) {
+          WeightView v = view;
+          v.data = w.data() + stride * size_t(rows) * size_t(c);
+          v.packed = usePacked ? packed.data() + packedSize * size_t(c) : nullptr;
+          matmulRows(v, x.data(), cols, 1, y.data(), rows, 0, rows, isa);
+        }
+        best = std::min(best, (threadSeconds() - t0) / copies);
       }
       double bestPrefill = 1e9;
       const int64_t tokens = 128;

@@ -623,29 +623,30 @@ TEST(Matmul, AGroupSharingItsQuantizedInputGivesEachProductItsBitsAlone) {
 TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
   constexpr int64_t kRows = 45;  // 5 groups of 8 and 5 rows outside any
   std::mt19937 rng(4242);
+  const auto finiteHalf = [&] { return uint16_t(0x2000 + rng() % 0x3000); };  // 2^-7 .. 2^5
+  constexpr TensorType type = TensorType::kQ4_K;
   for (int64_t cols : {512, 768}) {
-    Matrix m = randomMatrix(TensorType::kQ4_K, kRows, cols, 3100 + uint32_t(cols));
-    // Rows 16-23 as raw random blocks: every nibble and scale byte value, finite d and dmin.
+    Matrix m = randomMatrix(type, kRows, cols, 3100 + uint32_t(cols) + uint32_t(type));
+    // Rows 16-23 as raw random blocks: every weight and scale value, finite d (and dmin).
     for (int64_t r = 16; r < 24; r++) {
-      auto* blocks = reinterpret_cast<quant::block_q4_K*>(m.bytes.data() + size_t(r) * m.stride);
+      uint8_t* row = m.bytes.data() + size_t(r) * m.stride;
+      for (size_t i = 0; i < *quant::rowBytes(type, cols); i++) row[i] = uint8_t(rng());
       for (int64_t u = 0; u < cols / quant::kQK_K; u++) {
-        auto* raw = reinterpret_cast<uint8_t*>(&blocks[u]);
-        for (size_t i = 0; i < sizeof(quant::block_q4_K); i++) raw[i] = uint8_t(rng());
-        blocks[u].d = uint16_t(0x2000 + rng() % 0x3000);  // finite float16, 2^-7 .. 2^5
-        blocks[u].dmin = uint16_t(0x2000 + rng() % 0x3000);
+        auto& b = reinterpret_cast<quant::block_q4_K*>(row)[u];
+        b.d = finiteHalf();
+        b.dmin = finiteHalf();
+        if (r == 16 && u == 0) std::memset(b.qs, 0xFF, sizeof b.qs);  // every weight 15
       }
-      if (r == 16) std::memset(blocks[0].qs, 0xFF, sizeof blocks[0].qs);  // every weight 15
     }
-    std::vector<uint8_t> packed(packedBytes(TensorType::kQ4_K, kRows, cols));
+    std::vector<uint8_t> packed(packedBytes(type, kRows, cols));
     ASSERT_EQ(packed.size(), size_t(kRows / kPackedRows * (cols / quant::kQK_K)) * sizeof(PackedQ4_K));
     packRows(m.view(), 0, kRows / kPackedRows, packed.data());
     for (Isa isa : isasHere()) {
-      if (!packedDecode(isa, TensorType::kQ4_K)) continue;
+      if (!packedDecode(isa, type)) continue;
       for (int64_t tokens = 1; tokens < 8; tokens++) {
-        SCOPED_TRACE(std::string(isaName(isa)) + ", " + std::to_string(cols) + " columns, " + std::to_string(tokens) +
-                     " tokens");
+        SCOPED_TRACE(describe(type, isa, tokens) + ", " + std::to_string(cols) + " columns");
         std::vector<float> x = randomActivations(tokens, cols, 900 + uint32_t(tokens));
-        x[size_t(cols) + 40] = tokens % 2 ? INFINITY : NAN;  // token 1's second block (when there is one)
+        if (tokens > 1) x[size_t(cols) + 40] = tokens % 2 ? INFINITY : NAN;            // token 1's second block
         for (int64_t i = 0; i < cols; i++) x[size_t(i)] = i % 2 ? 1000.0f : -1000.0f;  // a = +-127
         std::vector<float> want(size_t(tokens * kRows), NAN);
         matmulRows(m.view(), x.data(), cols, tokens, want.data(), kRows, 0, kRows, isa);
@@ -665,7 +666,7 @@ TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
         }
         // Group 2 (rows 16-23) with other weights in the copy: those rows change, no others do.
         std::vector<uint8_t> corrupted = packed;
-        const size_t groupBytes = packedBytes(TensorType::kQ4_K, kPackedRows, cols);
+        const size_t groupBytes = packedBytes(type, kPackedRows, cols);
         for (size_t i = 2 * groupBytes; i < 3 * groupBytes; i++) corrupted[i] ^= 0x11;
         WeightView v = m.view();
         v.packed = corrupted.data();

@@ -41,9 +41,10 @@ struct PackedQ4_K {
 };
 static_assert(sizeof(PackedQ4_K) == 1184);
 
-// Whether decode on `isa` reads a packed copy of a matrix of this type (q4_K on the Isas that run
-// the integer contract: AVX2, AVX-VNNI and the AVX-512 VNNI family, whose decode then takes the
-// 256-bit kernels).
+// Whether decode on `isa` reads a packed copy of a matrix of this type: q4_K on the Isas that run
+// the integer contract (AVX2, AVX-VNNI and the AVX-512 VNNI family, whose decode then takes the
+// 256-bit kernels). Not q6_K: its 6-bit weights cost as many instructions to assemble in either
+// layout, and packed rows measured no faster (matmul_microbench, docs/cpu-kernels.md).
 bool packedDecode(Isa isa, quant::TensorType type);
 
 // Bytes of the packed copy of a rows x cols matrix: its first rows / 8 * 8 rows (the rest are
