@@ -617,79 +617,90 @@ TEST(Matmul, AGroupSharingItsQuantizedInputGivesEachProductItsBitsAlone) {
 
 // Decode on a packed copy (packed_rows.h) gives every row the bits of the file layout's kernels: for
 // any token count under a token vector, any split of the rows (groups of 8 cut by the split run on
-// the file layout), super-block counts odd and even (two groups at a time, then one), raw blocks with
-// every nibble and 6-bit scale, and tokens with a non-finite block or values at the quantizer's
-// extremes. Corrupting the copy changes the rows it holds and no others: the kernels read it.
+// the file layout), one and several super-blocks, raw blocks with every weight and scale value, and
+// tokens with a non-finite block or values at the quantizer's extremes. Corrupting the copy changes
+// the rows it holds and no others: the kernels read it.
 TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
   constexpr int64_t kRows = 45;  // 5 groups of 8 and 5 rows outside any
   std::mt19937 rng(4242);
   const auto finiteHalf = [&] { return uint16_t(0x2000 + rng() % 0x3000); };  // 2^-7 .. 2^5
-  constexpr TensorType type = TensorType::kQ4_K;
-  for (int64_t cols : {512, 768}) {
-    Matrix m = randomMatrix(type, kRows, cols, 3100 + uint32_t(cols) + uint32_t(type));
-    // Rows 16-23 as raw random blocks: every weight and scale value, finite d (and dmin).
-    for (int64_t r = 16; r < 24; r++) {
-      uint8_t* row = m.bytes.data() + size_t(r) * m.stride;
-      for (size_t i = 0; i < *quant::rowBytes(type, cols); i++) row[i] = uint8_t(rng());
-      for (int64_t u = 0; u < cols / quant::kQK_K; u++) {
-        auto& b = reinterpret_cast<quant::block_q4_K*>(row)[u];
-        b.d = finiteHalf();
-        b.dmin = finiteHalf();
-        if (r == 16 && u == 0) std::memset(b.qs, 0xFF, sizeof b.qs);  // every weight 15
-      }
-    }
-    std::vector<uint8_t> packed(packedBytes(type, kRows, cols));
-    ASSERT_EQ(packed.size(), size_t(kRows / kPackedRows * (cols / quant::kQK_K)) * sizeof(PackedQ4_K));
-    packRows(m.view(), 0, kRows / kPackedRows, packed.data());
-    for (Isa isa : isasHere()) {
-      if (!packedDecode(isa, type)) continue;
-      for (int64_t tokens = 1; tokens < 8; tokens++) {
-        SCOPED_TRACE(describe(type, isa, tokens) + ", " + std::to_string(cols) + " columns");
-        std::vector<float> x = randomActivations(tokens, cols, 900 + uint32_t(tokens));
-        if (tokens > 1) x[size_t(cols) + 40] = tokens % 2 ? INFINITY : NAN;            // token 1's second block
-        for (int64_t i = 0; i < cols; i++) x[size_t(i)] = i % 2 ? 1000.0f : -1000.0f;  // a = +-127
-        std::vector<float> want(size_t(tokens * kRows), NAN);
-        matmulRows(m.view(), x.data(), cols, tokens, want.data(), kRows, 0, kRows, isa);
-        for (uint64_t epoch : {uint64_t(0), uint64_t(7000 + tokens)}) {
-          WeightView v = m.view();
-          v.packed = packed.data();
-          v.inputEpoch = epoch;
-          std::vector<float> whole(want.size(), NAN), split(want.size(), NAN);
-          matmulRows(v, x.data(), cols, tokens, whole.data(), kRows, 0, kRows, isa);
-          for (int64_t begin = 0; begin < kRows;) {
-            const int64_t end = std::min<int64_t>(kRows, begin + 3 + begin % 11);
-            matmulRows(v, x.data(), cols, tokens, split.data(), kRows, begin, end, isa);
-            begin = end;
-          }
-          EXPECT_TRUE(bitwiseEqual(want, whole)) << "epoch " << epoch;
-          EXPECT_TRUE(bitwiseEqual(want, split)) << "epoch " << epoch;
-        }
-        // Group 2 (rows 16-23) with other weights in the copy: those rows change, no others do.
-        std::vector<uint8_t> corrupted = packed;
-        const size_t groupBytes = packedBytes(type, kPackedRows, cols);
-        for (size_t i = 2 * groupBytes; i < 3 * groupBytes; i++) corrupted[i] ^= 0x11;
-        WeightView v = m.view();
-        v.packed = corrupted.data();
-        std::vector<float> got(want.size(), NAN);
-        matmulRows(v, x.data(), cols, tokens, got.data(), kRows, 0, kRows, isa);
-        int changed = 0;
-        for (int64_t t = 0; t < tokens; t++) {
-          for (int64_t r = 0; r < kRows; r++) {
-            const float a = want[size_t(t * kRows + r)], b = got[size_t(t * kRows + r)];
-            const bool same = std::memcmp(&a, &b, sizeof a) == 0;
-            if (r < 16 || r >= 24) {
-              EXPECT_TRUE(same) << "row " << r << " token " << t;
-            } else if (!same) {
-              changed++;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+    for (int64_t cols : {256, 768}) {
+      Matrix m = randomMatrix(type, kRows, cols, 3100 + uint32_t(cols) + uint32_t(type));
+      // Rows 16-23 as raw random blocks: every weight and scale value, finite d (and dmin).
+      for (int64_t r = 16; r < 24; r++) {
+        uint8_t* row = m.bytes.data() + size_t(r) * m.stride;
+        for (size_t i = 0; i < *quant::rowBytes(type, cols); i++) row[i] = uint8_t(rng());
+        for (int64_t u = 0; u < cols / quant::kQK_K; u++) {
+          if (type == TensorType::kQ4_K) {
+            auto& b = reinterpret_cast<quant::block_q4_K*>(row)[u];
+            b.d = finiteHalf();
+            b.dmin = finiteHalf();
+            if (r == 16 && u == 0) std::memset(b.qs, 0xFF, sizeof b.qs);  // every weight 15
+          } else {
+            auto& b = reinterpret_cast<quant::block_q6_K*>(row)[u];
+            b.d = finiteHalf();
+            if (r == 16 && u == 0) {  // every weight 63
+              std::memset(b.ql, 0xFF, sizeof b.ql);
+              std::memset(b.qh, 0xFF, sizeof b.qh);
             }
           }
         }
-        EXPECT_GE(changed, 8) << "the packed copy was not read";  // token 0 is finite in every row
+      }
+      std::vector<uint8_t> packed(packedBytes(type, kRows, cols));
+      ASSERT_EQ(packed.size(), size_t(kRows / kPackedRows * (cols / quant::kQK_K)) *
+                                   (type == TensorType::kQ4_K ? sizeof(PackedQ4_K) : sizeof(PackedQ6_K)));
+      packRows(m.view(), 0, kRows / kPackedRows, packed.data());
+      for (Isa isa : isasHere()) {
+        if (!packedDecode(isa, type)) continue;
+        for (int64_t tokens = 1; tokens < 8; tokens++) {
+          SCOPED_TRACE(describe(type, isa, tokens) + ", " + std::to_string(cols) + " columns");
+          std::vector<float> x = randomActivations(tokens, cols, 900 + uint32_t(tokens));
+          if (tokens > 1) x[size_t(cols) + 40] = tokens % 2 ? INFINITY : NAN;            // in token 1
+          for (int64_t i = 0; i < cols; i++) x[size_t(i)] = i % 3 ? 1000.0f : -1000.0f;  // a = +-127
+          std::vector<float> want(size_t(tokens * kRows), NAN);
+          matmulRows(m.view(), x.data(), cols, tokens, want.data(), kRows, 0, kRows, isa);
+          for (uint64_t epoch : {uint64_t(0), uint64_t(7000 + tokens)}) {
+            WeightView v = m.view();
+            v.packed = packed.data();
+            v.inputEpoch = epoch;
+            std::vector<float> whole(want.size(), NAN), split(want.size(), NAN);
+            matmulRows(v, x.data(), cols, tokens, whole.data(), kRows, 0, kRows, isa);
+            for (int64_t begin = 0; begin < kRows;) {
+              const int64_t end = std::min<int64_t>(kRows, begin + 3 + begin % 11);
+              matmulRows(v, x.data(), cols, tokens, split.data(), kRows, begin, end, isa);
+              begin = end;
+            }
+            EXPECT_TRUE(bitwiseEqual(want, whole)) << "epoch " << epoch;
+            EXPECT_TRUE(bitwiseEqual(want, split)) << "epoch " << epoch;
+          }
+          // Group 2 (rows 16-23) with other weights in the copy: those rows change, no others do.
+          std::vector<uint8_t> corrupted = packed;
+          const size_t groupBytes = packedBytes(type, kPackedRows, cols);
+          for (size_t i = 2 * groupBytes; i < 3 * groupBytes; i++) corrupted[i] ^= 0x11;
+          WeightView v = m.view();
+          v.packed = corrupted.data();
+          std::vector<float> got(want.size(), NAN);
+          matmulRows(v, x.data(), cols, tokens, got.data(), kRows, 0, kRows, isa);
+          int changed = 0;
+          for (int64_t t = 0; t < tokens; t++) {
+            for (int64_t r = 0; r < kRows; r++) {
+              const float a = want[size_t(t * kRows + r)], b = got[size_t(t * kRows + r)];
+              const bool same = std::memcmp(&a, &b, sizeof a) == 0;
+              if (r < 16 || r >= 24) {
+                EXPECT_TRUE(same) << "row " << r << " token " << t;
+              } else if (!same) {
+                changed++;
+              }
+            }
+          }
+          EXPECT_GE(changed, 8) << "the packed copy was not read";  // token 0 is finite in every row
+        }
       }
     }
   }
   // No copy for other types, for fewer than 8 rows, or on the float kernels.
-  EXPECT_EQ(packedBytes(TensorType::kQ6_K, 64, 512), 0u);
+  EXPECT_EQ(packedBytes(TensorType::kQ5_K, 64, 512), 0u);
   EXPECT_EQ(packedBytes(TensorType::kQ4_K, 7, 512), 0u);
   EXPECT_FALSE(packedDecode(Isa::kAvx512, TensorType::kQ4_K));
   EXPECT_FALSE(packedDecode(Isa::kScalar, TensorType::kQ4_K));

@@ -8,7 +8,7 @@
 namespace jitllm::cpu {
 
 bool packedDecode(Isa isa, quant::TensorType type) {
-  if (type != quant::TensorType::kQ4_K) return false;
+  if (type != quant::TensorType::kQ4_K && type != quant::TensorType::kQ6_K) return false;
   switch (isa) {
     case Isa::kAvx2:
     case Isa::kAvxVnni:
@@ -24,8 +24,11 @@ bool packedDecode(Isa isa, quant::TensorType type) {
 }
 
 size_t packedBytes(quant::TensorType type, int64_t rows, int64_t cols) {
-  if (type != quant::TensorType::kQ4_K || rows < kPackedRows || cols % quant::kQK_K != 0) return 0;
-  return size_t(rows / kPackedRows) * size_t(cols / quant::kQK_K) * sizeof(PackedQ4_K);
+  if (rows < kPackedRows || cols % quant::kQK_K != 0) return 0;
+  const size_t blocks = size_t(rows / kPackedRows) * size_t(cols / quant::kQK_K);
+  if (type == quant::TensorType::kQ4_K) return blocks * sizeof(PackedQ4_K);
+  if (type == quant::TensorType::kQ6_K) return blocks * sizeof(PackedQ6_K);
+  return 0;
 }
 
 namespace {
@@ -53,6 +56,24 @@ void packQ4_K(const WeightView& w, int64_t group, PackedQ4_K* out) {
   }
 }
 
+void packQ6_K(const WeightView& w, int64_t group, PackedQ6_K* out) {
+  const int64_t blocks = w.cols / quant::kQK_K;
+  for (int64_t u = 0; u < blocks; u++) {
+    PackedQ6_K& p = out[u];
+    for (int64_t r = 0; r < kPackedRows; r++) {
+      const auto* rowBlocks =
+          reinterpret_cast<const quant::block_q6_K*>(w.data + size_t(kPackedRows * group + r) * w.rowStride);
+      const quant::block_q6_K& b = rowBlocks[u];
+      p.d[r] = b.d;
+      for (int g = 0; g < 16; g++) p.scales[g][r] = b.scales[g];
+      for (int half = 0; half < 2; half++) {
+        for (int quad = 0; quad < 16; quad++) std::memcpy(p.ql[half][quad][r], b.ql + 64 * half + 4 * quad, 4);
+        for (int quad = 0; quad < 8; quad++) std::memcpy(p.qh[half][quad][r], b.qh + 32 * half + 4 * quad, 4);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void packRows(const WeightView& w, int64_t groupBegin, int64_t groupEnd, uint8_t* out) {
@@ -62,7 +83,11 @@ void packRows(const WeightView& w, int64_t groupBegin, int64_t groupEnd, uint8_t
   JITLLM_REQUIRE(0 <= groupBegin && groupBegin <= groupEnd && groupEnd <= w.rows / kPackedRows, "packRows: groups [",
                  groupBegin, ", ", groupEnd, ") outside the ", w.rows / kPackedRows, " of the matrix");
   for (int64_t g = groupBegin; g < groupEnd; g++) {
-    packQ4_K(w, g, reinterpret_cast<PackedQ4_K*>(out + size_t(g) * groupBytes));
+    if (w.type == quant::TensorType::kQ4_K) {
+      packQ4_K(w, g, reinterpret_cast<PackedQ4_K*>(out + size_t(g) * groupBytes));
+    } else {
+      packQ6_K(w, g, reinterpret_cast<PackedQ6_K*>(out + size_t(g) * groupBytes));
+    }
   }
 }
 

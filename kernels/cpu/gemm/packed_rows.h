@@ -10,8 +10,8 @@
 // the integer contract's (matmul_int8.inc), so every row keeps its bits: the packed kernels are
 // a faster way to the same results, never other results (tests/quant/packed_rows_test.cc).
 //
-// The copy costs memory (148 bytes per 144 of a q4_K row's super-block: the sub-block scales and
-// mins are kept unpacked) and one pass over the matrix; the CPU device makes it for the matrices it
+// The copy costs memory (q4_K: 148 bytes per 144 of a row's super-block, its sub-block scales and
+// mins unpacked; q6_K: the same 210) and one pass over the matrix; the CPU device makes it for the matrices it
 // multiplies on Isas whose decode reads it (packedDecode) and frees it with the weights.
 //
 // Thread-safety: pure functions; packRows may run on several threads at once for disjoint groups.
@@ -41,10 +41,23 @@ struct PackedQ4_K {
 };
 static_assert(sizeof(PackedQ4_K) == 1184);
 
-// Whether decode on `isa` reads a packed copy of a matrix of this type: q4_K on the Isas that run
-// the integer contract (AVX2, AVX-VNNI and the AVX-512 VNNI family, whose decode then takes the
-// 256-bit kernels). Not q6_K: its 6-bit weights cost as many instructions to assemble in either
-// layout, and packed rows measured no faster (matmul_microbench, docs/cpu-kernels.md).
+// One q6_K super-block of a group's 8 rows: the file's bytes, interleaved by row 4 at a time (as
+// many bytes as the rows' own blocks).
+struct PackedQ6_K {
+  uint16_t d[kPackedRows];         // each row's d (float16)
+  int8_t scales[16][kPackedRows];  // [sub-block][row]
+  // [half][quad][row][byte]: the row's ql[64 half + 4 quad + byte] (quads 0-7: low nibbles of
+  // elements 128 half + 4 quad + byte, high nibbles 64 further; quads 8-15 the same 32 further).
+  uint8_t ql[2][16][kPackedRows][4];
+  // [half][quad][row][byte]: the row's qh[32 half + 4 quad + byte] (bits 0-1, 2-3, 4-5, 6-7: the
+  // high bits of elements 128 half + 4 quad + byte, + 32, + 64, + 96).
+  uint8_t qh[2][8][kPackedRows][4];
+};
+static_assert(sizeof(PackedQ6_K) == 1680);  // 8 blocks of 210
+
+// Whether decode on `isa` reads a packed copy of a matrix of this type: q4_K and q6_K on the Isas
+// that run the integer contract (AVX2, AVX-VNNI and the AVX-512 VNNI family, whose decode then
+// takes the 256-bit kernels).
 bool packedDecode(Isa isa, quant::TensorType type);
 
 // Bytes of the packed copy of a rows x cols matrix: its first rows / 8 * 8 rows (the rest are
