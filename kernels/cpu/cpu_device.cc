@@ -250,12 +250,22 @@ WeightView CpuDevice::viewFor(const WeightRef& w, int64_t tokens) {
   view.streamed = streamsFromMemory(w);
   view.prefillChunk = tuning_.prefillChunk;
   view.narrowInt8 = runsNarrow(tuning_, w.type, tokens);
-  if (packedDecode_ && packedDecode(isa_, w.type)) {
-    view.packed = packed_.copyOf(view, [&](uint8_t* out) {
-      pool_.parallelFor(w.rows / kPackedRows, 1, [&](int64_t begin, int64_t end) { packRows(view, begin, end, out); });
-    });
-  }
+  view.packed = packedCopy(view);
   return view;
+}
+
+const uint8_t* CpuDevice::packedCopy(const WeightView& w) {
+  if (!packedDecode_ || !packedDecode(isa_, w.type)) return nullptr;
+  return packed_.copyOf(w, [&](uint8_t* out) {
+    pool_.parallelFor(w.rows / kPackedRows, 1, [&](int64_t begin, int64_t end) { packRows(w, begin, end, out); });
+  });
+}
+
+size_t CpuDevice::prepareKernels(const KernelWorkload& workload) {
+  for (const std::vector<WeightRef>& product : workload.products) {
+    for (const WeightRef& w : product) packedCopy(WeightView{w.type, w.data, w.rows, w.cols, w.rowStride});
+  }
+  return 0;
 }
 
 void CpuDevice::multiply(std::span<const MatmulTarget> targets, const float* x, int64_t tokens) {

@@ -38,9 +38,9 @@ struct CpuDeviceOptions {
   // every token, at prefill's old speed).
   std::optional<bool> promptBytes;
   // Whether decode reads packed copies of the matrices that have one (gemm/packed_rows.h: q4_K and
-  // q6_K rows interleaved by 8, made at a matrix's first product and charged to the budget; the
-  // same results, faster decode where it is not waiting for memory); default: yes unless
-  // JITLLM_CPU_PACK=0.
+  // q6_K rows interleaved by 8, made by prepareKernels or at a matrix's first product, charged to
+  // the budget; the same results, faster decode where it is not waiting for memory); default: yes
+  // unless JITLLM_CPU_PACK=0.
   std::optional<bool> packedDecode;
 };
 
@@ -60,6 +60,10 @@ class CpuDevice final : public Device {
   // CPU memory is host memory: one copy straight into the target.
   void copyToDevice(Device& target, uint8_t* dst, const uint8_t* src, size_t bytes) override;
   void quiesce() override { pool_.park(); }
+  // The kernels are compiled in; what a workload's products need ready is decode's packed copies
+  // of their matrices (packedDecode), made here - at a model's load - rather than in its first
+  // reply. Returns 0 (no kernel made).
+  size_t prepareKernels(const KernelWorkload& workload) override;
 
   void getRows(const WeightRef& table, const int32_t* ids, int64_t n, float* out) override;
   void rmsNorm(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps) override;
@@ -96,6 +100,8 @@ class CpuDevice final : public Device {
   // the prompt path (not AMX's prepared activations: matmul() runs those one by one).
   void multiply(std::span<const MatmulTarget> targets, const float* x, int64_t tokens);
   WeightView viewFor(const WeightRef& w, int64_t tokens);
+  // w's packed copy for decode (made now if need be), or null where it has none.
+  const uint8_t* packedCopy(const WeightView& w);
 
   Isa isa_;
   CpuTuning tuning_;

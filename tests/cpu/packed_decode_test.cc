@@ -1,7 +1,7 @@
 // The CPU device's packed copies for decode (packed_copies.h, gemm/packed_rows.h): made for
-// matrices in adopted buffers at their first product, charged to the budget and freed with the
-// buffer; never for bytes the device copied in (they could change); skipped, not failed, when the
-// budget is full. Every product gives the bits of a device that packs nothing.
+// matrices in adopted buffers at load (prepareKernels) or at their first product, charged to the
+// budget and freed with the buffer; never for bytes the device copied in (they could change); skipped, not failed, when
+// the budget is full. Every product gives the bits of a device that packs nothing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,6 +91,30 @@ TEST(CpuPackedDecode, AnAdoptedMatrixDecodesOnACopyWithItsBitsAndTheCopyGoesWith
     }
     EXPECT_EQ(packing.packedBytes(), 0u) << "the copies outlived their buffer";
     EXPECT_EQ(packing.memoryUsed(), before) << "the copies' bytes were not given back";
+  }
+  if (!ran) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
+}
+
+TEST(CpuPackedDecode, PreparingAModelsKernelsMakesTheCopiesBeforeAnyReply) {
+  const std::vector<uint8_t> weights = randomQ4_K(13);
+  std::vector<float> x(kCols);
+  for (int64_t i = 0; i < kCols; i++) x[size_t(i)] = std::cos(0.1f * float(i));
+  bool ran = false;
+  for (Isa isa : kAllIsas) {
+    if (!isaSupported(isa) || !packedDecode(isa, quant::TensorType::kQ4_K)) continue;
+    ran = true;
+    SCOPED_TRACE(isaName(isa));
+    CpuDevice plain(options(isa, false)), packing(options(isa, true));
+    auto plainBuffer = plain.adoptHostBytes(weights.data(), weights.size());
+    auto buffer = packing.adoptHostBytes(weights.data(), weights.size());
+    KernelWorkload workload;
+    workload.products = {{refTo(buffer->data())}};
+    EXPECT_EQ(packing.prepareKernels(workload), 0u);
+    const size_t copy = packedBytes(quant::TensorType::kQ4_K, kRows, kCols);
+    EXPECT_EQ(packing.packedBytes(), copy) << "no copy made at load";
+    EXPECT_TRUE(
+        sameBits(product(plain, refTo(plainBuffer->data()), x, 1), product(packing, refTo(buffer->data()), x, 1)));
+    EXPECT_EQ(packing.packedBytes(), copy) << "a second copy at the first product";
   }
   if (!ran) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
 }
