@@ -1,5 +1,6 @@
 // Decode's packed copies (gemm/packed_rows.h) of the matrices a CpuDevice multiplies: one per
-// matrix, made at its first product and freed with the buffer that holds it.
+// matrix, made when the device prepares a model's kernels or at the matrix's first product, and
+// freed with the buffer that holds it.
 //
 // Only matrices inside adopted buffers get one (Device::adoptHostBytes: weights mapped from a
 // model file, which nothing writes while they are bound); a copy of bytes that could still change
