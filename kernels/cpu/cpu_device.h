@@ -37,8 +37,8 @@ struct CpuDeviceOptions {
   // Isa has them; default: yes unless JITLLM_CPU_PROMPT_BYTES=0 (which keeps decode's bits for
   // every token, at prefill's old speed).
   std::optional<bool> promptBytes;
-  // Whether decode reads packed copies of the matrices that have one (gemm/packed_rows.h: q4_K and
-  // q6_K rows interleaved by 8, made by prepareKernels or at a matrix's first product, charged to
+  // Whether decode reads packed copies of the matrices that have one (gemm/packed_rows.h: q4_K, q5_K
+  // and q6_K rows interleaved by 8, made by prepareKernels or at a matrix's first product, charged to
   // the budget; the same results, faster decode where it is not waiting for memory); default: yes
   // unless JITLLM_CPU_PACK=0.
   std::optional<bool> packedDecode;

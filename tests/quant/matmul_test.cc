@@ -624,7 +624,7 @@ TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
   constexpr int64_t kRows = 45;  // 5 groups of 8 and 5 rows outside any
   std::mt19937 rng(4242);
   const auto finiteHalf = [&] { return uint16_t(0x2000 + rng() % 0x3000); };  // 2^-7 .. 2^5
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     for (int64_t cols : {256, 768}) {
       Matrix m = randomMatrix(type, kRows, cols, 3100 + uint32_t(cols) + uint32_t(type));
       // Rows 16-23 as raw random blocks: every weight and scale value, finite d (and dmin).
@@ -637,6 +637,14 @@ TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
             b.d = finiteHalf();
             b.dmin = finiteHalf();
             if (r == 16 && u == 0) std::memset(b.qs, 0xFF, sizeof b.qs);  // every weight 15
+          } else if (type == TensorType::kQ5_K) {
+            auto& b = reinterpret_cast<quant::block_q5_K*>(row)[u];
+            b.d = finiteHalf();
+            b.dmin = finiteHalf();
+            if (r == 16 && u == 0) {  // every weight 31
+              std::memset(b.qs, 0xFF, sizeof b.qs);
+              std::memset(b.qh, 0xFF, sizeof b.qh);
+            }
           } else {
             auto& b = reinterpret_cast<quant::block_q6_K*>(row)[u];
             b.d = finiteHalf();
@@ -648,8 +656,10 @@ TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
         }
       }
       std::vector<uint8_t> packed(packedBytes(type, kRows, cols));
-      ASSERT_EQ(packed.size(), size_t(kRows / kPackedRows * (cols / quant::kQK_K)) *
-                                   (type == TensorType::kQ4_K ? sizeof(PackedQ4_K) : sizeof(PackedQ6_K)));
+      const size_t blockBytes = type == TensorType::kQ4_K   ? sizeof(PackedQ4_K)
+                                : type == TensorType::kQ5_K ? sizeof(PackedQ5_K)
+                                                            : sizeof(PackedQ6_K);
+      ASSERT_EQ(packed.size(), size_t(kRows / kPackedRows * (cols / quant::kQK_K)) * blockBytes);
       packRows(m.view(), 0, kRows / kPackedRows, packed.data());
       for (Isa isa : isasHere()) {
         if (!packedDecode(isa, type)) continue;
@@ -700,7 +710,7 @@ TEST(Matmul, PackedRowsGiveEveryRowTheBitsOfTheFileLayout) {
     }
   }
   // No copy for other types, for fewer than 8 rows, or on the float kernels.
-  EXPECT_EQ(packedBytes(TensorType::kQ5_K, 64, 512), 0u);
+  EXPECT_EQ(packedBytes(TensorType::kQ8_0, 64, 512), 0u);
   EXPECT_EQ(packedBytes(TensorType::kQ4_K, 7, 512), 0u);
   EXPECT_FALSE(packedDecode(Isa::kAvx512, TensorType::kQ4_K));
   EXPECT_FALSE(packedDecode(Isa::kScalar, TensorType::kQ4_K));

@@ -11,8 +11,8 @@
 // a faster way to the same results, never other results (tests/quant/packed_rows_test.cc).
 //
 // The copy costs memory (q4_K: 148 bytes per 144 of a row's super-block, its sub-block scales and
-// mins unpacked; q6_K: the same 210) and one pass over the matrix; the CPU device makes it for the matrices it
-// multiplies on Isas whose decode reads it (packedDecode) and frees it with the weights.
+// mins unpacked; q5_K 180 per 176; q6_K the same 210) and one pass over the matrix; the CPU device makes it for the
+// matrices it multiplies on Isas whose decode reads it (packedDecode) and frees it with the weights.
 //
 // Thread-safety: pure functions; packRows may run on several threads at once for disjoint groups.
 #pragma once
@@ -41,6 +41,15 @@ struct PackedQ4_K {
 };
 static_assert(sizeof(PackedQ4_K) == 1184);
 
+// One q5_K super-block of a group's 8 rows: q4_K's layout for the low 4 bits, the fifth bits
+// interleaved the same way (180 bytes per row's 176).
+struct PackedQ5_K {
+  PackedQ4_K low;
+  // [quad][row][byte]: the row's qh[4 quad + byte] (bit g: sub-block g's element 4 quad + byte).
+  uint8_t qh[8][kPackedRows][4];
+};
+static_assert(sizeof(PackedQ5_K) == 1440);
+
 // One q6_K super-block of a group's 8 rows: the file's bytes, interleaved by row 4 at a time (as
 // many bytes as the rows' own blocks).
 struct PackedQ6_K {
@@ -55,8 +64,8 @@ struct PackedQ6_K {
 };
 static_assert(sizeof(PackedQ6_K) == 1680);  // 8 blocks of 210
 
-// Whether decode on `isa` reads a packed copy of a matrix of this type: q4_K and q6_K on the Isas
-// that run the integer contract (AVX2, AVX-VNNI and the AVX-512 VNNI family, whose decode then
+// Whether decode on `isa` reads a packed copy of a matrix of this type: q4_K, q5_K and q6_K on the
+// Isas that run the integer contract (AVX2, AVX-VNNI and the AVX-512 VNNI family, whose decode then
 // takes the 256-bit kernels).
 bool packedDecode(Isa isa, quant::TensorType type);
 
