@@ -8,11 +8,13 @@
 // broadcast token quad multiplies all of them, and each lane of the sums is one row's sub-block:
 // no reduction at all, and the scale steps run on 8 rows at once. The sums and float steps are
 // the integer contract's (matmul_int8.inc), so every row keeps its bits: the packed kernels are
-// a faster way to the same results, never other results (tests/quant/packed_rows_test.cc).
+// a faster way to the same results, never other results (tests/quant/matmul_test.cc,
+// Matmul.PackedRowsGiveEveryRowTheBitsOfTheFileLayout).
 //
 // The copy costs memory (q4_K: 148 bytes per 144 of a row's super-block, its sub-block scales and
-// mins unpacked; q5_K 180 per 176; q6_K the same 210) and one pass over the matrix; the CPU device makes it for the
-// matrices it multiplies on Isas whose decode reads it (packedDecode) and frees it with the weights.
+// mins unpacked; q5_K 180 per 176; q6_K the same 210) and one pass over the matrix; the CPU device
+// makes it for the matrices it multiplies on Isas whose decode reads it (packedDecode) and frees
+// it with the weights (kernels/cpu/packed_copies.h).
 //
 // Thread-safety: pure functions; packRows may run on several threads at once for disjoint groups.
 #pragma once
