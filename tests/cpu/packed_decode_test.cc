@@ -46,6 +46,15 @@ bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The Isas here whose decode reads packed copies (AVX2 and up).
+std::vector<Isa> packingIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : kAllIsas) {
+    if (isaSupported(isa) && packedDecode(isa, quant::TensorType::kQ4_K)) out.push_back(isa);
+  }
+  return out;
+}
+
 CpuDeviceOptions options(Isa isa, bool packed, size_t budget = 0) {
   CpuDeviceOptions o;
   o.isa = isa;
@@ -61,10 +70,8 @@ TEST(CpuPackedDecode, AnAdoptedMatrixDecodesOnACopyWithItsBitsAndTheCopyGoesWith
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(3 * kCols);
   for (float& v : x) v = dist(rng);
-  bool ran = false;
-  for (Isa isa : kAllIsas) {
-    if (!isaSupported(isa) || !packedDecode(isa, quant::TensorType::kQ4_K)) continue;
-    ran = true;
+  if (packingIsas().empty()) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
+  for (Isa isa : packingIsas()) {
     SCOPED_TRACE(isaName(isa));
     CpuDevice plain(options(isa, false)), packing(options(isa, true));
     auto plainBuffer = plain.adoptHostBytes(weights.data(), weights.size());
@@ -92,17 +99,14 @@ TEST(CpuPackedDecode, AnAdoptedMatrixDecodesOnACopyWithItsBitsAndTheCopyGoesWith
     EXPECT_EQ(packing.packedBytes(), 0u) << "the copies outlived their buffer";
     EXPECT_EQ(packing.memoryUsed(), before) << "the copies' bytes were not given back";
   }
-  if (!ran) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
 }
 
 TEST(CpuPackedDecode, PreparingAModelsKernelsMakesTheCopiesBeforeAnyReply) {
   const std::vector<uint8_t> weights = randomQ4_K(13);
   std::vector<float> x(kCols);
   for (int64_t i = 0; i < kCols; i++) x[size_t(i)] = std::cos(0.1f * float(i));
-  bool ran = false;
-  for (Isa isa : kAllIsas) {
-    if (!isaSupported(isa) || !packedDecode(isa, quant::TensorType::kQ4_K)) continue;
-    ran = true;
+  if (packingIsas().empty()) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
+  for (Isa isa : packingIsas()) {
     SCOPED_TRACE(isaName(isa));
     CpuDevice plain(options(isa, false)), packing(options(isa, true));
     auto plainBuffer = plain.adoptHostBytes(weights.data(), weights.size());
@@ -116,17 +120,14 @@ TEST(CpuPackedDecode, PreparingAModelsKernelsMakesTheCopiesBeforeAnyReply) {
         sameBits(product(plain, refTo(plainBuffer->data()), x, 1), product(packing, refTo(buffer->data()), x, 1)));
     EXPECT_EQ(packing.packedBytes(), copy) << "a second copy at the first product";
   }
-  if (!ran) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
 }
 
 TEST(CpuPackedDecode, BytesCopiedInAndAFullBudgetGetNoCopyAndTheSameBits) {
   const std::vector<uint8_t> weights = randomQ4_K(12);
   std::vector<float> x(kCols, 0.5f);
   for (int64_t i = 0; i < kCols; i++) x[size_t(i)] = std::sin(float(i));
-  bool ran = false;
-  for (Isa isa : kAllIsas) {
-    if (!isaSupported(isa) || !packedDecode(isa, quant::TensorType::kQ4_K)) continue;
-    ran = true;
+  if (packingIsas().empty()) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
+  for (Isa isa : packingIsas()) {
     SCOPED_TRACE(isaName(isa));
     CpuDevice plain(options(isa, false));
     auto plainBuffer = plain.adoptHostBytes(weights.data(), weights.size());
@@ -146,7 +147,6 @@ TEST(CpuPackedDecode, BytesCopiedInAndAFullBudgetGetNoCopyAndTheSameBits) {
     EXPECT_EQ(full.packedBytes(), 0u);
     EXPECT_EQ(full.memoryUsed(), 0u);
   }
-  if (!ran) GTEST_SKIP() << "no Isa here decodes on packed rows (needs AVX2)";
 }
 
 }  // namespace
