@@ -125,8 +125,9 @@ void tuneThisCpu() {
               cpu::isaName(isa));
   const cpu::CpuTuning tuning =
       cpu::measureCpuTuning(topology, isa, [](const std::string& line) { std::printf("  %s\n", line.c_str()); });
-  std::printf("tuned: threads %d, cache_resident_bytes %zu, prefill_chunk %lld, narrow_int8 %u\n", tuning.threads,
-              tuning.cacheResidentBytes, static_cast<long long>(tuning.prefillChunk), tuning.narrowInt8);
+  std::printf("tuned: threads %d, cache_resident_bytes %zu, prefill_chunk %lld, prefetch_bytes %zu, narrow_int8 %u\n",
+              tuning.threads, tuning.cacheResidentBytes, static_cast<long long>(tuning.prefillChunk),
+              tuning.prefetchBytes, tuning.narrowInt8);
   const std::string root = cacheRoot();
   if (cpu::storeCpuTuning(root, topology, tuning)) {
     std::printf("kept in %s\n", cpu::cpuTuningPath(root, topology).c_str());

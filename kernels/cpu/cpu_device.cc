@@ -249,6 +249,7 @@ WeightView CpuDevice::viewFor(const WeightRef& w, int64_t tokens) {
   WeightView view{w.type, w.data, w.rows, w.cols, w.rowStride};
   view.streamed = streamsFromMemory(w);
   view.prefillChunk = tuning_.prefillChunk;
+  view.prefetchBytes = tuning_.prefetchBytes;
   view.narrowInt8 = runsNarrow(tuning_, w.type, tokens);
   view.packed = packedCopy(view);
   return view;

@@ -12,9 +12,13 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
+#include <iterator>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -97,24 +101,26 @@ double minMilliseconds(F&& f) {
   return best;
 }
 
-// The minimum times of a and b over kAlternations runs of each taken in turn, so that a machine
-// whose speed drifts while it is measured (a shared VM) slows both alike: timed one after the other,
-// the 512- and 256-bit kernels' choice followed the drift (this VM chose each on different runs).
+// The minimum time of each of `runs` over kAlternations rounds that take them in turn, so that a
+// machine whose speed drifts while it is measured (a shared VM) slows them alike: timed one after
+// the other, the 512- and 256-bit kernels' choice followed the drift (this VM chose each on
+// different runs).
 constexpr int kAlternations = 9;
-template <class A, class B>
-std::pair<double, double> alternatingMilliseconds(A&& a, B&& b) {
-  a();  // warm-up
-  b();
-  double bestA = std::numeric_limits<double>::infinity(), bestB = bestA;
+std::vector<double> alternatingMilliseconds(const std::vector<std::function<void()>>& runs) {
+  for (const auto& run : runs) run();  // warm-up
+  std::vector<double> best(runs.size(), std::numeric_limits<double>::infinity());
   for (int r = 0; r < kAlternations; r++) {
-    auto t0 = Clock::now();
-    a();
-    bestA = std::min(bestA, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    t0 = Clock::now();
-    b();
-    bestB = std::min(bestB, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    for (size_t i = 0; i < runs.size(); i++) {
+      const auto t0 = Clock::now();
+      runs[i]();
+      best[i] = std::min(best[i], std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
   }
-  return {bestA, bestB};
+  return best;
+}
+std::pair<double, double> alternatingMilliseconds(const std::function<void()>& a, const std::function<void()>& b) {
+  const std::vector<double> t = alternatingMilliseconds(std::vector<std::function<void()>>{a, b});
+  return {t[0], t[1]};
 }
 
 CpuDeviceOptions deviceOptions(Isa isa, int threads, const CpuTuning& tuning) {
@@ -229,6 +235,39 @@ CpuTuning measureCpuTuning(const CpuTopology& topology, Isa isa, const std::func
     }
   }
 
+  // How far ahead decode requests a streamed row's lines: each distance's decode of q8_0 and q4_K
+  // rows over a working set past the caches (the row-streamed kernels; packed copies keep their
+  // own), taken in turn, scored by the sum of each type's time relative to its best. Only the
+  // distances the kernels were written with and longer ones: shorter ones never won anywhere.
+  {
+    const size_t distances[] = {2048, 4096, 8192, 16384};
+    double score[std::size(distances)] = {};
+    for (quant::TensorType type : {quant::TensorType::kQ8_0, quant::TensorType::kQ4_K}) {
+      const RandomMatrices t = randomMatrices(std::max(workingSet / 4, size_t(2) * llc), type);
+      std::vector<std::unique_ptr<CpuDevice>> devices;
+      std::vector<std::function<void()>> runs;
+      for (size_t distance : distances) {
+        CpuTuning c = tuning;
+        c.prefetchBytes = distance;
+        c.cacheResidentBytes = size_t(1) << 20;  // decode streams
+        devices.push_back(std::make_unique<CpuDevice>(deviceOptions(isa, tuning.threads, c)));
+        runs.push_back([&t, &x, &y, device = devices.back().get()] {
+          for (int64_t i = 0; i < t.count; i++) device->matmul(t.matrix(i), x.data(), 1, y.data(), nullptr);
+        });
+      }
+      const std::vector<double> ms = alternatingMilliseconds(runs);
+      const double best = *std::min_element(ms.begin(), ms.end());
+      std::string line = std::string(quant::typeTraits(type).name) + " decode prefetching";
+      for (size_t i = 0; i < ms.size(); i++) {
+        score[i] += ms[i] / best;
+        line += format(" %.0f KB ahead %.3f ms,", double(distances[i]) / 1024, ms[i]);
+      }
+      line.pop_back();
+      log(line);
+    }
+    tuning.prefetchBytes = distances[std::min_element(std::begin(score), std::end(score)) - std::begin(score)];
+  }
+
   // The prefill chunk (only the 256-bit kernels have one).
   if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni) {
     double best = std::numeric_limits<double>::infinity();
@@ -303,9 +342,9 @@ CpuTuning loadOrMeasureCpuTuning(const std::string& cacheRoot, const CpuTopology
   char line[256];
   std::snprintf(line, sizeof line,
                 "measured this CPU's kernel settings in %.1f s (%s): threads %d, cache_resident_bytes %zu, "
-                "prefill_chunk %lld, narrow_int8 %u; ",
+                "prefill_chunk %lld, prefetch_bytes %zu, narrow_int8 %u; ",
                 seconds, topology.model.c_str(), tuning.threads, tuning.cacheResidentBytes,
-                static_cast<long long>(tuning.prefillChunk), tuning.narrowInt8);
+                static_cast<long long>(tuning.prefillChunk), tuning.prefetchBytes, tuning.narrowInt8);
   report(line + (kept ? "kept in " + path + " (jitllm-bench --tune measures again)" : std::string("not kept")));
   return kept ? loadCpuTuning(cacheRoot, topology) : tuning;
 }

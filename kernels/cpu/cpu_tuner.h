@@ -4,6 +4,8 @@
 //                   (weights streamed from memory) and prefill, each relative to its best;
 //   cache_resident  decode with the streaming hint on and off over working sets from L2-sized to
 //                   four times the last-level cache: the largest set still faster without it;
+//   narrow_int8     per type and phase, 512- against 256-bit integer kernels (AVX-512 VNNI only);
+//   prefetch_bytes  how far ahead decode requests streamed rows, 2-16 KB, on q8_0 and q4_K rows;
 //   prefill_chunk   the 256-bit prefill's column chunk (avx2 / avxvnni only).
 // A run takes a few seconds and about 4x the last-level cache of memory (64 MiB to 1 GiB).
 // Timings are the minimum of several repetitions, so a busy machine skews them less.

@@ -38,6 +38,7 @@ std::string formatCpuTuning(const CpuTuning& t) {
   out << "threads " << t.threads << "\n"
       << "cache_resident_bytes " << t.cacheResidentBytes << "\n"
       << "prefill_chunk " << t.prefillChunk << "\n"
+      << "prefetch_bytes " << t.prefetchBytes << "\n"
       << "narrow_int8 " << t.narrowInt8 << "\n";
   return out.str();
 }
@@ -62,6 +63,9 @@ CpuTuning parseCpuTuning(std::string_view text, const CpuTuning& defaults) {
     } else if (name == "prefill_chunk" && value >= 64 && value <= 16384 && value % 32 == 0) {
       t.prefillChunk = value;
       used = true;
+    } else if (name == "prefetch_bytes" && value >= 0 && value <= (1ll << 16) && value % 64 == 0) {
+      t.prefetchBytes = size_t(value);
+      used = true;
     } else if (name == "narrow_int8" && value >= 0 && value < (1ll << (2 * std::size(kNarrowableTypes)))) {
       t.narrowInt8 = uint32_t(value);
       used = true;
@@ -73,7 +77,7 @@ CpuTuning parseCpuTuning(std::string_view text, const CpuTuning& defaults) {
 
 std::string cpuTuningPath(const std::string& cacheRoot, const CpuTopology& topology) {
   if (cacheRoot.empty()) return {};
-  return cacheRoot + "/cpu/" + topology.key() + ".txt";
+  return cacheRoot + "/cpu/" + topology.key() + ".v" + std::to_string(kCpuTuningVersion) + ".txt";
 }
 
 CpuTuning loadCpuTuning(const std::string& cacheRoot, const CpuTopology& topology) {

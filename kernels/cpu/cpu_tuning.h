@@ -1,13 +1,16 @@
 // The settings of the CPU device that are measured once per CPU rather than fixed: how many
 // threads run the kernels, above how many bytes of weights decode treats them as streaming from
-// memory, the column chunk of the 256-bit prefill, and which products an AVX-512 VNNI CPU runs on
+// memory, how far ahead decode requests a streamed row's cache lines, the column chunk of the
+// 256-bit prefill, and which products an AVX-512 VNNI CPU runs on
 // the 256-bit integer kernels instead (on CPUs that split 512-bit operations in two, like AMD's Zen
 // 4, they can be the faster ones). None of them changes a result's bits (each
 // (row, token) is summed in one order whatever they are: matmul.h), which is what makes tuning
 // safe; they only change the time.
 //
-// File: <cache root>/cpu/<CpuTopology::key()>.txt, one "name value" a line, kept with the kernel
-// cache (cacheRoot(): $JITLLM_CACHE_DIR, ...). `jitllm-bench --tune` measures and writes it
+// File: <cache root>/cpu/<CpuTopology::key()>.v<kCpuTuningVersion>.txt, one "name value" a line,
+// kept with the kernel cache (cacheRoot(): $JITLLM_CACHE_DIR, ...). The version moves when the
+// kernels change what is worth measuring, so a machine measures again after such an upgrade rather
+// than keep settings timed on kernels it no longer runs. `jitllm-bench --tune` measures and writes it
 // (cpu_tuner.h). A line that does not parse, or a value out of range, is ignored (the default
 // stays), so a damaged file costs only speed.
 //
@@ -31,6 +34,9 @@ struct CpuTuning {
   size_t cacheResidentBytes = size_t(64) << 20;
   // Columns per chunk of the avx2 / avxvnni token-vector prefill (WeightView::prefillChunk).
   int64_t prefillChunk = 512;
+  // Bytes ahead of the row being multiplied that decode requests into L2 (WeightView::prefetchBytes);
+  // 0: each kernel's own distance.
+  size_t prefetchBytes = 0;
   // On an AVX-512 VNNI CPU, the (type, phase) pairs whose products run on the 256-bit integer
   // kernels (same bits: the integer contract of matmul_int8.inc): a bit per narrowInt8Bit.
   uint32_t narrowInt8 = 0;
@@ -39,6 +45,9 @@ struct CpuTuning {
 
   bool operator==(const CpuTuning&) const = default;
 };
+
+// The version of the measurements in a tuning file's name (see the top of this file).
+constexpr int kCpuTuningVersion = 2;
 
 // Before any measurement: every physical core (SMT siblings share one core's execution units and
 // caches, and matrix kernels that keep them busy gain little from a second thread on them; the

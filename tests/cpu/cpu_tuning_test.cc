@@ -94,11 +94,13 @@ TEST(CpuTuning, TheFileRoundTripsAndDamageCostsOnlyTheDamagedLines) {
   t.threads = 7;
   t.cacheResidentBytes = size_t(96) << 20;
   t.prefillChunk = 1024;
+  t.prefetchBytes = 12288;
   t.narrowInt8 = narrowInt8Bit(quant::TensorType::kQ4_K, true) | narrowInt8Bit(quant::TensorType::kQ8_0, false);
   const CpuTuning back = parseCpuTuning(formatCpuTuning(t), defaults);
   EXPECT_EQ(back.threads, 7);
   EXPECT_EQ(back.cacheResidentBytes, size_t(96) << 20);
   EXPECT_EQ(back.prefillChunk, 1024);
+  EXPECT_EQ(back.prefetchBytes, 12288u);
   EXPECT_EQ(back.narrowInt8, t.narrowInt8);
   EXPECT_TRUE(runsNarrow(back, quant::TensorType::kQ4_K, kNarrowPrefillTokens));
   EXPECT_FALSE(runsNarrow(back, quant::TensorType::kQ4_K, 1)) << "q4_K decode stays on the 512-bit kernels";
@@ -108,12 +110,14 @@ TEST(CpuTuning, TheFileRoundTripsAndDamageCostsOnlyTheDamagedLines) {
 
   const CpuTuning damaged = parseCpuTuning(
       "threads 0\nthreads 3 4\nprefill_chunk 1000\ncache_resident_bytes 12\nunknown 5\n\x01\x02 garbage\n"
-      "prefill_chunk 2048\nnarrow_int8 64\nnarrow_int8 -1\n",
+      "prefill_chunk 2048\nnarrow_int8 64\nnarrow_int8 -1\nprefetch_bytes 100\nprefetch_bytes 131072\n"
+      "prefetch_bytes -64\n",
       defaults);
   EXPECT_EQ(damaged.narrowInt8, 0u) << "bits past the three types, or negative, are refused";
   EXPECT_EQ(damaged.threads, defaults.threads);
   EXPECT_EQ(damaged.cacheResidentBytes, defaults.cacheResidentBytes);
   EXPECT_EQ(damaged.prefillChunk, 2048);
+  EXPECT_EQ(damaged.prefetchBytes, 0u) << "not whole cache lines, past 64 KB, or negative: the kernels' own";
   EXPECT_EQ(parseCpuTuning("nonsense", defaults), defaults);
 }
 
@@ -129,6 +133,12 @@ TEST(CpuTuning, KeptUnderTheCacheRootPerTopologyAndOffWithoutOne) {
   EXPECT_EQ(loadCpuTuning(root.path(), b).threads, 3) << "another CPU's measurements are not ours";
   EXPECT_FALSE(storeCpuTuning("", a, t));
   EXPECT_EQ(loadCpuTuning("", a), defaultCpuTuning(a));
+  // A file of an earlier version (timed on kernels this build no longer runs) is not read: the
+  // first run after an upgrade measures again.
+  const std::string path = cpuTuningPath(root.path(), b);
+  EXPECT_NE(path.find(".v" + std::to_string(kCpuTuningVersion) + ".txt"), std::string::npos) << path;
+  std::ofstream(root.path() + "/cpu/" + b.key() + ".txt") << "threads 9\n";
+  EXPECT_EQ(loadCpuTuning(root.path(), b).threads, 3) << "an unversioned file is an earlier version's";
 }
 
 TEST(CpuTuning, ADeviceTakesItsThreadsFromThisCpusFileUnlessGivenACount) {
@@ -305,6 +315,8 @@ TEST(CpuTuner, MeasuresThisCpuAndChoosesAmongItsCandidates) {
   if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni) {
     EXPECT_TRUE(t.prefillChunk == 256 || t.prefillChunk == 512 || t.prefillChunk == 1024 || t.prefillChunk == 2048);
   }
+  EXPECT_TRUE(t.prefetchBytes == 2048 || t.prefetchBytes == 4096 || t.prefetchBytes == 8192 || t.prefetchBytes == 16384)
+      << t.prefetchBytes;
   EXPECT_GE(t.cacheResidentBytes, size_t(1) << 20);
   EXPECT_GE(lines, 1 + (here.logicalCpus != here.physicalCores ? 1 : 0));
   // What it measured parses back from its own file.

@@ -37,6 +37,10 @@ struct WeightView {
   // Also a hint: columns per chunk of the avx2 / avxvnni token-vector prefill (a multiple of 32;
   // anything else: the kernels' default). Measured per CPU (kernels/cpu/cpu_tuning.h).
   int64_t prefillChunk = 0;
+  // Also a hint: how many bytes ahead of the row it multiplies decode requests the weights into L2
+  // (0: the kernel's own distance). Measured per CPU (cpu_tuning.h): the best distance follows the
+  // memory's latency and bandwidth, and a short one left this VM's row streams at half speed.
+  size_t prefetchBytes = 0;
   // Also a hint: on an AVX-512 VNNI CPU, run this product on the 256-bit integer kernels (the same
   // bits; faster on CPUs that split 512-bit operations in two). Measured per CPU (cpu_tuning.h).
   bool narrowInt8 = false;

@@ -73,15 +73,17 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
     rows[i] = w.data + size_t(r + i) * w.rowStride;
   }
   const int64_t units = w.cols / K::kUnit;
-  // Decode streams the weights once from memory: every cache line of each row about 4 KB ahead
+  // Decode streams the weights once from memory: every cache line of each row some distance ahead
   // is requested into L2 (prefetcht1: L2's own request queue, leaving L1's line fill buffers,
   // which the hardware's L1 prefetcher fills from L2, to the loads): prefetching into L1 filled its
   // line fill buffers and made the prefetches themselves the hot spot. The distance is in bytes and
-  // matters both ways: 4 KB was best for the K-quants (+11-23 % decode over 2 KB into L1), 2 KB for
-  // q8_0, and much shorter or longer distances were slower (docs/cpu-kernels.md; the timings are in
-  // docs/benchmarks.md). Rows are contiguous, so near a row's end this fetches the start of the
-  // next.
-  constexpr size_t kAhead = std::max<size_t>(1, K::kPrefetchBytes / K::kUnitBytes) * K::kUnitBytes;
+  // matters both ways, differently per machine: on one, 4 KB was best for the K-quants (+11-23 %
+  // decode over 2 KB into L1) and 2 KB for q8_0; on a Zen 4 VM 8-16 KB streamed rows twice as fast
+  // as 2 KB. So the CPU's tuning measures it (WeightView::prefetchBytes) and K::kPrefetchBytes is
+  // the distance without one. Rows are contiguous, so near a row's end this fetches the start of
+  // the next.
+  const size_t distance = w.prefetchBytes > 0 ? w.prefetchBytes : K::kPrefetchBytes;
+  const size_t kAhead = std::max<size_t>(1, distance / K::kUnitBytes) * K::kUnitBytes;
   for (int64_t u = 0; u < units; u++) {
     for (int i = 0; i < NR; i++) {
       const char* ahead = reinterpret_cast<const char*>(rows[i] + size_t(u) * K::kUnitBytes + kAhead);
