@@ -3,7 +3,8 @@
 // token) and tokens/s x rows for a prefill of 128 tokens.
 //   [STREAMED=1] [PREFILL=reps] [REPS=decode reps] [TYPE=q4_K] build/bin/matmul_microbench [rows cols]
 // PROMPT=1: prefill as prompt rows (matmulPromptRows: byte activations) where the Isa has them.
-// PACKED=1: decode on the packed copy (packed_rows.h) where the Isa reads one.
+// PACKED=1: decode on the packed copy (packed_rows.h) where the Isa reads one. PREFETCH=bytes:
+// decode's prefetch distance.
 #include <time.h>
 
 #include <algorithm>
@@ -33,8 +34,9 @@ int main(int argc, char** argv) {
   std::vector<float> row(static_cast<size_t>(cols)), x(static_cast<size_t>(cols * 128)),
       y(static_cast<size_t>(rows * 128));
   for (float& v : x) v = dist(rng);
-  for (quant::TensorType type : {quant::TensorType::kF32, quant::TensorType::kQ8_0, quant::TensorType::kQ4_0,
-                                 quant::TensorType::kQ4_K, quant::TensorType::kQ5_K, quant::TensorType::kQ6_K}) {
+  for (quant::TensorType type :
+       {quant::TensorType::kF32, quant::TensorType::kQ8_0, quant::TensorType::kQ4_0, quant::TensorType::kQ5_0,
+        quant::TensorType::kQ4_K, quant::TensorType::kQ5_K, quant::TensorType::kQ6_K}) {
     // TYPE=q4_K: that type only.
     if (getenv("TYPE") != nullptr && quant::typeName(type) != std::string(getenv("TYPE"))) continue;
     const size_t stride = *quant::rowBytes(type, cols);
@@ -53,6 +55,8 @@ int main(int argc, char** argv) {
     // NARROW=1: the AVX-512 VNNI paths on their 256-bit kernels (WeightView::narrowInt8).
     view.streamed = getenv("STREAMED") != nullptr;
     view.narrowInt8 = getenv("NARROW") != nullptr;
+    // PREFETCH=bytes: decode's prefetch distance (WeightView::prefetchBytes; the tuner's setting).
+    view.prefetchBytes = getenv("PREFETCH") != nullptr ? size_t(atol(getenv("PREFETCH"))) : 0;
     const size_t packedSize = packedBytes(type, rows, cols);
     std::vector<uint8_t> packed(packedSize * size_t(copies));
     for (int c = 0; c < copies && packedSize > 0; c++) {

@@ -83,14 +83,15 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
   // the distance without one. Rows are contiguous, so near a row's end this fetches the start of
   // the next.
   const size_t distance = w.prefetchBytes > 0 ? w.prefetchBytes : K::kPrefetchBytes;
-  const size_t kAhead = std::max<size_t>(1, distance / K::kUnitBytes) * K::kUnitBytes;
+  PrefetchStream ahead[NR];
+  for (int i = 0; i < NR; i++) ahead[i] = PrefetchStream(rows[i], distance);
   for (int64_t u = 0; u < units; u++) {
     for (int i = 0; i < NR; i++) {
-      const char* ahead = reinterpret_cast<const char*>(rows[i] + size_t(u) * K::kUnitBytes + kAhead);
-      for (size_t line = 0; line < K::kUnitBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T1);
+      ahead[i].through(rows[i] + size_t(u + 1) * K::kUnitBytes);
       K::unit(rows[i] + size_t(u) * K::kUnitBytes, x, u * K::kUnit, st[i]);
     }
   }
+  for (int i = 0; i < NR; i++) ahead[i].through(rows[i] + w.rowStride);
   if constexpr (std::is_same_v<K, KernelQ8_0>) {
     if (w.cols % K::kUnit != 0) {
       const int n = int(w.cols % K::kUnit / 32);
