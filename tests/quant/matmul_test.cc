@@ -215,10 +215,13 @@ TEST(Matmul, ResultsAreBitwiseIdenticalHoweverRowsAreSplitAndHoweverTokensAreBat
       EXPECT_TRUE(bitwiseEqual(whole, batches)) << "batch composition changed the result";
       // Rows streamed from memory (WeightView::streamed: decode takes them one at a time) give
       // the same bits, token by token and in a batch.
-      // So do the tuned prefetch distances (WeightView::prefetchBytes: one line to past the rows).
+      // So do the tuned prefetch distances (WeightView::prefetchBytes: one line to past the rows),
+      // and on AVX-512 VNNI the 256-bit kernels (WeightView::narrowInt8; q8_0's 480 columns end in
+      // a partial unit there too).
       WeightView streamed = m.view();
       streamed.streamed = true;
       streamed.prefetchBytes = size_t(64) << (uint32_t(type) % 9);
+      streamed.narrowInt8 = true;
       std::vector<float> streamedSingle(whole.size(), NAN), streamedWhole(whole.size(), NAN);
       for (int64_t t = 0; t < kTokens; t++) {
         matmulRows(streamed, x.data() + t * cols, cols, 1, streamedSingle.data() + t * kRows, kRows, 0, kRows, isa);
