@@ -39,7 +39,7 @@ struct WeightView {
   int64_t prefillChunk = 0;
   // Also a hint: how many bytes ahead of the row it multiplies decode requests the weights into L2
   // (0: the kernel's own distance). Measured per CPU (cpu_tuning.h): the best distance follows the
-  // memory's latency and bandwidth, and a short one left this VM's row streams at half speed.
+  // memory's latency and bandwidth, and 2 KB left a Zen 4 VM's row streams at half the speed of 8 KB.
   size_t prefetchBytes = 0;
   // Also a hint: on an AVX-512 VNNI CPU, run this product on the 256-bit integer kernels (the same
   // bits; faster on CPUs that split 512-bit operations in two). Measured per CPU (cpu_tuning.h).
