@@ -82,9 +82,8 @@ void dotRows(const WeightView& w, int64_t r, const QuantizedRow& xRow, float* y,
   // as 2 KB. So the CPU's tuning measures it (WeightView::prefetchBytes) and K::kPrefetchBytes is
   // the distance without one. Rows are contiguous, so near a row's end this fetches the start of
   // the next.
-  const size_t distance = w.prefetchBytes > 0 ? w.prefetchBytes : K::kPrefetchBytes;
   PrefetchStream ahead[NR];
-  for (int i = 0; i < NR; i++) ahead[i] = PrefetchStream(rows[i], distance);
+  for (int i = 0; i < NR; i++) ahead[i] = PrefetchStream(rows[i], prefetchDistance<K>(w));
   for (int64_t u = 0; u < units; u++) {
     for (int i = 0; i < NR; i++) {
       ahead[i].through(rows[i] + size_t(u + 1) * K::kUnitBytes);
