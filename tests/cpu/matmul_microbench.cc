@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
       y(static_cast<size_t>(rows * 128));
   for (float& v : x) v = dist(rng);
   for (quant::TensorType type :
-       {quant::TensorType::kF32, quant::TensorType::kQ8_0, quant::TensorType::kQ4_0, quant::TensorType::kQ5_0,
-        quant::TensorType::kQ4_K, quant::TensorType::kQ5_K, quant::TensorType::kQ6_K}) {
+       {quant::TensorType::kF32, quant::TensorType::kF16, quant::TensorType::kQ8_0, quant::TensorType::kQ4_0,
+        quant::TensorType::kQ5_0, quant::TensorType::kQ4_K, quant::TensorType::kQ5_K, quant::TensorType::kQ6_K}) {
     // TYPE=q4_K: that type only.
     if (getenv("TYPE") != nullptr && quant::typeName(type) != std::string(getenv("TYPE"))) continue;
     const size_t stride = *quant::rowBytes(type, cols);
