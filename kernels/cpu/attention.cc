@@ -1,9 +1,16 @@
 #include "kernels/cpu/attention.h"
 
+// GCC 12 warns that the "undefined" pass-through vectors inside its own intrinsics are used
+// uninitialized (GCC bug 105593, fixed in 13); the warning is about the header, not our code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "base/error.h"
 #include "kernels/cpu/vector_math.h"
@@ -59,7 +66,7 @@ __attribute__((target("avx2,fma,f16c"))) void axpyAvx2(float* acc, float w, cons
 
 // Four keys' dotAvx2 at once (as dot4Avx512 to dotAvx512): the same bits.
 template <typename T>
-__attribute__((target("avx2,fma,f16c"))) void dot4Avx2(const float* q, const T* const* k, int n, float* out) {
+__attribute__((target("avx2,fma,f16c"))) inline void dot4Avx2(const float* q, const T* const* k, int n, float* out) {
   __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int i = 0; i < n; i += 8) {
     const __m256 qv = _mm256_loadu_ps(q + i);
@@ -68,20 +75,85 @@ __attribute__((target("avx2,fma,f16c"))) void dot4Avx2(const float* q, const T* 
   for (int c = 0; c < 4; c++) out[c] = sumLanesAvx2(s[c]);
 }
 
-// acc = sum over j of w[j] * v(j) for kVectors * 8 values (at most 8 vectors: the weights and
-// values take the rest of the 16 registers): axpyAvx2 over every j in order, the accumulator in
-// registers. The same operations per value in the same order: the same bits.
-template <int kVectors, typename T, typename RowOf>
-__attribute__((target("avx2,fma,f16c"))) void weightedSumAvx2(float* acc, const float* w, int64_t n, RowOf rowOf) {
-  __m256 a[kVectors];
-  for (int i = 0; i < kVectors; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
+// Eight keys' dotAvx2 at once: eight chains (enough to cover the FMA latency), reduced together by
+// sumLanesAvx2's tree done on all eight at once - lanes i and i + 4, then 0 + 2 and 1 + 3, then
+// those two: the same additions of the same values, so the same bits as one key at a time.
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) inline void dot8Avx2(const float* q, const T* const* k, int n, float* out) {
+  const __m256 z = _mm256_setzero_ps();
+  __m256 s[8] = {z, z, z, z, z, z, z, z};
+  for (int i = 0; i < n; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) s[c] = _mm256_fmadd_ps(qv, load8(k[c] + i), s[c]);
+  }
+  __m256 m[4];  // key c's four sums in lanes 0-3, key c + 4's in lanes 4-7
+  for (int c = 0; c < 4; c++) {
+    m[c] = _mm256_add_ps(_mm256_permute2f128_ps(s[c], s[c + 4], 0x20), _mm256_permute2f128_ps(s[c], s[c + 4], 0x31));
+  }
+  // Lanes 0 + 2 and 1 + 3 of keys c and c + 1 (and of c + 4, c + 5).
+  const __m256 p01 = _mm256_add_ps(_mm256_shuffle_ps(m[0], m[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(m[0], m[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 p23 = _mm256_add_ps(_mm256_shuffle_ps(m[2], m[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(m[2], m[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                      _mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+// The running sums of kHeads heads' exponentials in double, in order, as separate scalars: kept
+// as an array, GCC vectorizes them into one vector it keeps in memory, a store-to-load round trip
+// on every step of the chain.
+template <int kHeads>
+struct HeadSums {
+  static_assert(kHeads == 1 || kHeads == 2 || kHeads == 4);
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  explicit HeadSums(const double* p) {
+    s0 = p[0];
+    if constexpr (kHeads > 1) s1 = p[1];
+    if constexpr (kHeads > 2) s2 = p[2], s3 = p[3];
+  }
+  void add(const float* w, int64_t stride, int64_t j) {
+    s0 += double(w[j]);
+    if constexpr (kHeads > 1) s1 += double(w[stride + j]);
+    if constexpr (kHeads > 2) s2 += double(w[2 * stride + j]), s3 += double(w[3 * stride + j]);
+  }
+  void store(double* p) const {
+    p[0] = s0;
+    if constexpr (kHeads > 1) p[1] = s1;
+    if constexpr (kHeads > 2) p[2] = s2, p[3] = s3;
+  }
+};
+
+// For each of kHeads heads h: acc_h = sum over j of w_h[j] * v(j) over kVectors * 8 values (the
+// accumulators take at most 8 registers, the shared values and weights the rest of the 16): axpyAvx2
+// over every j in order, the accumulators in registers; heads sharing a KV head share each value's
+// load, and two heads' chains keep the FMAs busy where one head's alone wait on their latency. The
+// same operations per value in the same order: the same bits. kSum: also sums_h += w_h[j] in
+// double, in order (the softmax's denominator, its chain overlapping the FMAs).
+template <int kVectors, int kHeads, bool kSum, typename T, typename RowOf>
+__attribute__((target("avx2,fma,f16c"))) void weightedSumAvx2(float* acc, int64_t accStride, const float* w,
+                                                              int64_t wStride, int64_t n, RowOf rowOf, double* sums) {
+  static_assert(kVectors * kHeads <= 8);
+  __m256 a[kHeads][kVectors];
+  HeadSums<kHeads> sum(sums);
+  for (int h = 0; h < kHeads; h++) {
+    for (int i = 0; i < kVectors; i++) a[h][i] = _mm256_loadu_ps(acc + h * accStride + 8 * i);
+  }
   for (int64_t j = 0; j < n; j++) {
-    const __m256 wv = _mm256_set1_ps(w[j]);
+    __m256 wv[kHeads];
+    for (int h = 0; h < kHeads; h++) wv[h] = _mm256_set1_ps(w[h * wStride + j]);
+    if constexpr (kSum) sum.add(w, wStride, j);
     const T* v = rowOf(j);
 #pragma GCC unroll 8
-    for (int i = 0; i < kVectors; i++) a[i] = _mm256_fmadd_ps(wv, load8(v + 8 * i), a[i]);
+    for (int i = 0; i < kVectors; i++) {
+      const __m256 vi = load8(v + 8 * i);
+      for (int h = 0; h < kHeads; h++) a[h][i] = _mm256_fmadd_ps(wv[h], vi, a[h][i]);
+    }
   }
-  for (int i = 0; i < kVectors; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
+  for (int h = 0; h < kHeads; h++) {
+    for (int i = 0; i < kVectors; i++) _mm256_storeu_ps(acc + h * accStride + 8 * i, a[h][i]);
+  }
+  if constexpr (kSum) sum.store(sums);
 }
 
 __attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
@@ -106,7 +178,7 @@ __attribute__((target("avx512f"))) void axpyAvx512(float* acc, float w, const T*
 // Four keys' dotAvx512 at once: four independent chains (one alone waits on its FMA latency at
 // every step), each the same operations in the same order as dotAvx512, so the same bits.
 template <typename T>
-__attribute__((target("avx512f"))) void dot4Avx512(const float* q, const T* const* k, int n, float* out) {
+__attribute__((target("avx512f"))) inline void dot4Avx512(const float* q, const T* const* k, int n, float* out) {
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   for (int i = 0; i < n; i += 16) {
     const __m512 qv = _mm512_loadu_ps(q + i);
@@ -121,35 +193,101 @@ __attribute__((target("avx512f"))) void dot4Avx512(const float* q, const T* cons
   out[3] = _mm512_reduce_add_ps(s3);
 }
 
-// acc = sum over j of w[j] * v(j), for a head of kVectors * 16 values: axpyAvx512 over every j in
-// order with the accumulator in registers instead of memory (there, each key's FMAs waited for
-// the last key's stores). The same operations per value in the same order: the same bits.
-template <int kVectors, typename T, typename RowOf>
-__attribute__((target("avx512f"))) void weightedSumAvx512(float* acc, const float* w, int64_t n, RowOf rowOf) {
-  __m512 a[kVectors];
-  for (int i = 0; i < kVectors; i++) a[i] = _mm512_loadu_ps(acc + 16 * i);
+// weightedSumAvx2's 16-lane form (at most 16 accumulators of the 32 registers): the same bits as
+// axpyAvx512 over every j in order (there, each key's FMAs waited for the last key's stores).
+template <int kVectors, int kHeads, bool kSum, typename T, typename RowOf>
+__attribute__((target("avx512f"))) void weightedSumAvx512(float* acc, int64_t accStride, const float* w,
+                                                          int64_t wStride, int64_t n, RowOf rowOf, double* sums) {
+  static_assert(kVectors * kHeads <= 16);
+  __m512 a[kHeads][kVectors];
+  HeadSums<kHeads> sum(sums);
+  for (int h = 0; h < kHeads; h++) {
+    for (int i = 0; i < kVectors; i++) a[h][i] = _mm512_loadu_ps(acc + h * accStride + 16 * i);
+  }
   for (int64_t j = 0; j < n; j++) {
-    const __m512 wv = _mm512_set1_ps(w[j]);
+    __m512 wv[kHeads];
+    for (int h = 0; h < kHeads; h++) wv[h] = _mm512_set1_ps(w[h * wStride + j]);
+    if constexpr (kSum) sum.add(w, wStride, j);
     const T* v = rowOf(j);
 #pragma GCC unroll 16
-    for (int i = 0; i < kVectors; i++) a[i] = _mm512_fmadd_ps(wv, load16(v + 16 * i), a[i]);
+    for (int i = 0; i < kVectors; i++) {
+      const __m512 vi = load16(v + 16 * i);
+      for (int h = 0; h < kHeads; h++) a[h][i] = _mm512_fmadd_ps(wv[h], vi, a[h][i]);
+    }
   }
-  for (int i = 0; i < kVectors; i++) _mm512_storeu_ps(acc + 16 * i, a[i]);
+  for (int h = 0; h < kHeads; h++) {
+    for (int i = 0; i < kVectors; i++) _mm512_storeu_ps(acc + h * accStride + 16 * i, a[h][i]);
+  }
+  if constexpr (kSum) sum.store(sums);
+}
+
+// scores[j] = dot(q, keys[j]) for j < n: eight keys at a time where the Isa reduces eight together,
+// four, then one (each key's bits those of its one-key dot).
+template <typename T>
+__attribute__((target("avx2,fma,f16c"))) void scoresAvx2(const float* q, const T* const* keys, int64_t n, int hd,
+                                                         float* scores) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) dot8Avx2(q, keys + j, hd, scores + j);
+  for (; j + 4 <= n; j += 4) dot4Avx2(q, keys + j, hd, scores + j);
+  for (; j < n; j++) scores[j] = dotAvx2(q, keys[j], hd);
+}
+template <typename T>
+__attribute__((target("avx512f"))) void scoresAvx512(const float* q, const T* const* keys, int64_t n, int hd,
+                                                     float* scores) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) dot4Avx512(q, keys + j, hd, scores + j);
+  for (; j < n; j++) scores[j] = dotAvx512(q, keys[j], hd);
+}
+template <typename T>
+void scoresScalar(const float* q, const T* const* keys, int64_t n, int hd, float* scores) {
+  for (int64_t j = 0; j < n; j++) scores[j] = dotScalar(q, keys[j], hd);
 }
 
 template <typename T>
 struct HeadKernels {
-  float (*dot)(const float*, const T*, int);
+  void (*scores)(const float*, const T* const*, int64_t, int, float*);
   void (*axpy)(float*, float, const T*, int);
-  void (*dot4)(const float*, const T* const*, int, float*);  // null: dot one key at a time
-  int lanes;                                                 // 16 (AVX-512), 8 (AVX2) or 1
+  int lanes;  // 16 (AVX-512), 8 (AVX2) or 1
 };
 
 template <typename T>
 HeadKernels<T> kernelsFor(Isa isa, int headDim) {
-  if (isa >= Isa::kAvx512 && headDim % 16 == 0) return {dotAvx512<T>, axpyAvx512<T>, dot4Avx512<T>, 16};
-  if (isa != Isa::kScalar && headDim % 8 == 0) return {dotAvx2<T>, axpyAvx2<T>, dot4Avx2<T>, 8};
-  return {dotScalar<T>, axpyScalar<T>, nullptr, 1};
+  if (isa >= Isa::kAvx512 && headDim % 16 == 0) return {scoresAvx512<T>, axpyAvx512<T>, 16};
+  if (isa != Isa::kScalar && headDim % 8 == 0) return {scoresAvx2<T>, axpyAvx2<T>, 8};
+  return {scoresScalar<T>, axpyScalar<T>, 1};
+}
+
+// scores[j] *= scale, and their maximum as std::max(max, score) from -inf in order would give it:
+// a NaN score is skipped (vmaxps returns its second operand on NaN), and ties between +0 and -0,
+// where the order could pick either, shift every score by the same zero.
+__attribute__((target("avx2"))) float scaleAndMaxAvx2(float* scores, int64_t n, float scale) {
+  const __m256 sv = _mm256_set1_ps(scale);
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(scores + j), sv);
+    _mm256_storeu_ps(scores + j, v);
+    mv = _mm256_max_ps(v, mv);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float maxScore = -INFINITY;
+  for (float v : lanes) maxScore = std::max(maxScore, v);
+  for (; j < n; j++) {
+    scores[j] *= scale;
+    maxScore = std::max(maxScore, scores[j]);
+  }
+  return maxScore;
+}
+
+float scaleAndMax(float* scores, int64_t n, float scale, Isa isa) {
+  if (isa >= Isa::kAvx2) return scaleAndMaxAvx2(scores, n, scale);
+  float maxScore = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+    scores[j] *= scale;
+    maxScore = std::max(maxScore, scores[j]);
+  }
+  return maxScore;
 }
 
 // scores[j] = exp(scores[j] - shift): elementwise, so a score's bits do not depend on n.
@@ -182,82 +320,152 @@ void expShifted(float* scores, int64_t n, float shift, Isa isa) {
   for (int64_t j = 0; j < n; j++) scores[j] = std::exp(scores[j] - shift);
 }
 
+// weightedSumAvx2 and weightedSumAvx512 as policies: their lanes and how many accumulators a pass
+// may keep in registers.
+struct WeightedSumAvx2 {
+  static constexpr int kLanes = 8, kAccumulators = 8;
+  template <int kVectors, int kHeads, bool kSum, typename T, typename RowOf>
+  static void run(float* acc, int64_t accStride, const float* w, int64_t wStride, int64_t n, RowOf rowOf,
+                  double* sums) {
+    weightedSumAvx2<kVectors, kHeads, kSum, T>(acc, accStride, w, wStride, n, rowOf, sums);
+  }
+};
+struct WeightedSumAvx512 {
+  static constexpr int kLanes = 16, kAccumulators = 16;
+  template <int kVectors, int kHeads, bool kSum, typename T, typename RowOf>
+  static void run(float* acc, int64_t accStride, const float* w, int64_t wStride, int64_t n, RowOf rowOf,
+                  double* sums) {
+    weightedSumAvx512<kVectors, kHeads, kSum, T>(acc, accStride, w, wStride, n, rowOf, sums);
+  }
+};
+
+// Heads h .. h + kHeads - 1 (scores: a row of n per head; accum: hd per head), kVectors * lanes
+// values a pass over the window; the first pass also sums the exponentials.
+template <class Kernel, int kVectors, int kHeads, typename T, typename RowOf>
+void headPasses(int hd, int h, const float* scores, int64_t n, RowOf valueRow, float* accum, double* sums) {
+  constexpr int kPart = kVectors * Kernel::kLanes;
+  for (int p = 0; p < hd; p += kPart) {
+    const auto partRow = [&](int64_t i) { return valueRow(i) + p; };
+    float* acc = accum + h * hd + p;
+    if (p == 0) {
+      Kernel::template run<kVectors, kHeads, true, T>(acc, hd, scores + h * n, n, n, partRow, sums + h);
+    } else {
+      Kernel::template run<kVectors, kHeads, false, T>(acc, hd, scores + h * n, n, n, partRow, sums + h);
+    }
+  }
+}
+
+// Every head of count, as many at a time as kVectors leaves accumulators for (4, 2 or 1).
+template <class Kernel, int kVectors, typename T, typename RowOf>
+void allHeads(int hd, int count, const float* scores, int64_t n, RowOf valueRow, float* accum, double* sums) {
+  constexpr int kFour = kVectors * 4 <= Kernel::kAccumulators ? 4 : 1;
+  constexpr int kTwo = kVectors * 2 <= Kernel::kAccumulators ? 2 : 1;
+  for (int h = 0; h < count;) {
+    if (kFour == 4 && count - h >= 4) {
+      headPasses<Kernel, kVectors, kFour, T>(hd, h, scores, n, valueRow, accum, sums);
+      h += 4;
+    } else if (kTwo == 2 && count - h >= 2) {
+      headPasses<Kernel, kVectors, kTwo, T>(hd, h, scores, n, valueRow, accum, sums);
+      h += 2;
+    } else {
+      headPasses<Kernel, kVectors, 1, T>(hd, h, scores, n, valueRow, accum, sums);
+      h += 1;
+    }
+  }
+}
+
+// The weighted sums of `count` heads' exponentials (scores: count x n) over their V rows into
+// accum (count x hd, zero), and each head's sum of the exponentials in double into sums (zero).
+template <typename T, typename RowOf>
+void weightedSums(const HeadKernels<T>& k, int hd, int count, const float* scores, int64_t n, RowOf valueRow,
+                  float* accum, double* sums) {
+  if (k.lanes == 16 && hd % 128 == 0)
+    return allHeads<WeightedSumAvx512, 8, T>(hd, count, scores, n, valueRow, accum, sums);
+  if (k.lanes == 16 && hd % 64 == 0)
+    return allHeads<WeightedSumAvx512, 4, T>(hd, count, scores, n, valueRow, accum, sums);
+  if (k.lanes == 16 && hd % 32 == 0)
+    return allHeads<WeightedSumAvx512, 2, T>(hd, count, scores, n, valueRow, accum, sums);
+  // AVX2: two heads 32 values a pass (8 accumulators); one head 64 values where they divide hd.
+  if (k.lanes == 8 && hd % 32 == 0 && count >= 2) {
+    allHeads<WeightedSumAvx2, 4, T>(hd, count - count % 2, scores, n, valueRow, accum, sums);
+    if (count % 2 == 0) return;
+    return weightedSums(k, hd, 1, scores + (count - 1) * n, n, valueRow, accum + (count - 1) * hd, sums + count - 1);
+  }
+  if (k.lanes == 8 && hd % 64 == 0) return allHeads<WeightedSumAvx2, 8, T>(hd, count, scores, n, valueRow, accum, sums);
+  if (k.lanes == 8 && hd % 32 == 0) return allHeads<WeightedSumAvx2, 4, T>(hd, count, scores, n, valueRow, accum, sums);
+  for (int h = 0; h < count; h++) {
+    const float* w = scores + h * n;
+    for (int64_t j = 0; j < n; j++) sums[h] += double(w[j]);
+    for (int64_t j = 0; j < n; j++) k.axpy(accum + h * hd, w[j], valueRow(j), hd);
+  }
+}
+
 template <typename T>
-void attend(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, Isa isa,
+std::vector<const T*>& rowsOf(AttentionScratch& scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    return scratch.rowsF32;
+  } else {
+    return scratch.rowsF16;
+  }
+}
+
+template <typename T>
+void attend(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, int count, Isa isa,
             AttentionScratch& scratch) {
   const KvLayout& kv = batch.kv;
   const int hd = kv.headDim;
   const int group = batch.heads / kv.kvHeads;
   const int kvHead = head / group;
+  JITLLM_ASSERT(count >= 1 && count <= kMaxHeadsAtOnce && (head + count - 1) / group == kvHead);
   // Positions [first, first + n): all so far, or the sliding window's last ones.
   const int64_t seen = int64_t(batch.positions[token]) + 1;
   const int64_t first = batch.window > 0 ? std::max<int64_t>(0, seen - batch.window) : 0;
   const int64_t n = seen - first;
+  // The window's K and V rows of the KV head, walked page by page once (a division per row in the
+  // loops below had cost more than the arithmetic at short head dims).
   const uint8_t* const* pages = batch.pageTables[token];
-  const size_t tokenBytes = kv.tokenBytes();
+  const size_t tokenBytes = kv.tokenBytes(), headOffset = size_t(kvHead) * size_t(hd) * sizeof(T);
+  std::vector<const T*>& rows = rowsOf<T>(scratch);
+  rows.resize(size_t(2 * n));
+  const T** keyRows = rows.data();
+  const T** valueRows = keyRows + n;
+  for (int64_t i = 0, page = first / kv.pageTokens, slot = first % kv.pageTokens; i < n; i++) {
+    keyRows[i] = reinterpret_cast<const T*>(pages[page] + size_t(slot) * tokenBytes + headOffset);
+    valueRows[i] = reinterpret_cast<const T*>(pages[page] + size_t(kv.pageTokens + slot) * tokenBytes + headOffset);
+    if (++slot == kv.pageTokens) {
+      slot = 0;
+      page++;
+    }
+  }
   const HeadKernels<T> k = kernelsFor<T>(isa, hd);
-  auto row = [&](int64_t i, int which) {  // i-th position of the window; which: 0 = K, 1 = V
-    const int64_t j = first + i;
-    const uint8_t* page = pages[j / kv.pageTokens];
-    return reinterpret_cast<const T*>(page + size_t(which * kv.pageTokens + j % kv.pageTokens) * tokenBytes) +
-           size_t(kvHead) * size_t(hd);
-  };
 
-  const float* qh = q + (token * batch.heads + head) * hd;
-  scratch.scores.resize(size_t(n));
-  float* scores = scratch.scores.data();
-  int64_t j = 0;
-  if (k.dot4 != nullptr) {
-    for (; j + 4 <= n; j += 4) {
-      const T* keys[4] = {row(j, 0), row(j + 1, 0), row(j + 2, 0), row(j + 3, 0)};
-      k.dot4(qh, keys, hd, scores + j);
-    }
+  scratch.scores.resize(size_t(count * n));
+  for (int h = 0; h < count; h++) {
+    const float* qh = q + (token * batch.heads + head + h) * hd;
+    float* scores = scratch.scores.data() + h * n;
+    k.scores(qh, keyRows, n, hd, scores);
+    expShifted(scores, n, scaleAndMax(scores, n, batch.scale, isa), isa);
   }
-  for (; j < n; j++) scores[j] = k.dot(qh, row(j, 0), hd);
-  float maxScore = -INFINITY;
-  for (j = 0; j < n; j++) {
-    scores[j] *= batch.scale;
-    maxScore = std::max(maxScore, scores[j]);
+  double sums[kMaxHeadsAtOnce] = {};
+  scratch.accum.assign(size_t(count * hd), 0.0f);
+  weightedSums<T>(
+      k, hd, count, scratch.scores.data(), n, [valueRows](int64_t i) { return valueRows[i]; }, scratch.accum.data(),
+      sums);
+  for (int h = 0; h < count; h++) {
+    float* o = out + (token * batch.heads + head + h) * hd;
+    const float inv = float(1.0 / sums[h]);
+    for (int i = 0; i < hd; i++) o[i] = scratch.accum[size_t(h * hd + i)] * inv;
   }
-  expShifted(scratch.scores.data(), n, maxScore, isa);
-  double sum = 0;
-  for (int64_t j = 0; j < n; j++) sum += scratch.scores[size_t(j)];
-  scratch.accum.assign(size_t(hd), 0.0f);
-  const auto valueRow = [&](int64_t i) { return row(i, 1); };
-  if (k.lanes == 16 && hd == 32) {
-    weightedSumAvx512<2, T>(scratch.accum.data(), scores, n, valueRow);
-  } else if (k.lanes == 16 && hd == 64) {
-    weightedSumAvx512<4, T>(scratch.accum.data(), scores, n, valueRow);
-  } else if (k.lanes == 16 && hd == 128) {
-    weightedSumAvx512<8, T>(scratch.accum.data(), scores, n, valueRow);
-  } else if (k.lanes == 16 && hd == 256) {
-    weightedSumAvx512<16, T>(scratch.accum.data(), scores, n, valueRow);
-  } else if (k.lanes == 8 && hd % 32 == 0) {
-    // 64 values (32 at the end) per pass over the window: each value's FMAs in the same order.
-    for (int part = 0; part < hd; part += 64) {
-      const auto partRow = [&](int64_t i) { return valueRow(i) + part; };
-      if (hd - part >= 64) {
-        weightedSumAvx2<8, T>(scratch.accum.data() + part, scores, n, partRow);
-      } else {
-        weightedSumAvx2<4, T>(scratch.accum.data() + part, scores, n, partRow);
-      }
-    }
-  } else {
-    for (j = 0; j < n; j++) k.axpy(scratch.accum.data(), scores[j], row(j, 1), hd);
-  }
-  float* o = out + (token * batch.heads + head) * hd;
-  const float inv = float(1.0 / sum);
-  for (int i = 0; i < hd; i++) o[i] = scratch.accum[size_t(i)] * inv;
 }
 
 }  // namespace
 
-void attendOneHead(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, Isa isa,
-                   AttentionScratch& scratch) {
+void attendHeads(const float* q, float* out, const AttentionBatch& batch, int64_t token, int head, int count, Isa isa,
+                 AttentionScratch& scratch) {
   if (batch.kv.precision == KvPrecision::kF16) {
-    attend<uint16_t>(q, out, batch, token, head, isa, scratch);
+    attend<uint16_t>(q, out, batch, token, head, count, isa, scratch);
   } else {
-    attend<float>(q, out, batch, token, head, isa, scratch);
+    attend<float>(q, out, batch, token, head, count, isa, scratch);
   }
 }
 

@@ -438,8 +438,12 @@ void CpuDevice::attention(const float* q, float* out, const AttentionBatch& batc
   const int64_t minPairs = std::max<int64_t>(1, pairs * kMinAttentionWorkPerThread / std::max<int64_t>(1, work));
   pool_.parallelFor(pairs, minPairs, [&](int64_t begin, int64_t end) {
     AttentionScratch scratch;
-    for (int64_t i = begin; i < end; i++) {
-      attendOneHead(q, out, batch, i / batch.heads, int(i % batch.heads), isa_, scratch);
+    const int group = batch.heads / batch.kv.kvHeads;
+    for (int64_t i = begin; i < end;) {  // the heads of one KV head together (the range may split them)
+      const int head = int(i % batch.heads);
+      const int count = int(std::min<int64_t>({end - i, group - head % group, kMaxHeadsAtOnce}));
+      attendHeads(q, out, batch, i / batch.heads, head, count, isa_, scratch);
+      i += count;
     }
   });
 }

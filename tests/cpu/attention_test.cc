@@ -1,11 +1,14 @@
 // The CPU's attention kernel on every Isa this machine runs, against float64: each head dimension
 // the vector kernels specialise (32, 64, 128, 256 and one they do not, 96), fp16 and fp32 pages,
-// windows whose length is not a multiple of any vector width, and a sliding window.
+// windows whose length is not a multiple of any vector width, and a sliding window; and heads
+// computed together against the same heads alone.
 #include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -103,8 +106,65 @@ TEST(CpuAttention, EveryIsaAndHeadDimensionAgreesWithFloat64) {
                    std::to_string(c.window));
       std::vector<float> out(q.size(), NAN);
       AttentionScratch scratch;
-      for (int h = 0; h < heads; h++) attendOneHead(q.data(), out.data(), b, 0, h, isa, scratch);
+      for (int h = 0; h < heads; h++) attendHeads(q.data(), out.data(), b, 0, h, 1, isa, scratch);
       for (size_t i = 0; i < out.size(); i++) ASSERT_NEAR(out[i], want[i], 2e-5 * (1 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
+// Heads of one KV head computed together (attendHeads' count > 1: shared K and V loads, their sums
+// interleaved) give each head the bits it gets alone, on every Isa, head dimension and group size,
+// at windows of every length modulo the 8-key and 4-key score blocks.
+TEST(CpuAttention, HeadsComputedTogetherGetTheBitsTheyGetAlone) {
+  const int kvHeads = 2, pageTokens = 16;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const int hd : {32, 64, 96, 128, 256}) {
+    for (const KvPrecision precision : {KvPrecision::kF16, KvPrecision::kF32}) {
+      for (const int group : {2, 3, 4, 8}) {
+        for (const int32_t position : {0, 5, 8, 12, 44}) {
+          const KvLayout kv{pageTokens, kvHeads, hd, precision};
+          const int heads = kvHeads * group;
+          const int64_t pages = (position + pageTokens) / pageTokens;
+          std::vector<uint8_t> memory(size_t(pages) * kv.pageBytes());
+          for (size_t i = 0; i + 4 <= memory.size(); i += 4) {
+            const float x = dist(rng);
+            if (precision == KvPrecision::kF16) {
+              const uint16_t h = quant::fp32ToFp16(x);
+              std::memcpy(&memory[i], &h, 2);
+              std::memcpy(&memory[i + 2], &h, 2);
+            } else {
+              std::memcpy(&memory[i], &x, 4);
+            }
+          }
+          std::vector<const uint8_t*> table;
+          for (int64_t p = 0; p < pages; p++) table.push_back(memory.data() + size_t(p) * kv.pageBytes());
+          const uint8_t* const* tables[1] = {table.data()};
+          std::vector<float> q(size_t(heads * hd));
+          for (float& x : q) x = 2.0f * dist(rng);
+          AttentionBatch b;
+          b.tokens = 1;
+          b.heads = heads;
+          b.kv = kv;
+          b.scale = 1.0f / std::sqrt(float(hd));
+          b.positions = &position;
+          b.pageTables = tables;
+          for (Isa isa : kAllIsas) {
+            if (!isaSupported(isa)) continue;
+            SCOPED_TRACE(std::string(isaName(isa)) + " head dim " + std::to_string(hd) + " group " +
+                         std::to_string(group) + " position " + std::to_string(position));
+            std::vector<float> alone(q.size(), NAN), together(q.size(), NAN);
+            AttentionScratch scratch;
+            for (int h = 0; h < heads; h++) attendHeads(q.data(), alone.data(), b, 0, h, 1, isa, scratch);
+            for (int h = 0; h < heads;) {
+              const int count = std::min(group - h % group, kMaxHeadsAtOnce);
+              attendHeads(q.data(), together.data(), b, 0, h, count, isa, scratch);
+              h += count;
+            }
+            ASSERT_EQ(0, std::memcmp(alone.data(), together.data(), alone.size() * sizeof(float)));
+          }
+        }
+      }
     }
   }
 }
