@@ -11,6 +11,9 @@
 #   run(command="bash scripts/cpu-isa-check.sh all", carry=[".carry-cpu", ".devshared", ".peer"])
 #       builds llama.cpp (AVX2) in the foreground, then tests and measures (NATIVE_PEER=1: and
 #       starts a native build for scripts/cpu-arch-check.sh)
+# or, quickest, with llama.cpp built on the dev VM (PEER_AVX2=/tmp/peer-avx2 prepare-gpu-carry.sh
+# --cpu packs its bin/ into .carry-cpu):
+#   run(command="bash scripts/cpu-isa-check.sh", carry=[".carry-cpu", ".devshared"])
 # Writes its logs under $OUT. MODELS (default "q4_k_m q6_k q8_0") picks the 1B shapes; the tiny
 # Q4_K_M runs too (TINY=0: not). ISAS (default "avx2 avxvnni avx512vnni avx512amx") the jitllm
 # paths for the first model. Both engines run on cores 0-1 with 2 threads, alternating, ROUNDS (2)
@@ -28,7 +31,11 @@ grep -o -w -E "avx2|avx_vnni|avx512f|avx512_vnni|avx512_bf16|amx_int8" /proc/cpu
 
 # llama.cpp for AVX2 only, built in the background (setsid: it survives the call that starts it).
 PEER_LOG=/tmp/peer-avx2-setup.log
-# .carry-cpu/bin.tar.xz (prepare-gpu-carry.sh --cpu) holds the binaries.
+# .carry-cpu/bin.tar.xz (prepare-gpu-carry.sh --cpu) holds the binaries, and peer-avx2.tar.xz
+# (its PEER_AVX2=dir) a llama.cpp AVX2 build made on the dev VM: no build here, no .peer to carry.
+if [ -f "$C/peer-avx2.tar.xz" ] && [ ! -x $PEER/bin/llama-bench ]; then
+  mkdir -p $PEER && tar -C $PEER -xJf "$C/peer-avx2.tar.xz" && echo "llama.cpp (AVX2) from the carry"
+fi
 if [ -f "$C/bin.tar.xz" ] && [ ! -x "$C/bin/jitllm-bench" ]; then tar -C "$C" -xJf "$C/bin.tar.xz"; fi
 [ -d "$C/bin" ] && C=$C/bin
 peerArgs() {

@@ -8,7 +8,8 @@
 # Both are ignored by git (this script adds them to .git/info/exclude), so a fresh checkout lacks
 # them; run this once per checkout, then name them in the call's carry:
 #   .carry-serve/ (--serve) the daemon and tools built here, with the libraries the GPU machine lacks;
-#   .carry-cpu/ (--cpu) the CPU kernels' test and bench binaries built here (scripts/cpu-isa-check.sh);
+#   .carry-cpu/ (--cpu) the CPU kernels' test and bench binaries built here (scripts/cpu-isa-check.sh;
+#     PEER_AVX2=dir adds a llama.cpp AVX2 build made here);
 #   bash scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu] [--archs]  (the size check counts what is named)
 #   run(command="bash scripts/gpu-check.sh all", carry=[".devshared", ".peer"], timeout_s=600)
 # A call's carried tree is limited to 64 MiB; this checks the total.
@@ -78,6 +79,13 @@ if ((cpu)); then
   # OLD_BENCH=path: an earlier jitllm-bench (built from another commit) for cpu-isa-check.sh's
   # no-regression rows.
   if [ -n "${OLD_BENCH:-}" ]; then strip -o .carry-cpu/bin/jitllm-bench-old "$OLD_BENCH"; fi
+  # PEER_AVX2=dir: llama.cpp built here for AVX2 only (../shared/peer/setup with
+  # cpu-isa-check.sh's PEER_CMAKE_ARGS), whose bin/ travels so that the call need not build it
+  # (minutes of device time); it runs there with its own libraries beside it.
+  if [ -n "${PEER_AVX2:-}" ]; then
+    [ -x "$PEER_AVX2/bin/llama-bench" ] || { echo "PEER_AVX2: no $PEER_AVX2/bin/llama-bench" >&2; exit 1; }
+    tar -C "$PEER_AVX2" -cJf .carry-cpu/peer-avx2.tar.xz bin
+  fi
   # Packed (a quarter of the size), so that the binaries, .devshared and .peer fit one call and
   # cpu-isa-check.sh's `all` builds llama.cpp and measures in one (an idle machine is soon taken
   # back). cpu-isa-check.sh unpacks it.
