@@ -110,17 +110,26 @@ struct HeadSums {
   explicit HeadSums(const double* p) {
     s0 = p[0];
     if constexpr (kHeads > 1) s1 = p[1];
-    if constexpr (kHeads > 2) s2 = p[2], s3 = p[3];
+    if constexpr (kHeads > 2) {
+      s2 = p[2];
+      s3 = p[3];
+    }
   }
   void add(const float* w, int64_t stride, int64_t j) {
     s0 += double(w[j]);
     if constexpr (kHeads > 1) s1 += double(w[stride + j]);
-    if constexpr (kHeads > 2) s2 += double(w[2 * stride + j]), s3 += double(w[3 * stride + j]);
+    if constexpr (kHeads > 2) {
+      s2 += double(w[2 * stride + j]);
+      s3 += double(w[3 * stride + j]);
+    }
   }
   void store(double* p) const {
     p[0] = s0;
     if constexpr (kHeads > 1) p[1] = s1;
-    if constexpr (kHeads > 2) p[2] = s2, p[3] = s3;
+    if constexpr (kHeads > 2) {
+      p[2] = s2;
+      p[3] = s3;
+    }
   }
 };
 
@@ -257,9 +266,18 @@ HeadKernels<T> kernelsFor(Isa isa, int headDim) {
   return {scoresScalar<T>, axpyScalar<T>, 1};
 }
 
-// scores[j] *= scale, and their maximum as std::max(max, score) from -inf in order would give it:
-// a NaN score is skipped (vmaxps returns its second operand on NaN), and ties between +0 and -0,
-// where the order could pick either, shift every score by the same zero.
+// scores[j] *= scale for j in [begin, n), and the maximum of maxScore and those as std::max in order.
+float scaleAndMaxFrom(float* scores, int64_t begin, int64_t n, float scale, float maxScore) {
+  for (int64_t j = begin; j < n; j++) {
+    scores[j] *= scale;
+    maxScore = std::max(maxScore, scores[j]);
+  }
+  return maxScore;
+}
+
+// scaleAndMaxFrom(scores, 0, n, scale, -inf) 8 lanes at a time: a NaN score is skipped as there
+// (vmaxps returns its second operand on NaN), and ties between +0 and -0, where the order could
+// pick either, shift every score by the same zero.
 __attribute__((target("avx2"))) float scaleAndMaxAvx2(float* scores, int64_t n, float scale) {
   const __m256 sv = _mm256_set1_ps(scale);
   __m256 mv = _mm256_set1_ps(-INFINITY);
@@ -273,21 +291,12 @@ __attribute__((target("avx2"))) float scaleAndMaxAvx2(float* scores, int64_t n, 
   _mm256_store_ps(lanes, mv);
   float maxScore = -INFINITY;
   for (float v : lanes) maxScore = std::max(maxScore, v);
-  for (; j < n; j++) {
-    scores[j] *= scale;
-    maxScore = std::max(maxScore, scores[j]);
-  }
-  return maxScore;
+  return scaleAndMaxFrom(scores, j, n, scale, maxScore);
 }
 
 float scaleAndMax(float* scores, int64_t n, float scale, Isa isa) {
   if (isa >= Isa::kAvx2) return scaleAndMaxAvx2(scores, n, scale);
-  float maxScore = -INFINITY;
-  for (int64_t j = 0; j < n; j++) {
-    scores[j] *= scale;
-    maxScore = std::max(maxScore, scores[j]);
-  }
-  return maxScore;
+  return scaleAndMaxFrom(scores, 0, n, scale, -INFINITY);
 }
 
 // scores[j] = exp(scores[j] - shift): elementwise, so a score's bits do not depend on n.
@@ -320,10 +329,11 @@ void expShifted(float* scores, int64_t n, float shift, Isa isa) {
   for (int64_t j = 0; j < n; j++) scores[j] = std::exp(scores[j] - shift);
 }
 
-// weightedSumAvx2 and weightedSumAvx512 as policies: their lanes and how many accumulators a pass
-// may keep in registers.
+// weightedSumAvx2 and weightedSumAvx512 as policies: their lanes, how many accumulators a pass
+// may keep in registers, and the fewest vectors a pass takes (AVX2: 4, so that each value's load
+// serves 4 FMAs per head; weightedSums sends it only head dims it divides).
 struct WeightedSumAvx2 {
-  static constexpr int kLanes = 8, kAccumulators = 8;
+  static constexpr int kLanes = 8, kAccumulators = 8, kMinVectors = 4;
   template <int kVectors, int kHeads, bool kSum, typename T, typename RowOf>
   static void run(float* acc, int64_t accStride, const float* w, int64_t wStride, int64_t n, RowOf rowOf,
                   double* sums) {
@@ -331,7 +341,7 @@ struct WeightedSumAvx2 {
   }
 };
 struct WeightedSumAvx512 {
-  static constexpr int kLanes = 16, kAccumulators = 16;
+  static constexpr int kLanes = 16, kAccumulators = 16, kMinVectors = 2;
   template <int kVectors, int kHeads, bool kSum, typename T, typename RowOf>
   static void run(float* acc, int64_t accStride, const float* w, int64_t wStride, int64_t n, RowOf rowOf,
                   double* sums) {
@@ -355,20 +365,37 @@ void headPasses(int hd, int h, const float* scores, int64_t n, RowOf valueRow, f
   }
 }
 
-// Every head of count, as many at a time as kVectors leaves accumulators for (4, 2 or 1).
-template <class Kernel, int kVectors, typename T, typename RowOf>
+// headPasses with the widest pass (at most 8 vectors) that the accumulators leave room for beside
+// kHeads heads and that divides hd (kMinVectors * lanes does).
+template <class Kernel, int kHeads, typename T, typename RowOf>
+void widestPasses(int hd, int h, const float* scores, int64_t n, RowOf valueRow, float* accum, double* sums) {
+  constexpr int kMost = std::min(8, Kernel::kAccumulators / kHeads);
+  static_assert(kMost >= Kernel::kMinVectors);
+  if constexpr (kMost >= 8) {
+    if (hd % (8 * Kernel::kLanes) == 0)
+      return headPasses<Kernel, 8, kHeads, T>(hd, h, scores, n, valueRow, accum, sums);
+  }
+  if constexpr (kMost >= 4) {
+    if (hd % (4 * Kernel::kLanes) == 0)
+      return headPasses<Kernel, 4, kHeads, T>(hd, h, scores, n, valueRow, accum, sums);
+  }
+  headPasses<Kernel, Kernel::kMinVectors, kHeads, T>(hd, h, scores, n, valueRow, accum, sums);
+}
+
+// Every head of count: 4, 2 or 1 at a time, as many as leave each pass kMinVectors vectors.
+template <class Kernel, typename T, typename RowOf>
 void allHeads(int hd, int count, const float* scores, int64_t n, RowOf valueRow, float* accum, double* sums) {
-  constexpr int kFour = kVectors * 4 <= Kernel::kAccumulators ? 4 : 1;
-  constexpr int kTwo = kVectors * 2 <= Kernel::kAccumulators ? 2 : 1;
+  constexpr bool kFour = 4 * Kernel::kMinVectors <= Kernel::kAccumulators;
+  static_assert(2 * Kernel::kMinVectors <= Kernel::kAccumulators);
   for (int h = 0; h < count;) {
-    if (kFour == 4 && count - h >= 4) {
-      headPasses<Kernel, kVectors, kFour, T>(hd, h, scores, n, valueRow, accum, sums);
+    if (kFour && count - h >= 4) {  // (4 heads instantiated only where they fit)
+      widestPasses<Kernel, kFour ? 4 : 1, T>(hd, h, scores, n, valueRow, accum, sums);
       h += 4;
-    } else if (kTwo == 2 && count - h >= 2) {
-      headPasses<Kernel, kVectors, kTwo, T>(hd, h, scores, n, valueRow, accum, sums);
+    } else if (count - h >= 2) {
+      widestPasses<Kernel, 2, T>(hd, h, scores, n, valueRow, accum, sums);
       h += 2;
     } else {
-      headPasses<Kernel, kVectors, 1, T>(hd, h, scores, n, valueRow, accum, sums);
+      widestPasses<Kernel, 1, T>(hd, h, scores, n, valueRow, accum, sums);
       h += 1;
     }
   }
@@ -379,20 +406,8 @@ void allHeads(int hd, int count, const float* scores, int64_t n, RowOf valueRow,
 template <typename T, typename RowOf>
 void weightedSums(const HeadKernels<T>& k, int hd, int count, const float* scores, int64_t n, RowOf valueRow,
                   float* accum, double* sums) {
-  if (k.lanes == 16 && hd % 128 == 0)
-    return allHeads<WeightedSumAvx512, 8, T>(hd, count, scores, n, valueRow, accum, sums);
-  if (k.lanes == 16 && hd % 64 == 0)
-    return allHeads<WeightedSumAvx512, 4, T>(hd, count, scores, n, valueRow, accum, sums);
-  if (k.lanes == 16 && hd % 32 == 0)
-    return allHeads<WeightedSumAvx512, 2, T>(hd, count, scores, n, valueRow, accum, sums);
-  // AVX2: two heads 32 values a pass (8 accumulators); one head 64 values where they divide hd.
-  if (k.lanes == 8 && hd % 32 == 0 && count >= 2) {
-    allHeads<WeightedSumAvx2, 4, T>(hd, count - count % 2, scores, n, valueRow, accum, sums);
-    if (count % 2 == 0) return;
-    return weightedSums(k, hd, 1, scores + (count - 1) * n, n, valueRow, accum + (count - 1) * hd, sums + count - 1);
-  }
-  if (k.lanes == 8 && hd % 64 == 0) return allHeads<WeightedSumAvx2, 8, T>(hd, count, scores, n, valueRow, accum, sums);
-  if (k.lanes == 8 && hd % 32 == 0) return allHeads<WeightedSumAvx2, 4, T>(hd, count, scores, n, valueRow, accum, sums);
+  if (k.lanes == 16 && hd % 32 == 0) return allHeads<WeightedSumAvx512, T>(hd, count, scores, n, valueRow, accum, sums);
+  if (k.lanes == 8 && hd % 32 == 0) return allHeads<WeightedSumAvx2, T>(hd, count, scores, n, valueRow, accum, sums);
   for (int h = 0; h < count; h++) {
     const float* w = scores + h * n;
     for (int64_t j = 0; j < n; j++) sums[h] += double(w[j]);
