@@ -113,8 +113,8 @@ TEST(CpuAttention, EveryIsaAndHeadDimensionAgreesWithFloat64) {
 }
 
 // Heads of one KV head computed together (attendHeads' count > 1: shared K and V loads, their sums
-// interleaved) give each head the bits it gets alone, on every Isa, head dimension and group size,
-// at windows of every length modulo the 8-key and 4-key score blocks.
+// interleaved) give each head the bits it gets alone, on every Isa, head dimension and group size
+// (odd ones too), at windows of 1 to 45 keys (score blocks of 8 and 4 with tails).
 TEST(CpuAttention, HeadsComputedTogetherGetTheBitsTheyGetAlone) {
   const int kvHeads = 2, pageTokens = 16;
   std::mt19937 rng(11);
