@@ -2,7 +2,7 @@
 # Prepares what a call on the lent GPU machine (the device tool's `run`) carries beside the
 # repository, since that machine has no ../shared and no package registry:
 #   .devshared/  stories260K.gguf, the llama vocab files (and qwen2's with --archs) and ../shared/peer,
-#                which scripts/gpu-check.sh points JITLLM_SHARED_DIR and --shared at;
+#                which scripts/gpu/ points JITLLM_SHARED_DIR and --shared at;
 #   .peer/       llama.cpp's source as a git bundle (from the npm package node-llama-cpp, through
 #                ../shared/peer/setup --bundle), for the side-by-side runs that build llama.cpp there.
 # Both are ignored by git (this script adds them to .git/info/exclude), so a fresh checkout lacks
