@@ -197,8 +197,8 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   // OpenAI's HTTP API on the same loop (daemon/http/), when configured or socket-activated.
   kj::Own<http::HttpListener> httpListener;
   if (!config.http.empty() || !activated.http.empty()) {
-    httpListener =
-        kj::heap<http::HttpListener>(core, background, *io.provider, *io.lowLevelProvider, io.provider->getTimer());
+    httpListener = kj::heap<http::HttpListener>(core, background, *io.provider, *io.lowLevelProvider, io.unixEventPort,
+                                                io.provider->getTimer());
     for (auto& passed : activated.http) httpListener->adopt(std::move(passed));
     for (const auto& address : config.http) httpListener->listen(address).wait(io.waitScope);
   }

@@ -64,19 +64,19 @@ struct HttpListener::Connection {
 };
 
 HttpListener::HttpListener(DaemonCore& core, BackgroundThreads& background, kj::AsyncIoProvider& io,
-                           kj::LowLevelAsyncIoProvider& lowLevel, kj::Timer& timer)
+                           kj::LowLevelAsyncIoProvider& lowLevel, kj::UnixEventPort& eventPort, kj::Timer& timer)
     : core_(core),
       io_(io),
       lowLevel_(lowLevel),
       timer_(timer),
       shared_(std::make_unique<HttpShared>(
-          core, background, timer,
+          core, background, eventPort, timer,
           core.config().httpTokenFile.empty() ? BearerTokens() : BearerTokens::load(core.config().httpTokenFile))),
       server_(
           timer, *shared_->headerTable,
-          [this](kj::AsyncIoStream&) -> kj::Own<kj::HttpService> {
+          [this](kj::AsyncIoStream& stream) -> kj::Own<kj::HttpService> {
             KJ_ASSERT(admitting_ != nullptr);
-            auto service = kj::heap<HttpService>(*shared_, admitting_->peer);
+            auto service = kj::heap<HttpService>(*shared_, admitting_->peer, stream);
             admitting_->service = service.get();
             return service;
           },

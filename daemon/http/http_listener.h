@@ -44,7 +44,7 @@ bool isLoopback(const std::string& address);
 class HttpListener final {
  public:
   HttpListener(DaemonCore& core, BackgroundThreads& background, kj::AsyncIoProvider& io,
-               kj::LowLevelAsyncIoProvider& lowLevel, kj::Timer& timer);
+               kj::LowLevelAsyncIoProvider& lowLevel, kj::UnixEventPort& eventPort, kj::Timer& timer);
   ~HttpListener();
 
   // Starts listening on `address`; resolves once it listens (a TCP host name is looked up first).

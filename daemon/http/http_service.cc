@@ -1,11 +1,11 @@
 #include "daemon/http/http_service.h"
 
 #include <kj/debug.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/http/client_watch.h"
 #include "daemon/http/completion_reply.h"
 #include "daemon/http/http_error.h"
 #include "daemon/http/metrics_page.h"
@@ -95,15 +95,17 @@ kj::Promise<void> sendError(kj::HttpService::Response& response, const kj::HttpH
 
 }  // namespace
 
-HttpShared::HttpShared(DaemonCore& c, BackgroundThreads& b, kj::Timer& t, BearerTokens tk)
+HttpShared::HttpShared(DaemonCore& c, BackgroundThreads& b, kj::UnixEventPort& port, kj::Timer& t, BearerTokens tk)
     : core(c),
       background(b),
+      eventPort(port),
       timer(t),
       tokens(std::move(tk)),
       catalog(c, b, t),
       headerTable(buildTable(&authorization)) {}
 
-HttpService::HttpService(HttpShared& shared, HttpPeer peer) : shared_(shared), peer_(std::move(peer)) {}
+HttpService::HttpService(HttpShared& shared, HttpPeer peer, kj::AsyncIoStream& stream)
+    : shared_(shared), peer_(std::move(peer)), stream_(stream), intake_(shared.core, shared.background) {}
 HttpService::~HttpService() = default;
 
 HttpService::Client HttpService::authenticate(const kj::HttpHeaders& headers) const {
@@ -156,14 +158,9 @@ kj::Promise<std::string> HttpService::readBody(const kj::HttpHeaders& headers, k
 }
 
 kj::Promise<void> HttpService::peerGone() {
-  if (peer_.fd < 0) return kj::NEVER_DONE;
-  return shared_.timer.afterDelay(kPeerCheckInterval).then([this]() -> kj::Promise<void> {
-    // POLLRDHUP: the client shut its side (closed the socket or exited); a client that merely
-    // sends nothing more is still there.
-    pollfd p{peer_.fd, POLLRDHUP, 0};
-    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return kj::READY_NOW;
-    return peerGone();
-  });
+  auto watch = kj::heap<ClientWatch>(shared_.eventPort, stream_, peer_.fd);
+  auto gone = watch->gone();
+  return gone.attach(kj::mv(watch));
 }
 
 kj::Promise<void> HttpService::request(kj::HttpMethod method, kj::StringPtr url, const kj::HttpHeaders& headers,
@@ -207,7 +204,7 @@ kj::Promise<void> HttpService::dispatch(kj::HttpMethod method, const std::string
     only(kj::HttpMethod::POST);
     const bool chat = path == "/v1/chat/completions";
     return readBody(headers, body).then([this, chat, client, &response](std::string text) {
-      return httpErrorsAsKj([&] { return completion(chat, client, text, response); });
+      return httpErrorsAsKj([&] { return completion(chat, client, std::move(text), response); });
     });
   }
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
@@ -221,59 +218,55 @@ kj::Promise<void> HttpService::dispatch(kj::HttpMethod method, const std::string
                   "unknown_url");
 }
 
-kj::Promise<void> HttpService::completion(bool chat, const Client& client, const std::string& body,
-                                          Response& response) {
-  auto params =
-      std::make_shared<CompletionParams>(parseCompletionRequest(chat ? Endpoint::kChat : Endpoint::kCompletions, body));
-  if (!shared_.core.accepting())
-    throw HttpError(503, "server_error", "jitllmd is stopping", std::nullopt, "unavailable");
+kj::Promise<void> HttpService::completion(bool chat, const Client& client, std::string body, Response& response) {
+  // Received before a stop: a drain waits for it from here (503 once the daemon stops accepting).
+  std::shared_ptr<DaemonCore::AdmissionGuard> admission = shared_.core.admitGeneration();
+  // The body (up to http_max_body_bytes of JSON) is parsed off the event loop, like the prompt.
+  auto params = std::make_shared<CompletionParams>();
+  std::function<bool()> parse = [params, chat, body = std::move(body)] {
+    return httpErrorsAsKj([&] {
+      *params = parseCompletionRequest(chat ? Endpoint::kChat : Endpoint::kCompletions, body);
+      return true;
+    });
+  };
   auto started = std::make_shared<bool>(false);
   auto generation =
-      shared_.catalog.acquire(params->model, params->keepAliveSeconds)
-          .then([this, params, client, started, &response](std::shared_ptr<ModelHost> host) {
+      shared_.background.post(std::move(parse))
+          .then([this, params](bool) {
+            return httpErrorsAsKj(
+                [&] { return shared_.catalog.acquire(params->request.model, params->keepAliveSeconds); });
+          })
+          .then([this, params, client, started, admission, &response](std::shared_ptr<ModelHost> host) mutable {
             return httpErrorsAsKj([&]() -> kj::Promise<void> {
               auto released = kj::defer([this, name = host->name()] { shared_.catalog.released(name); });
-              const tokenizer::Tokenizer& tokenizer = host->model().tokenizer();
-              GenerationRequest request;
-              std::string echo;
-              if (params->endpoint == Endpoint::kChat) {
-                request.prompt =
-                    tokenizer.encode(runtime::renderChat(host->chatTemplate(), params->messages), true, true);
-                request.maxTokens = params->maxTokens.value_or(kMaxTokensPerRequest);
-              } else {
-                request.prompt =
-                    params->promptTokens.empty() ? tokenizer.encode(params->prompt, true, true) : params->promptTokens;
-                // The legacy endpoint's default, as OpenAI documents it.
-                request.maxTokens = params->maxTokens.value_or(16);
-                if (params->echo)
-                  echo = params->promptTokens.empty() ? params->prompt
-                                                      : tokenizer.detokenize(params->promptTokens, true, false);
-              }
-              if (request.prompt.empty()) throw HttpError::badParameter("prompt", "the prompt is empty");
-              params->sampling.validate();
-              request.sampling = params->sampling;
-              request.stops = params->stops;
-              request.ownerUid = client.uid;
-              request.topLogprobs = params->topLogprobs;
-              request.ignoreEndOfGeneration = params->ignoreEos;
-              const DaemonConfig config = shared_.core.config();
+              // Completions' echo: the prompt's text, as given or made of the token ids given.
+              const GenerationRequest& r = params->request;
+              std::string echo = !params->echo ? std::string()
+                                 : r.text      ? *r.text
+                                               : host->model().tokenizer().detokenize(r.prompt, true, false);
+              kj::Promise<QueuedGeneration> queued = nullptr;
               try {
-                // A TCP client has no local user: the default tier, or what its token's admin grant allows.
-                const std::vector<gid_t> groups =
-                    client.uid == kTcpClientUid ? std::vector<gid_t>{} : shared_.core.access().groupsOf(client.uid);
-                request.tier = resolveTier(config.tiers, params->serviceTier, client.uid, groups, client.admin);
-              } catch (const Error& e) {
-                throw HttpError(403, "permission_error", e.what(), "service_tier");
+                queued = intake_.start(host, params->request, Caller{client.uid, client.admin, peer_.tcp}, {},
+                                       std::move(admission));
+              } catch (const RequestError& e) {
+                throw openAiErrorFor(e, params->endpoint);
               }
-              auto job = std::make_shared<GenerationJob>(std::move(request), config.maxQueuedTokens);
-              host->submit(job, client.admin ? SIZE_MAX : config.maxSessionsPerUid);
-              auto reply = kj::heap<CompletionReply>(
-                  shared_, job,
-                  ReplyShape::start(params->endpoint, host->name(), tokenizer, params->topLogprobs >= 0,
-                                    std::string(openAiTierName(job->request().tier))),
-                  params->stream, params->includeUsage, std::move(echo), response, started);
-              auto run = reply->run();
-              return run.attach(kj::mv(reply), kj::mv(released), kj::mv(host));
+              return queued
+                  .then([this, params, started, &response, echo = std::move(echo)](QueuedGeneration queued) mutable {
+                    return httpErrorsAsKj([&]() -> kj::Promise<void> {
+                      const std::shared_ptr<GenerationJob>& job = queued.job;
+                      const std::shared_ptr<ModelHost>& host = queued.host;
+                      const GenerationRequest& q = job->request();
+                      auto reply = kj::heap<CompletionReply>(
+                          shared_, job,
+                          ReplyShape::start(params->endpoint, host->name(), host->model().tokenizer(),
+                                            q.topLogprobs >= 0, std::string(openAiTierName(q.tier))),
+                          params->stream, params->includeUsage, std::move(echo), response, started);
+                      auto run = reply->run();
+                      return run.attach(kj::mv(reply), kj::mv(queued.host));
+                    });
+                  })
+                  .attach(kj::mv(released));
             });
           });
   // A client that leaves ends its generation, whether it was being streamed or collected.

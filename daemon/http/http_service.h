@@ -18,6 +18,7 @@
 // Thread-safety: the KJ (RPC) thread only.
 #pragma once
 
+#include <kj/async-unix.h>
 #include <kj/async.h>
 #include <kj/compat/http.h>
 #include <kj/timer.h>
@@ -32,6 +33,7 @@
 #include "daemon/server/access_policy.h"
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
+#include "daemon/server/generation_intake.h"
 #include "daemon/server/reply_wakeups.h"
 
 namespace jitllm::server::http {
@@ -46,15 +48,17 @@ struct HttpPeer {
   bool tcp = false;
   PeerCredentials credentials;  // over a Unix socket
   std::string address;          // over TCP, for the log
-  int fd = -1;                  // the connection's socket, to notice the client leaving
+  int fd = -1;                  // the connection's socket, to notice the client leaving (ClientWatch)
 };
 
 // What every connection's service shares.
 struct HttpShared {
-  HttpShared(DaemonCore& core, BackgroundThreads& background, kj::Timer& timer, BearerTokens tokens);
+  HttpShared(DaemonCore& core, BackgroundThreads& background, kj::UnixEventPort& eventPort, kj::Timer& timer,
+             BearerTokens tokens);
 
   DaemonCore& core;
   BackgroundThreads& background;
+  kj::UnixEventPort& eventPort;  // where ClientWatch observes a connection's socket
   kj::Timer& timer;
   BearerTokens tokens;
   ReplyWakeups wakeups;
@@ -68,10 +72,8 @@ struct HttpShared {
 
 class HttpService final : public kj::HttpService {
  public:
-  // How often a waiting request looks whether its client is still there.
-  static constexpr kj::Duration kPeerCheckInterval = 100 * kj::MILLISECONDS;
-
-  HttpService(HttpShared& shared, HttpPeer peer);
+  // `stream`: the connection's, which outlives the service.
+  HttpService(HttpShared& shared, HttpPeer peer, kj::AsyncIoStream& stream);
   ~HttpService();
 
   kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url, const kj::HttpHeaders& headers,
@@ -92,18 +94,20 @@ class HttpService final : public kj::HttpService {
                              kj::AsyncInputStream& body, Response& response);
   Client authenticate(const kj::HttpHeaders& headers) const;
   kj::Promise<std::string> readBody(const kj::HttpHeaders& headers, kj::AsyncInputStream& body);
-  kj::Promise<void> completion(bool chat, const Client& client, const std::string& body, Response& response);
+  kj::Promise<void> completion(bool chat, const Client& client, std::string body, Response& response);
   kj::Promise<void> models(const std::string& id, Response& response);
   kj::Promise<void> health(Response& response);
   kj::Promise<void> metrics(Response& response);
   // jitllm's own routes (jitllm_routes.cc).
   kj::Promise<void> jitllmRoute(kj::HttpMethod method, const std::string& route, const Client& client,
                                 const kj::HttpHeaders& headers, kj::AsyncInputStream& body, Response& response);
-  // Resolves when the client has gone away (never, when that cannot be told).
+  // Resolves when the client has gone away (client_watch.h; never, when that cannot be told).
   kj::Promise<void> peerGone();
 
   HttpShared& shared_;
   const HttpPeer peer_;
+  kj::AsyncIoStream& stream_;
+  GenerationIntake intake_;
   int requests_ = 0;
 };
 

@@ -51,13 +51,13 @@ ReplyShape ReplyShape::start(Endpoint endpoint, std::string model, const tokeniz
   return s;
 }
 
-const char* ReplyShape::finishReason(StopReason reason) {
+const char* ReplyShape::finishReason(runtime::StopReason reason) {
   switch (reason) {
-    case StopReason::kEndOfGeneration:
-    case StopReason::kStopString:
+    case runtime::StopReason::kEndOfGeneration:
+    case runtime::StopReason::kStopString:
       return "stop";
-    case StopReason::kMaxTokens:
-    case StopReason::kContextFull:
+    case runtime::StopReason::kMaxTokens:
+    case runtime::StopReason::kContextFull:
       return "length";
   }
   return "stop";

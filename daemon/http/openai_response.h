@@ -46,7 +46,7 @@ struct ReplyShape {
   // stream_options.include_usage: the chunk after the last, with no choices and the usage.
   nlohmann::json usageChunk(const GenerationStats& stats) const;
 
-  static const char* finishReason(StopReason reason);
+  static const char* finishReason(runtime::StopReason reason);
   static nlohmann::json usage(const GenerationStats& stats);
 
  private:

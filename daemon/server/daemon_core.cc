@@ -702,9 +702,29 @@ bool DaemonCore::accepting() const {
   return accepting_;
 }
 
+std::shared_ptr<DaemonCore::AdmissionGuard> DaemonCore::admitGeneration() {
+  std::lock_guard lock(mutex_);
+  if (!accepting_) JITLLM_FAIL(kDisconnected, "jitllmd is stopping; no new generations");
+  admissions_++;
+  return std::make_shared<AdmissionGuard>(*this);
+}
+
+DaemonCore::AdmissionGuard::~AdmissionGuard() {
+  {
+    std::lock_guard lock(core_.mutex_);
+    core_.admissions_--;
+  }
+  core_.admissionsEnded_.notify_all();
+}
+
 size_t DaemonCore::drain(std::chrono::milliseconds grace) {
   stopAccepting();
   const auto deadline = std::chrono::steady_clock::now() + grace;
+  {
+    // Requests still on their way reach their models first (or fail) before the models are waited for.
+    std::unique_lock lock(mutex_);
+    admissionsEnded_.wait_until(lock, deadline, [&] { return admissions_ == 0; });
+  }
   size_t cancelled = 0;
   for (auto& host : models()) {
     const auto left =

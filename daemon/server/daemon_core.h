@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -114,6 +115,22 @@ class DaemonCore final {
 
   // Refuses new generations from now on (Error(DISCONNECTED): the daemon is stopping).
   void stopAccepting();
+  // A generation received and on its way to a model (GenerationIntake: its prompt being
+  // prepared): a drain waits for it as for a running one, so a request that came before the stop
+  // is served. Counted while the guard lives.
+  class AdmissionGuard {
+   public:
+    explicit AdmissionGuard(DaemonCore& core) : core_(core) {}
+    AdmissionGuard(const AdmissionGuard&) = delete;
+    AdmissionGuard& operator=(const AdmissionGuard&) = delete;
+    ~AdmissionGuard();
+
+   private:
+    DaemonCore& core_;
+  };
+  // Error(DISCONNECTED) once the daemon stops accepting; else the new request's guard (taken
+  // under the same lock as stopAccepting(), so a drain sees every request admitted before it).
+  std::shared_ptr<AdmissionGuard> admitGeneration();
   bool accepting() const;
   // Waits up to `grace` for running generations, then unloads everything (failing what is left).
   // Returns the number of generations that had to be cancelled.
@@ -175,6 +192,8 @@ class DaemonCore final {
   DeviceTable devices_;
   std::map<std::string, std::shared_ptr<ModelHost>> models_;
   bool accepting_ = true;
+  size_t admissions_ = 0;  // AdmissionGuards alive (guarded by mutex_)
+  std::condition_variable admissionsEnded_;
   std::atomic<int> activeReplies_{0};
   PolicyControl* policyControl_ = nullptr;  // guarded by mutex_
   std::vector<std::thread> faultThreads_;   // deviceLost() calls deviceFault() started; guarded by mutex_

@@ -1,5 +1,6 @@
-// One generation request on its way through the daemon: what was asked, and the tokens and text
-// produced so far, handed from the model's worker thread to the RPC thread.
+// One generation request on its way through the daemon: what was asked (prepared and validated by
+// GenerationIntake), and the tokens and text produced so far, handed from the model's worker
+// thread to the event loop's thread.
 //
 // The worker pushes tokens and finally a result or an error; the RPC side takes them in batches
 // and sends them to the client. The hand-off is a mutex-guarded buffer plus a one-shot waker the
@@ -21,25 +22,10 @@
 #include <vector>
 
 #include "base/error.h"
-#include "daemon/server/service_tier.h"
-#include "engine/runtime/sampler.h"
+#include "daemon/server/generation_request.h"
+#include "daemon/server/generation_stats.h"
 
 namespace jitllm::server {
-
-enum class StopReason { kMaxTokens, kEndOfGeneration, kStopString, kContextFull };
-
-struct GenerationStats {
-  uint32_t promptTokens = 0;
-  uint32_t generatedTokens = 0;
-  double timeToFirstTokenMs = 0;
-  double tokensPerSecond = 0;
-  double totalMs = 0;
-  StopReason stopReason = StopReason::kMaxTokens;
-  uint64_t sessionId = 0;
-  uint32_t reusedTokens = 0;  // prompt tokens whose KV an idle session already held (not computed)
-  ServiceTier tier = ServiceTier::kStandard;
-  bool metTargets = false;  // its tier's TTFT and TPOT targets both held
-};
 
 // A generated token's log-probability under the model (log-softmax of its logits, before any
 // sampling parameter), and the most likely alternatives at that step, best first.
@@ -47,20 +33,6 @@ struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;
-};
-
-struct GenerationRequest {
-  std::vector<int32_t> prompt;
-  uint32_t maxTokens = 128;
-  runtime::SamplingParams sampling;
-  std::vector<std::string> stops;
-  int64_t contextLimit = 0;  // 0: the model's default
-  uint32_t ownerUid = 0;
-  bool ignoreEndOfGeneration = false;  // benchmarks: maxTokens whatever the tokens
-  // >= 0: each token comes with its TokenLogprob and this many alternatives (the full row of
-  // logits then comes to the host every step); -1: none.
-  int32_t topLogprobs = -1;
-  ServiceTier tier = ServiceTier::kStandard;  // resolved by the caller (resolveTier)
 };
 
 class GenerationJob final {

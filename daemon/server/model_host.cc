@@ -64,6 +64,7 @@ struct ModelHost::Active final : runtime::SequenceListener {
   Active(ModelHost& h, std::shared_ptr<GenerationJob> j) : host(h), job(std::move(j)) {}
   runtime::Session& session() { return seq->session(); }
   bool done() const { return seq->ended(); }
+  ReplyFacts facts() const;
 
   bool paused() override { return job->throttled(); }
   void generated(int32_t token, std::string_view text, std::span<const float> logits) override {
@@ -360,7 +361,7 @@ void ModelHost::shutdown() {
 void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::unique_ptr<Active>>& active) {
   const GenerationRequest& r = job->request();
   try {
-    JITLLM_REQUIRE(!r.prompt.empty(), "the prompt is empty");
+    JITLLM_ASSERT(r.promptPrepared());  // GenerationIntake validated and prepared it
     const int64_t limit = r.contextLimit > 0 ? r.contextLimit : options_.defaultContext;
     JITLLM_REQUIRE(limit <= model_->config().contextLength, "context size ", limit,
                    " is larger than the model's trained context of ", model_->config().contextLength);
@@ -402,38 +403,17 @@ void ModelHost::admit(std::shared_ptr<GenerationJob> job, std::vector<std::uniqu
   }
 }
 
+ReplyFacts ModelHost::Active::facts() const {
+  const GenerationRequest& r = job->request();
+  return ReplyFacts{uint32_t(r.prompt.size()), sessionId, uint32_t(reused), r.tier, started};
+}
+
 void ModelHost::finishActive(Active& a) {
-  const runtime::Sequence& q = *a.seq;
   const auto now = Clock::now();
   GenerationStats st;
-  st.promptTokens = uint32_t(a.job->request().prompt.size());
-  st.generatedTokens = uint32_t(q.generated());
-  st.timeToFirstTokenMs =
-      q.generated() ? std::chrono::duration<double, std::milli>(q.firstToken() - a.started).count() : 0;
-  const double decodeSeconds = std::chrono::duration<double>(now - q.firstToken()).count();
-  st.tokensPerSecond = q.generated() > 1 && decodeSeconds > 0 ? double(q.generated() - 1) / decodeSeconds : 0;
-  st.totalMs = std::chrono::duration<double, std::milli>(now - a.started).count();
-  switch (*q.stopReason()) {
-    case runtime::StopReason::kMaxTokens:
-      st.stopReason = StopReason::kMaxTokens;
-      break;
-    case runtime::StopReason::kEndOfGeneration:
-      st.stopReason = StopReason::kEndOfGeneration;
-      break;
-    case runtime::StopReason::kStopString:
-      st.stopReason = StopReason::kStopString;
-      break;
-    case runtime::StopReason::kContextFull:
-      st.stopReason = StopReason::kContextFull;
-      break;
-  }
-  st.sessionId = a.sessionId;
-  st.reusedTokens = uint32_t(a.reused);
-  st.tier = a.job->request().tier;
   {
     std::lock_guard lock(mutex_);
-    st.metTargets =
-        metTargets(tiers_.targetsOf(st.tier), st.timeToFirstTokenMs, st.generatedTokens, st.tokensPerSecond);
+    st = replyStats(*a.seq, a.facts(), tiers_.targetsOf(a.job->request().tier), now);
     goodput_.record(st.tier, st.metTargets, now);
   }
   // The client hears that its reply ended once ps no longer shows it running (after this step's
@@ -452,16 +432,10 @@ void ModelHost::retire(std::vector<std::unique_ptr<Active>>& active,
     auto* a = static_cast<Active*>(q->listener());
     if (q->error() && !a->failureReported) a->job->fail(*q->error());
     if (options_.metrics) {
-      ServingMetrics::Generation g;
-      g.promptTokens = uint32_t(a->job->request().prompt.size());
-      g.generatedTokens = uint32_t(q->generated());
-      if (q->generated() > 0)
-        g.timeToFirstTokenSeconds = std::chrono::duration<double>(q->firstToken() - a->started).count();
-      g.totalSeconds = std::chrono::duration<double>(Clock::now() - a->started).count();
-      g.failed = !a->finished.has_value();
-      g.tier = a->job->request().tier;
-      g.metTargets = a->finished && a->finished->metTargets;
-      options_.metrics->generationEnded(name_, g);
+      // A reply that failed is counted with what it did before; one that ended, with its stats.
+      const bool failed = !a->finished.has_value();
+      options_.metrics->generationEnded(name_, failed ? replyStats(*q, a->facts(), {}, Clock::now()) : *a->finished,
+                                        failed);
     }
     if (a->finished) {
       if (a->keep && q->session().length() > 0) {

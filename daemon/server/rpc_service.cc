@@ -12,6 +12,7 @@
 
 #include "daemon/server/kj_errors.h"
 #include "daemon/server/model_name.h"
+#include "daemon/server/rpc_generation.h"
 #include "engine/chat/chat_template.h"
 #include "policies/policy.h"
 
@@ -25,20 +26,6 @@ std::pair<kj::Promise<void>, std::function<void()>> crossThreadWaker() {
   auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
   auto f = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
   return {kj::mv(paf.promise), [f] { (*f)->fulfill(); }};
-}
-
-rpc::StopReason toRpc(StopReason r) {
-  switch (r) {
-    case StopReason::kMaxTokens:
-      return rpc::StopReason::MAX_TOKENS;
-    case StopReason::kEndOfGeneration:
-      return rpc::StopReason::END_OF_GENERATION;
-    case StopReason::kStopString:
-      return rpc::StopReason::STOP_STRING;
-    case StopReason::kContextFull:
-      return rpc::StopReason::CONTEXT_FULL;
-  }
-  return rpc::StopReason::MAX_TOKENS;
 }
 
 rpc::EventKind toRpc(EventKind k) {
@@ -55,35 +42,6 @@ rpc::EventKind toRpc(EventKind k) {
       return rpc::EventKind::MIGRATION;
   }
   return rpc::EventKind::DAEMON;
-}
-
-runtime::SamplingParams samplingFrom(rpc::SamplingParams::Reader s) {
-  runtime::SamplingParams p;
-  p.temperature = s.getTemperature();
-  p.topK = s.getTopK();
-  p.topP = s.getTopP();
-  p.minP = s.getMinP();
-  p.repeatPenalty = s.getRepeatPenalty();
-  p.repeatLastN = s.getRepeatLastN();
-  p.seed = s.getSeed();
-  p.validate();
-  return p;
-}
-
-// Bounds on what one request may ask for, so a hostile client cannot make the daemon allocate
-// without limit (the RPC layer's traversal limit bounds the message itself).
-constexpr size_t kMaxStopStrings = 16;
-constexpr size_t kMaxStopStringBytes = 256;
-constexpr uint32_t kMaxTokensPerRequest = 1 << 20;
-
-std::vector<std::string> stopsFrom(capnp::List<capnp::Text>::Reader list) {
-  JITLLM_REQUIRE(list.size() <= kMaxStopStrings, "at most ", kMaxStopStrings, " stop strings");
-  std::vector<std::string> out;
-  for (auto s : list) {
-    JITLLM_REQUIRE(s.size() <= kMaxStopStringBytes, "stop strings are at most ", kMaxStopStringBytes, " bytes");
-    out.emplace_back(s.cStr(), s.size());
-  }
-  return out;
 }
 
 // `peer` sees its own sessions only, unless it is an admin.
@@ -320,7 +278,12 @@ int dupFd(int fd) {
 
 DaemonService::DaemonService(DaemonCore& core, BackgroundThreads& background, ReplyWakeups& wakeups,
                              PeerCredentials peer, std::shared_ptr<ConnectionActivity> activity)
-    : core_(core), background_(background), wakeups_(wakeups), peer_(peer), activity_(std::move(activity)) {}
+    : core_(core),
+      background_(background),
+      wakeups_(wakeups),
+      intake_(core, background),
+      peer_(peer),
+      activity_(std::move(activity)) {}
 
 kj::Promise<void> DaemonService::version(VersionContext context) {
   auto v = context.getResults().initVersion();
@@ -482,6 +445,18 @@ kj::Promise<void> DaemonService::unload(UnloadContext context) {
   });
 }
 
+namespace {
+// The RPC's request as the daemon's, its RequestErrors in the RPC's words.
+template <typename Reader>
+GenerationRequest requestFromRpcOrThrow(Reader r) {
+  try {
+    return requestFromRpc(r);
+  } catch (const RequestError& e) {
+    throw rpcErrorFor(e);
+  }
+}
+}  // namespace
+
 struct DaemonService::Reply {
   virtual ~Reply() = default;
   virtual void fill(const std::vector<int32_t>& ids, const std::string& text, const GenerationStats& stats) = 0;
@@ -496,50 +471,37 @@ struct ContextReply final : DaemonService::Reply {
     auto list = r.initTokens(uint32_t(ids.size()));
     for (size_t i = 0; i < ids.size(); i++) list.set(uint32_t(i), ids[i]);
     r.setText(text(t));
-    auto st = r.initStats();
-    st.setPromptTokens(s.promptTokens);
-    st.setGeneratedTokens(s.generatedTokens);
-    st.setTimeToFirstTokenMs(s.timeToFirstTokenMs);
-    st.setTokensPerSecond(s.tokensPerSecond);
-    st.setTotalMs(s.totalMs);
-    st.setStopReason(toRpc(s.stopReason));
-    st.setSessionId(s.sessionId);
-    st.setReusedTokens(s.reusedTokens);
-    st.setTier(text(std::string(tierName(s.tier))));
-    st.setMetTargets(s.metTargets);
+    fillStats(s, r.initStats());
   }
   Context context;
 };
 }  // namespace
 
-kj::Promise<void> DaemonService::startGeneration(std::shared_ptr<ModelHost> host, GenerationRequest request,
-                                                 rpc::TokenSink::Client sink, kj::Own<Reply> reply) {
-  JITLLM_REQUIRE(core_.accepting(), "jitllmd is stopping; no new generations");
-  JITLLM_REQUIRE(!request.prompt.empty(), "the prompt is empty");
-  JITLLM_REQUIRE(request.maxTokens >= 1, "maxTokens must be at least 1");
-  const DaemonConfig cfg = core_.config();
-  auto job = std::make_shared<GenerationJob>(std::move(request), cfg.maxQueuedTokens);
-  host->submit(job, core_.access().isAdmin(peer_.uid) ? SIZE_MAX : cfg.maxSessionsPerUid);
+kj::Promise<void> DaemonService::startGeneration(GenerationRequest request, rpc::TokenSink::Client sink,
+                                                 kj::Own<Reply> reply) {
+  const std::string model = request.model;
+  auto host = core_.route(model);
+  const Caller caller{peer_.uid, core_.access().isAdmin(peer_.uid), false};
+  kj::Promise<QueuedGeneration> queued = nullptr;
+  try {
+    queued = intake_.start(host, std::move(request), caller, [this, model] { return core_.route(model); });
+  } catch (const RequestError& e) {
+    throw rpcErrorFor(e);
+  }
   activity_->generations++;
   auto busy = kj::defer([activity = activity_] { activity->generations--; });
-  auto stream = kj::heap<GenerationStream>(job, kj::mv(sink), core_, wakeups_);
-  auto& s = *stream;
-  return s.run()
-      .then([&s, reply = kj::mv(reply)](GenerationJob::Batch last) mutable {
-        if (last.error) kj::throwFatalException(toKjException(*last.error));
-        reply->fill(s.ids(), s.allText(), last.stats);
+  return queued
+      .then([this, sink = kj::mv(sink), reply = kj::mv(reply)](QueuedGeneration queued) mutable {
+        auto stream = kj::heap<GenerationStream>(queued.job, kj::mv(sink), core_, wakeups_);
+        auto& s = *stream;
+        return s.run()
+            .then([&s, reply = kj::mv(reply)](GenerationJob::Batch last) mutable {
+              if (last.error) kj::throwFatalException(toKjException(*last.error));
+              reply->fill(s.ids(), s.allText(), last.stats);
+            })
+            .attach(kj::mv(stream), kj::mv(queued.host));
       })
-      .attach(kj::mv(stream), kj::mv(host), kj::mv(busy));
-}
-
-ServiceTier DaemonService::requestTier(capnp::Text::Reader name) const {
-  std::optional<ServiceTier> requested;
-  if (name.size() > 0) {
-    requested = parseTier(std::string_view(name.cStr(), name.size()));
-    JITLLM_REQUIRE(requested, "unknown tier '", name.cStr(), "': interactive, standard or batch");
-  }
-  return resolveTier(core_.config().tiers, requested, peer_.uid, core_.access().groupsOf(peer_.uid),
-                     core_.access().isAdmin(peer_.uid));
+      .attach(kj::mv(host), kj::mv(busy));
 }
 
 kj::Promise<void> DaemonService::generate(GenerateContext context) {
@@ -548,25 +510,8 @@ kj::Promise<void> DaemonService::generate(GenerateContext context) {
   context.allowCancellation();
   return translateErrors([&]() -> kj::Promise<void> {
     auto params = context.getParams();
-    auto r = params.getRequest();
-    auto host = core_.route(r.getModel());
-    GenerationRequest req;
-    if (r.getPrompt().isText()) {
-      const auto t = r.getPrompt().getText();
-      JITLLM_REQUIRE(t.size() > 0, "the prompt is empty");
-      req.prompt = host->model().tokenizer().encode(std::string_view(t.cStr(), t.size()), true, true);
-    } else {
-      for (int32_t id : r.getPrompt().getTokens()) req.prompt.push_back(id);
-    }
-    JITLLM_REQUIRE(r.getMaxTokens() <= kMaxTokensPerRequest, "maxTokens is at most ", kMaxTokensPerRequest);
-    req.maxTokens = r.getMaxTokens();
-    req.sampling = samplingFrom(r.getSampling());
-    req.stops = stopsFrom(r.getStop());
-    req.contextLimit = r.getContextSize();
-    req.ownerUid = peer_.uid;
-    req.ignoreEndOfGeneration = r.getIgnoreEndOfGeneration();
-    req.tier = requestTier(r.getTier());
-    return startGeneration(host, std::move(req), params.getSink(), kj::heap<ContextReply<GenerateContext>>(context));
+    return startGeneration(requestFromRpcOrThrow(params.getRequest()), params.getSink(),
+                           kj::heap<ContextReply<GenerateContext>>(context));
   });
 }
 
@@ -574,21 +519,8 @@ kj::Promise<void> DaemonService::chat(ChatContext context) {
   context.allowCancellation();
   return translateErrors([&]() -> kj::Promise<void> {
     auto params = context.getParams();
-    auto r = params.getRequest();
-    auto host = core_.route(r.getModel());
-    std::vector<runtime::ChatMessage> messages;
-    JITLLM_REQUIRE(r.getMessages().size() > 0, "the conversation is empty: send at least one message");
-    for (auto m : r.getMessages()) messages.push_back({m.getRole(), m.getContent()});
-    GenerationRequest req;
-    req.prompt = host->model().tokenizer().encode(runtime::renderChat(host->chatTemplate(), messages), true, true);
-    JITLLM_REQUIRE(r.getMaxTokens() <= kMaxTokensPerRequest, "maxTokens is at most ", kMaxTokensPerRequest);
-    req.maxTokens = r.getMaxTokens();
-    req.sampling = samplingFrom(r.getSampling());
-    req.stops = stopsFrom(r.getStop());
-    req.contextLimit = r.getContextSize();
-    req.ownerUid = peer_.uid;
-    req.tier = requestTier(r.getTier());
-    return startGeneration(host, std::move(req), params.getSink(), kj::heap<ContextReply<ChatContext>>(context));
+    return startGeneration(requestFromRpcOrThrow(params.getRequest()), params.getSink(),
+                           kj::heap<ContextReply<ChatContext>>(context));
   });
 }
 

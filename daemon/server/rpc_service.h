@@ -17,6 +17,7 @@
 
 #include "daemon/server/background_threads.h"
 #include "daemon/server/daemon_core.h"
+#include "daemon/server/generation_intake.h"
 #include "daemon/server/reply_wakeups.h"
 #include "jitllm/jitllm.capnp.h"
 
@@ -55,15 +56,13 @@ class DaemonService final : public rpc::Daemon::Server {
   struct Reply;
 
  private:
-  // The tier a request named ("" for none) resolved for this caller (service_tier.h): Error(FAILED)
-  // for an unknown name or a raise a non-admin may not make.
-  ServiceTier requestTier(capnp::Text::Reader name) const;
-  kj::Promise<void> startGeneration(std::shared_ptr<ModelHost> host, GenerationRequest request,
-                                    rpc::TokenSink::Client sink, kj::Own<Reply> reply);
+  // generate and chat: the request through the intake, its reply streamed to `sink`, then `reply`.
+  kj::Promise<void> startGeneration(GenerationRequest request, rpc::TokenSink::Client sink, kj::Own<Reply> reply);
 
   DaemonCore& core_;
   BackgroundThreads& background_;
   ReplyWakeups& wakeups_;
+  GenerationIntake intake_;
   const PeerCredentials peer_;
   std::shared_ptr<ConnectionActivity> activity_;
 };

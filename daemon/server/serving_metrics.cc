@@ -11,21 +11,22 @@ void LatencyHistogram::observe(double seconds) {
   sum += seconds;
 }
 
-void ServingMetrics::generationEnded(const std::string& model, const Generation& g) {
+void ServingMetrics::generationEnded(const std::string& model, const GenerationStats& g, bool failed) {
   std::lock_guard lock(mutex_);
   ModelServingCounters& m = models_[model];
   m.requests++;
-  if (g.failed) m.failedRequests++;
+  if (failed) m.failedRequests++;
   m.promptTokens += g.promptTokens;
   m.generatedTokens += g.generatedTokens;
-  if (g.timeToFirstTokenSeconds) {
-    m.timeToFirstToken.observe(*g.timeToFirstTokenSeconds);
+  if (g.generatedTokens > 0) {
+    const double ttftSeconds = g.timeToFirstTokenMs / 1000;
+    m.timeToFirstToken.observe(ttftSeconds);
     if (g.generatedTokens > 1) {
-      m.timePerOutputToken.observe((g.totalSeconds - *g.timeToFirstTokenSeconds) / double(g.generatedTokens - 1));
+      m.timePerOutputToken.observe((g.totalMs / 1000 - ttftSeconds) / double(g.generatedTokens - 1));
     }
   }
-  if (!g.failed) {
-    m.endToEnd.observe(g.totalSeconds);
+  if (!failed) {
+    m.endToEnd.observe(g.totalMs / 1000);
     m.tierFinished[size_t(g.tier)]++;
     if (g.metTargets) m.tierMet[size_t(g.tier)]++;
   }

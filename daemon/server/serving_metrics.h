@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "daemon/server/generation_stats.h"
 #include "daemon/server/service_tier.h"
 
 namespace jitllm::server {
@@ -50,16 +51,8 @@ struct ModelServingCounters {
 
 class ServingMetrics final {
  public:
-  struct Generation {
-    uint32_t promptTokens = 0;
-    uint32_t generatedTokens = 0;
-    std::optional<double> timeToFirstTokenSeconds;  // unset: no token came
-    double totalSeconds = 0;
-    bool failed = false;  // an error or a cancel
-    ServiceTier tier = ServiceTier::kStandard;
-    bool metTargets = false;
-  };
-  void generationEnded(const std::string& model, const Generation& g);
+  // A reply ended: `failed` (an error or a cancel), or normally with these stats.
+  void generationEnded(const std::string& model, const GenerationStats& stats, bool failed);
   void migrationCommitted(const std::string& model, double pauseSeconds, bool pageOut, bool pageIn);
   void kvPagedOut(const std::string& model, size_t sessions);
   void kvPagedIn(const std::string& model);

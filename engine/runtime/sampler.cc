@@ -7,13 +7,21 @@
 
 namespace jitllm::runtime {
 
+std::optional<SamplingParams::Problem> SamplingParams::firstProblem() const {
+  auto problem = [](Param p, auto... parts) { return std::optional<Problem>(Problem{p, detail::concat(parts...)}); };
+  if (!(std::isfinite(temperature) && temperature >= 0))
+    return problem(Param::kTemperature, "temperature must be >= 0, not ", temperature);
+  if (topK < 0) return problem(Param::kTopK, "top-k must be >= 0, not ", topK);
+  if (!(topP > 0 && topP <= 1)) return problem(Param::kTopP, "top-p must be in (0, 1], not ", topP);
+  if (!(minP >= 0 && minP < 1)) return problem(Param::kMinP, "min-p must be in [0, 1), not ", minP);
+  if (!(std::isfinite(repeatPenalty) && repeatPenalty > 0))
+    return problem(Param::kRepeatPenalty, "repeat penalty must be > 0, not ", repeatPenalty);
+  if (repeatLastN < 0) return problem(Param::kRepeatLastN, "repeat-last-n must be >= 0, not ", repeatLastN);
+  return std::nullopt;
+}
+
 void SamplingParams::validate() const {
-  JITLLM_REQUIRE(std::isfinite(temperature) && temperature >= 0, "temperature must be >= 0, not ", temperature);
-  JITLLM_REQUIRE(topK >= 0, "top-k must be >= 0, not ", topK);
-  JITLLM_REQUIRE(topP > 0 && topP <= 1, "top-p must be in (0, 1], not ", topP);
-  JITLLM_REQUIRE(minP >= 0 && minP < 1, "min-p must be in [0, 1), not ", minP);
-  JITLLM_REQUIRE(std::isfinite(repeatPenalty) && repeatPenalty > 0, "repeat penalty must be > 0, not ", repeatPenalty);
-  JITLLM_REQUIRE(repeatLastN >= 0, "repeat-last-n must be >= 0, not ", repeatLastN);
+  if (auto p = firstProblem()) JITLLM_FAIL(kFailed, p->message);
 }
 
 int32_t argmax(std::span<const float> logits) {

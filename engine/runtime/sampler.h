@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/candidates.h"
@@ -28,7 +30,14 @@ struct SamplingParams {
   int32_t repeatLastN = 64;    // tokens of history the penalty looks at
   uint64_t seed = 0;
 
-  // Error(FAILED) naming the parameter when a value is out of range.
+  enum class Param { kTemperature, kTopK, kTopP, kMinP, kRepeatPenalty, kRepeatLastN };
+  struct Problem {
+    Param param;
+    std::string message;  // names the parameter and the range it must be in
+  };
+  // The first parameter out of its range, if any (the daemon names it in its clients' terms).
+  std::optional<Problem> firstProblem() const;
+  // Error(FAILED) with firstProblem()'s message.
   void validate() const;
 };
 

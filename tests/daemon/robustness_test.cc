@@ -410,7 +410,7 @@ TEST(Robustness, BadRequestsAreRefusedByNameAndQuotedShort) {
   EXPECT_NE(generateWith([](auto r) {
               r.initPrompt().setText("Once");
               r.setMaxTokens(0);
-            }).find("maxTokens must be at least 1"),
+            }).find("maxTokens: the reply's token limit must be between 1 and"),
             std::string::npos);
   auto chat = c.daemon().chatRequest();
   chat.initRequest().setModel("stories");
