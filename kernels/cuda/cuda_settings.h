@@ -59,7 +59,7 @@ struct CudaSettings {
   // (blocks.cuh) rather than a copy per block. JITLLM_CUDA_GATHER=0 turns it off.
   std::optional<bool> blockKernels;
   // Decode queues handed to the GPU in parts while the host still queues the rest of the step
-  // (CudaDevice::submitEarly). JITLLM_CUDA_EARLY_SUBMIT=0 turns it off, =N makes the first part N
+  // (CudaOpQueue::submitEarly). JITLLM_CUDA_EARLY_SUBMIT=0 turns it off, =N makes the first part N
   // launches (default 32); JITLLM_CUDA_EARLY_GROWTH=N makes each part at least N times the one
   // before (default 3).
   std::optional<bool> earlySubmit;

@@ -5,6 +5,11 @@
 // Sources live in kernels/cuda/kernels/*.cuh and are compiled into the binary
 // (embed_kernels.cmake), so a binary always carries the exact text its cache keys hash.
 //
+// TODO(cleanup): attention.cuh (1,006 lines) and matmul_int.cuh (854) are over the 800-line limit
+// of issue 50. Splitting them changes the text every module's cache key hashes, and the check of
+// bits and speed on the GPU rests on unchanged kernel sources, so it waits for a change of its own
+// that is measured there.
+//
 // Cache: $JITLLM_CACHE_DIR if set (set but empty: no disk cache), else $XDG_CACHE_HOME/jitllm,
 // else ~/.cache/jitllm; under it cuda/<key>.cubin, where the 128-bit key hashes everything that
 // changes the binary: the full source with its #defines, the NVRTC options, the architecture and

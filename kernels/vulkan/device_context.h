@@ -3,7 +3,7 @@
 //
 // Ownership: VulkanDevice owns the VkDevice and destroys it last; the parts (memory pool,
 // command stream, pipeline library) borrow the context and are destroyed before it.
-// Thread-safety: immutable after construction.
+// Thread-safety: immutable once made.
 #pragma once
 
 #include <memory>
@@ -25,5 +25,11 @@ struct DeviceContext {
 
   void check(VkResult result, const char* what) const { vkCheck(result, what, id); }
 };
+
+// Makes ctx's logical device on ctx.physical - one compute queue (ctx.queueFamily) and the
+// features every kernel relies on: buffer device addresses, timeline semaphores, 16-bit storage,
+// 64-bit integers (and floats where the device has them), VK_EXT_memory_budget where present,
+// integer dot products where `integerDotProduct` - and fills its device, function table and queue.
+void createLogicalDevice(DeviceContext& ctx, bool integerDotProduct);
 
 }  // namespace jitllm::vulkan

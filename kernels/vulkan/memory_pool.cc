@@ -203,4 +203,23 @@ LocatedRange MemoryPool::locate(uint64_t address, uint64_t bytes) const {
   return LocatedRange{b->raw.buffer, offset, b->raw.host ? b->raw.host + offset : nullptr};
 }
 
+MemoryTypes chooseMemoryTypes(const DeviceContext& ctx) {
+  MemoryTypes t;
+  constexpr VkMemoryPropertyFlags kHostCached =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT | VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+  if (ctx.physical->type != VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU) {
+    t.buffers = findMemoryType(ctx, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | kHostCached, 0);
+    t.mapped = t.buffers != UINT32_MAX;
+  }
+  if (t.buffers == UINT32_MAX) {
+    t.buffers = findMemoryType(ctx, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+  }
+  if (t.buffers == UINT32_MAX) t.buffers = findMemoryType(ctx, 0, 0);
+  t.arena = findMemoryType(ctx, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                           VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+  JITLLM_REQUIRE(t.buffers != UINT32_MAX && t.arena != UINT32_MAX, ctx.id,
+                 ": no memory type for storage buffers with device addresses");
+  return t;
+}
+
 }  // namespace jitllm::vulkan

@@ -89,4 +89,15 @@ void destroyRawBuffer(const DeviceContext& ctx, RawBuffer& buffer);
 uint32_t findMemoryType(const DeviceContext& ctx, VkMemoryPropertyFlags required, VkMemoryPropertyFlags preferred,
                         VkMemoryPropertyFlags avoid = 0);
 
+// The memory types of one device's pools: where device-local memory is also host-cached (lavapipe,
+// integrated GPUs) buffers live there, mapped, and copies are memcpy; on a discrete GPU VRAM stays
+// unmapped and copies stage through the upload arena (host-visible, coherent). Throws
+// Error(FAILED) when the device has no type buffers with device addresses can use.
+struct MemoryTypes {
+  uint32_t buffers = UINT32_MAX;
+  bool mapped = false;  // buffers are host-visible
+  uint32_t arena = UINT32_MAX;
+};
+MemoryTypes chooseMemoryTypes(const DeviceContext& ctx);
+
 }  // namespace jitllm::vulkan

@@ -118,6 +118,107 @@ std::vector<const PhysicalDeviceDescription*> VulkanInstance::usableDevices() co
   return out;
 }
 
+namespace {
+
+// The properties of a 1.2 device jitllm plans with: UUID, driver, subgroups and compute limits.
+void readProperties(const InstanceFunctions& fn, VkPhysicalDevice device, PhysicalDeviceDescription& d) {
+  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  driver.pNext = &subgroup;
+  VkPhysicalDeviceIDProperties ids{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
+  ids.pNext = &driver;
+  VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  props.pNext = &ids;
+  fn.vkGetPhysicalDeviceProperties2(device, &props);
+  std::memcpy(d.uuid.data(), ids.deviceUUID, 16);
+  d.driverName = driver.driverName;
+  d.driverInfo = driver.driverInfo;
+  d.subgroupSize = subgroup.subgroupSize;
+  d.subgroupShuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                      (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+  const VkPhysicalDeviceLimits& limits = props.properties.limits;
+  d.maxSharedMemoryBytes = limits.maxComputeSharedMemorySize;
+  d.maxWorkgroupInvocations = limits.maxComputeWorkGroupInvocations;
+  for (int i = 0; i < 3; i++) d.maxWorkgroupCount[size_t(i)] = limits.maxComputeWorkGroupCount[i];
+  d.maxPushConstantBytes = limits.maxPushConstantsSize;
+  d.timestampPeriodNs = limits.timestampPeriod;  // kept only if the compute queue has timestamps
+}
+
+void readFeatures(const InstanceFunctions& fn, VkPhysicalDevice device, bool hasIntegerDot,
+                  PhysicalDeviceDescription& d) {
+  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  if (hasIntegerDot) f12.pNext = &dot;
+  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+  f11.pNext = &f12;
+  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  features.pNext = &f11;
+  fn.vkGetPhysicalDeviceFeatures2(device, &features);
+  d.integerDotProduct = hasIntegerDot && dot.shaderIntegerDotProduct;
+  d.shaderFloat64 = features.features.shaderFloat64;
+  d.shaderInt64 = features.features.shaderInt64;
+  d.storageBuffer16BitAccess = f11.storageBuffer16BitAccess;
+  d.bufferDeviceAddress = f12.bufferDeviceAddress;
+  d.timelineSemaphore = f12.timelineSemaphore;
+}
+
+void readHeaps(const InstanceFunctions& fn, VkPhysicalDevice device, PhysicalDeviceDescription& d) {
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 memory{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+  if (d.hasMemoryBudget) memory.pNext = &budget;
+  fn.vkGetPhysicalDeviceMemoryProperties2(device, &memory);
+  for (uint32_t h = 0; h < memory.memoryProperties.memoryHeapCount; h++) {
+    MemoryHeapInfo heap;
+    heap.size = memory.memoryProperties.memoryHeaps[h].size;
+    heap.deviceLocal = memory.memoryProperties.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT;
+    if (d.hasMemoryBudget) {
+      heap.budget = budget.heapBudget[h];
+      heap.usage = budget.heapUsage[h];
+    }
+    d.heaps.push_back(heap);
+  }
+}
+
+void chooseComputeQueue(const InstanceFunctions& fn, VkPhysicalDevice device, PhysicalDeviceDescription& d) {
+  uint32_t familyCount = 0;
+  fn.vkGetPhysicalDeviceQueueFamilyProperties(device, &familyCount, nullptr);
+  std::vector<VkQueueFamilyProperties> families(familyCount);
+  fn.vkGetPhysicalDeviceQueueFamilyProperties(device, &familyCount, families.data());
+  // Prefer a compute queue without graphics (an async-compute family), else any with compute.
+  for (int pass = 0; pass < 2 && d.computeQueueFamily == UINT32_MAX; pass++) {
+    for (uint32_t i = 0; i < familyCount; i++) {
+      const VkQueueFlags flags = families[i].queueFlags;
+      if (!(flags & VK_QUEUE_COMPUTE_BIT)) continue;
+      if (pass == 0 && (flags & VK_QUEUE_GRAPHICS_BIT)) continue;
+      d.computeQueueFamily = i;
+      break;
+    }
+  }
+  if (d.computeQueueFamily == UINT32_MAX || families[d.computeQueueFamily].timestampValidBits == 0) {
+    d.timestampPeriodNs = 0;
+  }
+}
+
+// What the device lacks of what jitllm needs; empty when it is usable.
+std::string unusableReason(const PhysicalDeviceDescription& d) {
+  std::string missing;
+  auto need = [&](bool ok, const char* what) {
+    if (!ok) missing += std::string(missing.empty() ? "" : ", ") + what;
+  };
+  need(d.computeQueueFamily != UINT32_MAX, "a compute queue");
+  need(d.bufferDeviceAddress, "bufferDeviceAddress");
+  need(d.shaderInt64, "shaderInt64");
+  need(d.storageBuffer16BitAccess, "storageBuffer16BitAccess");
+  need(d.timelineSemaphore, "timelineSemaphore");
+  need(d.maxPushConstantBytes >= 128, "128 bytes of push constants");
+  need(d.maxSharedMemoryBytes >= 16384, "16 KiB of workgroup memory");
+  need(d.maxWorkgroupInvocations >= 256, "256-invocation workgroups");
+  return missing.empty() ? std::string() : "lacks " + missing;
+}
+
+}  // namespace
+
 PhysicalDeviceDescription VulkanInstance::describe(VkPhysicalDevice device, uint32_t loaderIndex) const {
   PhysicalDeviceDescription d;
   d.handle = device;
@@ -144,90 +245,11 @@ PhysicalDeviceDescription VulkanInstance::describe(VkPhysicalDevice device, uint
                        std::to_string(VK_API_VERSION_MINOR(base.apiVersion)) + " device; jitllm needs 1.2";
     return d;
   }
-
-  VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
-  VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
-  driver.pNext = &subgroup;
-  VkPhysicalDeviceIDProperties ids{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
-  ids.pNext = &driver;
-  VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-  props.pNext = &ids;
-  fn_.vkGetPhysicalDeviceProperties2(device, &props);
-  std::memcpy(d.uuid.data(), ids.deviceUUID, 16);
-  d.driverName = driver.driverName;
-  d.driverInfo = driver.driverInfo;
-  d.subgroupSize = subgroup.subgroupSize;
-  d.subgroupShuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                      (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
-  const VkPhysicalDeviceLimits& limits = props.properties.limits;
-  d.maxSharedMemoryBytes = limits.maxComputeSharedMemorySize;
-  d.maxWorkgroupInvocations = limits.maxComputeWorkGroupInvocations;
-  for (int i = 0; i < 3; i++) d.maxWorkgroupCount[size_t(i)] = limits.maxComputeWorkGroupCount[i];
-  d.maxPushConstantBytes = limits.maxPushConstantsSize;
-  d.timestampPeriodNs = limits.timestampPeriod;  // kept only if the queue below has timestamps
-
-  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{
-      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
-  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  if (hasIntegerDot) f12.pNext = &dot;
-  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
-  f11.pNext = &f12;
-  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-  features.pNext = &f11;
-  fn_.vkGetPhysicalDeviceFeatures2(device, &features);
-  d.integerDotProduct = hasIntegerDot && dot.shaderIntegerDotProduct;
-  d.shaderFloat64 = features.features.shaderFloat64;
-  d.shaderInt64 = features.features.shaderInt64;
-  d.storageBuffer16BitAccess = f11.storageBuffer16BitAccess;
-  d.bufferDeviceAddress = f12.bufferDeviceAddress;
-  d.timelineSemaphore = f12.timelineSemaphore;
-
-  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
-  VkPhysicalDeviceMemoryProperties2 memory{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
-  if (d.hasMemoryBudget) memory.pNext = &budget;
-  fn_.vkGetPhysicalDeviceMemoryProperties2(device, &memory);
-  for (uint32_t h = 0; h < memory.memoryProperties.memoryHeapCount; h++) {
-    MemoryHeapInfo heap;
-    heap.size = memory.memoryProperties.memoryHeaps[h].size;
-    heap.deviceLocal = memory.memoryProperties.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT;
-    if (d.hasMemoryBudget) {
-      heap.budget = budget.heapBudget[h];
-      heap.usage = budget.heapUsage[h];
-    }
-    d.heaps.push_back(heap);
-  }
-
-  uint32_t familyCount = 0;
-  fn_.vkGetPhysicalDeviceQueueFamilyProperties(device, &familyCount, nullptr);
-  std::vector<VkQueueFamilyProperties> families(familyCount);
-  fn_.vkGetPhysicalDeviceQueueFamilyProperties(device, &familyCount, families.data());
-  // Prefer a compute queue without graphics (an async-compute family), else any with compute.
-  for (int pass = 0; pass < 2 && d.computeQueueFamily == UINT32_MAX; pass++) {
-    for (uint32_t i = 0; i < familyCount; i++) {
-      const VkQueueFlags flags = families[i].queueFlags;
-      if (!(flags & VK_QUEUE_COMPUTE_BIT)) continue;
-      if (pass == 0 && (flags & VK_QUEUE_GRAPHICS_BIT)) continue;
-      d.computeQueueFamily = i;
-      break;
-    }
-  }
-  if (d.computeQueueFamily == UINT32_MAX || families[d.computeQueueFamily].timestampValidBits == 0) {
-    d.timestampPeriodNs = 0;
-  }
-
-  std::string missing;
-  auto need = [&](bool ok, const char* what) {
-    if (!ok) missing += std::string(missing.empty() ? "" : ", ") + what;
-  };
-  need(d.computeQueueFamily != UINT32_MAX, "a compute queue");
-  need(d.bufferDeviceAddress, "bufferDeviceAddress");
-  need(d.shaderInt64, "shaderInt64");
-  need(d.storageBuffer16BitAccess, "storageBuffer16BitAccess");
-  need(d.timelineSemaphore, "timelineSemaphore");
-  need(d.maxPushConstantBytes >= 128, "128 bytes of push constants");
-  need(d.maxSharedMemoryBytes >= 16384, "16 KiB of workgroup memory");
-  need(d.maxWorkgroupInvocations >= 256, "256-invocation workgroups");
-  if (!missing.empty()) d.unusableReason = "lacks " + missing;
+  readProperties(fn_, device, d);
+  readFeatures(fn_, device, hasIntegerDot, d);
+  readHeaps(fn_, device, d);
+  chooseComputeQueue(fn_, device, d);
+  d.unusableReason = unusableReason(d);
   return d;
 }
 

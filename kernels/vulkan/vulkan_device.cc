@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +10,7 @@
 
 #include "base/error.h"
 #include "kernels/quant/tensor_type.h"
+#include "kernels/vulkan/kernel_variants.h"
 
 namespace jitllm::vulkan {
 
@@ -49,53 +49,13 @@ constexpr size_t kCopySliceBytes = 16ull << 20;
 // smaller ones are staged so they need not wait.
 constexpr size_t kDirectCopyMinBytes = 1ull << 20;
 
-// Reduction widths fixed for numerics (see the shaders): never chosen per device or by timing.
-constexpr int kMatmulLanes = 32;
-// 256: 8 loads per invocation for the 2048-wide rows of the 1B shape (at 64, each invocation's 32
-// dependent loads made a norm take 22 us on an H200, more than a 2048 x 2048 product); every
-// desktop GPU and lavapipe allow 1024 invocations.
-constexpr int kNormWorkgroup = 256;
-constexpr int kAttentionWorkgroup = 64;
 // Attention with fewer (head, token) workgroups than this spreads each token's chunks of
 // positions over workgroups of their own (decode: 32 heads of the 1B shape would leave most of a
 // GPU idle over a long context).
 constexpr int64_t kSplitAttentionBelow = 256;
-constexpr int kElementwiseWorkgroup = 256;
 // The most candidates select_candidates.comp returns a row (its shared arrays; the sampler's
 // kMaxCandidates).
 constexpr int64_t kMaxSelectCandidates = 1024;
-
-const char* typeDefine(quant::TensorType type) {
-  using quant::TensorType;
-  switch (type) {
-    case TensorType::kF32:
-      return "TYPE_F32";
-    case TensorType::kF16:
-      return "TYPE_F16";
-    case TensorType::kBF16:
-      return "TYPE_BF16";
-    case TensorType::kQ4_0:
-      return "TYPE_Q4_0";
-    case TensorType::kQ4_1:
-      return "TYPE_Q4_1";
-    case TensorType::kQ5_0:
-      return "TYPE_Q5_0";
-    case TensorType::kQ5_1:
-      return "TYPE_Q5_1";
-    case TensorType::kQ8_0:
-      return "TYPE_Q8_0";
-    case TensorType::kQ4_K:
-      return "TYPE_Q4_K";
-    case TensorType::kQ5_K:
-      return "TYPE_Q5_K";
-    case TensorType::kQ6_K:
-      return "TYPE_Q6_K";
-    default:
-      return nullptr;
-  }
-}
-
-uint32_t groupsFor(uint64_t n, uint64_t perGroup) { return uint32_t((n + perGroup - 1) / perGroup); }
 
 }  // namespace
 
@@ -127,62 +87,9 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   const PhysicalDeviceDescription& phys = *usable[size_t(options.index)];
   ctx.physical = &phys;
   ctx.queueFamily = phys.computeQueueFamily;
-
-  // The logical device: one compute queue and the features every kernel relies on.
-  const float priority = 1.0f;
-  VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-  qi.queueFamilyIndex = phys.computeQueueFamily;
-  qi.queueCount = 1;
-  qi.pQueuePriorities = &priority;
-  // Integer dot products (matmul_int.comp) where the device has them; spelt out otherwise.
-  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{
-      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
-  dot.shaderIntegerDotProduct = VK_TRUE;
-  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-  f12.bufferDeviceAddress = VK_TRUE;
-  f12.timelineSemaphore = VK_TRUE;
   const VulkanSettings settings = resolveSettings(options.settings);
   const bool dot4 = phys.integerDotProduct && settings.integerDotProduct;
-  if (dot4) f12.pNext = &dot;
-  VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
-  f11.pNext = &f12;
-  f11.storageBuffer16BitAccess = VK_TRUE;
-  VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-  features.pNext = &f11;
-  features.features.shaderInt64 = VK_TRUE;
-  features.features.shaderFloat64 = phys.shaderFloat64 ? VK_TRUE : VK_FALSE;
-  std::vector<const char*> extensions;
-  if (phys.hasMemoryBudget) extensions.push_back(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
-  if (dot4) extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
-  VkDeviceCreateInfo ci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
-  ci.pNext = &features;
-  ci.queueCreateInfoCount = 1;
-  ci.pQueueCreateInfos = &qi;
-  ci.enabledExtensionCount = uint32_t(extensions.size());
-  ci.ppEnabledExtensionNames = extensions.data();
-  ctx.check(ctx.instance->fn().vkCreateDevice(phys.handle, &ci, nullptr, &ctx.device), "vkCreateDevice");
-  ctx.fn = Loader::loadDevice(ctx.instance->fn(), ctx.device);
-  ctx.fn.vkGetDeviceQueue(ctx.device, ctx.queueFamily, 0, &ctx.queue);
-
-  // Memory. Where device-local memory is also host-cached (lavapipe, integrated GPUs), map it and
-  // copy with memcpy; on a discrete GPU keep VRAM unmapped and stage through the arena.
-  uint32_t mainType = UINT32_MAX;
-  bool mapped = false;
-  constexpr VkMemoryPropertyFlags kHostCached =
-      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT | VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
-  if (phys.type != VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU) {
-    mainType = findMemoryType(ctx, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | kHostCached, 0);
-    mapped = mainType != UINT32_MAX;
-  }
-  if (mainType == UINT32_MAX) {
-    mainType = findMemoryType(ctx, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
-  }
-  if (mainType == UINT32_MAX) mainType = findMemoryType(ctx, 0, 0);
-  const uint32_t arenaType =
-      findMemoryType(ctx, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                     VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-  JITLLM_REQUIRE(mainType != UINT32_MAX && arenaType != UINT32_MAX, ctx.id,
-                 ": no memory type for storage buffers with device addresses");
+  createLogicalDevice(ctx, dot4);
 
   const uint64_t heap = phys.deviceLocalBytes();
   d->info_.id = {"vulkan", options.idIndex >= 0 ? options.idIndex : options.index};
@@ -192,10 +99,17 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   d->info_.uuid = phys.uuidString();
   d->info_.name =
       phys.name + " (" + phys.driverName + " " + phys.driverInfo + (phys.software ? ", software" : "") + ", Vulkan)";
+  d->makeParts(options, settings, dot4);
+  return d;
+}
+
+void VulkanDevice::makeParts(const VulkanDeviceOptions& options, const VulkanSettings& settings, bool dot4) {
+  const PhysicalDeviceDescription& phys = *ctx_.physical;
+  const MemoryTypes memory = chooseMemoryTypes(ctx_);
   const VkDeviceSize block =
-      std::clamp<VkDeviceSize>(d->info_.memoryBudget / 16, VkDeviceSize(16) << 20, VkDeviceSize(256) << 20);
-  d->pool_ = std::make_unique<MemoryPool>(ctx, mainType, mapped, block);
-  d->stream_ = std::make_unique<CommandStream>(ctx, arenaType, mapped ? kArenaBytesMapped : kArenaBytesStaged);
+      std::clamp<VkDeviceSize>(info_.memoryBudget / 16, VkDeviceSize(16) << 20, VkDeviceSize(256) << 20);
+  pool_ = std::make_unique<MemoryPool>(ctx_, memory.buffers, memory.mapped, block);
+  stream_ = std::make_unique<CommandStream>(ctx_, memory.arena, memory.mapped ? kArenaBytesMapped : kArenaBytesStaged);
 
   std::vector<std::pair<std::string, std::string>> deviceDefines = {
       {"SUBGROUP_SIZE", std::to_string(phys.subgroupSize)},
@@ -204,28 +118,19 @@ std::unique_ptr<VulkanDevice> VulkanDevice::create(const VulkanDeviceOptions& op
   if (phys.shaderFloat64) deviceDefines.emplace_back("HAVE_FP64", "1");
   if (dot4) deviceDefines.emplace_back("HAVE_DOT4", "1");
   if (phys.subgroupShuffle && *settings.subgroupShuffle) deviceDefines.emplace_back("HAVE_SUBGROUP_SHUFFLE", "1");
-  d->usesDot4_ = dot4;
-  d->integerMatmul_ = *settings.integerMatmul;
-  d->splitAttention_ = *settings.splitAttention;
-  if (settings.decodeRowGroups && settings.decodeRowsPerGroup) {
-    const int wr = *settings.decodeRowGroups, nr = *settings.decodeRowsPerGroup;
-    if (wr >= 1 && nr >= 1 && wr * nr <= 16 && wr * kMatmulLanes <= int(phys.maxWorkgroupInvocations)) {
-      d->decodeRowGroups_ = wr;
-      d->decodeRowsPerGroup_ = nr;
-    }
-  }
+  usesDot4_ = dot4;
+  integerMatmul_ = *settings.integerMatmul;
+  splitAttention_ = *settings.splitAttention;
   if (*settings.profile) {
     if (phys.timestampPeriodNs > 0) {
-      d->stream_->enableProfile();
+      stream_->enableProfile();
     } else {
-      std::fprintf(stderr, "%s: JITLLM_VULKAN_PROFILE: the compute queue has no timestamps\n", ctx.id.c_str());
+      std::fprintf(stderr, "%s: JITLLM_VULKAN_PROFILE: the compute queue has no timestamps\n", ctx_.id.c_str());
     }
   }
   const KernelCache cache(options.cacheRoot.value_or(KernelCache::defaultRoot()), phys);
-  d->pipelines_ = std::make_unique<PipelineLibrary>(ctx, cache, std::move(deviceDefines));
-  d->tuner_ = std::make_unique<MatmulTuner>(cache);
-  d->tune_ = settings.tune.value_or(!phys.software) && phys.timestampPeriodNs > 0;
-  return d;
+  pipelines_ = std::make_unique<PipelineLibrary>(ctx_, cache, std::move(deviceDefines));
+  shapes_ = std::make_unique<MatmulShapes>(ctx_, *stream_, *pipelines_, cache, settings);
 }
 
 VulkanDevice::~VulkanDevice() {
@@ -238,7 +143,7 @@ VulkanDevice::~VulkanDevice() {
     // A lost device: tear down anyway.
   }
   if (stream_ && stream_->profile()) stream_->profile()->report(stderr);
-  if (tuneQueries_) ctx_.fn.vkDestroyQueryPool(ctx_.device, tuneQueries_, nullptr);
+  shapes_.reset();
   pipelines_.reset();
   stream_.reset();
   pool_.reset();
@@ -515,103 +420,24 @@ void VulkanDevice::matmul(const WeightRef& w, const float* x, int64_t tokens, fl
                  !rangesOverlap(push.x, uint64_t(tokens * w.cols) * 4, push.y, uint64_t(tokens * w.rows) * 4));
 }
 
-int VulkanDevice::matmulTokensPerGroup(int64_t tokens) {
-  return tokens == 1 ? 1 : tokens == 2 ? 2 : tokens <= 4 ? 4 : 8;
-}
-
-KernelSpec VulkanDevice::matmulVariant(const char* shader, const WeightRef& w, int tt) {
-  KernelSpec variant{shader, {}};
-  variant.define(typeDefine(w.type))
-      .define("K", w.cols)
-      .define("LANES", int64_t(kMatmulLanes))
-      .define("TT", int64_t(tt));
-  return variant;
-}
-
-bool VulkanDevice::knownMatmulShape(const KernelSpec& variant, const WeightRef& w, int64_t tokens,
-                                    MatmulTuner::Shape& shape, std::string& tuningKey) {
-  if (tokens == 1 && decodeRowGroups_ > 0) {
-    shape = {decodeRowGroups_, decodeRowsPerGroup_};
-    return true;
-  }
-  const std::string local = variant.key() + "|rows=" + std::to_string(w.rows);
-  if (auto it = matmulShapes_.find(local); it != matmulShapes_.end()) {
-    shape = it->second;
-    return true;
-  }
-  // The file's key also carries the kernel's source hash: a changed kernel is timed afresh.
-  KernelSpec defaults = variant;
-  defaults.define("WR", int64_t(MatmulTuner::kDefault.wr)).define("NR", int64_t(MatmulTuner::kDefault.nr));
-  char hash[24];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a64(pipelines_->source(defaults))));
-  tuningKey = local + "|src=" + hash;
-  if (auto found = tuner_->find(tuningKey)) {
-    shape = *found;
-    matmulShapes_.emplace(local, shape);
-    return true;
-  }
-  shape = MatmulTuner::kDefault;
-  return false;
-}
-
 template <typename Push>
 void VulkanDevice::dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push,
                                   bool repeatable) {
-  // Tokens per workgroup grow with the batch up to 8; the rows per workgroup (WR x NR) are the
-  // tuner's. None of it changes the summation order (shaders/matmul.comp, matmul_int.comp).
+  // Tokens per workgroup grow with the batch up to 8; the rows per workgroup (WR x NR) are
+  // MatmulShapes'. None of it changes the summation order (shaders/matmul.comp, matmul_int.comp).
   const int tt = matmulTokensPerGroup(tokens);
   const KernelSpec variant = matmulVariant(shader, w, tt);
   MatmulTuner::Shape shape = MatmulTuner::kDefault;
   std::string tuningKey;
-  if (!knownMatmulShape(variant, w, tokens, shape, tuningKey) && tune_ && repeatable) {
-    shape = tuneMatmul(variant, tt, w, tokens, push);
-    tuner_->remember(tuningKey, shape);
-    matmulShapes_.emplace(variant.key() + "|rows=" + std::to_string(w.rows), shape);
+  if (!shapes_->known(variant, w, tokens, shape, tuningKey) && shapes_->tunes() && repeatable) {
+    shape = shapes_->time(variant, tt, w, tokens, tuningKey, [&](VkPipeline p, uint32_t groups, uint32_t tokenGroups) {
+      dispatch(p, push, groups, tokenGroups);
+    });
   }
   KernelSpec spec = variant;
   spec.define("WR", int64_t(shape.wr)).define("NR", int64_t(shape.nr));
   dispatch(pipelines_->get(spec), push, groupsFor(uint64_t(w.rows), uint64_t(shape.wr * shape.nr)),
            groupsFor(uint64_t(tokens), uint64_t(tt)));
-}
-
-template <typename Push>
-MatmulTuner::Shape VulkanDevice::tuneMatmul(const KernelSpec& variant, int tt, const WeightRef& w, int64_t tokens,
-                                            const Push& push) {
-  const std::vector<MatmulTuner::Shape> candidates = MatmulTuner::candidates(tt, kMatmulLanes, *ctx_.physical);
-  // Pipelines first, so no compile lands inside a timed span; then rounds of (a warm-up dispatch,
-  // a timestamp, kRepeats dispatches, a timestamp) per candidate, well under one submission.
-  std::vector<VkPipeline> pipelines;
-  for (const MatmulTuner::Shape& c : candidates) {
-    KernelSpec spec = variant;
-    spec.define("WR", int64_t(c.wr)).define("NR", int64_t(c.nr));
-    pipelines.push_back(pipelines_->get(spec));
-  }
-  constexpr int kRounds = 2, kRepeats = 5;
-  static_assert(8 * (1 + kRepeats) < CommandStream::kCommandsPerSubmit);
-  const uint32_t queries = uint32_t(2 * candidates.size());
-  constexpr uint32_t kQueries = 16;
-  if (!tuneQueries_) tuneQueries_ = createTimestampQueries(ctx_, kQueries);
-  JITLLM_ASSERT(queries <= kQueries);
-  std::vector<double> best(candidates.size(), 1e300);
-  stream_->finish();
-  for (int round = 0; round < kRounds; round++) {
-    stream_->resetQueries(tuneQueries_, 0, queries);
-    for (size_t i = 0; i < candidates.size(); i++) {
-      const uint32_t groups = groupsFor(uint64_t(w.rows), uint64_t(candidates[i].wr * candidates[i].nr));
-      const uint32_t tokenGroups = groupsFor(uint64_t(tokens), uint64_t(tt));
-      dispatch(pipelines[i], push, groups, tokenGroups);
-      stream_->writeTimestamp(tuneQueries_, uint32_t(2 * i));
-      for (int r = 0; r < kRepeats; r++) dispatch(pipelines[i], push, groups, tokenGroups);
-      stream_->writeTimestamp(tuneQueries_, uint32_t(2 * i + 1));
-    }
-    stream_->finish();
-    const std::vector<uint64_t> ticks = readTimestamps(ctx_, tuneQueries_, queries);
-    for (size_t i = 0; i < candidates.size(); i++) {
-      best[i] = std::min(best[i], double(ticks[2 * i + 1] - ticks[2 * i]));
-    }
-  }
-  matmulTunings_++;
-  return candidates[size_t(std::min_element(best.begin(), best.end()) - best.begin())];
 }
 
 void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const int32_t* positions,
@@ -620,46 +446,11 @@ void VulkanDevice::rope(float* x, int64_t tokens, int heads, int headDim, const 
   JITLLM_REQUIRE(params.rotaryDims > 0 && params.rotaryDims <= headDim && params.rotaryDims % 2 == 0,
                  "rope: rotary dims ", params.rotaryDims, " do not fit head dim ", headDim);
   if (tokens <= 0) return;
-  RopeTable& r = rope_;
-  const bool sameKey =
-      r.rotaryDims == params.rotaryDims && r.freqBase == params.freqBase && r.freqScale == params.freqScale &&
-      r.attnFactor == params.attnFactor && r.positions.size() == size_t(tokens) &&
-      std::equal(r.positions.begin(), r.positions.end(), positions) &&
-      (params.freqFactors
-           ? r.factors.size() == size_t(half) && std::equal(r.factors.begin(), r.factors.end(), params.freqFactors)
-           : r.factors.empty());
-  if (!sameKey) {
-    r.positions.assign(positions, positions + tokens);
-    r.factors =
-        params.freqFactors ? std::vector<float>(params.freqFactors, params.freqFactors + half) : std::vector<float>();
-    r.rotaryDims = params.rotaryDims;
-    r.freqBase = params.freqBase;
-    r.freqScale = params.freqScale;
-    r.attnFactor = params.attnFactor;
-    r.values.resize(size_t(tokens) * size_t(half) * 2);
-    // Exactly the CPU device's arithmetic (kernels/cpu/cpu_device.cc): angles in double.
-    for (int64_t t = 0; t < tokens; t++) {
-      const double pos = double(positions[t]) * double(params.freqScale);
-      for (int i = 0; i < half; i++) {
-        double inv = std::pow(double(params.freqBase), -2.0 * i / double(params.rotaryDims));
-        if (params.freqFactors) inv /= double(params.freqFactors[i]);
-        r.values[size_t(t * half + i) * 2] = float(std::cos(pos * inv)) * params.attnFactor;
-        r.values[size_t(t * half + i) * 2 + 1] = float(std::sin(pos * inv)) * params.attnFactor;
-      }
-    }
-    r.generation = 0;
-  }
-  if (r.generation != stream_->arenaGeneration()) {
-    const CommandStream::Upload up = stream_->upload(r.values.size() * sizeof(float));
-    std::memcpy(up.host, r.values.data(), r.values.size() * sizeof(float));
-    r.address = up.address;
-    r.generation = stream_->arenaGeneration();
-  }
+  const uint64_t table = rope_.address(positions, tokens, params, *stream_);
   struct {
     uint64_t x, table;
     uint32_t tokens, heads;
-  } push{address(x, uint64_t(tokens * heads * headDim) * 4, "rope input"), r.address, uint32_t(tokens),
-         uint32_t(heads)};
+  } push{address(x, uint64_t(tokens * heads * headDim) * 4, "rope input"), table, uint32_t(tokens), uint32_t(heads)};
   const VkPipeline p = pipelines_->get(ropeSpec(headDim, params.rotaryDims, params.neox));
   dispatch(p, push, groupsFor(uint64_t(tokens) * uint64_t(heads) * uint64_t(half), kElementwiseWorkgroup));
 }
@@ -685,41 +476,55 @@ void VulkanDevice::kvStore(const float* k, const float* v, int64_t tokens, const
   dispatch(p, push, groupsFor(uint64_t(tokens * width), kElementwiseWorkgroup));
 }
 
+VulkanDevice::AttentionPages VulkanDevice::attentionPages(const AttentionBatch& batch) const {
+  // With a sliding window, pages that end before every one of a table's users' windows may have
+  // been freed (null entries): they go up as 0, unchecked, and the shader never reads them
+  // (attention.comp starts each token's positions at its window).
+  const int64_t window = std::max(0, batch.window);
+  const KvLayout& kv = batch.kv;
+  AttentionPages p;
+  for (int64_t t = 0; t < batch.tokens; t++) {
+    JITLLM_REQUIRE(batch.positions[t] >= 0, "attention: negative position ", batch.positions[t]);
+    const int64_t seen = int64_t(batch.positions[t]) + 1, start = window > 0 ? std::max<int64_t>(0, seen - window) : 0;
+    p.maxPositions = std::max(p.maxPositions, seen - start);
+    auto& e = p.tables[batch.pageTables[t]];
+    e.pages = std::max(e.pages, uint32_t(batch.positions[t] / kv.pageTokens + 1));
+    e.used = std::min(e.used, uint32_t(start / kv.pageTokens));
+  }
+  for (auto& [table, e] : p.tables) {
+    e.first = p.totalPages;
+    p.totalPages += e.pages;
+  }
+  return p;
+}
+
+CommandStream::Upload VulkanDevice::uploadAttentionPages(const AttentionBatch& batch, const AttentionPages& p) {
+  const size_t infoBytes = size_t(batch.tokens) * 8;
+  const CommandStream::Upload up = stream_->upload(infoBytes + size_t(p.totalPages) * 8);
+  for (int64_t t = 0; t < batch.tokens; t++) {
+    const uint32_t words[2] = {uint32_t(batch.positions[t]), p.tables.at(batch.pageTables[t]).first};
+    std::memcpy(up.host + t * 8, words, sizeof words);
+  }
+  for (const auto& [table, e] : p.tables) {
+    for (uint32_t i = 0; i < e.pages; i++) {
+      const uint64_t page = i < e.used ? 0 : address(table[i], batch.kv.pageBytes(), "attention KV page");
+      std::memcpy(up.host + infoBytes + size_t(e.first + i) * 8, &page, 8);
+    }
+  }
+  return up;
+}
+
 void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& batch) {
   if (batch.tokens <= 0) return;
   const KvLayout& kv = batch.kv;
   JITLLM_REQUIRE(kv.kvHeads > 0 && batch.heads % kv.kvHeads == 0, "attention: ", batch.heads,
                  " heads are not a multiple of ", kv.kvHeads, " KV heads");
-  // Page tables: tokens of one session share theirs, so each distinct table goes up once, as
-  // long as its longest user needs. With a sliding window, pages that end before every one of its
-  // users' windows may have been freed (null entries): they go up as 0, unchecked, and the shader
-  // never reads them (attention.comp starts each token's positions at its window).
-  const int64_t window = std::max(0, batch.window);
-  struct Table {
-    uint32_t first = 0;            // its first page's index in the upload
-    uint32_t pages = 0;            // pages its longest user needs
-    uint32_t used = ~uint32_t(0);  // the first page any user reads
-  };
-  std::map<const uint8_t* const*, Table> tables;
-  int64_t maxPositions = 0;  // the most positions a token of the batch attends to
-  for (int64_t t = 0; t < batch.tokens; t++) {
-    JITLLM_REQUIRE(batch.positions[t] >= 0, "attention: negative position ", batch.positions[t]);
-    const int64_t seen = int64_t(batch.positions[t]) + 1, start = window > 0 ? std::max<int64_t>(0, seen - window) : 0;
-    maxPositions = std::max(maxPositions, seen - start);
-    auto& e = tables[batch.pageTables[t]];
-    e.pages = std::max(e.pages, uint32_t(batch.positions[t] / kv.pageTokens + 1));
-    e.used = std::min(e.used, uint32_t(start / kv.pageTokens));
-  }
-  uint32_t totalPages = 0;
-  for (auto& [table, e] : tables) {
-    e.first = totalPages;
-    totalPages += e.pages;
-  }
+  const AttentionPages pages = attentionPages(batch);
   // Few workgroups (decode: one per head) over a long context: each chunk of positions gets its
   // own workgroup, and a second pass folds the chunks in order - the same bits as one workgroup
   // per head and token folding as it goes (shaders/attention.comp). The scratch grows before
   // anything is uploaded: growing waits for the queue, which recycles the upload arena.
-  const uint32_t maxChunks = uint32_t((maxPositions + kAttentionWorkgroup - 1) / kAttentionWorkgroup);
+  const uint32_t maxChunks = uint32_t((pages.maxPositions + kAttentionWorkgroup - 1) / kAttentionWorkgroup);
   const bool split = splitAttention_ && batch.tokens * batch.heads < kSplitAttentionBelow && maxChunks > 1 &&
                      maxChunks <= ctx_.physical->maxWorkgroupCount[2];
   if (split) {
@@ -733,18 +538,7 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   uint64_t xq = 0;
   uint32_t xqStride = 0;
   const bool quantize = kv.headDim % 32 == 0 && fusedQuantizationScratch(batch.tokens, width, xq, xqStride);
-  const size_t infoBytes = size_t(batch.tokens) * 8;
-  const CommandStream::Upload up = stream_->upload(infoBytes + size_t(totalPages) * 8);
-  for (int64_t t = 0; t < batch.tokens; t++) {
-    const uint32_t words[2] = {uint32_t(batch.positions[t]), tables[batch.pageTables[t]].first};
-    std::memcpy(up.host + t * 8, words, sizeof words);
-  }
-  for (const auto& [table, e] : tables) {
-    for (uint32_t i = 0; i < e.pages; i++) {
-      const uint64_t page = i < e.used ? 0 : address(table[i], kv.pageBytes(), "attention KV page");
-      std::memcpy(up.host + infoBytes + size_t(e.first + i) * 8, &page, 8);
-    }
-  }
+  const CommandStream::Upload up = uploadAttentionPages(batch, pages);
   const uint64_t qBytes = uint64_t(batch.tokens) * uint64_t(batch.heads) * uint64_t(kv.headDim) * 4;
   struct {
     uint64_t q, out, info, pages, partials, xq;
@@ -753,13 +547,13 @@ void VulkanDevice::attention(const float* q, float* out, const AttentionBatch& b
   } push{address(q, qBytes, "attention queries"),
          address(out, qBytes, "attention output"),
          up.address,
-         up.address + infoBytes,
+         up.address + uint64_t(batch.tokens) * 8,
          0,
          xq,
          batch.scale,
          0,
          xqStride,
-         uint32_t(window)};
+         uint32_t(std::max(0, batch.window))};
   const auto pipeline = [&](int mode) { return pipelines_->get(attentionSpec(kv, batch.heads, mode, quantize)); };
   if (split) {
     push.partials = reinterpret_cast<uint64_t>(partials_->data());
@@ -850,63 +644,15 @@ void VulkanDevice::selectCandidates(float* logits, int64_t rows, int64_t vocab,
   std::memcpy(values, candidatesHost_.data() + outBytes, size_t(outBytes));
 }
 
-// The kernel variants the ops ask for, one place each, so prepareKernels asks for the same.
-
-KernelSpec VulkanDevice::selectCandidatesSpec() { return KernelSpec{"select_candidates.comp", {}}; }
-
-KernelSpec VulkanDevice::getRowsSpec(const WeightRef& table) {
-  return KernelSpec{"get_rows.comp", {}}.define(typeDefine(table.type)).define("K", table.cols);
-}
-
-KernelSpec VulkanDevice::rmsNormSpec(int64_t dim, bool quantize) {
-  KernelSpec spec{"rms_norm.comp", {}};
-  spec.define("DIM", dim).define("WG", int64_t(kNormWorkgroup));
-  if (quantize) spec.define("QUANTIZE");
-  return spec;
-}
-
-KernelSpec VulkanDevice::ropeSpec(int headDim, int rotaryDims, bool neox) {
-  return KernelSpec{"rope.comp", {}}
-      .define("HD", int64_t(headDim))
-      .define("HALF", int64_t(rotaryDims / 2))
-      .define("NEOX", int64_t(neox ? 1 : 0));
-}
-
-KernelSpec VulkanDevice::kvStoreSpec(const KvLayout& layout) {
-  return KernelSpec{"kv_store.comp", {}}
-      .define("WIDTH", int64_t(layout.kvHeads) * layout.headDim)
-      .define("PAGE_TOKENS", int64_t(layout.pageTokens))
-      .define("KV_F16", int64_t(layout.precision == KvPrecision::kF16));
-}
-
-KernelSpec VulkanDevice::attentionSpec(const KvLayout& kv, int heads, int mode, bool quantize) {
-  KernelSpec spec{"attention.comp", {}};
-  spec.define("HD", int64_t(kv.headDim))
-      .define("HEADS", int64_t(heads))
-      .define("KVH", int64_t(kv.kvHeads))
-      .define("PAGE_TOKENS", int64_t(kv.pageTokens))
-      .define("KV_F16", int64_t(kv.precision == KvPrecision::kF16))
-      .define("WG", int64_t(kAttentionWorkgroup))
-      .define("MODE", int64_t(mode));
-  if (quantize && mode != 1) spec.define("QUANTIZE");
-  return spec;
-}
-
 bool VulkanDevice::quantizesRowsOf(int64_t cols) const {
   // Only the integer products read the integer form, and only rows of whole 256-element blocks.
   return integerMatmul_ && cols % 256 == 0 && uint64_t(quantizedRowBytes(cols)) <= UINT32_MAX;
 }
 
-size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<KernelSpec> specs;
+void VulkanDevice::wantProducts(const KernelWorkload& workload, std::vector<KernelSpec>& specs,
+                                std::vector<Untimed>& untimed) {
   // Products at every tokens-per-workgroup width a step can use, in the shape the op will take;
-  // those the tuner has not timed yet get all their candidates, and are timed below.
-  struct Untimed {
-    WeightRef w;
-    int tt;
-  };
-  std::vector<Untimed> untimed;
+  // those not timed yet get all their candidates, and are timed (timeProducts).
   std::set<std::string> untimedKeys;  // layers share shapes: each is timed once
   for (const auto& group : workload.products) {
     for (const WeightRef& w : group) {
@@ -918,10 +664,10 @@ size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
         MatmulTuner::Shape shape;
         std::string key;
         std::vector<MatmulTuner::Shape> shapes;
-        if (knownMatmulShape(variant, w, tt, shape, key) || !tune_) {
+        if (shapes_->known(variant, w, tt, shape, key) || !shapes_->tunes()) {
           shapes = {shape};
         } else {
-          shapes = MatmulTuner::candidates(tt, kMatmulLanes, *ctx_.physical);
+          shapes = shapes_->candidates(tt);
           if (untimedKeys.insert(key).second) untimed.push_back({w, tt});
         }
         for (const MatmulTuner::Shape& c : shapes) {
@@ -932,6 +678,40 @@ size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
       if (integerMatmulFits(w)) specs.push_back(KernelSpec{"quantize_x.comp", {}});
     }
   }
+}
+
+void VulkanDevice::timeProducts(const std::vector<Untimed>& untimed) {
+  // Each such product run once at its width on scratch operands, as its first step would (its
+  // pipelines are all made by now).
+  int64_t cols = 0, rows = 0;
+  for (const Untimed& u : untimed) {
+    cols = std::max(cols, u.w.cols);
+    rows = std::max(rows, u.w.rows);
+  }
+  try {
+    auto x = allocate(size_t(8 * cols) * sizeof(float));
+    auto y = allocate(size_t(8 * rows) * sizeof(float));
+    const std::vector<float> zeros(size_t(8 * cols), 0.0f);
+    copyFromHost(x->data(), zeros.data(), zeros.size() * sizeof(float));
+    struct Forget {  // the quantized input named the scratch, which goes at the end of this scope
+      QuantizedInput& q;
+      ~Forget() { q = {}; }
+    } forget{quantized_};
+    for (const Untimed& u : untimed) {
+      matmul(u.w, reinterpret_cast<const float*>(x->data()), u.tt, reinterpret_cast<float*>(y->data()), nullptr);
+    }
+    synchronize();
+  } catch (const Error& e) {
+    // No memory for the scratch, say: the first step that meets such a product times it then.
+    std::fprintf(stderr, "%s: prepareKernels: products left untimed: %s\n", info_.id.str().c_str(), e.what());
+  }
+}
+
+size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<KernelSpec> specs;
+  std::vector<Untimed> untimed;
+  wantProducts(workload, specs, untimed);
   for (const WeightRef& table : workload.tables) {
     if (typeDefine(table.type) != nullptr) specs.push_back(getRowsSpec(table));
   }
@@ -956,33 +736,7 @@ size_t VulkanDevice::prepareKernels(const KernelWorkload& workload) {
   }
   if (workload.candidates) specs.push_back(selectCandidatesSpec());
   size_t made = pipelines_->prepare(specs);
-
-  // Timing what was not timed: each such product run once at its width on scratch operands, as
-  // its first step would (its pipelines are all made by now).
-  if (!untimed.empty()) {
-    int64_t cols = 0, rows = 0;
-    for (const Untimed& u : untimed) {
-      cols = std::max(cols, u.w.cols);
-      rows = std::max(rows, u.w.rows);
-    }
-    try {
-      auto x = allocate(size_t(8 * cols) * sizeof(float));
-      auto y = allocate(size_t(8 * rows) * sizeof(float));
-      const std::vector<float> zeros(size_t(8 * cols), 0.0f);
-      copyFromHost(x->data(), zeros.data(), zeros.size() * sizeof(float));
-      struct Forget {  // the quantized input named the scratch, which goes at the end of this scope
-        QuantizedInput& q;
-        ~Forget() { q = {}; }
-      } forget{quantized_};
-      for (const Untimed& u : untimed) {
-        matmul(u.w, reinterpret_cast<const float*>(x->data()), u.tt, reinterpret_cast<float*>(y->data()), nullptr);
-      }
-      synchronize();
-    } catch (const Error& e) {
-      // No memory for the scratch, say: the first step that meets such a product times it then.
-      std::fprintf(stderr, "%s: prepareKernels: products left untimed: %s\n", info_.id.str().c_str(), e.what());
-    }
-  }
+  if (!untimed.empty()) timeProducts(untimed);
   pipelines_->markPrepared();
   prepareSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return made;

@@ -18,26 +18,32 @@
 // gives bitwise-identical results run after run, and a token's result does not depend on the
 // batch it runs in (see shaders/matmul.comp).
 //
+// The device is the Device interface over parts with one job each: the logical device
+// (device_context.h), memory (memory_pool.h), the ordered stream of work with its upload arena
+// (command_stream.h), the kernels (pipeline_library.h, kernel_variants.h), the products' dispatch
+// shapes (matmul_shapes.h) and the profile (stream_profile.h).
+//
 // Ownership: owns the VkDevice and everything made from it; shares the VulkanInstance with its
 // siblings. Buffers it hands out must be destroyed before it.
 // Thread-safety: as Device: one executor thread at a time; info() and memoryUsed() from any.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kernels/device.h"
 #include "kernels/quantized_input.h"
 #include "kernels/vulkan/command_stream.h"
 #include "kernels/vulkan/device_context.h"
-#include "kernels/vulkan/matmul_tuner.h"
+#include "kernels/vulkan/matmul_shapes.h"
 #include "kernels/vulkan/memory_pool.h"
 #include "kernels/vulkan/physical_devices.h"
 #include "kernels/vulkan/pipeline_library.h"
+#include "kernels/vulkan/rope_table.h"
 #include "kernels/vulkan/vulkan_settings.h"
 
 namespace jitllm::vulkan {
@@ -105,11 +111,21 @@ class VulkanDevice final : public Device {
   const std::string& cacheDirectory() const { return pipelines_->cache().directory(); }
   PipelineLibrary& pipelines() { return *pipelines_; }
   // What it has done so far (tests, tools). Executor thread.
-  VulkanStats stats() const { return {separateQuantizations_, fusedQuantizations_, matmulTunings_, prepareSeconds_}; }
+  VulkanStats stats() const {
+    return {separateQuantizations_, fusedQuantizations_, shapes_->tunings(), prepareSeconds_};
+  }
 
  private:
   friend class VulkanBuffer;
+  // A product shape prepareKernels found untimed: timed once its pipelines are made.
+  struct Untimed {
+    WeightRef w;
+    int tt;
+  };
+
   VulkanDevice() = default;
+  // The parts on the logical device made for ctx_ (create's second half).
+  void makeParts(const VulkanDeviceOptions& options, const VulkanSettings& settings, bool dot4);
   void release(const Allocation& allocation);
   uint64_t address(const void* p, uint64_t bytes, const char* what) const;
   template <typename Push>
@@ -128,51 +144,40 @@ class VulkanDevice final : public Device {
   // The integer path of matmul(): quantizes x into xq_ (unless it still holds x) and multiplies.
   bool integerMatmulFits(const WeightRef& w) const;
   void matmulInteger(const WeightRef& w, const float* x, int64_t tokens, float* y, const float* bias);
-  // The variants the ops ask for (prepareKernels asks for the same).
-  static KernelSpec selectCandidatesSpec();
-  static KernelSpec getRowsSpec(const WeightRef& table);
-  static KernelSpec rmsNormSpec(int64_t dim, bool quantize);
-  static KernelSpec ropeSpec(int headDim, int rotaryDims, bool neox);
-  static KernelSpec kvStoreSpec(const KvLayout& layout);
-  static KernelSpec attentionSpec(const KvLayout& kv, int heads, int mode, bool quantize);
-  static int matmulTokensPerGroup(int64_t tokens);
-  static KernelSpec matmulVariant(const char* shader, const WeightRef& w, int tt);  // without WR and NR
   // Whether a producer writes the integer form of rows of `cols` (fusedQuantizationScratch).
   bool quantizesRowsOf(int64_t cols) const;
-  // The dispatch shape of a product variant when one is chosen (JITLLM_VULKAN_DECODE_ROWS, this
-  // process's, the tuning file's); otherwise false, the default in `shape`, and in `tuningKey` the
-  // key to remember a timed one under.
-  bool knownMatmulShape(const KernelSpec& variant, const WeightRef& w, int64_t tokens, MatmulTuner::Shape& shape,
-                        std::string& tuningKey);
   // Records `shader` (matmul.comp or matmul_int.comp) for w's type and row length over `tokens`,
-  // in the dispatch shape the tuner chose (timing the candidates first where none was chosen yet
-  // and `repeatable`: dispatching it again gives the same output, i.e. it does not overwrite what
-  // it reads).
+  // in the dispatch shape MatmulShapes chose (timing the candidates first where none was chosen
+  // yet and `repeatable`: dispatching it again gives the same output, i.e. it does not overwrite
+  // what it reads).
   template <typename Push>
   void dispatchMatmul(const char* shader, const WeightRef& w, int64_t tokens, const Push& push, bool repeatable);
-  // Times the candidates of one product (`variant` without WR and NR, tt tokens per workgroup),
-  // each dispatched on its real operands, and returns the fastest.
-  template <typename Push>
-  MatmulTuner::Shape tuneMatmul(const KernelSpec& variant, int tt, const WeightRef& w, int64_t tokens,
-                                const Push& push);
+  // Attention's page tables: tokens of one session share theirs, so each distinct table goes up
+  // once, as long as its longest user needs.
+  struct AttentionPages {
+    struct Table {
+      uint32_t first = 0;            // its first page's index in the upload
+      uint32_t pages = 0;            // pages its longest user needs
+      uint32_t used = ~uint32_t(0);  // the first page any user reads
+    };
+    std::map<const uint8_t* const*, Table> tables;
+    uint32_t totalPages = 0;
+    int64_t maxPositions = 0;  // the most positions a token of the batch attends to
+  };
+  AttentionPages attentionPages(const AttentionBatch& batch) const;
+  // Uploads each token's position and first page, then the pages; returns the upload.
+  CommandStream::Upload uploadAttentionPages(const AttentionBatch& batch, const AttentionPages& pages);
+  // prepareKernels' steps: the products' pipelines (every candidate shape of those not timed yet,
+  // listed in `untimed`), then timing those on scratch operands.
+  void wantProducts(const KernelWorkload& workload, std::vector<KernelSpec>& specs, std::vector<Untimed>& untimed);
+  void timeProducts(const std::vector<Untimed>& untimed);
 
   DeviceContext ctx_;
   std::unique_ptr<MemoryPool> pool_;
   std::unique_ptr<CommandStream> stream_;
   std::unique_ptr<PipelineLibrary> pipelines_;
-
-  // RoPE's cos/sin table for the last (positions, params) seen: every layer of a step rotates
-  // the same positions, so it is computed once per step and re-uploaded only when the arena
-  // was recycled.
-  struct RopeTable {
-    std::vector<int32_t> positions;
-    std::vector<float> factors;
-    int rotaryDims = 0;
-    float freqBase = 0, freqScale = 0, attnFactor = 0;
-    std::vector<float> values;  // (cos, sin) per (token, i)
-    uint64_t address = 0;
-    uint64_t generation = 0;
-  } rope_;
+  std::unique_ptr<MatmulShapes> shapes_;
+  RopeTable rope_;
 
   // Activations quantized for the integer products (shaders/quantize_x.comp), grown on demand.
   // `quantized_` names the input xq_ holds while nothing else has been recorded since - q, k and
@@ -183,18 +188,11 @@ class VulkanDevice final : public Device {
   std::unique_ptr<DeviceBuffer> xq_;
   QuantizedInput quantized_;
   uint64_t separateQuantizations_ = 0, fusedQuantizations_ = 0;
-  bool keepQuantized_ = false;                        // set while an integer product records its own dispatches
-  std::unique_ptr<DeviceBuffer> partials_;            // per-chunk attention states (attention.comp MODE 1)
-  std::unique_ptr<DeviceBuffer> candidates_;          // selectCandidates' ids and values
-  std::vector<uint8_t> candidatesHost_;               // ... read back
-  int decodeRowGroups_ = 0, decodeRowsPerGroup_ = 0;  // JITLLM_VULKAN_DECODE_ROWS (0: the tuner's)
-  std::unique_ptr<MatmulTuner> tuner_;
-  bool tune_ = false;
-  VkQueryPool tuneQueries_ = VK_NULL_HANDLE;
-  uint64_t matmulTunings_ = 0;
-  // (variant key, rows) -> shape, for this process: the tuner's key hashes the kernel's source.
-  std::unordered_map<std::string, MatmulTuner::Shape> matmulShapes_;
-  bool splitAttention_ = true;  // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)
+  bool keepQuantized_ = false;                // set while an integer product records its own dispatches
+  std::unique_ptr<DeviceBuffer> partials_;    // per-chunk attention states (attention.comp MODE 1)
+  std::unique_ptr<DeviceBuffer> candidates_;  // selectCandidates' ids and values
+  std::vector<uint8_t> candidatesHost_;       // ... read back
+  bool splitAttention_ = true;                // JITLLM_VULKAN_ATTENTION_SPLIT=0: MODE 0 always (A/B runs)
   double prepareSeconds_ = 0;
 };
 
