@@ -1,11 +1,13 @@
 // A resident model and the thread that runs it: continuous batching of every generation on it.
 //
-// Each loop iteration takes every runnable job (not throttled by a slow reader, not cancelled),
-// gives prefilling jobs a chunk of their prompt and decoding jobs their last token, runs one
-// Model::forward over all of them, and samples each job's next token. Because every kernel
-// computes a token's row independently of the rest of the batch, each session gets exactly the
-// tokens it would get alone. Jobs join and leave between iterations; a cancelled job's session
-// (and so its KV pages) is dropped at the next one.
+// Three parts: this façade (what is constant: the model, its name and options, its chat
+// template), the ModelMailbox (the only state callers and the worker share: queued requests and
+// the published state, one kj::MutexGuarded), and the ModelWorker (the worker thread's own state:
+// the step loop, the idle sessions, the device locks). The worker's loop (model_worker.h) runs one
+// StepLoop step of every runnable job per iteration - prompt chunks and decode tokens together;
+// because every kernel computes a token's row independently of the rest of the batch, each
+// session gets exactly the tokens it would get alone. Jobs join and leave between iterations; a
+// cancelled job's session (and so its KV pages) is dropped at the next one.
 //
 // Migrations run on the same worker (model_migrations.h): between iterations it prepares one
 // slice of the migration in progress and, once prepared, commits it before the next step, so the
@@ -29,29 +31,22 @@
 // Thread-safety: public methods may be called from any thread.
 #pragma once
 
-#include <array>
-#include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "daemon/server/event_hub.h"
 #include "daemon/server/generation_job.h"
-#include "daemon/server/idle_sessions.h"
 #include "daemon/server/lost_devices.h"
 #include "daemon/server/migration_ticket.h"
+#include "daemon/server/model_mailbox.h"
 #include "daemon/server/model_migrations.h"
 #include "daemon/server/model_snapshot.h"
+#include "daemon/server/model_worker.h"
 #include "daemon/server/serving_metrics.h"
-#include "daemon/server/tier_goodput.h"
 #include "engine/chat/model_chat_template.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/step_loop.h"
@@ -78,10 +73,6 @@ struct ModelHostOptions {
 
 class ModelHost final {
  public:
-  // Prompt tokens one job may feed per iteration: long prompts are chunked so they do not stall
-  // the decoding jobs batched with them for more than a few milliseconds.
-  static constexpr size_t kPrefillChunk = 256;
-
   ModelHost(std::string name, std::string path, std::unique_ptr<runtime::Model> model, ModelHostOptions options,
             EventHub& events);
   ~ModelHost();
@@ -136,73 +127,21 @@ class ModelHost final {
   bool waitIdle(std::chrono::milliseconds timeout);
 
  private:
-  struct Active;
-  void workerLoop();
-  // The worker's first act: the model's kernels made ready (prepared_, prepareError_).
-  void prepareKernels();
-  void publish(const std::vector<std::unique_ptr<Active>>& active);
-  // Carries out the deviceLost() requests; worker thread only.
-  void handleLostDevices(std::vector<std::unique_ptr<Active>>& active);
-  void admit(std::shared_ptr<GenerationJob> job, std::vector<std::unique_ptr<Active>>& active);
-  // A's reply ended normally (its sequence's stopReason): its stats, and whether it stays idle.
-  void finishActive(Active& a);
-  // Takes the sequences that ended out of the step loop: a failure not reported yet fails its job, a
-  // reply that finished keeps its session as an idle one (keepIdle), and their Active entries go;
-  // `finished` (optional) gets the jobs that finished, for after the publish.
-  void retire(std::vector<std::unique_ptr<Active>>& active,
-              std::vector<std::pair<std::shared_ptr<GenerationJob>, GenerationStats>>* finished);
-  // Brings preempted replies' KV back from host RAM while it fits and fewer than maxSessions run;
-  // suspends the least urgent (never interactive) while more run (worker thread only).
-  void resumePreempted(std::vector<std::unique_ptr<Active>>& active);
-  void yieldForRoom(std::vector<std::unique_ptr<Active>>& active);
-  size_t runningCount(const std::vector<std::unique_ptr<Active>>& active) const;
-  void wake();
+  void wake() { mailbox_.poke(); }
 
   const std::string name_;
   const std::string path_;
   std::unique_ptr<runtime::Model> model_;
   const ModelHostOptions options_;
   EventHub& events_;
-  runtime::ChatTemplate chatTemplate_;
-  int64_t loadedUnixMs_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<std::shared_ptr<GenerationJob>> incoming_;
-  std::set<uint64_t> cancelRequests_;       // session ids cancelSession() asked to end
-  std::vector<SessionSnapshot> published_;  // what snapshot() reports, refreshed each iteration
-  std::vector<std::pair<std::string, size_t>> publishedKv_;
-  std::vector<KvPoolSnapshot> publishedPools_;
-  size_t activeCount_ = 0;
-  std::unique_ptr<runtime::StepLoop> loop_;  // the running sequences; worker thread only
-  // Every job submitted and not yet ended, for the per-user limit (guarded by mutex_).
-  std::vector<std::weak_ptr<GenerationJob>> jobs_;
-  std::vector<UnitSnapshot> publishedUnits_;
-  int64_t lastActiveMs_ = 0;
-  // Requests, pins, the running migration (its own lock; taken inside mutex_, never around it).
+  const runtime::ChatTemplate chatTemplate_;
+  const int64_t loadedUnixMs_;
+  mutable ModelMailbox mailbox_;  // snapshot() marks what it reads as wanted
+  // Requests, pins, the running migration (its own lock; taken inside the mailbox's, never around it).
   std::unique_ptr<ModelMigrations> migrations_;
   LostDevices lostDevices_;  // deviceLost() requests, until the worker has re-placed the model
-  // Every device the model has used (worker only), and the locks on them the worker holds for one
-  // iteration: other models' workers and loads share these devices and take turns.
-  std::vector<Device*> usedDevices_;
-  const DeviceLocks* locks_ = nullptr;
-  IdleSessions idle_;                      // worker only
-  std::vector<std::string> parkRequests_;  // reasons parkIdleSessions() gave, not yet handled
-  std::vector<SessionSnapshot> publishedIdle_;
-  std::vector<std::pair<std::string, size_t>> publishedIdleKv_;
-  size_t publishedParkedBytes_ = 0;
-  bool prepared_ = false;              // prepareKernels() has run (guarded by mutex_)
-  std::optional<Error> prepareError_;  // ... and failed
-  size_t kernelsMade_ = 0;
-  bool stopping_ = false;
-  bool pokes_ = false;  // something happened the worker should look at
-  // The tiers' targets (guarded by mutex_), and each tier's replies: counts since the load and when
-  // the last minute's met their targets (guarded by mutex_; counted by the worker).
-  TierConfig tiers_;
-  bool tiersChanged_ = false;
-  bool scheduleByTier_ = true;  // tiers_.scheduling as the worker last took it (worker only)
-  TierGoodputCounter goodput_;
-  std::thread worker_;
+  std::unique_ptr<ModelWorker> worker_;
+  std::thread thread_;
 };
 
 }  // namespace jitllm::server
