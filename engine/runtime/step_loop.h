@@ -117,8 +117,9 @@ class StepLoop final {
  public:
   struct Options {
     // Prompt tokens one sequence feeds per step: a long prompt is fed over several steps, so the
-    // other sequences' tokens keep coming meanwhile.
-    int64_t prefillChunk = 512;
+    // other sequences' tokens keep coming meanwhile (a few milliseconds of delay on a GPU, not
+    // seconds). One value for the daemon and the tools that measure it (jitllm-bench).
+    int64_t prefillChunk = 256;
     // Tokens one step takes at most, over all sequences.
     int64_t stepTokens = Model::kMaxStepTokens;
     // A sequence with at least this many prompt tokens to feed feeds them on the devices' prompt
