@@ -112,6 +112,7 @@ class LiveMigration final {
   void dropFreedTargetPages(SessionCopy& c, size_t layer, const Session& s);
 
   Model& model_;
+  UnitPlacement& placement_;  // model_'s units
   MigrationOptions options_;
   KvPagePool* targetPool_ = nullptr;
   std::vector<int> movingUnits_;
