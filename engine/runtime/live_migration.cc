@@ -184,21 +184,7 @@ void LiveMigration::warmTail() {
   retiredUnits_.reserve(movingUnits_.size());
 }
 
-void LiveMigration::commit() {
-  JITLLM_REQUIRE(!committed_, "this migration has already committed");
-  // Whatever prepare has not done yet happens now (in the pause: a commit without pre-copy, or
-  // one asked for before prepare finished).
-  reconcileSessions();
-  for (int u : movingUnits_) {
-    if (!staged_.count(u)) stageUnit(u);
-  }
-  stats_.prepareMs = msSince(started_);
-  // The devices' idle workers must not compete with the pause for the cores.
-  std::set<Device*> involved{options_.target};
-  for (const int u : movingUnits_) involved.insert(&model_.unitDevice(u));
-  for (Device* d : involved) d->quiesce();
-  const auto pauseStart = std::chrono::steady_clock::now();
-
+void LiveMigration::copyRemainingKv(const std::vector<Session*>& sessions) {
   // Every session gets all its pages on the target, and the positions not yet valid there are
   // copied: between host-memory devices just the tokens written since (a K span and a V span per
   // open page); otherwise whole pages, gathered per source device into one buffer and scattered
@@ -213,9 +199,6 @@ void LiveMigration::commit() {
     std::vector<uint8_t*> to;
   };
   std::map<Device*, Transfer> transfers;
-  // Sessions have KV only in blocks: a migration that moves none (the embedding or the head, or
-  // units already on the target) has no pages to move - reconcileSessions() tracks none.
-  const std::vector<Session*> sessions = movingLayers_.empty() ? std::vector<Session*>{} : model_.sessions().all();
   for (Session* s : sessions) {
     SessionCopy& c = copies_.at(s->id());
     const int64_t length = s->length();
@@ -271,6 +254,27 @@ void LiveMigration::commit() {
     }
     stats_.bytesInPause += bytes;
   }
+}
+
+void LiveMigration::commit() {
+  JITLLM_REQUIRE(!committed_, "this migration has already committed");
+  // Whatever prepare has not done yet happens now (in the pause: a commit without pre-copy, or
+  // one asked for before prepare finished).
+  reconcileSessions();
+  for (int u : movingUnits_) {
+    if (!staged_.count(u)) stageUnit(u);
+  }
+  stats_.prepareMs = msSince(started_);
+  // The devices' idle workers must not compete with the pause for the cores.
+  std::set<Device*> involved{options_.target};
+  for (const int u : movingUnits_) involved.insert(&model_.unitDevice(u));
+  for (Device* d : involved) d->quiesce();
+  const auto pauseStart = std::chrono::steady_clock::now();
+
+  // Sessions have KV only in blocks: a migration that moves none (the embedding or the head, or
+  // units already on the target) has no pages to move - reconcileSessions() tracks none.
+  const std::vector<Session*> sessions = movingLayers_.empty() ? std::vector<Session*>{} : model_.sessions().all();
+  copyRemainingKv(sessions);
 
   // The flip: nothing below throws, and nothing is freed yet (releaseSource).
   for (int u : movingUnits_) {

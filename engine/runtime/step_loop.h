@@ -186,6 +186,10 @@ class StepLoop final {
   // Suspends the least urgent sequence below `s`'s priority that owns its session; false when
   // there is none (or no onSuspend).
   bool preemptFor(const Sequence& s);
+  // After a step's forward(): each stepping sequence's new token (from the logits when
+  // `keepLogits`, else from its candidates, `stride` a row) picked, told to its listener, and the
+  // sequence ended where it stops.
+  void handOut(bool keepLogits, int64_t stride);
 
   Model& model_;
   Options options_;
