@@ -112,8 +112,8 @@ struct UnitInfo {
   std::vector<Device*> shards;
 };
 
-// The prompt length from which the step loop (and jitllm-bench) feeds a prompt on the devices' prompt
-// path: where CUDA's fp16 tensor cores, which decode every weight to fp16 once per step, overtake
+// The prompt length from which the step loop (so also jitllm-bench) feeds a prompt on the devices'
+// prompt path: where CUDA's fp16 tensor cores, which decode every weight to fp16 once per step, overtake
 // decode's integer kernels for that step (estimated from the H200's figures: docs/cuda.md).
 inline constexpr int64_t kPromptPathMinTokens = 128;
 
