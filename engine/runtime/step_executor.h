@@ -8,6 +8,10 @@
 // Device ops are issued in exactly the order the units and the block graph name them: the bits of
 // a step depend on nothing else (docs/architecture.md, "Guarantees").
 //
+// What runs where is read from the units as the executor walks them (a pointer compare per unit),
+// not cached in the plan: a migration or a tensor-parallel switch flips a unit between two steps,
+// and a cached route would be one more thing each flip had to invalidate, for no measurable gain.
+//
 // Ownership: owns the buffers it reuses across steps (host rows of a boundary, the devices told of
 // prompt rows); borrows the config, block graph and workspaces (the model's).
 // Thread-safety: the model's step-loop thread.
