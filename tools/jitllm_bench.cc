@@ -1,14 +1,17 @@
-// jitllm-bench: prefill and decode speed of a model, the way llama-bench measures them.
+// jitllm-bench: prefill and decode speed of a model, the way llama-bench measures them, through
+// the step loop the daemon runs (engine/runtime/step_loop.h) - its prefill chunks
+// (StepLoop::kServingPrefillChunk), its prompt-path rule (a prompt of kPromptPathMinTokens or more
+// on the devices' prompt path, all but its last token) and its device-side greedy pick - so the
+// figures are the daemon's, less its socket.
 //
-// ppN: N prompt tokens in one forward pass into an empty session. tgN: N tokens decoded one at a
-// time into an empty session. Each test runs once to warm up, then REPS times; the output ends
-// with one line per test, "pp128 <tokens/s>" and "tg64 <tokens/s>" (mean over the repetitions),
-// which scripts read.
+// ppN: N prompt tokens fed into an empty session until its first token is picked. tgN: N tokens
+// decoded one a step into an empty session, each the greedy pick of the last. Each test runs once
+// to warm up, then REPS times; the output ends with one line per test, "pp128 <tokens/s>" and
+// "tg64 <tokens/s>" (mean over the repetitions), which scripts read.
 //
-// -b B1,B2,...: decode as a server does (the daemon's step): B sessions at once, one token each a
-// step, and instead of logits each row's greedy candidate selected on the device. "tgN xB" is the
-// aggregate rate (B x N tokens over the time), what jitllm-serve-bench measures through the daemon
-// without the socket, and what llama-batched-bench's S_TG measures.
+// -b B1,B2,...: decode as a server does: B sequences at once, one token each a step. "tgN xB" is
+// the aggregate rate (B x N tokens over the time), what jitllm-serve-bench measures through the
+// daemon without the socket, and what llama-batched-bench's S_TG measures.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +21,7 @@
 #include "base/error.h"
 #include "engine/devices/builtin_backends.h"
 #include "engine/runtime/model.h"
+#include "engine/runtime/step_loop.h"
 #include "kernels/cpu/cpu_topology.h"
 #include "kernels/cpu/cpu_tuner.h"
 #include "kernels/cpu/cpu_tuning.h"
@@ -137,8 +141,7 @@ void tuneThisCpu() {
   std::fflush(stdout);
 }
 
-int run(int argc, char** argv) {
-  tools::CommandLine cl(argc, argv);
+struct BenchOptions {
   std::string modelPath, deviceSpec = "cpu:0";
   int64_t nPrompt = 128, nGen = 64, depth = 0;
   int reps = 5;
@@ -149,66 +152,64 @@ int run(int argc, char** argv) {
   KvPrecision kvPrecision = KvPrecision::kF32;
   runtime::DeviceSpecOptions deviceOptions;
   bool tune = false;
+};
+
+// The options; false when only the usage was asked for.
+bool parse(int argc, char** argv, BenchOptions& o) {
+  tools::CommandLine cl(argc, argv);
   while (!cl.done()) {
     const std::string a = cl.take();
     if (a == "--tune")
-      tune = true;
+      o.tune = true;
     else if (a == "-t")
-      deviceOptions.cpuThreads = cl.number<int>(a);
+      o.deviceOptions.cpuThreads = cl.number<int>(a);
     else if (a == "-p")
-      nPrompt = cl.number<int64_t>(a);
+      o.nPrompt = cl.number<int64_t>(a);
     else if (a == "-n")
-      nGen = cl.number<int64_t>(a);
+      o.nGen = cl.number<int64_t>(a);
     else if (a == "-r")
-      reps = cl.number<int>(a);
+      o.reps = cl.number<int>(a);
     else if (a == "-d")
-      depth = cl.number<int64_t>(a);
+      o.depth = cl.number<int64_t>(a);
     else if (a == "--devices")
-      deviceSpec = cl.value(a);
+      o.deviceSpec = cl.value(a);
     else if (a == "--fit")
-      fit = cl.oneOf(a, {"stream", "cpu"});
+      o.fit = cl.oneOf(a, {"stream", "cpu"});
     else if (a == "--tp")
-      tensorParallel = cl.number<int>(a);
+      o.tensorParallel = cl.number<int>(a);
     else if (a == "--partial-sums")
-      partialSums = true;
+      o.partialSums = true;
     else if (a == "-b") {
-      for (const int b : tools::parseCounts(a, cl.value(a), 1024)) batches.push_back(b);
+      for (const int b : tools::parseCounts(a, cl.value(a), 1024)) o.batches.push_back(b);
     } else if (a == "--kv")
-      kvPrecision = cl.oneOf(a, {"f32", "f16"}) == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
+      o.kvPrecision = cl.oneOf(a, {"f32", "f16"}) == "f16" ? KvPrecision::kF16 : KvPrecision::kF32;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
-      return 0;
+      return false;
     } else if (!a.empty() && a[0] == '-')
       throw tools::UsageError("unknown option " + a);
-    else if (modelPath.empty())
-      modelPath = a;
+    else if (o.modelPath.empty())
+      o.modelPath = a;
     else
       throw tools::UsageError("unexpected argument " + a);
   }
-  if (tune) {
-    tuneThisCpu();
-    if (modelPath.empty()) return 0;
-  }
-  if (modelPath.empty()) throw tools::UsageError("no model given");
-  if (nPrompt < 0 || nGen < 0 || depth < 0 || reps < 1) {
-    throw tools::UsageError("-p, -n and -d must be >= 0, -r >= 1");
-  }
+  return true;
+}
 
-  if (tensorParallel > 1 && !fit.empty()) throw tools::UsageError("--tp and --fit do not mix");
-  auto devices = tools::openEachDevice(deviceSpec, deviceOptions);
+std::unique_ptr<runtime::Model> loadModel(const BenchOptions& o, const std::vector<std::unique_ptr<Device>>& devices) {
   runtime::ModelLoadOptions options;
-  options.kvPrecision = kvPrecision;
-  options.tensorParallel = tensorParallel;
-  options.partialSums = partialSums;
+  options.kvPrecision = o.kvPrecision;
+  options.tensorParallel = o.tensorParallel;
+  options.partialSums = o.partialSums;
   for (auto& d : devices) options.devices.push_back(d.get());
-  if (!fit.empty()) {
+  if (!o.fit.empty()) {
     options.placer = [&](const std::vector<size_t>& weights, size_t kvPerToken, int64_t, size_t) {
-      return fitPlacement(weights, kvPerToken, depth + std::max(nPrompt, nGen) + 1, devices, fit == "stream",
+      return fitPlacement(weights, kvPerToken, o.depth + std::max(o.nPrompt, o.nGen) + 1, devices, o.fit == "stream",
                           options.streamed);
     };
   }
-  auto model = runtime::Model::load(modelPath, options);
-  if (!fit.empty()) {
+  auto model = runtime::Model::load(o.modelPath, options);
+  if (!o.fit.empty()) {
     int streamedBlocks = 0, resident = 0, elsewhere = 0;
     for (int u = 1; u + 1 < model->unitCount(); u++) {
       const auto info = model->unitInfo(u);
@@ -220,97 +221,133 @@ int run(int argc, char** argv) {
         elsewhere++;
       }
     }
-    std::printf("fit %s: %d blocks resident on %s, %d streamed through it, %d on %s\n", fit.c_str(), resident,
+    std::printf("fit %s: %d blocks resident on %s, %d streamed through it, %d on %s\n", o.fit.c_str(), resident,
                 devices[0]->info().id.str().c_str(), streamedBlocks, elsewhere,
                 devices.back()->info().id.str().c_str());
   }
+  return model;
+}
+
+// Runs the tests through the step loop the daemon's model workers run: each sequence in its own
+// session, greedy, generating exactly its maxTokens (no end-of-generation stop), its prompt fed in
+// the daemon's chunks.
+class StepLoopBench final {
+ public:
+  StepLoopBench(runtime::Model& model, const BenchOptions& o) : model_(model), o_(o) {
+    depthTokens_ = benchTokens(o.depth, model.config().vocabSize);
+  }
+
+  // Sessions with `depth` tokens already in their context (prefilled untimed, through a step
+  // loop too), room for `more`.
+  std::vector<std::unique_ptr<runtime::Session>> contexts(int64_t count, int64_t more) {
+    std::vector<std::unique_ptr<runtime::Session>> sessions;
+    for (int64_t i = 0; i < count; i++) sessions.push_back(model_.createSession(o_.depth + more + 1));
+    if (o_.depth > 0) {
+      const std::vector<std::vector<int32_t>> none(static_cast<size_t>(count));
+      run(sessions, none, 1, 0);
+    }
+    return sessions;
+  }
+
+  // One sequence per session, fed `extra[i]` after the depth tokens, generating `maxTokens`, all in
+  // one step loop until every one has ended; the seconds that took.
+  double run(const std::vector<std::unique_ptr<runtime::Session>>& sessions,
+             const std::vector<std::vector<int32_t>>& extra, int32_t maxTokens, int64_t fed) {
+    runtime::StepLoop::Options options;
+    options.prefillChunk = runtime::StepLoop::kServingPrefillChunk;
+    runtime::StepLoop loop(model_, options);
+    std::vector<runtime::Sequence*> sequences;
+    for (size_t i = 0; i < sessions.size(); i++) {
+      runtime::SequenceRequest request;
+      request.prompt = depthTokens_;
+      request.prompt.insert(request.prompt.end(), extra[i].begin(), extra[i].end());
+      request.maxTokens = maxTokens;
+      request.stopAtEndOfGeneration = false;
+      sequences.push_back(&loop.add(*sessions[i], std::move(request), nullptr, size_t(fed)));
+    }
+    const auto start = Clock::now();
+    while (loop.step()) {
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    for (const runtime::Sequence* s : sequences) {
+      if (s->error()) throw *s->error();
+      if (s->generated() != maxTokens) throw Error(ErrorKind::kFailed, "a benchmark sequence ended early");
+    }
+    return seconds;
+  }
+
+  Result prompt() {
+    const auto tokens = benchTokens(o_.nPrompt, model_.config().vocabSize);
+    std::vector<double> rates;
+    for (int r = 0; r <= o_.reps; r++) {
+      const auto sessions = contexts(1, o_.nPrompt);
+      const double s = run(sessions, {tokens}, 1, o_.depth);
+      if (r > 0) rates.push_back(double(o_.nPrompt) / s);  // r == 0 warms up
+    }
+    return summarize(rates);
+  }
+
+  // `batch` sequences decoding nGen tokens each; 0: one, as plain tgN.
+  Result decode(int64_t batch) {
+    const int64_t n = std::max<int64_t>(batch, 1);
+    // Sequence b starts from token b: the rows of a step differ, as a server's do.
+    const auto tokens = benchTokens(n, model_.config().vocabSize);
+    std::vector<std::vector<int32_t>> first;
+    for (int32_t t : tokens) first.push_back({t});
+    std::vector<double> rates;
+    for (int r = 0; r <= o_.reps; r++) {
+      const auto sessions = contexts(n, o_.nGen);
+      const double s = run(sessions, first, int32_t(o_.nGen), o_.depth);
+      if (r > 0) rates.push_back(double(o_.nGen * n) / s);
+    }
+    return summarize(rates);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  runtime::Model& model_;
+  const BenchOptions& o_;
+  std::vector<int32_t> depthTokens_;
+};
+
+int run(int argc, char** argv) {
+  BenchOptions o;
+  if (!parse(argc, argv, o)) return 0;
+  if (o.tune) {
+    tuneThisCpu();
+    if (o.modelPath.empty()) return 0;
+  }
+  if (o.modelPath.empty()) throw tools::UsageError("no model given");
+  if (o.nPrompt < 0 || o.nGen < 0 || o.depth < 0 || o.reps < 1) {
+    throw tools::UsageError("-p, -n and -d must be >= 0, -r >= 1");
+  }
+  if (o.nGen > INT32_MAX) throw tools::UsageError("-n is at most " + std::to_string(INT32_MAX));
+  if (o.tensorParallel > 1 && !o.fit.empty()) throw tools::UsageError("--tp and --fit do not mix");
+  auto devices = tools::openEachDevice(o.deviceSpec, o.deviceOptions);
+  auto model = loadModel(o, devices);
   const auto& c = model->config();
   std::printf("model: %s (%s, %lld layers, embd %lld, vocab %lld), devices: %s, threads: %d, kv %s%s\n",
-              modelPath.c_str(), runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding,
-              (long long)c.vocabSize, deviceSpec.c_str(), devices.front()->info().threads,
-              kvPrecision == KvPrecision::kF16 ? "f16" : "f32",
-              tensorParallel > 1 ? (", blocks split over " + std::to_string(tensorParallel) + " devices" +
-                                    (partialSums ? " (partial sums)" : ""))
-                                       .c_str()
-                                 : "");
+              o.modelPath.c_str(), runtime::architectureName(c.arch), (long long)c.layers, (long long)c.embedding,
+              (long long)c.vocabSize, o.deviceSpec.c_str(), devices.front()->info().threads,
+              o.kvPrecision == KvPrecision::kF16 ? "f16" : "f32",
+              o.tensorParallel > 1 ? (", blocks split over " + std::to_string(o.tensorParallel) + " devices" +
+                                      (o.partialSums ? " (partial sums)" : ""))
+                                         .c_str()
+                                   : "");
   for (auto& d : devices) std::printf("device %s: %s\n", d->info().id.str().c_str(), d->info().name.c_str());
 
-  using Clock = std::chrono::steady_clock;
+  StepLoopBench bench(*model, o);
   std::vector<std::pair<std::string, Result>> results;
-  std::vector<float> logits;
-  const std::string at = depth > 0 ? " @ d" + std::to_string(depth) : "";
-  // Prompts are fed as the step loop feeds them: from kPromptPathMinTokens on, on a device's prompt
-  // path (SequenceInput::promptTokens; JITLLM_CUDA_PROMPT_GEMM=0 keeps CUDA's on decode's kernels).
-  const auto promptTokens = [](std::span<const int32_t> tokens) {
-    return int64_t(tokens.size()) >= runtime::kPromptPathMinTokens ? int64_t(tokens.size()) : int64_t(0);
-  };
-  // A session with `depth` tokens already in its context (prefilled untimed), room for `more`.
-  const auto context = [&](int64_t more) {
-    auto session = model->createSession(depth + more);
-    if (depth > 0) {
-      const auto tokens = benchTokens(depth, c.vocabSize);
-      runtime::SequenceInput input{session.get(), tokens, false, promptTokens(tokens)};
-      logits.clear();
-      model->forward({&input, 1}, logits);
-    }
-    return session;
-  };
-  if (nPrompt > 0) {
-    const auto tokens = benchTokens(nPrompt, c.vocabSize);
-    std::vector<double> rates;
-    for (int r = 0; r <= reps; r++) {
-      auto session = context(nPrompt);
-      runtime::SequenceInput input{session.get(), tokens, false, promptTokens(tokens)};
-      logits.clear();
-      const auto t0 = Clock::now();
-      model->forward({&input, 1}, logits);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (r > 0) rates.push_back(double(nPrompt) / s);  // r == 0 warms up
-    }
-    results.emplace_back("pp" + std::to_string(nPrompt) + at, summarize(rates));
-  }
-  if (nGen > 0 && batches.empty()) {
-    const auto tokens = benchTokens(nGen, c.vocabSize);
-    std::vector<double> rates;
-    for (int r = 0; r <= reps; r++) {
-      auto session = context(nGen);
-      const auto t0 = Clock::now();
-      for (int64_t i = 0; i < nGen; i++) {
-        runtime::SequenceInput input{session.get(), {&tokens[size_t(i)], 1}, false};
-        logits.clear();
-        model->forward({&input, 1}, logits);
-      }
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (r > 0) rates.push_back(double(nGen) / s);
-    }
-    results.emplace_back("tg" + std::to_string(nGen) + at, summarize(rates));
-  }
-  if (nGen > 0) {
-    for (const int64_t batch : batches) {
-      const auto tokens = benchTokens(nGen + batch, c.vocabSize);
-      const std::vector<CandidateRequest> greedy(size_t(batch), CandidateRequest{1, 1.0f, {}});
-      std::vector<int32_t> ids;
-      std::vector<float> values;
-      std::vector<double> rates;
-      for (int r = 0; r <= reps; r++) {
-        std::vector<std::unique_ptr<runtime::Session>> sessions;
-        for (int64_t b = 0; b < batch; b++) sessions.push_back(context(nGen));
-        std::vector<runtime::SequenceInput> inputs(static_cast<size_t>(batch));
-        const auto t0 = Clock::now();
-        for (int64_t i = 0; i < nGen; i++) {
-          // Session b decodes token i + b: the rows of a step differ, as a server's do.
-          for (int64_t b = 0; b < batch; b++)
-            inputs[size_t(b)] = {sessions[size_t(b)].get(), {&tokens[size_t(i + b)], 1}, false};
-          model->forward(inputs, greedy, 1, ids, values);
-        }
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (r > 0) rates.push_back(double(nGen * batch) / s);
-      }
-      results.emplace_back("tg" + std::to_string(nGen) + at + " x" + std::to_string(batch), summarize(rates));
+  const std::string at = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
+  if (o.nPrompt > 0) results.emplace_back("pp" + std::to_string(o.nPrompt) + at, bench.prompt());
+  if (o.nGen > 0 && o.batches.empty()) results.emplace_back("tg" + std::to_string(o.nGen) + at, bench.decode(0));
+  if (o.nGen > 0) {
+    for (const int64_t batch : o.batches) {
+      results.emplace_back("tg" + std::to_string(o.nGen) + at + " x" + std::to_string(batch), bench.decode(batch));
     }
   }
   for (const auto& [name, r] : results)
-    std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, reps);
+    std::printf("# %s: %.2f +- %.2f tok/s over %d runs\n", name.c_str(), r.mean, r.stddev, o.reps);
   std::printf("# %s memory in use: %.0f MiB of %.0f MiB\n", devices[0]->info().id.str().c_str(),
               double(devices[0]->memoryUsed()) / (1 << 20), double(devices[0]->info().memoryBudget) / (1 << 20));
   for (const auto& [name, r] : results) std::printf("%s %.2f\n", name.c_str(), r.mean);

@@ -18,15 +18,15 @@ double msSince(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 LiveMigration::LiveMigration(Model& model, MigrationOptions options)
-    : model_(model), options_(options), started_(std::chrono::steady_clock::now()) {
+    : model_(model), placement_(model.placement()), options_(options), started_(std::chrono::steady_clock::now()) {
   JITLLM_REQUIRE(options_.target != nullptr, "a migration needs a target device");
   const UnitRange& r = options_.units;
   JITLLM_REQUIRE(r.first >= 0 && r.first <= r.last && r.last < model_.unitCount(), "units ", r.first, "-", r.last,
                  " are not a range of this model's ", model_.unitCount(), " units");
   std::vector<std::string> sources;
   for (int u = r.first; u <= r.last; u++) {
-    const BoundUnit& unit = model_.units_[size_t(u)];
-    JITLLM_REQUIRE(unit.shards == 1, model_.unitName(u), " is split over ", unit.shards,
+    const UnitInfo unit = model_.unitInfo(u);
+    JITLLM_REQUIRE(unit.shards.empty(), model_.unitName(u), " is split over ", unit.shards.size(),
                    " devices (tensor parallel): switch it to one device to move it (TensorParallelSwitch)");
     Device* source = unit.device;
     if (source == options_.target) continue;
@@ -49,7 +49,7 @@ LiveMigration::~LiveMigration() {
   releaseTargetPages();
   staged_.clear();  // frees the weights staged on the target
   // The warm-up sized a workspace on the target; nothing runs there if nothing else is placed there.
-  model_.releaseIdleWorkspaces();
+  placement_.releaseIdleWorkspaces();
 }
 
 void LiveMigration::releaseTargetPages() {
@@ -73,7 +73,7 @@ void LiveMigration::reconcileSessions() {
   // Sessions that ended give their target pages back; new ones start with nothing copied; a
   // rewind may have rewritten positions we copied: copy them again.
   reconcileCopies(
-      copies_, model_.sessions_, [&](SessionCopy& c) { freeTargetPages(c); },
+      copies_, model_.sessions(), [&](SessionCopy& c) { freeTargetPages(c); },
       [&](SessionCopy& c) {
         c.pages.resize(movingLayers_.size());
         c.addresses.resize(movingLayers_.size());
@@ -88,7 +88,7 @@ bool LiveMigration::precopy(size_t budget) {
   const int64_t pageTokens = model_.kvLayout().pageTokens;
   size_t spent = 0;
   bool done = true;
-  for (Session* s : model_.sessions_.all()) {
+  for (Session* s : model_.sessions().all()) {
     SessionCopy& c = copies_.at(s->id());
     const int64_t sealed = s->length() / pageTokens * pageTokens;  // positions in full pages
     for (size_t i = 0; i < movingLayers_.size(); i++) {
@@ -113,9 +113,8 @@ bool LiveMigration::precopy(size_t budget) {
 }
 
 void LiveMigration::stageUnit(int unit) {
-  auto bound = std::make_unique<BoundUnit>(model_.bindUnit(unit, *options_.target));
-  model_.warmUp(unit, *bound);
-  stats_.weightBytes += bound->weightBytes;
+  auto bound = std::make_unique<BoundUnit>(placement_.stage(unit, *options_.target));
+  stats_.weightBytes += bound->weightBytes();
   staged_.emplace(unit, std::move(bound));
 }
 
@@ -148,7 +147,7 @@ void LiveMigration::warmTail() {
   // takes no allocation and no first-touch page faults. The staging buffer likewise.
   const KvLayout& kv = model_.kvLayout();
   size_t tailPages = 0;
-  for (Session* s : model_.sessions_.all()) {
+  for (Session* s : model_.sessions().all()) {
     SessionCopy& c = copies_.at(s->id());
     const size_t written = size_t((s->length() + kv.pageTokens - 1) / kv.pageTokens);
     for (size_t i = 0; i < movingLayers_.size(); i++) {
@@ -185,21 +184,7 @@ void LiveMigration::warmTail() {
   retiredUnits_.reserve(movingUnits_.size());
 }
 
-void LiveMigration::commit() {
-  JITLLM_REQUIRE(!committed_, "this migration has already committed");
-  // Whatever prepare has not done yet happens now (in the pause: a commit without pre-copy, or
-  // one asked for before prepare finished).
-  reconcileSessions();
-  for (int u : movingUnits_) {
-    if (!staged_.count(u)) stageUnit(u);
-  }
-  stats_.prepareMs = msSince(started_);
-  // The devices' idle workers must not compete with the pause for the cores.
-  std::set<Device*> involved{options_.target};
-  for (const int u : movingUnits_) involved.insert(model_.units_[size_t(u)].device);
-  for (Device* d : involved) d->quiesce();
-  const auto pauseStart = std::chrono::steady_clock::now();
-
+void LiveMigration::copyRemainingKv(const std::vector<Session*>& sessions) {
   // Every session gets all its pages on the target, and the positions not yet valid there are
   // copied: between host-memory devices just the tokens written since (a K span and a V span per
   // open page); otherwise whole pages, gathered per source device into one buffer and scattered
@@ -214,9 +199,6 @@ void LiveMigration::commit() {
     std::vector<uint8_t*> to;
   };
   std::map<Device*, Transfer> transfers;
-  // Sessions have KV only in blocks: a migration that moves none (the embedding or the head, or
-  // units already on the target) has no pages to move - reconcileSessions() tracks none.
-  const std::vector<Session*> sessions = movingLayers_.empty() ? std::vector<Session*>{} : model_.sessions_.all();
   for (Session* s : sessions) {
     SessionCopy& c = copies_.at(s->id());
     const int64_t length = s->length();
@@ -272,12 +254,33 @@ void LiveMigration::commit() {
     }
     stats_.bytesInPause += bytes;
   }
+}
+
+void LiveMigration::commit() {
+  JITLLM_REQUIRE(!committed_, "this migration has already committed");
+  // Whatever prepare has not done yet happens now (in the pause: a commit without pre-copy, or
+  // one asked for before prepare finished).
+  reconcileSessions();
+  for (int u : movingUnits_) {
+    if (!staged_.count(u)) stageUnit(u);
+  }
+  stats_.prepareMs = msSince(started_);
+  // The devices' idle workers must not compete with the pause for the cores.
+  std::set<Device*> involved{options_.target};
+  for (const int u : movingUnits_) involved.insert(&model_.unitDevice(u));
+  for (Device* d : involved) d->quiesce();
+  const auto pauseStart = std::chrono::steady_clock::now();
+
+  // Sessions have KV only in blocks: a migration that moves none (the embedding or the head, or
+  // units already on the target) has no pages to move - reconcileSessions() tracks none.
+  const std::vector<Session*> sessions = movingLayers_.empty() ? std::vector<Session*>{} : model_.sessions().all();
+  copyRemainingKv(sessions);
 
   // The flip: nothing below throws, and nothing is freed yet (releaseSource).
   for (int u : movingUnits_) {
     // The staged holder takes the old binding in exchange: no allocation in the pause.
     std::unique_ptr<BoundUnit>& holder = staged_.at(u);
-    std::swap(model_.units_[size_t(u)], *holder);
+    placement_.swapBinding(u, *holder);
     retiredUnits_.push_back(std::move(holder));
   }
   staged_.clear();
@@ -309,7 +312,7 @@ void LiveMigration::releaseSource() noexcept {
   }
   retiredPages_.clear();
   retiredUnits_.clear();
-  model_.releaseIdleWorkspaces();
+  placement_.releaseIdleWorkspaces();
 }
 
 void LiveMigration::addTargetPage(SessionCopy& c, size_t layer, const Session& s) {

@@ -104,6 +104,9 @@ class LiveMigration final {
   void releaseTargetPages();
   void freeTargetPages(SessionCopy& copy);  // a session's target pages, back to the pool
   void warmTail();
+  // The pause's copy: every session's pages of the moving layers on the target, with what is not
+  // valid there yet copied over. May throw (OVERLOADED: target pages); nothing has flipped then.
+  void copyRemainingKv(const std::vector<Session*>& sessions);
   void releaseSpares() noexcept;
   // Appends a target page to the copy of `layer` (the index of movingLayers_), or a kNoPage entry
   // where the source's page table has a freed one. May throw OVERLOADED.
@@ -112,6 +115,7 @@ class LiveMigration final {
   void dropFreedTargetPages(SessionCopy& c, size_t layer, const Session& s);
 
   Model& model_;
+  UnitPlacement& placement_;  // model_'s units
   MigrationOptions options_;
   KvPagePool* targetPool_ = nullptr;
   std::vector<int> movingUnits_;

@@ -18,12 +18,20 @@
 // device's bits exactly. With partialSums they take their columns too (where those split at
 // whole quantization blocks), their partial sums added on the first device in shard order: less
 // work on the first device, but the reassociated sums move the integer kernels' activation
-// rounding downstream (logits within NMSE ~1e-9 of one device's; float weights ~1e-14). The hidden state lives on the
-// first device (the block's `device`) and reaches the others twice a block. Load with ModelLoadOptions::tensorParallel,
-// or switch a running model with a TensorParallelSwitch (tensor_parallel_switch.h).
+// rounding downstream (logits within NMSE ~1e-9 of one device's; float weights ~1e-14). The
+// hidden state lives on the first device (the block's first shard's) and reaches the others twice
+// a block. Load with ModelLoadOptions::tensorParallel, or switch a running model with a
+// TensorParallelSwitch (tensor_parallel_switch.h).
 //
 // A unit's device changes only through a LiveMigration (live_migration.h), which stages the unit
-// on its target between steps and flips it at a token boundary.
+// on its target between steps and flips it at a token boundary; both it and the switch act
+// through UnitPlacement (unit_placement.h), the one door into the units.
+//
+// The parts (each in its own file pair under engine/runtime/): a UnitBinder binds the units
+// (bound_unit.h: embedding, block with its shards, head), a StepPlan lays out each step's tokens
+// (validation, microbatches, prompt rows, KV tables, head rows), a StepExecutor runs it through the
+// units on their devices, a BlockGraph holds the one transformer block all architectures share,
+// UnitWarmUp makes kernels ready; Workspaces and KvPools hold the memory a step reuses.
 //
 // Ownership: owns the file mapping, the bound weights and the KV pools; sessions it creates
 // borrow its pools and must be destroyed first. Devices are borrowed and must outlive the model.
@@ -33,7 +41,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,12 +51,22 @@
 #include "engine/runtime/model_config.h"
 #include "engine/runtime/model_tensors.h"
 #include "engine/runtime/session.h"
+#include "engine/runtime/unit_placement.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/device.h"
 
 namespace jitllm::runtime {
 
-struct BoundUnit;  // bound_unit.h (internal)
+// The model's parts, internal to the runtime (each header says what it owns).
+class BoundUnit;     // bound_unit.h
+class UnitBinder;    // unit_binder.h
+class KvPools;       // engine/kv/kv_pools.h
+class Workspaces;    // workspace.h
+class BlockGraph;    // block_graph.h
+class UnitWarmUp;    // unit_warm_up.h
+class StepPlan;      // step_plan.h
+class StepExecutor;  // step_executor.h
+class HeadOutput;    // step_executor.h
 
 // The placement a device list has always meant: blocks spread over `devices` in order, the
 // embedding with the first block and the head with the last. One index per unit (layers + 2).
@@ -84,7 +101,6 @@ struct ModelLoadOptions {
   KvPrecision kvPrecision = KvPrecision::kF32;
 };
 
-// One session's share of a step: tokens to feed and which logits to return.
 // Where one unit stands (jitllmctl ps -l).
 struct UnitInfo {
   Device* device = nullptr;
@@ -96,11 +112,12 @@ struct UnitInfo {
   std::vector<Device*> shards;
 };
 
-// The prompt length from which the step loop (and jitllm-bench) feeds a prompt on the devices' prompt
-// path: where CUDA's fp16 tensor cores, which decode every weight to fp16 once per step, overtake
+// The prompt length from which the step loop (so also jitllm-bench) feeds a prompt on the devices'
+// prompt path: where CUDA's fp16 tensor cores, which decode every weight to fp16 once per step, overtake
 // decode's integer kernels for that step (estimated from the H200's figures: docs/cuda.md).
 inline constexpr int64_t kPromptPathMinTokens = 128;
 
+// One session's share of a step: tokens to feed and which logits to return.
 struct SequenceInput {
   Session* session = nullptr;
   std::span<const int32_t> tokens;
@@ -114,7 +131,7 @@ struct SequenceInput {
   int64_t promptTokens = 0;
 };
 
-class Model final {
+class Model final : private UnitPlacement {
  public:
   // Tokens per microbatch: bounds activation memory (a few MB per device for 1B-class models)
   // while keeping the matrix kernels' tiles full.
@@ -148,6 +165,9 @@ class Model final {
   // Every KV pool the model has made, with its device (also those no layer uses any more).
   std::vector<const KvPagePool*> kvPools() const;
   const SessionRegistry& sessions() const { return sessions_; }
+  // The narrow door through which a LiveMigration or a TensorParallelSwitch re-binds units
+  // (unit_placement.h); nothing else needs it.
+  UnitPlacement& placement() { return *this; }
 
   // Binds `unit` again on `device` from the file's weights and warms its kernels there: how a
   // model is re-placed after the device it ran on went away. For a block, no session may hold
@@ -178,59 +198,34 @@ class Model final {
                std::vector<int32_t>& ids, std::vector<float>& values);
 
  private:
-  friend class LiveMigration;
-  friend class TensorParallelSwitch;
-  struct Workspace;
-
-  Model() = default;
-  void bind(const ModelLoadOptions& options);
-  // The unit's weights made usable on `device` (copied there, or viewed in place on the CPU).
-  BoundUnit bindUnit(int unit, Device& device, bool streamed = false);
-  // A block split over `devices` (tensor parallelism): the first shard, the others its peers.
-  BoundUnit bindSplit(int unit, const std::vector<Device*>& devices, bool partialSums);
+  Model(std::unique_ptr<gguf::GgufFile> file, const ModelLoadOptions& options);
+  bool isBlock(int unit) const { return unit > 0 && unit < unitCount() - 1; }
   // Gives a session the KV tables `unit`'s binding needs (its shards' pools), holding no pages.
   void attachShardTables(Session& session, int unit) const;
-  // Uploads the streamed units' weights into `ws`'s slots one block ahead of the one that runs:
-  // returns the device pointer unit `unit` will find its weights at once waitForUpload ran.
-  void streamIn(int unit, Workspace& ws);
-  // Runs the unit's ops once on its device with one dummy token, so the kernels are compiled and
-  // the workspace sized before the first real step there. Its kernels for every other token count
-  // are made first (Device::prepareKernels) unless `prepared` says that was done.
-  void warmUp(int unit, BoundUnit& bound, bool prepared = false);
-  // What the unit's ops run on its device, at up to kMaxStepTokens tokens (Device::prepareKernels).
-  KernelWorkload kernelWorkload(int unit, const BoundUnit& bound) const;
-  // Drops workspaces of devices no unit runs on any more.
-  void releaseIdleWorkspaces();
-  Workspace& workspace(Device& device, int64_t tokens);
-  void runBlock(const BoundUnit& unit, int layer, Workspace& ws, int64_t tokens, const int32_t* positions,
-                const KvSlot* slots, const uint8_t* const* const* pageTables);
-  // The same block split over its shards' devices; slots[j] and pageTables[j] are shard j's.
-  void runSplitBlock(const BoundUnit& unit, int layer, int64_t tokens, const int32_t* positions,
-                     const std::vector<std::vector<KvSlot>>& slots,
-                     const std::vector<std::vector<const uint8_t* const*>>& pageTables);
-  // The pieces both are made of. The attention branch up to the output projection's input: ws.attn
-  // gets `heads` heads' outputs per token (the binding's share), KV stored by `kv`'s layout.
-  void attentionHeads(const BoundUnit& unit, int layer, Workspace& ws, int64_t tokens, const int32_t* positions,
-                      const KvSlot* slots, const uint8_t* const* const* pageTables, int heads, const KvLayout& kv);
-  // The FFN branch up to the down projection's input: ws.gate gets `rows` activations per token.
-  void ffnHidden(const BoundUnit& unit, Workspace& ws, int64_t tokens, int64_t rows);
-  // A branch's output in `branch` joins the residual ws.x: through its post norm (into `spare`)
-  // and the residual scale where the architecture has them.
-  void joinResidual(Device& device, Workspace& ws, float* branch, const float* postNorm, float* spare, int64_t tokens);
-  // The step both forward()s run: `head` gets each microbatch's logits on the head's device, `rows`
-  // of them (the positions that asked, in order), the `first` of which is the step's first-th.
-  using HeadOutput = std::function<void(Device& device, float* logits, int64_t first, int64_t rows)>;
-  void step(std::span<const SequenceInput> inputs, const HeadOutput& head);
+  // The step both forward()s run: `output` gets each microbatch's logits on the head's device.
+  void step(std::span<const SequenceInput> inputs, HeadOutput& output);
 
+  // UnitPlacement (unit_placement.h).
+  const BoundUnit& binding(int unit) const override;
+  BoundUnit stage(int unit, Device& device) override;
+  BoundUnit stageSplit(int unit, const std::vector<Device*>& devices, bool partialSums) override;
+  void swapBinding(int unit, BoundUnit& staged) noexcept override;
+  void releaseIdleWorkspaces() noexcept override;
+
+  // In the order they are made: each part below borrows those above it.
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;
   ModelTensors tensors_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   KvLayout kvLayout_;
-  std::vector<BoundUnit> units_;
-  std::map<std::pair<Device*, int>, std::unique_ptr<KvPagePool>> pools_;  // by device and KV shards
-  std::map<Device*, std::unique_ptr<Workspace>> workspaces_;
-  std::vector<float> ropeFactors_;
+  std::unique_ptr<UnitBinder> binder_;
+  std::unique_ptr<KvPools> pools_;
+  std::unique_ptr<Workspaces> workspaces_;
+  std::unique_ptr<BlockGraph> graph_;
+  std::unique_ptr<UnitWarmUp> warmUp_;
+  std::unique_ptr<StepPlan> plan_;
+  std::unique_ptr<StepExecutor> executor_;
+  std::vector<BoundUnit> units_;  // embedding, blocks, head
   SessionRegistry sessions_;
   uint64_t nextSessionId_ = 1;
 };

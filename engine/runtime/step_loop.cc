@@ -209,6 +209,12 @@ bool StepLoop::step() {
     urgentBudget_ = next;
   }
 
+  handOut(keepLogits, stride);
+  return true;
+}
+
+void StepLoop::handOut(bool keepLogits, int64_t stride) {
+  const int64_t vocab = model_.config().vocabSize;
   const tokenizer::Tokenizer* tok = model_.hasTokenizer() ? &model_.tokenizer() : nullptr;
   for (size_t i = 0; i < stepping_.size(); i++) {
     Sequence& s = *stepping_[i];
@@ -241,7 +247,6 @@ bool StepLoop::step() {
       finish(s, StopReason::kContextFull);
     }
   }
-  return true;
 }
 
 std::vector<std::unique_ptr<Sequence>> StepLoop::takeEnded() {

@@ -23,16 +23,19 @@ std::string splitName(const std::vector<Device*>& devices) {
   return out;
 }
 
-std::vector<Device*> shardDevices(const BoundUnit& b) {
-  std::vector<Device*> out{b.device};
-  for (const BoundUnit& p : b.peers) out.push_back(p.device);
+std::vector<Device*> shardDevices(const BlockUnit& b) {
+  std::vector<Device*> out;
+  for (const BlockShard& s : b.shards) out.push_back(s.binding.device);
   return out;
 }
 
 }  // namespace
 
 TensorParallelSwitch::TensorParallelSwitch(Model& model, TensorParallelOptions options)
-    : model_(model), options_(std::move(options)), started_(std::chrono::steady_clock::now()) {
+    : model_(model),
+      placement_(model.placement()),
+      options_(std::move(options)),
+      started_(std::chrono::steady_clock::now()) {
   const ModelConfig& c = model_.config();
   const int k = int(options_.devices.size());
   JITLLM_REQUIRE(k >= 1 && k <= Session::kMaxShards, "tensor parallelism is over 1 to ", Session::kMaxShards,
@@ -50,9 +53,9 @@ TensorParallelSwitch::TensorParallelSwitch(Model& model, TensorParallelOptions o
   JITLLM_REQUIRE(r.first >= 0 && r.first <= r.last && r.last < model_.unitCount(), "units ", r.first, "-", r.last,
                  " are not a range of this model's ", model_.unitCount(), " units");
   for (int u = std::max(r.first, 1); u <= std::min(r.last, model_.unitCount() - 2); u++) {
-    const BoundUnit& b = model_.units_[size_t(u)];
-    JITLLM_REQUIRE(!b.streamed, model_.unitName(u), " streams its weights: it cannot also be split");
-    if (shardDevices(b) == options_.devices && (b.shards == 1 || b.partialSums == options_.partialSums)) continue;
+    const BlockUnit& b = placement_.binding(u).block();
+    JITLLM_REQUIRE(!b.stream, model_.unitName(u), " streams its weights: it cannot also be split");
+    if (shardDevices(b) == options_.devices && (!b.split() || b.partialSums == options_.partialSums)) continue;
     if (units_.empty()) stats_.from = splitName(shardDevices(b));
     units_.push_back(u);
   }
@@ -68,7 +71,7 @@ TensorParallelSwitch::~TensorParallelSwitch() {
   for (auto& [id, copy] : copies_) freePages(copy);
   copies_.clear();
   staged_.clear();
-  model_.releaseIdleWorkspaces();
+  placement_.releaseIdleWorkspaces();
 }
 
 KvPagePool& TensorParallelSwitch::newPool(int shard) const {
@@ -90,7 +93,7 @@ void TensorParallelSwitch::reconcileSessions() {
   if (units_.empty()) return;
   const size_t k = options_.devices.size();
   reconcileCopies(
-      copies_, model_.sessions_, [&](SessionCopy& c) { freePages(c); },
+      copies_, model_.sessions(), [&](SessionCopy& c) { freePages(c); },
       [&](SessionCopy& c) {
         c.pages.assign(units_.size(), std::vector<std::vector<PageId>>(k));
         c.addresses.assign(units_.size(), std::vector<std::vector<uint8_t*>>(k));
@@ -187,7 +190,7 @@ bool TensorParallelSwitch::precopy(size_t budget) {
   std::vector<Run> runs;
   size_t planned = 0;
   bool done = true;
-  for (Session* s : model_.sessions_.all()) {
+  for (Session* s : model_.sessions().all()) {
     SessionCopy& c = copies_.at(s->id());
     const size_t sealed = size_t(s->length() / pageTokens);  // full pages
     for (size_t i = 0; i < units_.size() && done; i++) {
@@ -218,11 +221,9 @@ bool TensorParallelSwitch::prepareStep() {
   for (int u : units_) {
     if (staged_.count(u)) continue;
     auto bound = std::make_unique<BoundUnit>(options_.devices.size() == 1
-                                                 ? model_.bindUnit(u, *options_.devices[0])
-                                                 : model_.bindSplit(u, options_.devices, options_.partialSums));
-    model_.warmUp(u, *bound);
-    stats_.weightBytes += bound->weightBytes;
-    for (const BoundUnit& p : bound->peers) stats_.weightBytes += p.weightBytes;
+                                                 ? placement_.stage(u, *options_.devices[0])
+                                                 : placement_.stageSplit(u, options_.devices, options_.partialSums));
+    stats_.weightBytes += bound->weightBytes();
     staged_.emplace(u, std::move(bound));
     return false;  // one block a step: binding and warming a block is the longest single piece
   }
@@ -242,7 +243,7 @@ void TensorParallelSwitch::commit() {
   // Everything that can fail: the new pages for what the steps added, and the re-lay of every page
   // not re-laid yet (the open tails; all of them without pre-copy), all in one relay.
   std::vector<Run> runs;
-  for (Session* s : model_.sessions_.all()) {
+  for (Session* s : model_.sessions().all()) {
     SessionCopy& c = copies_.at(s->id());
     for (size_t i = 0; i < units_.size(); i++) {
       const int layer = units_[i] - 1;
@@ -256,12 +257,12 @@ void TensorParallelSwitch::commit() {
   // The flip: nothing below throws or frees.
   for (int u : units_) {
     std::unique_ptr<BoundUnit>& holder = staged_.at(u);
-    std::swap(model_.units_[size_t(u)], *holder);
+    placement_.swapBinding(u, *holder);
     retiredUnits_.push_back(std::move(holder));
   }
   staged_.clear();
   const size_t k = options_.devices.size();
-  for (Session* s : model_.sessions_.all()) {
+  for (Session* s : model_.sessions().all()) {
     SessionCopy& c = copies_.at(s->id());
     for (size_t i = 0; i < units_.size(); i++) {
       const int layer = units_[i] - 1;
@@ -295,7 +296,7 @@ void TensorParallelSwitch::releaseSource() noexcept {
   }
   retiredPages_.clear();
   retiredUnits_.clear();
-  model_.releaseIdleWorkspaces();
+  placement_.releaseIdleWorkspaces();
 }
 
 std::string TensorParallelSwitch::describe() const {

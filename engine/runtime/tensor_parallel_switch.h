@@ -3,7 +3,7 @@
 // The same two phases as a LiveMigration (live_migration.h), with the same guarantees:
 //  - prepare, in slices between the model's steps (prepareStep): bind each block's shards on their
 //    devices - its heads' rows of q, k, v, its rows of gate and up, its columns of the output and
-//    down projections (Model::bindSplit), or the whole block on one device when switching to one -
+//    down projections (UnitBinder::bindSplit), or the whole block on one device when switching to one -
 //    and run them once so their kernels are made (the standing executors); then re-lay every
 //    session's sealed KV pages by heads into pages of the new shards' pools (one gather per old
 //    shard and one scatter per new shard for a run of pages), re-laying pages sealed since.
@@ -105,6 +105,7 @@ class TensorParallelSwitch final {
   KvPagePool& newPool(int shard) const;
 
   Model& model_;
+  UnitPlacement& placement_;  // model_'s units
   TensorParallelOptions options_;
   std::vector<int> units_;  // switching blocks (unit numbers)
   std::map<int, std::unique_ptr<BoundUnit>> staged_;
