@@ -10,6 +10,8 @@
 #   .carry-serve/ (--serve) the daemon and tools built here, with the libraries the GPU machine lacks;
 #   .carry-cpu/ (--cpu) the CPU kernels' test and bench binaries built here (scripts/cpu-isa-check.sh;
 #     PEER_AVX2=dir adds a llama.cpp AVX2 build made here);
+#   .carry-ab/ (--ab DIR) this build's GPU tests, daemon and benches (new/), the same benches and
+#     daemon from another commit's build in DIR/bin (old/), for scripts/gpu/ab.sh;
 #   bash scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu] [--archs]  (the size check counts what is named)
 #   run(command="bash scripts/gpu-check.sh all", carry=[".devshared", ".peer"], timeout_s=600)
 # A call's carried tree is limited to 64 MiB; this checks the total.
@@ -18,14 +20,17 @@ cd "$(dirname "$0")/.."
 SHARED=${JITLLM_SHARED_DIR:-../shared}
 [ -f "$SHARED/models/stories260K.gguf" ] || { echo "no $SHARED/models/stories260K.gguf" >&2; exit 1; }
 
-noPeer=0 serve=0 cpu=0 archs=0
-for arg in "$@"; do
+noPeer=0 serve=0 cpu=0 archs=0 ab=""
+while (($#)); do
+  arg=$1
+  shift
   case $arg in
+    --ab) ab=${1:?--ab needs a build directory of another commit}; shift ;;
     --no-peer) noPeer=1 ;;
     --serve) serve=1 ;;
     --cpu) cpu=1 ;;
     --archs) archs=1 ;;
-    *) echo "usage: scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu] [--archs]" >&2; exit 2 ;;
+    *) echo "usage: scripts/prepare-gpu-carry.sh [--no-peer] [--serve] [--cpu] [--archs] [--ab DIR]" >&2; exit 2 ;;
   esac
 done
 
@@ -92,9 +97,25 @@ if ((cpu)); then
   tar -C .carry-cpu -cJf .carry-cpu/bin.tar.xz bin && rm -rf .carry-cpu/bin
 fi
 
+# --ab DIR: .carry-ab/, scripts/gpu/ab.sh's two sides, stripped: new/ from build/ (the GPU tests,
+# the daemon, the benches), old/ from DIR/bin (the daemon and the benches), lib/ what the daemons
+# need that the GPU machine lacks.
+if [ -n "$ab" ]; then
+  benches=(jitllmd jitllm-serve-bench jitllm-bench jitllm-mkmodel)
+  tests=(cuda_tests runtime_tests migration_tests backend_conformance_tests step_loop_tests)
+  cmake --build build --target "${benches[@]}" "${tests[@]}" > /dev/null
+  rm -rf .carry-ab && mkdir -p .carry-ab/new .carry-ab/old .carry-ab/lib
+  for t in "${benches[@]}" "${tests[@]}"; do strip -o ".carry-ab/new/$t" "build/bin/$t"; done
+  for t in "${benches[@]}"; do strip -o ".carry-ab/old/$t" "$ab/bin/$t"; done
+  for t in .carry-ab/new/jitllmd .carry-ab/old/jitllmd; do ldd "$t"; done | awk '$3 ~ /^\// { print $3 }' | sort -u |
+    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*)\.so|/usr/local/cuda' |
+    while read -r lib; do cp -L "$lib" .carry-ab/lib/; done
+  strip --strip-unneeded .carry-ab/lib/*.so*
+fi
+
 exclude=.git/info/exclude
 mkdir -p "$(dirname "$exclude")" && touch "$exclude"
-for path in /.devshared/ /.peer/ /.carry-serve/ /.carry-cpu/; do
+for path in /.devshared/ /.peer/ /.carry-serve/ /.carry-cpu/ /.carry-ab/; do
   grep -qxF "$path" "$exclude" || echo "$path" >> "$exclude"
 done
 
@@ -104,6 +125,7 @@ paths=(.devshared)
 ((noPeer)) || paths+=(.peer)
 ((serve)) && paths+=(.carry-serve)
 ((cpu)) && paths+=(.carry-cpu)
+[ -n "$ab" ] && paths+=(.carry-ab)
 carried=$(du -scb "${paths[@]}" | tail -1 | cut -f1)
 mib=$(((tree + carried) / 1048576))
 echo "carry: ${paths[*]}; with the tree ${mib} MiB of the 64 MiB a call takes"

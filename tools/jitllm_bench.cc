@@ -1,6 +1,6 @@
 // jitllm-bench: prefill and decode speed of a model, the way llama-bench measures them, through
 // the step loop the daemon runs (engine/runtime/step_loop.h) - its prefill chunks
-// (StepLoop::kServingPrefillChunk), its prompt-path rule (a prompt of kPromptPathMinTokens or more
+// (StepLoop::Options::prefillChunk), its prompt-path rule (a prompt of kPromptPathMinTokens or more
 // on the devices' prompt path, all but its last token) and its device-side greedy pick - so the
 // figures are the daemon's, less its socket.
 //
@@ -254,7 +254,6 @@ class StepLoopBench final {
   double run(const std::vector<std::unique_ptr<runtime::Session>>& sessions,
              const std::vector<std::vector<int32_t>>& extra, int32_t maxTokens, int64_t fed) {
     runtime::StepLoop::Options options;
-    options.prefillChunk = runtime::StepLoop::kServingPrefillChunk;
     runtime::StepLoop loop(model_, options);
     std::vector<runtime::Sequence*> sequences;
     for (size_t i = 0; i < sessions.size(); i++) {

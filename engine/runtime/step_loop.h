@@ -146,12 +146,6 @@ class StepLoop final {
   };
   // What a less urgent prompt gets per step at least, so that it always advances.
   static constexpr int64_t kMinUrgentPrefill = 16;
-  // The prefillChunk of a serving loop: what jitllmd's model workers feed a prompt per step, so
-  // that a long prompt stalls the replies decoding beside it for a few milliseconds only, and what
-  // jitllm-bench measures with so its figures are the daemon's.
-  // TODO(cleanup): daemon/server/model_host.h still has its own ModelHost::kPrefillChunk (equal);
-  // it should be this constant, a one-line change in daemon/, which another branch owns now.
-  static constexpr int64_t kServingPrefillChunk = 256;
 
   StepLoop(Model& model, Options options);
   StepLoop(const StepLoop&) = delete;
