@@ -66,7 +66,10 @@ abServe() {
   done
 }
 
-[ -d "$CARRY/new" ] || [ "$dry" = 1 ] || { echo "no .carry-ab carried (scripts/prepare-gpu-carry.sh --ab)" >&2; exit 1; }
+if [ "$dry" != 1 ]; then
+  [ -f "$CARRY/ab.tar.xz" ] || { echo "no .carry-ab carried (scripts/prepare-gpu-carry.sh --ab)" >&2; exit 1; }
+  [ -d "$CARRY/new" ] || tar -C "$CARRY" -xJf "$CARRY/ab.tar.xz"
+fi
 steps=()
 for s in "${AB_STEP_LIST[@]}"; do
   case $s in
