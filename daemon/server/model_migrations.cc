@@ -144,49 +144,61 @@ void ModelMigrations::ended() {
 }
 
 void ModelMigrations::service(const DeviceLocks& locks) {
-  const int layers = int(model_.config().layers);
-  if (!running_) {
-    std::shared_ptr<MigrationTicket> ticket;
-    {
-      std::lock_guard lock(mutex_);
-      // Asked for after this iteration took its locks: the next iteration starts it (busy_
-      // keeps the worker looking).
-      if (pending_ && !holdsAll(locks, pending_->request())) return;
-      ticket.swap(pending_);
-    }
-    if (!ticket) return;
-    const MigrationRequest& r = ticket->request();
-    auto started = std::make_unique<Running>();
-    started->ticket = ticket;
-    for (int u = 0; u < model_.unitCount(); u++) started->before.push_back(model_.unitDevice(u).info().id.str());
-    try {
-      if (r.split.empty()) {
-        runtime::MigrationOptions o;
-        o.units = runtime::parseUnitRange(r.layers, layers);  // checked in request()
-        o.target = r.target;
-        o.precopy = r.precopy;
-        o.stageBudgetMs = 2;  // a few units per step: the replies' steps wait a couple of ms at most
-        started->migration = std::make_unique<runtime::LiveMigration>(model_, o);
-      } else {
-        runtime::TensorParallelOptions o;
-        o.units = runtime::parseUnitRange(r.layers, layers);
-        o.devices = r.split;
-        o.precopy = r.precopy;
-        o.partialSums = r.partialSums;
-        started->split = std::make_unique<runtime::TensorParallelSwitch>(model_, o);
-      }
-    } catch (const Error& e) {
-      ticket->fail(e);
-      ended();
-      return;
-    }
-    running_ = std::move(started);
-    const runtime::MigrationStats st = running_->stats();
-    events_.emit({0, EventKind::kMigration, "migration.preparing", name_, r.target->info().id.str(), 0,
-                  "migration " + std::to_string(ticket->id()) + ": " + running_->describe() + " (" +
-                      std::to_string(st.units) + (r.split.empty() ? " units to move" : " blocks to split") +
-                      (r.precopy ? ", pre-copying KV" : "") + ")"});
+  if (!running_ && !start(locks)) return;
+  if (!advance()) return;
+  committed(*running_);
+  // The requester hears of it once ps shows the new placement (after this iteration's publish),
+  // and until then the model still counts as migrating: a snapshot that said "not migrating" with
+  // the old placement let the scheduler plan its next move from units that had already moved.
+  retiring_ = std::move(running_);
+}
+
+bool ModelMigrations::start(const DeviceLocks& locks) {
+  std::shared_ptr<MigrationTicket> ticket;
+  {
+    std::lock_guard lock(mutex_);
+    // Asked for after this iteration took its locks: the next iteration starts it (busy_ keeps
+    // the worker looking).
+    if (pending_ && !holdsAll(locks, pending_->request())) return false;
+    ticket.swap(pending_);
   }
+  if (!ticket) return false;
+  const MigrationRequest& r = ticket->request();
+  const int layers = int(model_.config().layers);
+  auto started = std::make_unique<Running>();
+  started->ticket = ticket;
+  for (int u = 0; u < model_.unitCount(); u++) started->before.push_back(model_.unitDevice(u).info().id.str());
+  try {
+    if (r.split.empty()) {
+      runtime::MigrationOptions o;
+      o.units = runtime::parseUnitRange(r.layers, layers);  // checked in request()
+      o.target = r.target;
+      o.precopy = r.precopy;
+      o.stageBudgetMs = 2;  // a few units per step: the replies' steps wait a couple of ms at most
+      started->migration = std::make_unique<runtime::LiveMigration>(model_, o);
+    } else {
+      runtime::TensorParallelOptions o;
+      o.units = runtime::parseUnitRange(r.layers, layers);
+      o.devices = r.split;
+      o.precopy = r.precopy;
+      o.partialSums = r.partialSums;
+      started->split = std::make_unique<runtime::TensorParallelSwitch>(model_, o);
+    }
+  } catch (const Error& e) {
+    ticket->fail(e);
+    ended();
+    return false;
+  }
+  running_ = std::move(started);
+  const runtime::MigrationStats st = running_->stats();
+  events_.emit({0, EventKind::kMigration, "migration.preparing", name_, r.target->info().id.str(), 0,
+                "migration " + std::to_string(ticket->id()) + ": " + running_->describe() + " (" +
+                    std::to_string(st.units) + (r.split.empty() ? " units to move" : " blocks to split") +
+                    (r.precopy ? ", pre-copying KV" : "") + ")"});
+  return true;
+}
+
+bool ModelMigrations::advance() {
   Running& m = *running_;
   const std::string target = m.ticket->result().to;
   if (m.ticket->cancelled()) {
@@ -195,7 +207,7 @@ void ModelMigrations::service(const DeviceLocks& locks) {
                   "migration " + std::to_string(m.ticket->id()) + " cancelled while preparing; " + name_ +
                       " stays where it was"});
     ended();
-    return;
+    return false;
   }
   try {
     if (!m.prepared) {
@@ -204,9 +216,10 @@ void ModelMigrations::service(const DeviceLocks& locks) {
         events_.emit({0, EventKind::kMigration, "migration.prepared", name_, target, 0,
                       "migration " + std::to_string(m.ticket->id()) + ": " + m.describe()});
       }
-      return;
+      return false;
     }
     m.commit();
+    return true;
   } catch (const std::exception& thrown) {
     // A bug of ours (anything but an Error) fails the migration, not the daemon: the model stays
     // where it was, every other client is served on, and the log says what broke.
@@ -219,12 +232,17 @@ void ModelMigrations::service(const DeviceLocks& locks) {
                   "migration " + std::to_string(m.ticket->id()) + " failed: " + e.what() + "; " + name_ +
                       " stays where it was"});
     ended();
-    return;
+    return false;
   }
-  // Committed: pins follow the units that were forced off theirs; pinAfter pins the whole range.
+}
+
+void ModelMigrations::committed(Running& m) {
+  // Pins follow the units that were forced off theirs; pinAfter pins the whole range.
   const MigrationRequest& r = m.ticket->request();
   const runtime::UnitRange range = m.units();
   const runtime::MigrationStats st = m.stats();
+  const std::string target = m.ticket->result().to;
+  const int layers = int(model_.config().layers);
   {
     std::lock_guard lock(mutex_);
     for (int u = range.first; u <= range.last; u++) {
@@ -252,11 +270,7 @@ void ModelMigrations::service(const DeviceLocks& locks) {
     events_.emit({0, EventKind::kMigration, "layers.pinned", name_, target, 0,
                   "pinned " + runtime::unitRangeName(range, layers) + " of " + name_ + " to " + target});
   }
-  // The requester hears of it once ps shows the new placement (after this iteration's publish),
-  // and until then the model still counts as migrating: a snapshot that said "not migrating" with
-  // the old placement let the scheduler plan its next move from units that had already moved.
   committed_ = {m.ticket, st};
-  retiring_ = std::move(running_);
 }
 
 void ModelMigrations::afterStep() {

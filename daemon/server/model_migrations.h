@@ -78,6 +78,12 @@ class ModelMigrations final {
 
  private:
   struct Running;
+  // service()'s steps: the pending migration started (false: none, or not under these locks);
+  // the running one a slice further (true: it committed this time); a commit's pins, metrics and
+  // events.
+  bool start(const DeviceLocks& locks);
+  bool advance();
+  void committed(Running& m);
   void ended();  // the running migration is over (done, failed or never started)
 
   const std::string name_;
