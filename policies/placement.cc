@@ -97,7 +97,7 @@ Placement placeStreaming(const std::vector<PlacementDevice>& devices, const Plac
   size_t used = request.workspaceBytes + 2 * largest + kv + request.weightBytes.front() + request.weightBytes.back();
   const size_t limit = room(f, request);
   if (used > limit) {
-    p.why = f.id + " cannot hold even the head, the embedding, the KV and two stream slots (" + mib(used) + ")";
+    p.why = f.id.str() + " cannot hold even the head, the embedding, the KV and two stream slots (" + mib(used) + ")";
     return p;
   }
   p.unitDevice.assign(units, fastest);

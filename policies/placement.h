@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "base/device_id.h"
+
 namespace jitllm::policies {
 
 struct PlacementDevice {
-  std::string id;
+  DeviceId id;
   double speed = 0;             // relative throughput (placement probe or nominal)
   bool software = false;        // lavapipe and the like: used only when nothing else has room
   bool weightsInMemory = true;  // false: weights are read from the file (the CPU), only KV takes memory

@@ -5,23 +5,11 @@
 namespace jitllm::policies {
 namespace {
 
-std::vector<std::string> splitDevices(const std::string& device) {
-  std::vector<std::string> out;
-  for (size_t at = 0; at <= device.size();) {
-    const size_t plus = std::min(device.find('+', at), device.size());
-    out.push_back(device.substr(at, plus - at));
-    at = plus + 1;
-  }
-  return out;
-}
-
-std::string backendOf(const std::string& id) { return id.substr(0, id.find(':')); }
-
 // A device no model has a unit on (a replica's place).
 bool idle(const Snapshot& s, const DeviceState& d) {
   for (const ModelState& m : s.models) {
     for (const UnitState& u : m.units) {
-      for (const std::string& id : splitDevices(u.device)) {
+      for (const DeviceId& id : u.devices()) {
         if (id == d.id) return false;
       }
     }
@@ -41,14 +29,14 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
       if (mem.lastSwitchMs < 0) mem.lastSwitchMs = s.nowMs;  // first seen: counts from now
       if (m.activeSessions == 0 && !m.migrating &&
           s.nowMs - std::max(m.lastUsedMs, mem.lastSwitchMs) >= config_.coolForMs) {
-        actions.push_back({ActionKind::kDropReplica, m.name, 0, 0, "",
+        actions.push_back({ActionKind::kDropReplica, m.name, 0, 0, std::nullopt,
                            "no reply for " + std::to_string(config_.coolForMs / 1000) + " s: " + m.replicaOf +
                                " serves alone again"});
       }
       continue;
     }
     Memory& mem = memory_[m.name];
-    const TierState* interactive = m.tier("interactive");
+    const TierState* interactive = m.tier(Tier::kInteractive);
     const uint64_t finished = interactive ? interactive->finished : 0, met = interactive ? interactive->met : 0;
     const uint64_t recentFinished = finished - std::min(finished, mem.finished);
     const uint64_t recentMet = met - std::min(met, mem.met);
@@ -59,15 +47,16 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
     if (m.migrating || !m.resident) continue;
     if (mem.lastSwitchMs >= 0 && s.nowMs - mem.lastSwitchMs < config_.coolForMs) continue;
     // Every block split alike (what this policy and jitllmctl tp make): blocks pinned by a user,
-    // or split unevenly, are not its to change.
-    const std::string& blockDevice = m.units[1].device;
+    // or split unevenly, are not its to change. (A split block's pin is the split's own.)
+    const UnitState& block = m.units[1];
     bool uniform = true;
     for (size_t u = 1; u + 1 < m.units.size(); u++) {
-      const bool splitPin = m.units[u].pinned == m.units[u].device && blockDevice.find('+') != std::string::npos;
-      uniform = uniform && m.units[u].device == blockDevice && (m.units[u].pinned.empty() || splitPin);
+      const UnitState& unit = m.units[u];
+      uniform =
+          uniform && unit.device == block.device && unit.split == block.split && (!unit.pinned || !unit.split.empty());
     }
     if (!uniform) continue;
-    const std::vector<std::string> current = splitDevices(blockDevice);
+    const std::vector<DeviceId> current = block.devices();
     const int degree = int(current.size());
     Action a;
     a.kind = ActionKind::kSplit;
@@ -89,7 +78,7 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
       std::vector<const DeviceState*> candidates;
       for (const DeviceState& d : s.devices) {
         if (std::find(current.begin(), current.end(), d.id) != current.end()) continue;
-        if (d.software || backendOf(d.id) != backendOf(current[0])) continue;
+        if (d.software || d.id.backend != current[0].backend) continue;
         if (double(d.memoryFree()) < double(share) + config_.headroom * double(d.memoryTotal)) continue;
         candidates.push_back(&d);
       }
@@ -105,22 +94,22 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
     } else if (degree > 1 && !busy && s.nowMs - mem.lastInteractiveMs >= config_.coolForMs) {
       a.devices = {current[0]};
       a.reason = "no interactive reply for " + std::to_string(config_.coolForMs / 1000) + " s: joins its blocks onto " +
-                 current[0];
+                 current[0].str();
     } else if (!missing) {
       // Throughput: every copy busy with other replies -> one more copy on an idle device.
       int copies = 1, others = 0;
       for (const ModelState& r : s.models) copies += r.replicaOf == m.name ? 1 : 0;
-      for (const TierState& t : m.tiers) others += t.tier == "interactive" ? 0 : t.active;
+      for (const TierState& t : m.tiers) others += t.tier == Tier::kInteractive ? 0 : t.active;
       for (const ModelState& r : s.models) {
         if (r.replicaOf != m.name) continue;
-        for (const TierState& t : r.tiers) others += t.tier == "interactive" ? 0 : t.active;
+        for (const TierState& t : r.tiers) others += t.tier == Tier::kInteractive ? 0 : t.active;
       }
       if (others < kReplicaReplies * copies) continue;
       size_t bytes = 0;
       for (const UnitState& u : m.units) bytes += u.weightBytes;
       const DeviceState* target = nullptr;
       for (const DeviceState& d : s.devices) {
-        if (d.software || backendOf(d.id) != backendOf(current[0]) || !idle(s, d)) continue;
+        if (d.software || d.id.backend != current[0].backend || !idle(s, d)) continue;
         if (double(d.memoryFree()) < double(bytes) + config_.headroom * double(d.memoryTotal)) continue;
         if (!target || d.speed > target->speed) target = &d;
       }
@@ -131,7 +120,7 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
            0,
            target->id,
            std::to_string(others) + " replies on " + std::to_string(copies) + " cop" + (copies == 1 ? "y" : "ies") +
-               ", its interactive targets kept: a replica on " + target->id + " shares them"};
+               ", its interactive targets kept: a replica on " + target->id.str() + " shares them"};
     } else {
       continue;
     }

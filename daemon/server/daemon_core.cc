@@ -56,7 +56,7 @@ bool idleAndUnpinned(const ModelSnapshot& snap) {
 policies::PlacementDevice placementView(const Device& d, size_t promised, double speed) {
   policies::PlacementDevice p;
   const DeviceInfo& info = d.info();
-  p.id = info.id.str();
+  p.id = info.id;
   p.speed = speed;
   p.software = info.software;
   p.weightsInMemory = !info.caps.hostMemory;  // the CPU reads weights from the mapped file
@@ -502,10 +502,10 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
     if (!idleAndUnpinned(snap)) continue;
     for (const UnitSnapshot& u : snap.units) {
       for (auto& d : reclaimable) {
-        if (d.id == u.device) d.memoryFree += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
+        if (d.id.str() == u.device) d.memoryFree += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
       }
     }
-    for (auto& d : reclaimable) d.memoryFree += promisedKv(*host, snap, d.id);
+    for (auto& d : reclaimable) d.memoryFree += promisedKv(*host, snap, d.id.str());
   }
   const policies::Placement ideal = policies::placeUnits(reclaimable, r);
   policies::Placement now = policies::placeUnits(views(), r);
