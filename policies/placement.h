@@ -58,4 +58,7 @@ Placement placeStreaming(const std::vector<PlacementDevice>& devices, const Plac
 // What `unit` needs on `device`.
 size_t unitNeed(const PlacementDevice& device, const PlacementRequest& request, size_t unit);
 
+// "980 MiB" (rounded up): how placement's words name sizes.
+std::string mebibytes(size_t bytes);
+
 }  // namespace jitllm::policies
