@@ -4,19 +4,23 @@
 // Thread-safety: plain values.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "base/device_id.h"
 
 namespace jitllm::policies {
 
 enum class ActionKind {
   kMigrate,      // move units [first, last] of `model` to `target`
-  kPageOut,      // move all of `model`'s weights and KV out of device memory (it stays loaded)
+  kPageOut,      // move all of `model`'s weights and KV out of device memory (it stays loaded;
+                 // where to is the scheduler's: no `target`)
   kParkKv,       // move the KV of `model`'s idle sessions from device memory to host RAM (`target`:
                  // the device that needs the room)
   kSplit,        // split `model`'s blocks over `devices` (tensor parallelism); one device: join them there
   kReplicate,    // a replica of `model` on `target` (data parallelism), sharing its requests
-  kDropReplica,  // unload `model`, a replica
+  kDropReplica,  // unload `model`, a replica (no `target`)
 };
 
 struct Action {
@@ -24,9 +28,9 @@ struct Action {
   std::string model;
   int first = 0;  // unit numbers, inclusive (kMigrate)
   int last = 0;
-  std::string target;  // device id (kMigrate)
+  std::optional<DeviceId> target;  // kMigrate, kParkKv, kReplicate
   std::string reason;
-  std::vector<std::string> devices = {};  // kSplit: the split, the hidden state's device first
+  std::vector<DeviceId> devices = {};  // kSplit: the split, the hidden state's device first
 
   bool operator==(const Action&) const = default;
 };

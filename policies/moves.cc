@@ -5,12 +5,12 @@
 
 namespace jitllm::policies {
 
-std::vector<UnitRun> movableRuns(const ModelState& model, const std::string& device) {
+std::vector<UnitRun> movableRuns(const ModelState& model, const DeviceId& device) {
   std::vector<UnitRun> runs;
   bool open = false;
   for (int u = 0; u < int(model.units.size()); u++) {
     const UnitState& unit = model.units[size_t(u)];
-    if (unit.device != device || !unit.pinned.empty()) {
+    if (unit.device != device || !unit.movable()) {
       open = false;
       continue;
     }
@@ -22,7 +22,7 @@ std::vector<UnitRun> movableRuns(const ModelState& model, const std::string& dev
   return runs;
 }
 
-const DeviceState* pickTarget(const Snapshot& snapshot, const std::string& from, size_t bytes, double headroom,
+const DeviceState* pickTarget(const Snapshot& snapshot, const DeviceId& from, size_t bytes, double headroom,
                               const std::function<bool(const DeviceState&)>& allowed, MoveBudget& budget) {
   const DeviceState* best = nullptr;
   auto rank = [](const DeviceState& d) {

@@ -15,7 +15,7 @@ bool faster(const DeviceState& to, const DeviceState& from) {
 
 std::vector<Action> OnlinePolicy::plan(const Snapshot& s) {
   std::vector<const DeviceState*> arrived;
-  std::set<std::string> present;
+  std::set<DeviceId> present;
   for (const DeviceState& d : s.devices) {
     present.insert(d.id);
     if (seenFirst_ && !known_.count(d.id)) arrived.push_back(&d);
@@ -35,7 +35,7 @@ std::vector<Action> OnlinePolicy::plan(const Snapshot& s) {
               s, from.id, run.bytes, config_.headroom, [&](const DeviceState& t) { return &t == fresh; }, budget);
           if (!target) continue;
           actions.push_back({ActionKind::kMigrate, m.name, run.first, run.last, fresh->id,
-                             fresh->id + " arrived and is faster than " + from.id});
+                             fresh->id.str() + " arrived and is faster than " + from.id.str()});
         }
       }
     }

@@ -9,8 +9,8 @@
 #pragma once
 
 #include <set>
-#include <string>
 
+#include "base/device_id.h"
 #include "policies/policy.h"
 
 namespace jitllm::policies {
@@ -24,7 +24,7 @@ class OnlinePolicy final : public Policy {
  private:
   PolicyConfig config_;
   bool seenFirst_ = false;
-  std::set<std::string> known_;
+  std::set<DeviceId> known_;
 };
 
 }  // namespace jitllm::policies

@@ -6,8 +6,6 @@
 namespace jitllm::policies {
 namespace {
 
-std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
-
 // Bytes this model may take on `d`.
 size_t room(const PlacementDevice& d, const PlacementRequest& r) {
   const size_t reserve = size_t(r.headroom * double(d.memoryTotal));
@@ -17,6 +15,8 @@ size_t room(const PlacementDevice& d, const PlacementRequest& r) {
 }
 
 }  // namespace
+
+std::string mebibytes(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
 
 size_t unitNeed(const PlacementDevice& device, const PlacementRequest& request, size_t unit) {
   const size_t kv = unit < request.kvBytes.size() ? request.kvBytes[unit] : 0;
@@ -59,7 +59,7 @@ Placement placeUnits(const std::vector<PlacementDevice>& devices, const Placemen
       size_t rest = 0;
       const PlacementDevice& last = devices[size_t(order.back())];
       for (size_t v = u; v < units; v++) rest += unitNeed(last, request, v);
-      p.why = "units " + std::to_string(u) + "-" + std::to_string(units - 1) + " need " + mib(rest) +
+      p.why = "units " + std::to_string(u) + "-" + std::to_string(units - 1) + " need " + mebibytes(rest) +
               " more than the devices have free";
       p.unitDevice.clear();
       return p;
@@ -97,7 +97,8 @@ Placement placeStreaming(const std::vector<PlacementDevice>& devices, const Plac
   size_t used = request.workspaceBytes + 2 * largest + kv + request.weightBytes.front() + request.weightBytes.back();
   const size_t limit = room(f, request);
   if (used > limit) {
-    p.why = f.id + " cannot hold even the head, the embedding, the KV and two stream slots (" + mib(used) + ")";
+    p.why =
+        f.id.str() + " cannot hold even the head, the embedding, the KV and two stream slots (" + mebibytes(used) + ")";
     return p;
   }
   p.unitDevice.assign(units, fastest);

@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "base/device_id.h"
+
 namespace jitllm::policies {
 
 struct PlacementDevice {
-  std::string id;
+  DeviceId id;
   double speed = 0;             // relative throughput (placement probe or nominal)
   bool software = false;        // lavapipe and the like: used only when nothing else has room
   bool weightsInMemory = true;  // false: weights are read from the file (the CPU), only KV takes memory
@@ -55,5 +57,8 @@ Placement placeStreaming(const std::vector<PlacementDevice>& devices, const Plac
 
 // What `unit` needs on `device`.
 size_t unitNeed(const PlacementDevice& device, const PlacementRequest& request, size_t unit);
+
+// "980 MiB" (rounded up): how placement's words name sizes.
+std::string mebibytes(size_t bytes);
 
 }  // namespace jitllm::policies

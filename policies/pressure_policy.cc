@@ -15,15 +15,15 @@ std::string percent(double f) {
   return buf;
 }
 
-size_t bytesOn(const ModelState& m, const std::string& device) {
+size_t bytesOn(const ModelState& m, const DeviceId& device) {
   size_t n = 0;
-  for (const UnitState& u : m.units) n += u.device == device ? u.bytes : 0;
+  for (const UnitState& u : m.units) n += u.wholeOn(device) ? u.bytes : 0;
   return n;
 }
 
-bool pinnedOn(const ModelState& m, const std::string& device) {
+bool pinnedOn(const ModelState& m, const DeviceId& device) {
   for (const UnitState& u : m.units) {
-    if (u.device == device && !u.pinned.empty()) return true;
+    if (u.wholeOn(device) && u.pinned) return true;
   }
   return false;
 }
@@ -40,12 +40,12 @@ std::vector<Action> PressurePolicy::plan(const Snapshot& s) {
     if (m.resident || m.migrating || m.activeSessions == 0 || m.home.size() != m.units.size()) continue;
     pagedOut.insert(m.name);  // not a candidate for paging out below
     for (int u = 0; u < int(m.units.size()); u++) {
-      const std::string& home = m.home[size_t(u)];
-      if (m.units[size_t(u)].device == home || !m.units[size_t(u)].pinned.empty() || !s.device(home)) continue;
+      const DeviceId& home = m.home[size_t(u)];
+      if (m.units[size_t(u)].device == home || !m.units[size_t(u)].movable() || !s.device(home)) continue;
       UnitRun run{u, u, m.units[size_t(u)].bytes + m.units[size_t(u)].weightBytes};
       while (run.last + 1 < int(m.units.size()) && m.home[size_t(run.last + 1)] == home &&
              m.units[size_t(run.last + 1)].device == m.units[size_t(u)].device &&
-             m.units[size_t(run.last + 1)].pinned.empty()) {
+             m.units[size_t(run.last + 1)].movable()) {
         run.last++;
         run.bytes += m.units[size_t(run.last)].bytes + m.units[size_t(run.last)].weightBytes;
       }
@@ -62,7 +62,7 @@ std::vector<Action> PressurePolicy::plan(const Snapshot& s) {
   for (const DeviceState& d : s.devices) {
     if (d.memoryTotal == 0 || d.memoryFraction() <= config_.pressureHigh) continue;
     const std::string reason =
-        d.id + " at " + percent(d.memoryFraction()) + " of its memory > " + percent(config_.pressureHigh);
+        d.id.str() + " at " + percent(d.memoryFraction()) + " of its memory > " + percent(config_.pressureHigh);
     const size_t goal = size_t(config_.pressureLow * double(d.memoryTotal));
     size_t used = d.memoryUsed;
     // Idle sessions' KV first: parking it costs nobody a token and it comes back bitwise.
@@ -92,7 +92,7 @@ std::vector<Action> PressurePolicy::plan(const Snapshot& s) {
     });
     for (const ModelState* m : idle) {
       if (used <= goal) break;
-      actions.push_back({ActionKind::kPageOut, m->name, 0, int(m->units.size()) - 1, "", reason});
+      actions.push_back({ActionKind::kPageOut, m->name, 0, int(m->units.size()) - 1, std::nullopt, reason});
       pagedOut.insert(m->name);
       used -= std::min(used, bytesOn(*m, d.id));
     }

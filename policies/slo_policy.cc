@@ -5,28 +5,37 @@
 namespace jitllm::policies {
 namespace {
 
-std::vector<std::string> splitDevices(const std::string& device) {
-  std::vector<std::string> out;
-  for (size_t at = 0; at <= device.size();) {
-    const size_t plus = std::min(device.find('+', at), device.size());
-    out.push_back(device.substr(at, plus - at));
-    at = plus + 1;
-  }
-  return out;
-}
-
-std::string backendOf(const std::string& id) { return id.substr(0, id.find(':')); }
-
 // A device no model has a unit on (a replica's place).
 bool idle(const Snapshot& s, const DeviceState& d) {
   for (const ModelState& m : s.models) {
     for (const UnitState& u : m.units) {
-      for (const std::string& id : splitDevices(u.device)) {
+      for (const DeviceId& id : u.devices()) {
         if (id == d.id) return false;
       }
     }
   }
   return true;
+}
+
+// Every block split alike (what this policy and jitllmctl tp make): blocks pinned by a user, or
+// split unevenly, are not this policy's to change. (A split block's pin is the split's own.)
+bool blocksAlike(const ModelState& m) {
+  const UnitState& block = m.units[1];
+  for (size_t u = 1; u + 1 < m.units.size(); u++) {
+    const UnitState& unit = m.units[u];
+    if (unit.device != block.device || unit.split != block.split || (unit.pinned && unit.split.empty())) return false;
+  }
+  return true;
+}
+
+// Replies of the other tiers running on `m` and its replicas.
+int otherReplies(const Snapshot& s, const ModelState& m) {
+  int others = 0;
+  for (const ModelState& r : s.models) {
+    if (&r != &m && r.replicaOf != m.name) continue;
+    for (const TierState& t : r.tiers) others += t.tier == Tier::kInteractive ? 0 : t.active;
+  }
+  return others;
 }
 
 }  // namespace
@@ -41,104 +50,103 @@ std::vector<Action> SloPolicy::plan(const Snapshot& s) {
       if (mem.lastSwitchMs < 0) mem.lastSwitchMs = s.nowMs;  // first seen: counts from now
       if (m.activeSessions == 0 && !m.migrating &&
           s.nowMs - std::max(m.lastUsedMs, mem.lastSwitchMs) >= config_.coolForMs) {
-        actions.push_back({ActionKind::kDropReplica, m.name, 0, 0, "",
+        actions.push_back({ActionKind::kDropReplica, m.name, 0, 0, std::nullopt,
                            "no reply for " + std::to_string(config_.coolForMs / 1000) + " s: " + m.replicaOf +
                                " serves alone again"});
       }
       continue;
     }
     Memory& mem = memory_[m.name];
-    const TierState* interactive = m.tier("interactive");
+    const TierState* interactive = m.tier(Tier::kInteractive);
     const uint64_t finished = interactive ? interactive->finished : 0, met = interactive ? interactive->met : 0;
     const uint64_t recentFinished = finished - std::min(finished, mem.finished);
-    const uint64_t recentMet = met - std::min(met, mem.met);
+    const uint64_t recentMissed = recentFinished - std::min(recentFinished, met - std::min(met, mem.met));
     mem.finished = finished;
     mem.met = met;
     const bool busy = interactive && interactive->active > 0;
     if (busy) mem.lastInteractiveMs = s.nowMs;
     if (m.migrating || !m.resident) continue;
     if (mem.lastSwitchMs >= 0 && s.nowMs - mem.lastSwitchMs < config_.coolForMs) continue;
-    // Every block split alike (what this policy and jitllmctl tp make): blocks pinned by a user,
-    // or split unevenly, are not its to change.
-    const std::string& blockDevice = m.units[1].device;
-    bool uniform = true;
-    for (size_t u = 1; u + 1 < m.units.size(); u++) {
-      const bool splitPin = m.units[u].pinned == m.units[u].device && blockDevice.find('+') != std::string::npos;
-      uniform = uniform && m.units[u].device == blockDevice && (m.units[u].pinned.empty() || splitPin);
-    }
-    if (!uniform) continue;
-    const std::vector<std::string> current = splitDevices(blockDevice);
-    const int degree = int(current.size());
-    Action a;
-    a.kind = ActionKind::kSplit;
-    a.model = m.name;
-    a.first = 1;
-    a.last = int(m.units.size()) - 2;
-    const bool missing =
-        recentFinished > 0 && double(recentFinished - recentMet) > kMissFraction * double(recentFinished);
+    if (!blocksAlike(m)) continue;
+    const std::vector<DeviceId> current = m.units[1].devices();
+    const bool missing = recentFinished > 0 && double(recentMissed) > kMissFraction * double(recentFinished);
+    std::optional<Action> a;
     if (busy && missing) {
-      int want = 0;
-      for (int k : m.splits) {
-        if (k > degree && (want == 0 || k < want)) want = k;
+      a = widen(s, m, current);
+      if (a) {
+        a->reason = "interactive replies missed their targets (" + std::to_string(recentMissed) + " of " +
+                    std::to_string(recentFinished) + " since the last tick): splits its blocks over " +
+                    std::to_string(a->devices.size()) + " devices";
       }
-      if (want == 0) continue;
-      size_t blockBytes = 0;
-      for (size_t u = 1; u + 1 < m.units.size(); u++) blockBytes += m.units[u].weightBytes;
-      const size_t share = blockBytes / size_t(want);
-      // Idle devices of the backend: the model's own first, then the fastest with room.
-      std::vector<const DeviceState*> candidates;
-      for (const DeviceState& d : s.devices) {
-        if (std::find(current.begin(), current.end(), d.id) != current.end()) continue;
-        if (d.software || backendOf(d.id) != backendOf(current[0])) continue;
-        if (double(d.memoryFree()) < double(share) + config_.headroom * double(d.memoryTotal)) continue;
-        candidates.push_back(&d);
-      }
-      std::sort(candidates.begin(), candidates.end(), [](const DeviceState* x, const DeviceState* y) {
-        return x->speed != y->speed ? x->speed > y->speed : x->id < y->id;
-      });
-      if (int(current.size() + candidates.size()) < want) continue;
-      a.devices = current;
-      for (size_t i = 0; int(a.devices.size()) < want; i++) a.devices.push_back(candidates[i]->id);
-      a.reason = "interactive replies missed their targets (" + std::to_string(recentFinished - recentMet) + " of " +
-                 std::to_string(recentFinished) + " since the last tick): splits its blocks over " +
-                 std::to_string(want) + " devices";
-    } else if (degree > 1 && !busy && s.nowMs - mem.lastInteractiveMs >= config_.coolForMs) {
-      a.devices = {current[0]};
-      a.reason = "no interactive reply for " + std::to_string(config_.coolForMs / 1000) + " s: joins its blocks onto " +
-                 current[0];
+    } else if (current.size() > 1 && !busy && s.nowMs - mem.lastInteractiveMs >= config_.coolForMs) {
+      a = Action{ActionKind::kSplit,
+                 m.name,
+                 1,
+                 int(m.units.size()) - 2,
+                 std::nullopt,
+                 "no interactive reply for " + std::to_string(config_.coolForMs / 1000) + " s: joins its blocks onto " +
+                     current[0].str(),
+                 {current[0]}};
     } else if (!missing) {
-      // Throughput: every copy busy with other replies -> one more copy on an idle device.
-      int copies = 1, others = 0;
-      for (const ModelState& r : s.models) copies += r.replicaOf == m.name ? 1 : 0;
-      for (const TierState& t : m.tiers) others += t.tier == "interactive" ? 0 : t.active;
-      for (const ModelState& r : s.models) {
-        if (r.replicaOf != m.name) continue;
-        for (const TierState& t : r.tiers) others += t.tier == "interactive" ? 0 : t.active;
-      }
-      if (others < kReplicaReplies * copies) continue;
-      size_t bytes = 0;
-      for (const UnitState& u : m.units) bytes += u.weightBytes;
-      const DeviceState* target = nullptr;
-      for (const DeviceState& d : s.devices) {
-        if (d.software || backendOf(d.id) != backendOf(current[0]) || !idle(s, d)) continue;
-        if (double(d.memoryFree()) < double(bytes) + config_.headroom * double(d.memoryTotal)) continue;
-        if (!target || d.speed > target->speed) target = &d;
-      }
-      if (!target) continue;
-      a = {ActionKind::kReplicate,
-           m.name,
-           0,
-           0,
-           target->id,
-           std::to_string(others) + " replies on " + std::to_string(copies) + " cop" + (copies == 1 ? "y" : "ies") +
-               ", its interactive targets kept: a replica on " + target->id + " shares them"};
-    } else {
-      continue;
+      a = replicate(s, m, current[0].backend);
     }
+    if (!a) continue;
     mem.lastSwitchMs = s.nowMs;
-    actions.push_back(std::move(a));
+    actions.push_back(std::move(*a));
   }
   return actions;
+}
+
+std::optional<Action> SloPolicy::widen(const Snapshot& s, const ModelState& m,
+                                       const std::vector<DeviceId>& current) const {
+  int want = 0;
+  for (int k : m.splits) {
+    if (k > int(current.size()) && (want == 0 || k < want)) want = k;
+  }
+  if (want == 0) return std::nullopt;
+  size_t blockBytes = 0;
+  for (size_t u = 1; u + 1 < m.units.size(); u++) blockBytes += m.units[u].weightBytes;
+  const size_t share = blockBytes / size_t(want);
+  // Idle devices of the backend: the model's own first, then the fastest with room.
+  std::vector<const DeviceState*> candidates;
+  for (const DeviceState& d : s.devices) {
+    if (std::find(current.begin(), current.end(), d.id) != current.end()) continue;
+    if (d.software || d.id.backend != current[0].backend) continue;
+    if (double(d.memoryFree()) < double(share) + config_.headroom * double(d.memoryTotal)) continue;
+    candidates.push_back(&d);
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const DeviceState* x, const DeviceState* y) {
+    return x->speed != y->speed ? x->speed > y->speed : x->id < y->id;
+  });
+  if (int(current.size() + candidates.size()) < want) return std::nullopt;
+  Action a{ActionKind::kSplit, m.name, 1, int(m.units.size()) - 2, std::nullopt, "", current};
+  for (size_t i = 0; int(a.devices.size()) < want; i++) a.devices.push_back(candidates[i]->id);
+  return a;
+}
+
+std::optional<Action> SloPolicy::replicate(const Snapshot& s, const ModelState& m, const std::string& backend) const {
+  // Throughput: every copy busy with other replies -> one more copy on an idle device.
+  int copies = 1;
+  for (const ModelState& r : s.models) copies += r.replicaOf == m.name ? 1 : 0;
+  const int others = otherReplies(s, m);
+  if (others < kReplicaReplies * copies) return std::nullopt;
+  size_t bytes = 0;
+  for (const UnitState& u : m.units) bytes += u.weightBytes;
+  const DeviceState* target = nullptr;
+  for (const DeviceState& d : s.devices) {
+    if (d.software || d.id.backend != backend || !idle(s, d)) continue;
+    if (double(d.memoryFree()) < double(bytes) + config_.headroom * double(d.memoryTotal)) continue;
+    if (!target || d.speed > target->speed) target = &d;
+  }
+  if (!target) return std::nullopt;
+  return Action{ActionKind::kReplicate,
+                m.name,
+                0,
+                0,
+                target->id,
+                std::to_string(others) + " replies on " + std::to_string(copies) + " cop" +
+                    (copies == 1 ? "y" : "ies") + ", its interactive targets kept: a replica on " + target->id.str() +
+                    " shares them"};
 }
 
 }  // namespace jitllm::policies

@@ -19,7 +19,9 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "policies/policy.h"
 
@@ -35,6 +37,12 @@ class SloPolicy final : public Policy {
   std::vector<Action> plan(const Snapshot& snapshot) override;
 
  private:
+  // Its blocks over the next degree m.splits allows, onto idle devices of its backend with room
+  // (reason left to the caller); none when there are too few.
+  std::optional<Action> widen(const Snapshot& s, const ModelState& m, const std::vector<DeviceId>& current) const;
+  // A replica on an idle device of `backend` when each copy runs kReplicaReplies other replies.
+  std::optional<Action> replicate(const Snapshot& s, const ModelState& m, const std::string& backend) const;
+
   struct Memory {
     uint64_t finished = 0, met = 0;  // the interactive counters at the last tick
     int64_t lastInteractiveMs = 0;   // when an interactive reply was last seen running

@@ -35,19 +35,19 @@ std::vector<Action> ThermalPolicy::plan(const Snapshot& s) {
   updateHeat(s);
   std::vector<Action> actions;
   MoveBudget budget;
-  auto isHot = [&](const std::string& id) { return heat_.count(id) && heat_.at(id).hot; };
+  auto isHot = [&](const DeviceId& id) { return heat_.count(id) && heat_.at(id).hot; };
   auto notHot = [&](const DeviceState& d) { return !isHot(d.id); };
 
   // Layers come back once their device has cooled for long enough. (Before the evacuations:
   // those of this tick have not happened yet, so their units are still at home.)
   for (const ModelState& m : s.models) {
     if (m.migrating || !m.resident) continue;
-    std::map<std::string, std::vector<int>> back;  // home device -> units to bring back, in order
+    std::map<DeviceId, std::vector<int>> back;  // home device -> units to bring back, in order
     for (int u = 0; u < int(m.units.size()); u++) {
       auto it = evacuated_.find({m.name, u});
       if (it == evacuated_.end()) continue;
       const UnitState& unit = m.units[size_t(u)];
-      if (unit.device != it->second.where || !unit.pinned.empty()) {
+      if (unit.device != it->second.where || !unit.movable()) {
         // Back home (a return this policy planned has happened), or moved or pinned by someone
         // else, or the move away never happened: either way no longer ours to bring back.
         evacuated_.erase(it);
@@ -67,7 +67,7 @@ std::vector<Action> ThermalPolicy::plan(const Snapshot& s) {
         if (h.memoryFree() < planned + run.bytes + size_t(config_.headroom * double(h.memoryTotal))) continue;
         budget[home] += run.bytes;
         actions.push_back({ActionKind::kMigrate, m.name, run.first, run.last, home,
-                           home + " back below " + degrees(config_.coolC) + " for " +
+                           home.str() + " back below " + degrees(config_.coolC) + " for " +
                                std::to_string(config_.coolForMs / 1000) + " s"});
         // The records stay until the units are seen at home: the scheduler may carry out only
         // part of a plan in one tick (one migration per model at a time).
@@ -83,7 +83,7 @@ std::vector<Action> ThermalPolicy::plan(const Snapshot& s) {
         const DeviceState* target = pickTarget(s, d.id, run.bytes, config_.headroom, notHot, budget);
         if (!target) continue;  // nowhere cooler with room: it stays (and throttles)
         actions.push_back({ActionKind::kMigrate, m.name, run.first, run.last, target->id,
-                           d.id + " at " + degrees(d.temperatureC) + " > " + degrees(config_.hotC)});
+                           d.id.str() + " at " + degrees(d.temperatureC) + " > " + degrees(config_.hotC)});
         for (int u = run.first; u <= run.last; u++) evacuated_[{m.name, u}] = {d.id, target->id};
       }
     }

@@ -14,6 +14,7 @@
 #include <string>
 #include <tuple>
 
+#include "base/device_id.h"
 #include "policies/policy.h"
 
 namespace jitllm::policies {
@@ -30,14 +31,14 @@ class ThermalPolicy final : public Policy {
     int64_t coolSinceMs = -1;  // below coolC since then; -1: not
   };
   struct Evacuated {
-    std::string home;   // the hot device it left
-    std::string where;  // where it went
+    DeviceId home;   // the hot device it left
+    DeviceId where;  // where it went
   };
 
   void updateHeat(const Snapshot& snapshot);
 
   PolicyConfig config_;
-  std::map<std::string, Heat> heat_;
+  std::map<DeviceId, Heat> heat_;
   std::map<std::pair<std::string, int>, Evacuated> evacuated_;  // (model, unit)
 };
 

@@ -1,9 +1,12 @@
 #include "daemon/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "base/error.h"
 #include "engine/runtime/unit_range.h"
@@ -15,6 +18,42 @@ std::string knownPolicies() {
   std::string names;
   for (const auto& n : policies::policyNames()) names += (names.empty() ? "" : ", ") + n;
   return names;
+}
+
+// The policies' name for each of the daemon's tiers, in ServiceTier's order (most urgent first).
+constexpr std::array<policies::Tier, server::kServiceTiers> kPolicyTiers = {
+    policies::Tier::kInteractive, policies::Tier::kStandard, policies::Tier::kBatch};
+static_assert(size_t(server::ServiceTier::kBatch) + 1 == server::kServiceTiers);
+
+policies::Tier policyTier(server::ServiceTier tier) { return kPolicyTiers[size_t(tier)]; }
+
+// TODO(cleanup): server::ModelSnapshot names devices as text (a unit's device, its pin, a paged-out
+// model's home, idle KV per device), so each tick parses them back into the DeviceIds they were
+// made from; ModelSnapshot is being reworked on another branch, and once it carries DeviceIds
+// (and a split block's devices as a list) deviceList() and optionalDevice() go.
+
+// "cuda:0+cuda:1" (a block split over devices, as ps shows it) -> its devices.
+std::vector<DeviceId> deviceList(const std::string& devices) {
+  std::vector<DeviceId> ids;
+  for (size_t at = 0; at <= devices.size();) {
+    const size_t plus = std::min(devices.find('+', at), devices.size());
+    ids.push_back(DeviceId::parse(std::string_view(devices).substr(at, plus - at)));
+    at = plus + 1;
+  }
+  return ids;
+}
+
+std::optional<DeviceId> optionalDevice(const std::string& id) {
+  return id.empty() ? std::nullopt : std::optional(DeviceId::parse(id));
+}
+
+// The device an event names for an action ("" for none).
+std::string targetName(const policies::Action& action) { return action.target ? action.target->str() : ""; }
+
+// The device an action that moves something names (a policy's bug when it names none).
+const DeviceId& targetOf(const policies::Action& action) {
+  JITLLM_ASSERT(action.target.has_value());
+  return *action.target;
 }
 
 }  // namespace
@@ -88,13 +127,13 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
   for (const auto& d : core_.devices()) {
     policies::DeviceState state;
     const DeviceInfo& info = d->info();
-    state.id = info.id.str();
+    state.id = info.id;
     state.software = info.software;
     state.memoryTotal = info.memoryBudget;
     state.memoryUsed = d->memoryUsed();
     state.speed = core_.deviceTable().speed(*d);
-    state.promised = core_.promised(state.id);
-    const auto found = readings.find(state.id);
+    state.promised = core_.promised(info.id.str());
+    const auto found = readings.find(info.id.str());
     const DeviceTelemetry t = found == readings.end() ? DeviceTelemetry{} : found->second;  // added since
     state.temperatureC = t.temperatureC;
     if (t.memoryUsed) state.memoryUsed = *t.memoryUsed;
@@ -109,15 +148,15 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
     m.lastUsedMs = snap.lastActiveMs;
     m.migrating = snap.migrating;
     m.resident = !snap.pagedOut;
-    m.home = snap.home;
-    m.idleKv = snap.idleKvBytesByDevice;
+    for (const std::string& home : snap.home) m.home.push_back(DeviceId::parse(home));
+    for (const auto& [device, bytes] : snap.idleKvBytesByDevice) m.idleKv.emplace_back(DeviceId::parse(device), bytes);
     // Per tier: its counters (tiers that finished a reply) and the replies running now.
-    auto tierOf = [&m](server::ServiceTier tier) -> policies::TierState& {
-      const std::string name(server::tierName(tier));
+    auto tierOf = [&m](server::ServiceTier serviceTier) -> policies::TierState& {
+      const policies::Tier tier = policyTier(serviceTier);
       for (auto& t : m.tiers) {
-        if (t.tier == name) return t;
+        if (t.tier == tier) return t;
       }
-      m.tiers.push_back({name, 0, 0, 0});
+      m.tiers.push_back({tier, 0, 0, 0});
       return m.tiers.back();
     };
     for (const server::TierGoodput& g : snap.goodput) {
@@ -134,11 +173,12 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
     for (const server::UnitSnapshot& u : snap.units) {
       // Weights read in place from the file take no device memory; KV always does.
       const size_t bytes = (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
-      policies::UnitState unit{u.name, u.device, bytes, u.pinned, u.weightBytes};
-      // A block split over devices ("cuda:0+cuda:1") changes only by another tensor-parallel
-      // switch: the policies, which move units whole, see it as pinned where it is.
-      if (u.device.find('+') != std::string::npos) unit.pinned = u.device;
-      m.units.push_back(unit);
+      std::vector<DeviceId> devices = deviceList(u.device);
+      policies::UnitState unit{u.name, devices.front(), bytes, optionalDevice(u.pinned), u.weightBytes};
+      // A block split over devices ("cuda:0+cuda:1"): the policies move it only by another
+      // tensor-parallel switch.
+      if (devices.size() > 1) unit.split = std::move(devices);
+      m.units.push_back(std::move(unit));
     }
     s.models.push_back(std::move(m));
   }
@@ -151,21 +191,21 @@ void Scheduler::execute(const policies::Action& action) {
     auto host = core_.find(action.model);
     if (action.kind == policies::ActionKind::kParkKv) {
       host->parkIdleSessions(action.reason);  // the model's worker reports what it parked
-      events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, action.target, 0,
+      events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, targetName(action), 0,
                    "parking the KV of " + action.model + "'s idle sessions in host RAM: " + action.reason});
       return;
     }
     if (action.kind == policies::ActionKind::kReplicate || action.kind == policies::ActionKind::kDropReplica) {
       // (Loading a replica blocks this tick for its load, seconds at most: its kernels are cached.)
-      const std::string what = action.kind == policies::ActionKind::kReplicate
-                                   ? "replicated " + action.model + " as " +
-                                         core_.replicate(action.model, DeviceId::parse(action.target))->name()
-                                   : "dropped replica " + action.model;
+      const std::string what =
+          action.kind == policies::ActionKind::kReplicate
+              ? "replicated " + action.model + " as " + core_.replicate(action.model, targetOf(action))->name()
+              : "dropped replica " + action.model;
       if (action.kind == policies::ActionKind::kDropReplica) {
         JITLLM_REQUIRE(!host->options().replicaOf.empty(), "'", action.model, "' is not a replica");
         core_.unload(action.model);
       }
-      events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, action.target, 0,
+      events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, targetName(action), 0,
                    what + ": " + action.reason});
       return;
     }
@@ -175,25 +215,26 @@ void Scheduler::execute(const policies::Action& action) {
     std::string what;
     if (action.kind == policies::ActionKind::kSplit) {
       request.layers = runtime::unitRangeName({action.first, action.last}, layers);
-      for (const std::string& id : action.devices) request.split.push_back(&core_.device(id));
+      for (const DeviceId& id : action.devices) request.split.push_back(&core_.device(id));
       JITLLM_REQUIRE(!request.split.empty(), "a split names its devices");
       request.target = request.split.front();
       what = "splitting " + request.layers + " of " + action.model + " over " + std::to_string(action.devices.size()) +
              " device(s)";
     } else if (action.kind == policies::ActionKind::kMigrate) {
+      const std::string target = targetOf(action).str();
       request.layers = runtime::unitRangeName({action.first, action.last}, layers);
-      request.target = &core_.device(action.target);
-      what = "migrating " + request.layers + " of " + action.model + " to " + action.target;
+      request.target = &core_.device(targetOf(action));
+      what = "migrating " + request.layers + " of " + action.model + " to " + target;
       // Moving a paged-out model's units home counts as paging it in; until all are, it stays out.
       const server::ModelSnapshot snap = host->snapshot();
       if (snap.pagedOut) {
         bool allHome = true;
         for (int u = 0; u < int(snap.units.size()) && u < int(snap.home.size()); u++) {
           const bool moving = u >= action.first && u <= action.last;
-          allHome = allHome && (moving ? action.target : snap.units[size_t(u)].device) == snap.home[size_t(u)];
+          allHome = allHome && (moving ? target : snap.units[size_t(u)].device) == snap.home[size_t(u)];
         }
         request.pageOut = !allHome;
-        what = "paging " + request.layers + " of " + action.model + " in to " + action.target;
+        what = "paging " + request.layers + " of " + action.model + " in to " + target;
       }
     } else {
       request.target = core_.pageOutTarget();
@@ -205,7 +246,7 @@ void Scheduler::execute(const policies::Action& action) {
     events.emit({0, server::EventKind::kMigration, "scheduler.acted", action.model, request.target->info().id.str(), 0,
                  what + ": " + action.reason});
   } catch (const Error& e) {
-    events.emit({0, server::EventKind::kMigration, "scheduler.skipped", action.model, action.target, 0,
+    events.emit({0, server::EventKind::kMigration, "scheduler.skipped", action.model, targetName(action), 0,
                  std::string("could not act on '") + action.reason + "': " + e.what()});
   }
 }

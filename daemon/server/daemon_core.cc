@@ -13,7 +13,7 @@
 #include "daemon/server/model_name.h"
 #include "engine/devices/builtin_backends.h"
 #include "engine/devices/speed_probe.h"
-#include "policies/placement.h"
+#include "policies/load_placement.h"
 
 namespace jitllm::server {
 
@@ -29,8 +29,6 @@ std::vector<std::unique_ptr<Device>> openDevices(const DaemonConfig& config) {
   return backends.open(config.devices, config.cpuThreads);
 }
 
-std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
-
 // KV a resident model was placed with room for (one session at its default context) but does not
 // use yet, per block unit on `device`: a newcomer must not take it.
 size_t promisedKv(const ModelHost& host, const ModelSnapshot& snap, const std::string& device) {
@@ -45,18 +43,10 @@ size_t promisedKv(const ModelHost& host, const ModelSnapshot& snap, const std::s
   return promised;
 }
 
-// Whether `snap` may be paged out to make room: no session, no migration, no pinned unit.
-bool idleAndUnpinned(const ModelSnapshot& snap) {
-  for (const UnitSnapshot& u : snap.units) {
-    if (!u.pinned.empty()) return false;
-  }
-  return snap.sessions.empty() && !snap.migrating;
-}
-
 policies::PlacementDevice placementView(const Device& d, size_t promised, double speed) {
   policies::PlacementDevice p;
   const DeviceInfo& info = d.info();
-  p.id = info.id.str();
+  p.id = info.id;
   p.speed = speed;
   p.software = info.software;
   p.weightsInMemory = !info.caps.hostMemory;  // the CPU reads weights from the mapped file
@@ -444,98 +434,59 @@ std::vector<int> DaemonCore::placeNewModel(const std::string& name, const std::v
                                            size_t kvPerTokenPerBlock, int64_t contextTokens, size_t workspaceBytes,
                                            size_t maxDeviceBytes, std::vector<bool>& streamed) {
   const size_t units = weightBytes.size();
-  policies::PlacementRequest r;
+  policies::LoadSnapshot s;
+  policies::PlacementRequest& r = s.request;
   r.weightBytes = weightBytes;
   r.kvBytes.assign(units, kvPerTokenPerBlock * size_t(std::max<int64_t>(contextTokens, 1)));
   r.kvBytes.front() = r.kvBytes.back() = 0;
   r.maxDeviceBytes = maxDeviceBytes;
   r.workspaceBytes = workspaceBytes;
   r.headroom = 0;  // the device budgets already keep their reserve
-  auto views = [&] {
-    std::vector<policies::PlacementDevice> v;
-    for (Device* d : candidates) v.push_back(view(*d));
-    return v;
+  if (evenSpread) s.fixed = runtime::evenPlacement(int(units) - 2, int(candidates.size()));
+  s.stream = config().spill == "stream";
+  auto gather = [&](bool offerIdle) {
+    s.devices.clear();
+    for (Device* d : candidates) s.devices.push_back(view(*d));
+    s.models = offerIdle ? loadedModels(s.devices) : std::vector<policies::LoadedModel>{};
   };
-  auto shortfall = [&](const std::vector<int>& p, const std::vector<policies::PlacementDevice>& v) {
-    std::vector<size_t> need(v.size(), 0);
-    for (size_t u = 0; u < units; u++) need[size_t(p[u])] += policies::unitNeed(v[size_t(p[u])], r, u);
-    return need;
-  };
+  gather(true);
+  policies::LoadPlan plan = policies::planLoad(s);
+  if (!plan.makeRoom.empty()) {
+    for (const policies::RoomToMake& room : plan.makeRoom) makeRoom(*candidates[room.device], room, name);
+    // Planned again from what is free now, with no model offered: a load pages out once.
+    gather(false);
+    plan = policies::planLoad(s);
+  }
+  if (!plan.placement.ok) JITLLM_FAIL(kOverloaded, "'", name, "' ", plan.placement.why);
+  for (const std::string& line : plan.placed) events_.emit({0, EventKind::kModel, "model.placed", name, "", 0, line});
+  streamed = plan.placement.streamed;
+  return plan.placement.unitDevice;
+}
 
-  auto announce = [&](const std::vector<int>& p, const std::vector<size_t>& bytes) {
-    std::string where;
-    for (size_t d = 0; d < candidates.size(); d++) {
-      int first = -1, last = -1;
-      for (size_t u = 0; u < units; u++) {
-        if (p[u] != int(d)) continue;
-        if (first < 0) first = int(u);
-        last = int(u);
-      }
-      if (first >= 0) {
-        where += (where.empty() ? "" : ", ") + std::to_string(first) + "-" + std::to_string(last) + " on " +
-                 candidates[d]->info().id.str() + " (" + mib(bytes[d]) + ")";
-      }
-    }
-    events_.emit({0, EventKind::kModel, "model.placed", name, "", 0, "units " + where});
-  };
+std::vector<policies::LoadedModel> DaemonCore::loadedModels(const std::vector<policies::PlacementDevice>& on) const {
+  std::vector<policies::LoadedModel> loaded;
+  for (const auto& host : models()) loaded.push_back(loadedModel(*host, on));
+  return loaded;
+}
 
-  if (evenSpread) {
-    const std::vector<int> p = runtime::evenPlacement(int(units) - 2, int(candidates.size()));
-    std::vector<policies::PlacementDevice> v = views();
-    const std::vector<size_t> need = shortfall(p, v);
-    for (size_t d = 0; d < v.size(); d++) {
-      if (need[d] <= v[d].memoryFree) continue;
-      const size_t free = makeRoom(*candidates[d], need[d], name);
-      if (free < need[d])
-        JITLLM_FAIL(kOverloaded, "'", name, "' needs ", mib(need[d]), " on ", v[d].id, ", which has ", mib(free),
-                    " free even with the idle models paged out; name fewer devices or other ones, or "
-                    "unload a model");
-    }
-    return p;
-  }
-
-  // What the model would get if every idle model made room: when that is better than what it gets
-  // now (more of it on faster devices), the idle models go (least recently used first).
-  std::vector<policies::PlacementDevice> reclaimable = views();
-  for (const auto& host : models()) {
-    const ModelSnapshot snap = host->snapshot();
-    if (!idleAndUnpinned(snap)) continue;
-    for (const UnitSnapshot& u : snap.units) {
-      for (auto& d : reclaimable) {
-        if (d.id == u.device) d.memoryFree += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
-      }
-    }
-    for (auto& d : reclaimable) d.memoryFree += promisedKv(*host, snap, d.id);
-  }
-  const policies::Placement ideal = policies::placeUnits(reclaimable, r);
-  policies::Placement now = policies::placeUnits(views(), r);
-  if (ideal.ok && (!now.ok || now.unitDevice != ideal.unitDevice)) {
-    const std::vector<policies::PlacementDevice> v = views();
-    for (size_t d = 0; d < v.size(); d++) {
-      if (ideal.bytesUsed[d] > v[d].memoryFree) makeRoom(*candidates[d], ideal.bytesUsed[d], name);
-    }
-    now = policies::placeUnits(views(), r);
-  }
-  // Spilling past the fastest GPU: with spill = stream, the blocks that do not fit there stream
-  // through it instead of running on a slower device.
-  const bool spills = now.ok && std::set<int>(now.unitDevice.begin(), now.unitDevice.end()).size() > 1;
-  if (config().spill == "stream" && (spills || !now.ok)) {
-    const policies::Placement s = policies::placeStreaming(views(), r);
-    if (s.ok && std::count(s.streamed.begin(), s.streamed.end(), true) > 0) {
-      streamed = s.streamed;
-      announce(s.unitDevice, s.bytesUsed);
-      events_.emit({0, EventKind::kModel, "model.placed", name, "", 0,
-                    std::to_string(std::count(s.streamed.begin(), s.streamed.end(), true)) + " of " +
-                        std::to_string(units - 2) + " blocks stream through " +
-                        candidates[size_t(s.unitDevice[1])]->info().id.str() + " each step (spill = stream)"});
-      return s.unitDevice;
+policies::LoadedModel DaemonCore::loadedModel(const ModelHost& host,
+                                              const std::vector<policies::PlacementDevice>& on) const {
+  const ModelSnapshot snap = host.snapshot();
+  policies::LoadedModel m;
+  m.name = host.name();
+  m.lastUsedMs = snap.lastActiveMs;
+  m.busy = !snap.sessions.empty() || snap.migrating;
+  m.frees.assign(on.size(), 0);
+  for (const UnitSnapshot& u : snap.units) {
+    m.pinned = m.pinned || !u.pinned.empty();
+    // TODO(cleanup): matched as text because ModelSnapshot names devices so (it is being reworked on
+    // another branch); compare DeviceIds once it carries them.
+    for (size_t d = 0; d < on.size(); d++) {
+      if (on[d].id.str() == u.device) m.frees[d] += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
     }
   }
-  if (!now.ok)
-    JITLLM_FAIL(kOverloaded, "'", name, "' does not fit: ", now.why,
-                " (idle models were paged out first); unload a model or load with a smaller context");
-  announce(now.unitDevice, now.bytesUsed);
-  return now.unitDevice;
+  for (size_t d = 0; d < on.size(); d++) m.frees[d] += promisedKv(host, snap, on[d].id.str());
+  return m;
 }
 
 policies::PlacementDevice DaemonCore::view(const Device& device) const {
@@ -555,44 +506,39 @@ Device* DaemonCore::pageOutTarget(const Device* except) const {
   return nullptr;
 }
 
-size_t DaemonCore::makeRoom(Device& device, size_t bytes, const std::string& forModel) {
+void DaemonCore::makeRoom(Device& device, const policies::RoomToMake& room, const std::string& forModel) {
   auto freeNow = [&] { return view(device).memoryFree; };
   Device* host = pageOutTarget(&device);
-  if (!host) return freeNow();  // nowhere to page out to
-  struct Idle {
-    std::shared_ptr<ModelHost> model;
-    int64_t lastActiveMs;
-  };
-  std::vector<Idle> idle;
-  for (const auto& m : models()) {
-    const ModelSnapshot snap = m->snapshot();
-    const bool onDevice = std::any_of(snap.units.begin(), snap.units.end(),
-                                      [&](const UnitSnapshot& u) { return u.device == device.info().id.str(); });
-    if (onDevice && idleAndUnpinned(snap)) idle.push_back({m, snap.lastActiveMs});
-  }
-  std::sort(idle.begin(), idle.end(), [](const Idle& a, const Idle& b) { return a.lastActiveMs < b.lastActiveMs; });
-  for (const Idle& i : idle) {
-    if (freeNow() >= bytes) break;
+  if (!host) return;  // nowhere to page out to
+  std::map<std::string, std::shared_ptr<ModelHost>> byName;
+  for (const auto& m : models()) byName[m->name()] = m;
+  for (const std::string& name : room.models) {
+    if (freeNow() >= room.bytes) break;
+    const auto found = byName.find(name);
+    if (found == byName.end()) continue;  // unloaded since the plan
+    const std::shared_ptr<ModelHost>& model = found->second;
+    // As the model is now: busy since the plan, or paged out by an earlier room of it, it stays.
+    const policies::LoadedModel now = loadedModel(*model, {view(device)});
+    if (!policies::mayMakeRoom(now) || now.frees[0] == 0) continue;
     MigrationRequest request;
     request.target = host;
     request.pageOut = true;
-    request.reason =
-        device.info().id.str() + " has " + mib(freeNow()) + " free and '" + forModel + "' needs " + mib(bytes);
+    request.reason = device.info().id.str() + " has " + policies::mebibytes(freeNow()) + " free and '" + forModel +
+                     "' needs " + policies::mebibytes(room.bytes);
     try {
-      auto ticket = i.model->migrate(request);
-      events_.emit({0, EventKind::kMigration, "scheduler.acted", i.model->name(), host->info().id.str(), 0,
-                    "paging " + i.model->name() + " out to " + host->info().id.str() + ": " + request.reason});
+      auto ticket = model->migrate(request);
+      events_.emit({0, EventKind::kMigration, "scheduler.acted", model->name(), host->info().id.str(), 0,
+                    "paging " + model->name() + " out to " + host->info().id.str() + ": " + request.reason});
       ticket->wait(std::chrono::minutes(5));
       if (auto e = ticket->error()) {
-        events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id.str(), 0,
-                      "could not page " + i.model->name() + " out: " + e->what()});
+        events_.emit({0, EventKind::kMigration, "scheduler.skipped", model->name(), host->info().id.str(), 0,
+                      "could not page " + model->name() + " out: " + e->what()});
       }
     } catch (const Error& e) {
-      events_.emit({0, EventKind::kMigration, "scheduler.skipped", i.model->name(), host->info().id.str(), 0,
-                    "could not page " + i.model->name() + " out: " + e.what()});
+      events_.emit({0, EventKind::kMigration, "scheduler.skipped", model->name(), host->info().id.str(), 0,
+                    "could not page " + model->name() + " out: " + e.what()});
     }
   }
-  return freeNow();
 }
 
 bool DaemonCore::deviceLost(const DeviceId& id, const std::string& why) {

@@ -31,7 +31,7 @@
 #include "engine/devices/builtin_backends.h"
 #include "kernels/backend.h"
 #include "kernels/device.h"
-#include "policies/placement.h"
+#include "policies/load_placement.h"
 
 namespace jitllm::server {
 
@@ -166,15 +166,19 @@ class DaemonCore final {
                                    const LoadProgress& progress);
   // Path validation for load-by-path: inside a model dir and readable by `uid`.
   std::string resolveModelPath(const std::string& path) const;
-  // Placement on load (policies/placement.h), paging idle models out first when that gives the new
-  // one faster devices or is the only way it fits.
+  // Placement on load: gathers a policies::LoadSnapshot, carries out policies::planLoad's plan
+  // (page-outs, then the plan made again from what is free) and returns each unit's device index
+  // (`streamed`: the blocks that stream); Error(OVERLOADED) with the plan's words when it does not fit.
   std::vector<int> placeNewModel(const std::string& name, const std::vector<Device*>& candidates, bool evenSpread,
                                  const std::vector<size_t>& weightBytes, size_t kvPerTokenPerBlock,
                                  int64_t contextTokens, size_t workspaceBytes, size_t maxDeviceBytes,
                                  std::vector<bool>& streamed);
-  // Pages idle models (least recently used first, none with a pinned unit) out of `device` until
-  // `bytes` are free there or none is left; returns the bytes free then.
-  size_t makeRoom(Device& device, size_t bytes, const std::string& forModel);
+  // Every resident model as a load sees it: what paging it out would free on each of `on`.
+  std::vector<policies::LoadedModel> loadedModels(const std::vector<policies::PlacementDevice>& on) const;
+  policies::LoadedModel loadedModel(const ModelHost& host, const std::vector<policies::PlacementDevice>& on) const;
+  // Pages the room's models out of `device`, in order, until room.bytes are free there; one that
+  // may no longer make room there (policies::mayMakeRoom, nothing left there) is passed over.
+  void makeRoom(Device& device, const policies::RoomToMake& room, const std::string& forModel);
   // "NVIDIA H200, 128000 MiB"
   static std::string describe(const Device& d);
   // Measures (or reads from the cache) the device's decode speed for placement; the text for its

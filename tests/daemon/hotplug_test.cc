@@ -129,7 +129,7 @@ TEST(HotPlug, ADeviceThatArrivesTakesTheLayersOfASlowerOneWhileAReplyStreams) {
   ASSERT_GE(streamed.ids.size(), 8u);
   const auto acted = s.tick(500);
   ASSERT_EQ(acted.size(), 1u);
-  EXPECT_EQ(acted[0].target, "cpu:0");
+  EXPECT_EQ(acted[0].target, DeviceId::parse("cpu:0"));
   EXPECT_EQ(acted[0].reason, "cpu:0 arrived and is faster than vulkan:0");
   streamed = finish(*job, streamed);
   ASSERT_FALSE(streamed.error) << streamed.error->what();

@@ -76,7 +76,7 @@ TEST_F(SchedulerTest, AHotDevicesLayersMoveAwayAndComeBackAfterCoolingAndPinsHol
   // The pin splits the model into two runs; one migration per model at a time, so two ticks.
   auto away = s.tick(1000);
   ASSERT_EQ(away.size(), 1u);
-  EXPECT_EQ(away[0].target, "cpu:1");
+  EXPECT_EQ(away[0].target, DeviceId::parse("cpu:1"));
   EXPECT_EQ(away[0].reason, "cpu:0 at 90 °C > 85 °C");
   settled(*host_);
   auto rest = s.tick(1500);

@@ -425,7 +425,7 @@ TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
   policies::Snapshot s;
   for (Device* d : {&gpu0, &gpu1}) {
     policies::DeviceState state;
-    state.id = d->info().id.str();
+    state.id = d->info().id;
     state.memoryTotal = d->info().memoryBudget;
     state.memoryUsed = d->memoryUsed();
     state.speed = 10;
@@ -436,17 +436,18 @@ TEST_P(GpuModels, FillingTheFirstGpuMovesTheBusyModelsLayersToTheSecond) {
   model.activeSessions = int(prompts.size());  // busy: its layers move rather than page out
   for (int u = 0; u < m.model->unitCount(); u++) {
     const runtime::UnitInfo info = m.model->unitInfo(u);
-    model.units.push_back({m.model->unitName(u), info.device->info().id.str(), info.weightBytes, "", info.weightBytes});
+    model.units.push_back(
+        {m.model->unitName(u), info.device->info().id, info.weightBytes, std::nullopt, info.weightBytes});
   }
   s.models.push_back(model);
   policies::PressurePolicy pressure({});
   const std::vector<policies::Action> plan = pressure.plan(s);
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].kind, policies::ActionKind::kMigrate);
-  EXPECT_EQ(plan[0].target, gpu1.info().id.str());
+  EXPECT_EQ(plan[0].target, gpu1.info().id);
   EXPECT_NE(plan[0].reason.find(gpu0.info().id.str() + " at 9"), std::string::npos) << plan[0].reason;
   std::printf("plan: %s units %d-%d -> %s (%s)\n", plan[0].model.c_str(), plan[0].first, plan[0].last,
-              plan[0].target.c_str(), plan[0].reason.c_str());
+              plan[0].target->str().c_str(), plan[0].reason.c_str());
 
   const std::string range = std::to_string(plan[0].first) + "-" + std::to_string(plan[0].last);
   const MigratedRun got = runWithMigrations(*m.model, prompts, 60, {{20, range == "0-6" ? "" : range, &gpu1}});

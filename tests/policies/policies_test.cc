@@ -13,9 +13,11 @@ namespace {
 
 constexpr size_t kGB = size_t(1) << 30;
 
-DeviceState device(const std::string& id, double speed, size_t totalGB, bool software = false) {
+DeviceId id(const char* text) { return DeviceId::parse(text); }
+
+DeviceState device(const char* name, double speed, size_t totalGB, bool software = false) {
   DeviceState d;
-  d.id = id;
+  d.id = id(name);
   d.speed = speed;
   d.memoryTotal = totalGB * kGB;
   d.software = software;
@@ -23,25 +25,24 @@ DeviceState device(const std::string& id, double speed, size_t totalGB, bool sof
 }
 
 // A Llama-3.2-3B-like model: token_embd, 28 blocks, output; `unitBytes` each, all on `where`.
-ModelState model(const std::string& name, const std::string& where, size_t unitBytes, int blocks = 28) {
+ModelState model(const std::string& name, const char* where, size_t unitBytes, int blocks = 28) {
   ModelState m;
   m.name = name;
-  m.units.push_back({"token_embd", where, unitBytes, ""});
-  for (int b = 0; b < blocks; b++) m.units.push_back({"blk." + std::to_string(b), where, unitBytes, ""});
-  m.units.push_back({"output", where, unitBytes, ""});
+  m.units.push_back({"token_embd", id(where), unitBytes});
+  for (int b = 0; b < blocks; b++) m.units.push_back({"blk." + std::to_string(b), id(where), unitBytes});
+  m.units.push_back({"output", id(where), unitBytes});
   return m;
 }
 
 // The world a scheduler would keep: it recomputes memory use from placement and applies plans.
 struct World {
   Snapshot s;
-  size_t baseUsed(const std::string&) const { return 0; }
   void recount() {
     for (DeviceState& d : s.devices) {
       d.memoryUsed = 0;
       for (const ModelState& m : s.models) {
         if (!m.resident) continue;
-        for (const UnitState& u : m.units) d.memoryUsed += u.device == d.id ? u.bytes : 0;
+        for (const UnitState& u : m.units) d.memoryUsed += u.wholeOn(d.id) ? u.bytes : 0;
         d.memoryUsed += m.idleKvOn(d.id);  // (kept apart from the units' bytes here)
       }
     }
@@ -63,7 +64,7 @@ struct World {
                                   1);
           r.replicaOf = m.name;
           r.tiers.clear();
-          for (UnitState& u : r.units) u = {u.name, a.target, u.bytes, "", u.weightBytes};
+          for (UnitState& u : r.units) u = {u.name, *a.target, u.bytes, std::nullopt, u.weightBytes};
           s.models.push_back(r);
           break;  // (s.models may have moved)
         } else if (a.kind == ActionKind::kDropReplica) {
@@ -71,26 +72,23 @@ struct World {
           std::erase_if(s.models, [&](const ModelState& x) { return x.name == name; });
           break;
         } else if (a.kind == ActionKind::kSplit) {
-          std::string split;
-          for (const auto& d : a.devices) split += (split.empty() ? "" : "+") + d;
           for (int u = a.first; u <= a.last; u++) {
-            m.units[size_t(u)].device = split;
-            // As the scheduler shows a split block to the policies: pinned where it is.
-            m.units[size_t(u)].pinned = a.devices.size() > 1 ? split : "";
+            m.units[size_t(u)].device = a.devices.front();
+            m.units[size_t(u)].split = a.devices.size() > 1 ? a.devices : std::vector<DeviceId>{};
           }
         } else {
           for (int u = a.first; u <= a.last; u++) {
-            ASSERT_TRUE(m.units[size_t(u)].pinned.empty()) << "a policy moved pinned " << m.units[size_t(u)].name;
-            m.units[size_t(u)].device = a.target;
+            ASSERT_TRUE(m.units[size_t(u)].movable()) << "a policy moved pinned " << m.units[size_t(u)].name;
+            m.units[size_t(u)].device = *a.target;
           }
         }
       }
     }
     recount();
   }
-  void setTemperature(const std::string& id, double c) {
+  void setTemperature(const char* name, double c) {
     for (DeviceState& d : s.devices) {
-      if (d.id == id) d.temperatureC = c;
+      if (d.id == id(name)) d.temperatureC = c;
     }
   }
   // One tick at `nowMs`: plan, apply, return the plan.
@@ -100,11 +98,14 @@ struct World {
     apply(actions);
     return actions;
   }
+  // Where a unit runs, as ps shows it: "cuda:0", a split block "cuda:0+cuda:1".
   std::string where(const std::string& modelName, int unit) const {
+    std::string out;
     for (const ModelState& m : s.models) {
-      if (m.name == modelName) return m.units[size_t(unit)].device;
+      if (m.name != modelName) continue;
+      for (const DeviceId& d : m.units[size_t(unit)].devices()) out += (out.empty() ? "" : "+") + d.str();
     }
-    return "";
+    return out;
   }
 };
 
@@ -125,7 +126,7 @@ TEST(ThermalPolicy, AHotDeviceLosesItsLayersAndGetsThemBackOnlyAfterCoolingLongE
   w.setTemperature("cuda:0", 88);
   auto away = w.tick(p, 1000);
   ASSERT_EQ(away.size(), 1u);
-  EXPECT_EQ(away[0], (Action{ActionKind::kMigrate, "llama3b", 0, 29, "cuda:1", "cuda:0 at 88 °C > 85 °C"}));
+  EXPECT_EQ(away[0], (Action{ActionKind::kMigrate, "llama3b", 0, 29, id("cuda:1"), "cuda:0 at 88 °C > 85 °C"}));
   // Between the thresholds nothing moves; below coolC it waits coolForMs (30 s) first.
   w.setTemperature("cuda:0", 80);
   EXPECT_TRUE(w.tick(p, 2000).empty());
@@ -134,7 +135,8 @@ TEST(ThermalPolicy, AHotDeviceLosesItsLayersAndGetsThemBackOnlyAfterCoolingLongE
   EXPECT_TRUE(w.tick(p, 32000).empty());
   auto back = w.tick(p, 33000);
   ASSERT_EQ(back.size(), 1u);
-  EXPECT_EQ(back[0], (Action{ActionKind::kMigrate, "llama3b", 0, 29, "cuda:0", "cuda:0 back below 75 °C for 30 s"}));
+  EXPECT_EQ(back[0],
+            (Action{ActionKind::kMigrate, "llama3b", 0, 29, id("cuda:0"), "cuda:0 back below 75 °C for 30 s"}));
   EXPECT_EQ(w.where("llama3b", 15), "cuda:0");
   EXPECT_TRUE(w.tick(p, 34000).empty());
 }
@@ -153,7 +155,7 @@ TEST(ThermalPolicy, AnOscillatingTemperatureMovesLayersOnceAndNeverFlaps) {
 
 TEST(ThermalPolicy, PinnedLayersStayOnAHotDeviceAndTheRestMoveAroundThem) {
   World w = twoGpusAndACpu();
-  for (int u = 1; u <= 4; u++) w.s.models[0].units[size_t(u)].pinned = "cuda:0";
+  for (int u = 1; u <= 4; u++) w.s.models[0].units[size_t(u)].pinned = id("cuda:0");
   ThermalPolicy p({});
   w.setTemperature("cuda:0", 90);
   auto away = w.tick(p, 0);
@@ -173,7 +175,7 @@ TEST(ThermalPolicy, LayersGoOnlyWhereItIsCoolAndThereIsRoom) {
   w.s.devices[2].memoryTotal = 64 * kGB;
   auto away = w.tick(p, 1000);
   ASSERT_EQ(away.size(), 1u);
-  EXPECT_EQ(away[0].target, "cpu:0");
+  EXPECT_EQ(away[0].target, id("cpu:0"));
 }
 
 World threeModelsOnOneGpu(int active) {
@@ -202,26 +204,26 @@ TEST(PressurePolicy, AFullDevicePagesOutTheLeastRecentlyUsedIdleModelFirst) {
 
 TEST(PressurePolicy, IdleSessionsKvIsParkedBeforeAnyModelIsPagedOut) {
   World w = threeModelsOnOneGpu(1);  // c is busy; a was used longest ago, then b
-  w.s.models[1].idleKv = {{"cuda:0", 1 * kGB}};
-  w.s.models[2].idleKv = {{"cuda:0", 2 * kGB}, {"cuda:1", 5 * kGB}};
+  w.s.models[1].idleKv = {{id("cuda:0"), 1 * kGB}};
+  w.s.models[2].idleKv = {{id("cuda:0"), 2 * kGB}, {id("cuda:1"), 5 * kGB}};
   w.recount();  // cuda:0 at 99%: parking 3 GB is not enough, so `a` goes too
   PressurePolicy p({});
   auto plan = w.tick(p, 1000);
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].kind, ActionKind::kParkKv);
   EXPECT_EQ(plan[0].model, "b");  // least recently used first, busy models' idle sessions too
-  EXPECT_EQ(plan[0].target, "cuda:0");
+  EXPECT_EQ(plan[0].target, id("cuda:0"));
   EXPECT_EQ(plan[1].kind, ActionKind::kParkKv);
   EXPECT_EQ(plan[1].model, "c");
   EXPECT_EQ(plan[2].kind, ActionKind::kPageOut);
   EXPECT_EQ(plan[2].model, "a");
-  EXPECT_EQ(w.s.models[2].idleKvOn("cuda:1"), 5 * kGB) << "cuda:1 is not full: its idle KV stays";
+  EXPECT_EQ(w.s.models[2].idleKvOn(id("cuda:1")), 5 * kGB) << "cuda:1 is not full: its idle KV stays";
   EXPECT_TRUE(w.tick(p, 2000).empty());
 }
 
 TEST(PressurePolicy, WhenParkingIdleKvMakesEnoughRoomNoModelIsPagedOut) {
   World w = threeModelsOnOneGpu(1);
-  w.s.models[2].idleKv = {{"cuda:0", 20 * kGB}};
+  w.s.models[2].idleKv = {{id("cuda:0"), 20 * kGB}};
   w.s.devices[0].memoryTotal = 120 * kGB;  // 116 of 120 GB used: 16 GB over the low mark
   w.recount();
   PressurePolicy p({});
@@ -239,7 +241,7 @@ TEST(PressurePolicy, WithNoIdleModelLeftLayersOfBusyModelsMoveWhereThereIsRoom) 
   ASSERT_FALSE(plan.empty());
   for (const Action& a : plan) {
     EXPECT_EQ(a.kind, ActionKind::kMigrate);
-    EXPECT_EQ(a.target, "cuda:1");
+    EXPECT_EQ(a.target, id("cuda:1"));
   }
   EXPECT_LE(w.s.devices[0].memoryFraction(), 0.80);
   EXPECT_TRUE(w.tick(p, 2000).empty());
@@ -247,18 +249,53 @@ TEST(PressurePolicy, WithNoIdleModelLeftLayersOfBusyModelsMoveWhereThereIsRoom) 
 
 TEST(PressurePolicy, APinnedLayerKeepsItsModelResident) {
   World w = threeModelsOnOneGpu(0);
-  w.s.models[0].units[3].pinned = "cuda:0";  // a is the LRU model, but pinned
+  w.s.models[0].units[3].pinned = id("cuda:0");  // a is the LRU model, but pinned
   PressurePolicy p({});
   auto plan = w.tick(p, 1000);
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].model, "b");
 }
 
+TEST(PressurePolicy, APagedOutModelInUseGoesHomeOneRunAtATimeWhenThereIsRoom) {
+  World w;
+  w.s.devices = {device("cuda:0", 10, 8), device("cpu:0", 1, 64)};
+  ModelState m = model("llama3b", "cpu:0", 0, 4);
+  for (UnitState& u : m.units) u.weightBytes = kGB / 2;
+  m.resident = false;
+  m.home.assign(m.units.size(), id("cuda:0"));
+  m.home.back() = id("cpu:0");  // its head ran on the CPU already
+  m.activeSessions = 1;
+  w.s.models = {m};
+  w.recount();
+  PressurePolicy p({});
+  auto plan = w.tick(p, 1000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].kind, ActionKind::kMigrate);
+  EXPECT_EQ(std::make_pair(plan[0].first, plan[0].last), std::make_pair(0, 4));
+  EXPECT_EQ(plan[0].target, id("cuda:0"));
+  EXPECT_EQ(plan[0].reason, "llama3b is in use again: paging token_embd-blk.3 back in");
+  // Idle, it stays out; a device without room keeps it out too.
+  w.s.models[0].units[1].device = id("cpu:0");
+  w.s.models[0].activeSessions = 0;
+  EXPECT_TRUE(w.tick(p, 2000).empty());
+  w.s.models[0].activeSessions = 1;
+  w.s.devices[0].memoryTotal = kGB / 2;
+  EXPECT_TRUE(w.tick(p, 3000).empty());
+  w.s.devices[0].memoryTotal = 8 * kGB;
+  // Room that resident models were promised for their sessions' KV is not room for a page-in.
+  w.s.devices[0].promised = 7 * kGB + kGB / 2;
+  EXPECT_TRUE(w.tick(p, 3500).empty());
+  w.s.devices[0].promised = 0;
+  plan = w.tick(p, 4000);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(std::make_pair(plan[0].first, plan[0].last), std::make_pair(1, 1));
+}
+
 TEST(OnlinePolicy, ADeviceThatArrivesTakesTheLayersOfSlowerDevices) {
   World w;
   w.s.devices = {device("cpu:0", 1, 64)};
   w.s.models = {model("llama3b", "cpu:0", kGB / 10)};
-  w.s.models[0].units[0].pinned = "cpu:0";
+  w.s.models[0].units[0].pinned = id("cpu:0");
   w.recount();
   OnlinePolicy p({});
   EXPECT_TRUE(w.tick(p, 0).empty()) << "the first snapshot only says what exists";
@@ -267,7 +304,7 @@ TEST(OnlinePolicy, ADeviceThatArrivesTakesTheLayersOfSlowerDevices) {
   auto plan = w.tick(p, 2000);
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0],
-            (Action{ActionKind::kMigrate, "llama3b", 1, 29, "cuda:0", "cuda:0 arrived and is faster than cpu:0"}));
+            (Action{ActionKind::kMigrate, "llama3b", 1, 29, id("cuda:0"), "cuda:0 arrived and is faster than cpu:0"}));
   EXPECT_EQ(w.where("llama3b", 0), "cpu:0") << "pinned";
   EXPECT_TRUE(w.tick(p, 3000).empty());
   // It goes away and comes back: an arrival again, but nothing is slower-placed now.
@@ -296,7 +333,7 @@ struct SloWorld {
     w.s.models = {model("llama3b", "cuda:0", kGB / 10)};
     for (auto& u : w.s.models[0].units) u.weightBytes = kGB / 10;
     w.s.models[0].splits = {2, 4};
-    w.s.models[0].tiers = {{"interactive", 0, 0, 0}, {"batch", 4, 0, 0}};
+    w.s.models[0].tiers = {{Tier::kInteractive, 0, 0, 0}, {Tier::kBatch, 4, 0, 0}};
     w.recount();
   }
   // `active` interactive replies now; `finished` more of them ended since the last tick, `met` of
@@ -318,7 +355,7 @@ TEST(SloPolicy, MissedInteractiveTargetsSplitTheBlocksOverIdleGpusOfItsBackendAn
   auto plan = s.tick(2000, 2, 10, 5);
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].kind, ActionKind::kSplit);
-  EXPECT_EQ(plan[0].devices, (std::vector<std::string>{"cuda:0", "cuda:1"})) << "its own backend, not vulkan:0";
+  EXPECT_EQ(plan[0].devices, (std::vector<DeviceId>{id("cuda:0"), id("cuda:1")})) << "its own backend, not vulkan:0";
   EXPECT_EQ(plan[0].first, 1);
   EXPECT_EQ(plan[0].last, 28);
   EXPECT_EQ(s.blocks(), "cuda:0+cuda:1");
@@ -335,7 +372,7 @@ TEST(SloPolicy, MissedInteractiveTargetsSplitTheBlocksOverIdleGpusOfItsBackendAn
   EXPECT_TRUE(s.tick(100000, 0, 0, 0).empty());
   plan = s.tick(111000, 0, 0, 0);
   ASSERT_EQ(plan.size(), 1u);
-  EXPECT_EQ(plan[0].devices, (std::vector<std::string>{"cuda:0"}));
+  EXPECT_EQ(plan[0].devices, (std::vector<DeviceId>{id("cuda:0")}));
   EXPECT_EQ(s.blocks(), "cuda:0");
 }
 
@@ -345,14 +382,14 @@ TEST(SloPolicy, BatchLoadWithInteractiveTargetsKeptGetsReplicasOnIdleGpusThatGoW
   auto plan = s.tick(0, 1, 10, 10);
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].kind, ActionKind::kReplicate);
-  EXPECT_EQ(plan[0].target, "cuda:1") << "an idle GPU of its backend";
+  EXPECT_EQ(plan[0].target, id("cuda:1")) << "an idle GPU of its backend";
   ASSERT_EQ(s.w.s.models.size(), 2u);
   EXPECT_EQ(s.w.s.models[1].replicaOf, "llama3b");
   EXPECT_TRUE(s.tick(10000, 1, 10, 10).empty()) << "one change per cool_for_ms";
   // 16 replies over two copies is 8 each: one more.
   plan = s.tick(31000, 1, 10, 10);
   ASSERT_EQ(plan.size(), 1u);
-  EXPECT_EQ(plan[0].target, "cuda:2");
+  EXPECT_EQ(plan[0].target, id("cuda:2"));
   // Load gone: each replica goes once it ran nothing for cool_for_ms (counted from when the policy
   // first saw it, before it ran anything): llama3b#2 (seen at 10 s) at 50 s, llama3b#3 at 81 s.
   s.w.s.models[0].tiers[1].active = 0;
@@ -371,7 +408,7 @@ TEST(SloPolicy, NoSplitWithoutRoomOrWhereTheHeadsDoNotSplitOrBlocksArePinned) {
   {
     SloWorld s;
     for (auto& d : s.w.s.devices) {
-      if (d.id != "cuda:0") d.memoryTotal = kGB;  // every other GPU too small for half the blocks
+      if (d.id != id("cuda:0")) d.memoryTotal = kGB;  // every other GPU too small for half the blocks
     }
     s.tick(0, 2, 0, 0);
     EXPECT_TRUE(s.tick(1000, 2, 10, 0).empty());
@@ -384,7 +421,7 @@ TEST(SloPolicy, NoSplitWithoutRoomOrWhereTheHeadsDoNotSplitOrBlocksArePinned) {
   }
   {
     SloWorld s;
-    s.w.s.models[0].units[3].pinned = "cuda:0";
+    s.w.s.models[0].units[3].pinned = id("cuda:0");
     s.tick(0, 2, 0, 0);
     EXPECT_TRUE(s.tick(1000, 2, 10, 0).empty());
   }
@@ -408,132 +445,6 @@ TEST(Policies, NamedPoliciesExistAndNeverActTwiceOnOneModelInATick) {
   std::map<std::string, int> perModel;
   for (const Action& a : plan) perModel[a.model]++;
   for (const auto& [m, n] : perModel) EXPECT_EQ(n, 1) << m;
-}
-
-}  // namespace
-}  // namespace jitllm::policies
-
-#include "policies/placement.h"
-
-namespace jitllm::policies {
-namespace {
-
-constexpr size_t kMB = size_t(1) << 20;
-
-PlacementDevice placementDevice(const std::string& id, double speed, size_t freeMB, bool weightsInMemory = true,
-                                bool software = false) {
-  PlacementDevice d;
-  d.id = id;
-  d.speed = speed;
-  d.memoryFree = d.memoryTotal = freeMB * kMB;
-  d.weightsInMemory = weightsInMemory;
-  d.software = software;
-  return d;
-}
-
-// token_embd, `blocks` blocks and output: 100 MB of weights each, 10 MB of KV per block.
-PlacementRequest placementRequest(int blocks) {
-  PlacementRequest r;
-  r.headroom = 0;
-  r.weightBytes.assign(size_t(blocks + 2), 100 * kMB);
-  r.kvBytes.assign(size_t(blocks + 2), 10 * kMB);
-  r.kvBytes.front() = r.kvBytes.back() = 0;
-  return r;
-}
-
-TEST(Placement, TheFastestDeviceFillsFirstThenTheNextInOneRunEach) {
-  // The CPU is listed first but is slower; the software device is last whatever its memory.
-  const std::vector<PlacementDevice> devices = {placementDevice("cpu:0", 1, 4096, false),
-                                                placementDevice("cuda:0", 10, 1000),
-                                                placementDevice("vulkan:0", 50, 100000, true, true)};
-  const Placement p = placeUnits(devices, placementRequest(16));
-  ASSERT_TRUE(p.ok) << p.why;
-  // cuda:0 takes token_embd (100 MB) and 8 blocks (110 MB each): 980 MB of its 1000.
-  for (int u = 0; u <= 8; u++) EXPECT_EQ(p.unitDevice[size_t(u)], 1) << u;
-  for (int u = 9; u <= 17; u++) EXPECT_EQ(p.unitDevice[size_t(u)], 0) << u;
-  EXPECT_EQ(p.bytesUsed[1], 980 * kMB);
-  EXPECT_EQ(p.bytesUsed[0], 8 * 10 * kMB);  // the CPU holds only KV: weights stay in the file
-  EXPECT_EQ(p.bytesUsed[2], 0u);
-}
-
-TEST(Placement, ACapPerDeviceAndSoftwareDevicesLastAndAClearShortfall) {
-  PlacementRequest r = placementRequest(4);
-  r.maxDeviceBytes = 350 * kMB;  // --max-vram: each GPU takes at most 350 of its 4096 MB
-  const Placement capped = placeUnits({placementDevice("cuda:0", 10, 4096), placementDevice("cuda:1", 10, 4096)}, r);
-  ASSERT_TRUE(capped.ok) << capped.why;
-  EXPECT_EQ(capped.unitDevice, (std::vector<int>{0, 0, 0, 1, 1, 1}));
-  EXPECT_EQ(capped.bytesUsed, (std::vector<size_t>{320 * kMB, 320 * kMB}));
-
-  // Only a software device has room: it is used.
-  const Placement soft = placeUnits(
-      {placementDevice("cuda:0", 10, 50), placementDevice("vulkan:0", 0.1, 4096, true, true)}, placementRequest(4));
-  ASSERT_TRUE(soft.ok);
-  EXPECT_EQ(soft.unitDevice, std::vector<int>(6, 1));
-
-  const Placement none = placeUnits({placementDevice("cuda:0", 10, 300)}, placementRequest(4));
-  EXPECT_FALSE(none.ok);
-  EXPECT_EQ(none.why, "units 2-5 need 430 MiB more than the devices have free");
-}
-
-TEST(PressurePolicy, APagedOutModelInUseGoesHomeOneRunAtATimeWhenThereIsRoom) {
-  World w;
-  w.s.devices = {device("cuda:0", 10, 8), device("cpu:0", 1, 64)};
-  ModelState m = model("llama3b", "cpu:0", 0, 4);
-  for (UnitState& u : m.units) u.weightBytes = kGB / 2;
-  m.resident = false;
-  m.home.assign(m.units.size(), "cuda:0");
-  m.home.back() = "cpu:0";  // its head ran on the CPU already
-  m.activeSessions = 1;
-  w.s.models = {m};
-  w.recount();
-  PressurePolicy p({});
-  auto plan = w.tick(p, 1000);
-  ASSERT_EQ(plan.size(), 1u);
-  EXPECT_EQ(plan[0].kind, ActionKind::kMigrate);
-  EXPECT_EQ(std::make_pair(plan[0].first, plan[0].last), std::make_pair(0, 4));
-  EXPECT_EQ(plan[0].target, "cuda:0");
-  EXPECT_EQ(plan[0].reason, "llama3b is in use again: paging token_embd-blk.3 back in");
-  // Idle, it stays out; a device without room keeps it out too.
-  w.s.models[0].units[1].device = "cpu:0";
-  w.s.models[0].activeSessions = 0;
-  EXPECT_TRUE(w.tick(p, 2000).empty());
-  w.s.models[0].activeSessions = 1;
-  w.s.devices[0].memoryTotal = kGB / 2;
-  EXPECT_TRUE(w.tick(p, 3000).empty());
-  w.s.devices[0].memoryTotal = 8 * kGB;
-  // Room that resident models were promised for their sessions' KV is not room for a page-in.
-  w.s.devices[0].promised = 7 * kGB + kGB / 2;
-  EXPECT_TRUE(w.tick(p, 3500).empty());
-  w.s.devices[0].promised = 0;
-  plan = w.tick(p, 4000);
-  ASSERT_EQ(plan.size(), 1u);
-  EXPECT_EQ(std::make_pair(plan[0].first, plan[0].last), std::make_pair(1, 1));
-}
-
-}  // namespace
-}  // namespace jitllm::policies
-
-namespace jitllm::policies {
-namespace {
-
-TEST(Placement, AModelLargerThanItsGpuStreamsTheBlocksThatDoNotFitThroughIt) {
-  // 100 MB per unit, 10 MB of KV per block; cuda:0 has 900 MB: head and embedding (200), 16
-  // blocks' KV (160) and two slots (200) leave room for 3 resident blocks (560 + 3 * 100 = 860).
-  const std::vector<PlacementDevice> devices = {placementDevice("cpu:0", 1, 65536, false),
-                                                placementDevice("cuda:0", 10, 900)};
-  const Placement p = placeStreaming(devices, placementRequest(16));
-  ASSERT_TRUE(p.ok) << p.why;
-  EXPECT_EQ(p.unitDevice, std::vector<int>(18, 1));
-  std::vector<bool> want(18, true);
-  for (int u : {0, 1, 2, 3, 17}) want[size_t(u)] = false;
-  EXPECT_EQ(p.streamed, want);
-  EXPECT_EQ(p.bytesUsed[1], 860 * kMB);
-  // Too small even for the slots, the KV and the ends: no streaming placement.
-  const Placement none = placeStreaming({placementDevice("cuda:0", 10, 400)}, placementRequest(16));
-  EXPECT_FALSE(none.ok);
-  EXPECT_NE(none.why.find("cuda:0 cannot hold"), std::string::npos) << none.why;
-  // Only a CPU (weights in the file): nothing to stream through.
-  EXPECT_FALSE(placeStreaming({placementDevice("cpu:0", 1, 65536, false)}, placementRequest(16)).ok);
 }
 
 }  // namespace
