@@ -165,20 +165,156 @@ void raiseDescriptorLimit() {
   }
 }
 
+// SIGHUP: the config file read again; what can change live does (DaemonCore::reload).
+void reloadConfig(DaemonCore& core, const std::string& configPath) {
+  notify("RELOADING=1");
+  try {
+    DaemonConfig fresh;
+    if (!configPath.empty()) fresh.loadFile(configPath);
+    for (const auto& key : core.reload(fresh)) spdlog::warn("config: '{}' changes only on restart", key);
+    core.events().emit({0, EventKind::kDaemon, "daemon.reloaded", "", "", 0, configPath});
+  } catch (const Error& e) {
+    spdlog::error("config reload failed, keeping the old settings: {}", e.what());
+  }
+  notify("READY=1");
+}
+
+// The RPC socket: systemd's, or one of our own at the configured (or default) path.
+ListenSocket rpcSocket(DaemonConfig& config, std::optional<ListenSocket>& activated) {
+  if (activated) return std::move(*activated);
+  if (config.socketPath.empty()) config.socketPath = defaultSocketPath();
+  // System service: the socket's group (jitllm) may connect. A user's daemon: that user only.
+  return ListenSocket::create(config.socketPath, ::geteuid() == 0 ? 0660 : 0600);
+}
+
+// The config's preloads, in order; one that fails is logged and skipped.
+void preloadModels(DaemonCore& core, const DaemonConfig& config) {
+  for (const auto& item : config.preload) {
+    LoadRequest r;
+    const size_t eq = item.find('=');
+    r.path = eq == std::string::npos ? item : item.substr(eq + 1);
+    if (eq != std::string::npos) r.name = item.substr(0, eq);
+    try {
+      // Preloads are the operator's own choice: any path, not only model_dirs.
+      const int file = openRegularFile(r.path, "preload");
+      const auto closeFile = kj::defer([file] { ::close(file); });
+      r.fd = file;
+      core.load(r, nullptr);
+    } catch (const Error& e) {
+      spdlog::error("preload failed: {}", e.what());
+    }
+  }
+}
+
+// A script (tests, demos) replaces the real sources; otherwise NVML where there is one (null: none).
+std::unique_ptr<jitllm::scheduler::TelemetrySource> openTelemetry(const DaemonConfig& config, DaemonCore& core) {
+  if (!config.telemetryScript.empty()) {
+    return std::make_unique<jitllm::scheduler::ScriptedTelemetry>(
+        jitllm::scheduler::ScriptedTelemetry::load(config.telemetryScript));
+  }
+  std::map<std::string, std::string> uuids;
+  for (jitllm::Device* d : core.devices()) uuids[d->info().id.str()] = d->info().uuid;
+  std::string why;
+  auto nvml = jitllm::scheduler::NvmlTelemetry::open(uuids, &why);
+  if (!nvml) {
+    spdlog::info("telemetry: no NVML ({}); the devices' own memory accounting only", why);
+    return nullptr;
+  }
+  spdlog::info("telemetry: NVML for {} device(s)", nvml->matched());
+  return nvml;
+}
+
+jitllm::policies::PolicyConfig policyConfigOf(const DaemonConfig& config) {
+  jitllm::policies::PolicyConfig p;
+  p.hotC = config.thermalHotC;
+  p.coolC = config.thermalCoolC;
+  p.coolForMs = config.thermalCoolForMs;
+  p.pressureHigh = config.pressureHigh;
+  p.pressureLow = config.pressureLow;
+  return p;
+}
+
+// What runs on the daemon loop every so often: systemd's watchdog ping (at half the interval it
+// asked for), the STATUS= line every 5 s, and the scheduler's tick. stop() ends them all.
+class PeriodicWork final {
+ public:
+  PeriodicWork(boost::asio::io_context& loop, DaemonCore& core)
+      : core_(core), watchdog_(loop), status_(loop), tick_(loop) {}
+
+  void start(jitllm::scheduler::Scheduler& scheduler, int64_t intervalMs) {
+    if (sd_watchdog_enabled(0, &watchdogUsec_) > 0 && watchdogUsec_ > 0) ping();
+    status();
+    if (intervalMs <= 0) return;
+    // One look before serving: devices the telemetry says are absent are offline from the start.
+    scheduler.tick(0);
+    core_.setPolicyControl(&scheduler);
+    tick(scheduler, intervalMs);
+  }
+  void stop() {
+    stopped_ = true;
+    watchdog_.cancel();
+    status_.cancel();
+    tick_.cancel();
+  }
+
+ private:
+  void ping() {
+    notify("WATCHDOG=1");
+    watchdog_.expires_after(std::chrono::microseconds(watchdogUsec_ / 2));
+    watchdog_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && !stopped_) ping();
+    });
+  }
+  void status() {
+    status_.expires_after(std::chrono::seconds(5));
+    status_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || stopped_) return;
+      notify("STATUS=" + core_.statusLine());
+      status();
+    });
+  }
+  void tick(jitllm::scheduler::Scheduler& scheduler, int64_t intervalMs) {
+    tick_.expires_after(std::chrono::milliseconds(intervalMs));
+    tick_.async_wait([this, &scheduler, intervalMs](const boost::system::error_code& ec) {
+      if (ec || stopped_) return;
+      const int64_t now =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count();
+      try {
+        scheduler.tick(now);
+      } catch (const std::exception& e) {
+        spdlog::error("scheduler: {}", e.what());
+      }
+      tick(scheduler, intervalMs);
+    });
+  }
+
+  DaemonCore& core_;
+  boost::asio::steady_timer watchdog_, status_, tick_;
+  uint64_t watchdogUsec_ = 0;
+  bool stopped_ = false;  // daemon loop only
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+// Replies that finished in the grace period are still being sent (and their last chunks
+// answered): the RPC loop goes on until they are out, for at most kReplyFlushTime.
+void flushReplies(DaemonCore& core, kj::AsyncIoContext& io) {
+  constexpr auto kReplyFlushTime = std::chrono::seconds(5);
+  const auto flushDeadline = std::chrono::steady_clock::now() + kReplyFlushTime;
+  while (core.activeReplies() > 0 && std::chrono::steady_clock::now() < flushDeadline) {
+    io.provider->getTimer().afterDelay(1 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  for (int i = 0; i < 10; i++) io.waitScope.poll();
+}
+
 int runDaemon(DaemonConfig config, const std::string& configPath) {
   setupLogging(config.logLevel);
   ::signal(SIGPIPE, SIG_IGN);
   raiseDescriptorLimit();
   ActivatedSockets activated = ListenSocket::fromSystemd();
-  std::optional<ListenSocket>& socket = activated.rpc;
-  if (!socket) {
-    if (config.socketPath.empty()) config.socketPath = defaultSocketPath();
-    // System service: the socket's group (jitllm) may connect. A user's daemon: that user only.
-    socket.emplace(ListenSocket::create(config.socketPath, ::geteuid() == 0 ? 0660 : 0600));
-  }
+  ListenSocket socket = rpcSocket(config, activated.rpc);
   spdlog::info("jitllmd {} listening on {}{}", JITLLM_VERSION_STRING,
-               socket->path().empty() ? "(socket from systemd)" : socket->path(),
-               socket->fromSystemdActivation() ? " (from systemd)" : "");
+               socket.path().empty() ? "(socket from systemd)" : socket.path(),
+               socket.fromSystemdActivation() ? " (from systemd)" : "");
 
   DaemonCore core(config);
   // Hot-plug: with `devices = auto`, GPUs that arrive or vanish later (udev's news, and a periodic look).
@@ -193,7 +329,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   auto io = kj::setupAsyncIo();
   BackgroundThreads background;
   auto listener =
-      kj::heap<RpcListener>(core, background, *io.lowLevelProvider, io.provider->getTimer(), socket->release());
+      kj::heap<RpcListener>(core, background, *io.lowLevelProvider, io.provider->getTimer(), socket.release());
   // OpenAI's HTTP API on the same loop (daemon/http/), when configured or socket-activated.
   kj::Own<http::HttpListener> httpListener;
   if (!config.http.empty() || !activated.http.empty()) {
@@ -204,31 +340,21 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   }
   // Preloads run on a loader thread while this loop serves: meanwhile /health answers 503
   // "starting" (and RPC answers with what is loaded so far); READY=1 comes after them.
-  std::function<bool()> preloadAll = [&core, &config] {
-    for (const auto& item : config.preload) {
-      LoadRequest r;
-      const size_t eq = item.find('=');
-      r.path = eq == std::string::npos ? item : item.substr(eq + 1);
-      if (eq != std::string::npos) r.name = item.substr(0, eq);
-      try {
-        // Preloads are the operator's own choice: any path, not only model_dirs.
-        const int file = openRegularFile(r.path, "preload");
-        const auto closeFile = kj::defer([file] { ::close(file); });
-        r.fd = file;
-        core.load(r, nullptr);
-      } catch (const Error& e) {
-        spdlog::error("preload failed: {}", e.what());
-      }
-    }
-    return true;
-  };
-  if (!config.preload.empty()) background.run(preloadAll).wait(io.waitScope);
+  if (!config.preload.empty()) {
+    background
+        .run(std::function<bool()>([&] {
+          preloadModels(core, config);
+          return true;
+        }))
+        .wait(io.waitScope);
+  }
 
   boost::asio::io_context daemonLoop;
   auto work = boost::asio::make_work_guard(daemonLoop);
   LoopBridge bridge(kj::getCurrentThreadExecutor(), daemonLoop);
   auto shutdown = kj::newPromiseAndCrossThreadFulfiller<void>();
   const kj::CrossThreadPromiseFulfiller<void>& shutdownFulfiller = *shutdown.fulfiller;
+  PeriodicWork periodic(daemonLoop, core);
 
   boost::asio::signal_set signals(daemonLoop, SIGTERM, SIGINT, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> onSignal;
@@ -236,21 +362,13 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   onSignal = [&](const boost::system::error_code& ec, int signo) {
     if (ec) return;
     if (signo == SIGHUP) {
-      notify("RELOADING=1");
-      try {
-        DaemonConfig fresh;
-        if (!configPath.empty()) fresh.loadFile(configPath);
-        for (const auto& key : core.reload(fresh)) spdlog::warn("config: '{}' changes only on restart", key);
-        core.events().emit({0, EventKind::kDaemon, "daemon.reloaded", "", "", 0, configPath});
-      } catch (const Error& e) {
-        spdlog::error("config reload failed, keeping the old settings: {}", e.what());
-      }
-      notify("READY=1");
+      reloadConfig(core, configPath);
       signals.async_wait(onSignal);
       return;
     }
     if (stopping) return;
     stopping = true;
+    periodic.stop();
     notify("STOPPING=1");
     watcher.reset();  // no device comes or goes while the models drain
     core.events().emit({0, EventKind::kDaemon, "daemon.stopping", "", "", 0, strsignal(signo)});
@@ -267,74 +385,9 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   };
   signals.async_wait(onSignal);
 
-  // Watchdog: ping at half the interval systemd asked for.
-  uint64_t watchdogUsec = 0;
-  boost::asio::steady_timer watchdog(daemonLoop), status(daemonLoop);
-  std::function<void(const boost::system::error_code&)> onWatchdog = [&](const boost::system::error_code& ec) {
-    if (ec || stopping) return;
-    notify("WATCHDOG=1");
-    watchdog.expires_after(std::chrono::microseconds(watchdogUsec / 2));
-    watchdog.async_wait(onWatchdog);
-  };
-  if (sd_watchdog_enabled(0, &watchdogUsec) > 0 && watchdogUsec > 0) {
-    watchdog.expires_after(std::chrono::microseconds(watchdogUsec / 2));
-    watchdog.async_wait(onWatchdog);
-  }
-  std::function<void(const boost::system::error_code&)> onStatus = [&](const boost::system::error_code& ec) {
-    if (ec || stopping) return;
-    notify("STATUS=" + core.statusLine());
-    status.expires_after(std::chrono::seconds(5));
-    status.async_wait(onStatus);
-  };
-  status.expires_after(std::chrono::seconds(5));
-  status.async_wait(onStatus);
-
-  // The scheduler ticks on this loop: telemetry in, the policy's plan out (daemon/scheduler).
-  // A script (tests, demos) replaces the real sources; otherwise NVML where there is one.
-  std::unique_ptr<jitllm::scheduler::TelemetrySource> telemetry;
-  if (!config.telemetryScript.empty()) {
-    telemetry = std::make_unique<jitllm::scheduler::ScriptedTelemetry>(
-        jitllm::scheduler::ScriptedTelemetry::load(config.telemetryScript));
-  } else {
-    std::map<std::string, std::string> uuids;
-    for (jitllm::Device* d : core.devices()) uuids[d->info().id.str()] = d->info().uuid;
-    std::string why;
-    auto nvml = jitllm::scheduler::NvmlTelemetry::open(uuids, &why);
-    if (nvml) {
-      spdlog::info("telemetry: NVML for {} device(s)", nvml->matched());
-      telemetry = std::move(nvml);
-    } else {
-      spdlog::info("telemetry: no NVML ({}); the devices' own memory accounting only", why);
-    }
-  }
-  jitllm::policies::PolicyConfig policyConfig;
-  policyConfig.hotC = config.thermalHotC;
-  policyConfig.coolC = config.thermalCoolC;
-  policyConfig.coolForMs = config.thermalCoolForMs;
-  policyConfig.pressureHigh = config.pressureHigh;
-  policyConfig.pressureLow = config.pressureLow;
-  jitllm::scheduler::Scheduler scheduler(core, std::move(telemetry), policyConfig, config.policy);
-  const auto started = std::chrono::steady_clock::now();
-  boost::asio::steady_timer schedulerTimer(daemonLoop);
-  std::function<void(const boost::system::error_code&)> onTick = [&](const boost::system::error_code& ec) {
-    if (ec || stopping) return;
-    const int64_t now =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
-    try {
-      scheduler.tick(now);
-    } catch (const std::exception& e) {
-      spdlog::error("scheduler: {}", e.what());
-    }
-    schedulerTimer.expires_after(std::chrono::milliseconds(config.schedulerIntervalMs));
-    schedulerTimer.async_wait(onTick);
-  };
-  if (config.schedulerIntervalMs > 0) {
-    // One look before serving: devices the telemetry says are absent are offline from the start.
-    scheduler.tick(0);
-    core.setPolicyControl(&scheduler);
-    schedulerTimer.expires_after(std::chrono::milliseconds(config.schedulerIntervalMs));
-    schedulerTimer.async_wait(onTick);
-  }
+  // The scheduler ticks on the daemon loop: telemetry in, the policy's plan out (daemon/scheduler).
+  jitllm::scheduler::Scheduler scheduler(core, openTelemetry(config, core), policyConfigOf(config), config.policy);
+  periodic.start(scheduler, config.schedulerIntervalMs);
 
   std::thread daemonThread([&] { daemonLoop.run(); });
   if (httpListener) httpListener->setReady();
@@ -342,17 +395,7 @@ int runDaemon(DaemonConfig config, const std::string& configPath) {
   core.events().emit({0, EventKind::kDaemon, "daemon.ready", "", "", 0, JITLLM_VERSION_STRING});
 
   shutdown.promise.wait(io.waitScope);
-  // Replies that finished in the grace period are still being sent (and their last chunks
-  // answered): keep the RPC loop going until they are out, for at most kReplyFlushTime.
-  constexpr auto kReplyFlushTime = std::chrono::seconds(5);
-  const auto flushDeadline = std::chrono::steady_clock::now() + kReplyFlushTime;
-  while (core.activeReplies() > 0 && std::chrono::steady_clock::now() < flushDeadline) {
-    io.provider->getTimer().afterDelay(1 * kj::MILLISECONDS).wait(io.waitScope);
-  }
-  for (int i = 0; i < 10; i++) io.waitScope.poll();
-  watchdog.cancel();
-  status.cancel();
-  schedulerTimer.cancel();
+  flushReplies(core, io);  // (the signal that stopped the daemon stopped the periodic work too)
   core.setPolicyControl(nullptr);
   signals.cancel();
   daemonLoop.stop();
