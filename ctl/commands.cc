@@ -35,8 +35,9 @@ constexpr std::string_view kTensorParallelHelp =
 // pin and unpin: the LAYERS lines alone.
 constexpr std::string_view kLayersHelp = kMigrateHelp.substr(0, kMigrateHelp.find("  Interrupted"));
 
-const std::vector<CommandSpec>& table() {
-  static const std::vector<CommandSpec> kTable = {
+// What anyone may ask: the daemon, its devices and models, generations, events.
+std::vector<CommandSpec> servingCommands() {
+  return {
       {.name = "status", .summary = "is jitllmd running: its version, socket and what it holds", .run = runStatus},
       {.name = "devices", .summary = "the devices jitllmd owns, their memory and telemetry", .run = runDevices},
       {.name = "ps",
@@ -96,6 +97,12 @@ const std::vector<CommandSpec>& table() {
        .maxArguments = 1,
        .summary = "cancel a running session (yours; any, for an admin)",
        .run = runCancel},
+  };
+}
+
+// Where layers run and what decides it (admins).
+std::vector<CommandSpec> placementCommands() {
+  return {
       {.name = "migrate",
        .arguments = "NAME[:LAYERS] DEVICE",
        .minArguments = 2,
@@ -148,6 +155,14 @@ const std::vector<CommandSpec>& table() {
        .summary = "show the scheduler's policy, or switch to NAME (admin)",
        .run = runPolicy},
   };
+}
+
+const std::vector<CommandSpec>& table() {
+  static const std::vector<CommandSpec> kTable = [] {
+    std::vector<CommandSpec> all = servingCommands();
+    for (CommandSpec& c : placementCommands()) all.push_back(std::move(c));
+    return all;
+  }();
   return kTable;
 }
 
