@@ -62,32 +62,28 @@ class Page {
 std::string modelLabel(const std::string& model) { return "model=\"" + escaped(model) + "\""; }
 std::string deviceLabel(const std::string& device) { return "device=\"" + escaped(device) + "\""; }
 
-}  // namespace
+// Sessions computing (prefill or decode), not held back for a slow reader.
+size_t runningOf(const ModelSnapshot& snap) {
+  size_t running = 0;
+  for (const auto& s : snap.sessions) running += s.state != "waiting";
+  return running;
+}
 
-std::string renderMetrics(DaemonCore& core) {
-  Page page;
-  const auto counters = core.metrics().snapshot();
-  std::map<std::string, ModelSnapshot> models;
-  std::map<std::string, size_t> jobs;
-  for (const auto& host : core.models()) {
-    models[host->name()] = host->snapshot();
-    jobs[host->name()] = host->jobCount();
-  }
-
+void requestGauges(Page& page, const std::map<std::string, ModelSnapshot>& models,
+                   const std::map<std::string, size_t>& jobs) {
   page.family("requests_running", "gauge", "Generations being computed (prefill or decode).");
-  for (const auto& [name, snap] : models) {
-    size_t running = 0;
-    for (const auto& s : snap.sessions) running += s.state != "waiting";
-    page.sample("requests_running", modelLabel(name), double(running));
-  }
+  for (const auto& [name, snap] : models) page.sample("requests_running", modelLabel(name), double(runningOf(snap)));
   page.family("requests_waiting", "gauge",
               "Generations queued for a slot or held back because their client reads slowly.");
   for (const auto& [name, snap] : models) {
-    size_t running = 0;
-    for (const auto& s : snap.sessions) running += s.state != "waiting";
-    page.sample("requests_waiting", modelLabel(name), double(jobs[name] >= running ? jobs[name] - running : 0));
+    const size_t running = runningOf(snap), queued = jobs.at(name);
+    page.sample("requests_waiting", modelLabel(name), double(queued >= running ? queued - running : 0));
   }
+}
 
+using Counters = std::map<std::string, ModelServingCounters>;
+
+void servingCounters(Page& page, const Counters& counters) {
   auto counter = [&](const char* name, const char* help, auto field) {
     page.family(name, "counter", help);
     for (const auto& [model, c] : counters)
@@ -113,7 +109,9 @@ std::string renderMetrics(DaemonCore& core) {
       }
     }
   }
+}
 
+void latencyHistograms(Page& page, const Counters& counters) {
   auto histogram = [&](const char* name, const char* help, auto field) {
     page.family(name, "histogram", help);
     for (const auto& [model, c] : counters) page.histogram(name, modelLabel(model), field(c));
@@ -126,7 +124,9 @@ std::string renderMetrics(DaemonCore& core) {
             [](const auto& c) -> const LatencyHistogram& { return c.endToEnd; });
   histogram("migration_pause_seconds", "How long a migration's commit held its model's replies.",
             [](const auto& c) -> const LatencyHistogram& { return c.migrationPause; });
+}
 
+void pagingCounters(Page& page, const Counters& counters) {
   page.family("page_outs", "counter",
               "Weights moved off their devices (kind=weights), idle KV parked in host RAM (kind=kv).");
   for (const auto& [model, c] : counters) {
@@ -138,7 +138,9 @@ std::string renderMetrics(DaemonCore& core) {
     page.sample("page_ins_total", modelLabel(model) + ",kind=\"weights\"", double(c.weightPageIns));
     page.sample("page_ins_total", modelLabel(model) + ",kind=\"kv\"", double(c.kvPageIns));
   }
+}
 
+void kvGauges(Page& page, const std::map<std::string, ModelSnapshot>& models) {
   page.family("kv_pages_used", "gauge", "KV cache pages in use.");
   for (const auto& [name, snap] : models) {
     for (const auto& p : snap.kvPools)
@@ -150,7 +152,9 @@ std::string renderMetrics(DaemonCore& core) {
       page.sample("kv_pages_total", modelLabel(name) + "," + deviceLabel(p.device), double(p.pagesReserved));
     }
   }
+}
 
+void deviceGauges(Page& page, DaemonCore& core) {
   const auto devices = core.deviceTable().all();
   page.family("device_memory_used_bytes", "gauge", "Device memory jitllmd holds.");
   for (const auto& d : devices)
@@ -175,6 +179,25 @@ std::string renderMetrics(DaemonCore& core) {
       page.sample("device_utilization_ratio", deviceLabel(d.device->info().id.str()), d.readings.utilization);
     }
   }
+}
+
+}  // namespace
+
+std::string renderMetrics(DaemonCore& core) {
+  Page page;
+  const Counters counters = core.metrics().snapshot();
+  std::map<std::string, ModelSnapshot> models;
+  std::map<std::string, size_t> jobs;
+  for (const auto& host : core.models()) {
+    models[host->name()] = host->snapshot();
+    jobs[host->name()] = host->jobCount();
+  }
+  requestGauges(page, models, jobs);
+  servingCounters(page, counters);
+  latencyHistograms(page, counters);
+  pagingCounters(page, counters);
+  kvGauges(page, models);
+  deviceGauges(page, core);
   return page.text();
 }
 
