@@ -24,7 +24,7 @@ json psJson(const ModelHost& host, uint32_t uid, bool admin) {
   for (const auto& u : snap.units) {
     units.push_back({{"name", u.name},
                      {"device", u.device},
-                     {"residency", u.residency},
+                     {"residency", residencyName(u.residency)},
                      {"pinned", u.pinned},
                      {"kv_pages", u.kvPages},
                      {"weight_bytes", u.weightBytes}});
@@ -37,7 +37,7 @@ json psJson(const ModelHost& host, uint32_t uid, bool admin) {
                      {"uid", s.ownerUid},
                      {"tokens", s.tokens},
                      {"context_limit", s.contextLimit},
-                     {"state", s.state},
+                     {"state", sessionStateName(s.state)},
                      {"tier", tierName(s.tier)}});
     }
     return out;
@@ -53,7 +53,7 @@ json psJson(const ModelHost& host, uint32_t uid, bool admin) {
   }
   return {{"name", host.name()},
           {"path", host.path()},
-          {"state", snap.state},
+          {"state", modelStateName(snap.state)},
           {"paged_out", snap.pagedOut},
           {"migration", snap.migration},
           {"units", units},

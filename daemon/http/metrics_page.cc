@@ -65,7 +65,7 @@ std::string deviceLabel(const std::string& device) { return "device=\"" + escape
 // Sessions computing (prefill or decode), not held back for a slow reader.
 size_t runningOf(const ModelSnapshot& snap) {
   size_t running = 0;
-  for (const auto& s : snap.sessions) running += s.state != "waiting";
+  for (const auto& s : snap.sessions) running += s.state != SessionState::kWaiting;
   return running;
 }
 

@@ -172,7 +172,7 @@ policies::Snapshot Scheduler::snapshot(int64_t nowMs, const Readings& readings) 
     }
     for (const server::UnitSnapshot& u : snap.units) {
       // Weights read in place from the file take no device memory; KV always does.
-      const size_t bytes = (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
+      const size_t bytes = u.bytesInDeviceMemory();
       std::vector<DeviceId> devices = deviceList(u.device);
       policies::UnitState unit{u.name, devices.front(), bytes, optionalDevice(u.pinned), u.weightBytes};
       // A block split over devices ("cuda:0+cuda:1"): the policies move it only by another

@@ -482,7 +482,7 @@ policies::LoadedModel DaemonCore::loadedModel(const ModelHost& host,
     // TODO(cleanup): matched as text because ModelSnapshot names devices so (it is being reworked on
     // another branch); compare DeviceIds once it carries them.
     for (size_t d = 0; d < on.size(); d++) {
-      if (on[d].id.str() == u.device) m.frees[d] += (u.residency == "device" ? u.weightBytes : 0) + u.kvBytes;
+      if (on[d].id.str() == u.device) m.frees[d] += u.bytesInDeviceMemory();
     }
   }
   for (size_t d = 0; d < on.size(); d++) m.frees[d] += promisedKv(host, snap, on[d].id.str());

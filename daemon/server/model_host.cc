@@ -86,7 +86,7 @@ ModelSnapshot ModelHost::snapshot() const {
   s.migrating = m.migrating;
   s.pagedOut = m.pagedOut;
   s.home = std::move(m.home);
-  s.state = mailbox_.prepared() ? "ready" : "preparing kernels";
+  s.state = mailbox_.prepared() ? ModelState::kReady : ModelState::kPreparingKernels;
   s.goodput = mailbox_.goodput();
   return s;
 }

@@ -17,6 +17,46 @@ void addBytes(std::vector<std::pair<std::string, size_t>>& to, const std::string
 
 }  // namespace
 
+std::string_view sessionStateName(SessionState state) {
+  switch (state) {
+    case SessionState::kPrefill:
+      return "prefill";
+    case SessionState::kDecode:
+      return "decode";
+    case SessionState::kWaiting:
+      return "waiting";
+    case SessionState::kPreempted:
+      return "preempted";
+    case SessionState::kIdle:
+      return "idle";
+    case SessionState::kParked:
+      return "parked";
+  }
+  return "prefill";
+}
+
+std::string_view residencyName(Residency residency) {
+  switch (residency) {
+    case Residency::kDevice:
+      return "device";
+    case Residency::kFile:
+      return "file";
+    case Residency::kStreamed:
+      return "streamed";
+  }
+  return "file";
+}
+
+std::string_view modelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kPreparingKernels:
+      return "preparing kernels";
+    case ModelState::kReady:
+      return "ready";
+  }
+  return "ready";
+}
+
 PlacementSnapshot snapshotPlacement(const runtime::Model& model, const std::vector<SessionPages>& sessions,
                                     const std::function<std::string(int)>& stagedOn) {
   PlacementSnapshot out;
@@ -26,7 +66,7 @@ PlacementSnapshot snapshotPlacement(const runtime::Model& model, const std::vect
     UnitSnapshot& s = out.units[size_t(u)];
     s.name = model.unitName(u);
     s.device = info.device->info().id.str();
-    s.residency = info.streamed ? "streamed" : info.inDeviceMemory ? "device" : "file";
+    s.residency = info.streamed ? Residency::kStreamed : info.inDeviceMemory ? Residency::kDevice : Residency::kFile;
     s.weightBytes = info.weightBytes;
     s.kernelsReady = info.kernelsReady;
     if (!info.shards.empty()) {

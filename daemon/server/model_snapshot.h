@@ -3,6 +3,9 @@
 //
 // snapshotPlacement() is the part that walks the model: every unit's device, residency and
 // kernels, and every session's pages per unit and per device.
+//
+// States are enums; their names (ps's JSON, logs, events) come from sessionStateName(),
+// residencyName() and modelStateName() alone.
 // Thread-safety: the structs are plain values; snapshotPlacement() reads the model and its
 // sessions, so only the thread that drives them (the model's worker) may call it.
 #pragma once
@@ -11,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,12 +32,36 @@ struct KvPoolSnapshot {
   size_t pagesReserved = 0;  // held from the device (in use or free); the pool grows by chunks
 };
 
+enum class SessionState : uint8_t {
+  kPrefill,    // computing its prompt
+  kDecode,     // generating
+  kWaiting,    // held back: its client reads slowly
+  kPreempted,  // its KV parked in host RAM for a more urgent reply
+  kIdle,       // idle sessions: kept after their reply, KV on the devices
+  kParked,     // idle sessions: KV in host RAM
+};
+std::string_view sessionStateName(SessionState state);  // "prefill", "decode", ..., "parked"
+
+// Where a unit's weights are.
+enum class Residency : uint8_t {
+  kDevice,    // copied into device memory
+  kFile,      // read in place from the mapped file
+  kStreamed,  // in pinned host memory, through device memory each step
+};
+std::string_view residencyName(Residency residency);  // "device", "file", "streamed"
+
+enum class ModelState : uint8_t {
+  kPreparingKernels,  // from the load until every kernel its steps can meet is ready (requests wait)
+  kReady,
+};
+std::string_view modelStateName(ModelState state);  // "preparing kernels", "ready"
+
 struct SessionSnapshot {
   uint64_t id = 0;
   uint32_t ownerUid = 0;
   int64_t tokens = 0;
   int64_t contextLimit = 0;
-  std::string state;  // "prefill", "decode", "waiting", "preempted"; idle sessions: "idle", "parked" (KV in host RAM)
+  SessionState state = SessionState::kPrefill;
   ServiceTier tier = ServiceTier::kStandard;
 };
 
@@ -41,14 +69,18 @@ struct SessionSnapshot {
 struct UnitSnapshot {
   std::string name;
   std::string device;
-  std::string residency;  // "device" | "file" | "streamed" (through device memory each step)
-  std::string stagedOn;   // the target of the migration that has staged it; "" if none
+  Residency residency = Residency::kFile;
+  std::string stagedOn;  // the target of the migration that has staged it; "" if none
   size_t weightBytes = 0;
   bool kernelsReady = false;
   std::string pinned;  // device id, "" when not pinned
   size_t kvPages = 0;
   size_t kvBytes = 0;
   std::vector<std::pair<uint64_t, uint32_t>> sessionPages;  // (session id, pages)
+
+  // What the unit holds of its device's memory: its KV, and its weights when they were copied
+  // there (read in place from the file or streamed through, they take none of it for good).
+  size_t bytesInDeviceMemory() const { return (residency == Residency::kDevice ? weightBytes : 0) + kvBytes; }
 };
 
 struct ModelSnapshot {
@@ -67,9 +99,7 @@ struct ModelSnapshot {
   // still run where they are, from the file); `home` is where they ran before, per unit.
   bool pagedOut = false;
   std::vector<std::string> home;
-  // "preparing kernels" from the load until every kernel its steps can meet is ready (requests
-  // submitted meanwhile wait), then "ready".
-  std::string state;
+  ModelState state = ModelState::kPreparingKernels;
   std::vector<TierGoodput> goodput;  // one per tier, most urgent first
 };
 

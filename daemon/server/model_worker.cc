@@ -42,6 +42,9 @@ double urgentStepMs(const TierConfig& tiers) {
   return tiers.scheduling ? 0.8 * tiers.targetsOf(ServiceTier::kInteractive).tpotMs : 0.0;
 }
 
+// An idle session's KV is on its devices, or parked in host RAM.
+SessionState idleState(const IdleSessions::Entry& i) { return i.session ? SessionState::kIdle : SessionState::kParked; }
+
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -74,8 +77,13 @@ struct ModelWorker::Active final : runtime::SequenceListener {
   ReplyFacts facts() const {
     return ReplyFacts{uint32_t(request().prompt.size()), sessionId, uint32_t(reused), request().tier, started};
   }
-  // Its state as ps shows it (SessionSnapshot::state).
-  int state() const { return seq->suspended() ? 0 : job->throttled() ? 1 : seq->generated() == 0 ? 2 : 3; }
+  // Its state as ps shows it.
+  SessionState state() const {
+    return seq->suspended()        ? SessionState::kPreempted
+           : job->throttled()      ? SessionState::kWaiting
+           : seq->generated() == 0 ? SessionState::kPrefill
+                                   : SessionState::kDecode;
+  }
 
   bool paused() override { return job->throttled(); }
   void generated(int32_t token, std::string_view text, std::span<const float> logits) override {
@@ -448,16 +456,16 @@ void ModelWorker::resumePreempted() {
   }
 }
 
-std::vector<std::pair<uint64_t, int>> ModelWorker::stateSignature() const {
-  std::vector<std::pair<uint64_t, int>> signature;
+std::vector<std::pair<uint64_t, SessionState>> ModelWorker::stateSignature() const {
+  std::vector<std::pair<uint64_t, SessionState>> signature;
   signature.reserve(active_.size() + idle_.entries().size());
   for (const auto& a : active_) signature.emplace_back(a->sessionId, a->state());
-  for (const auto& i : idle_.entries()) signature.emplace_back(i->id, i->session ? 4 : 5);
+  for (const auto& i : idle_.entries()) signature.emplace_back(i->id, idleState(*i));
   return signature;
 }
 
 std::optional<PublishedState> ModelWorker::stateIfDue(bool unitsMove) {
-  std::vector<std::pair<uint64_t, int>> signature = stateSignature();
+  std::vector<std::pair<uint64_t, SessionState>> signature = stateSignature();
   const auto now = Clock::now();
   const bool due = unitsMove || signature != publishedSignature_ || mailbox_.publishWanted() ||
                    now - publishedAt_ >= kPublishInterval;
@@ -468,15 +476,14 @@ std::optional<PublishedState> ModelWorker::stateIfDue(bool unitsMove) {
 }
 
 PublishedState ModelWorker::buildState() const {
-  static constexpr const char* kStateNames[] = {"preempted", "waiting", "prefill", "decode", "idle", "parked"};
   PublishedState p;
   for (const auto& a : active_) {
-    p.sessions.push_back({a->sessionId, a->request().ownerUid, int64_t(a->seq->fed()), a->contextLimit,
-                          kStateNames[a->state()], a->request().tier});
+    p.sessions.push_back(
+        {a->sessionId, a->request().ownerUid, int64_t(a->seq->fed()), a->contextLimit, a->state(), a->request().tier});
     if (a->seq->suspended() && a->parked) p.parkedBytes += a->parked->bytes();  // preempted: KV in host RAM
   }
   for (const auto& i : idle_.entries()) {
-    p.idle.push_back({i->id, i->ownerUid, int64_t(i->tokens.size()), i->contextLimit, kStateNames[i->session ? 4 : 5]});
+    p.idle.push_back({i->id, i->ownerUid, int64_t(i->tokens.size()), i->contextLimit, idleState(*i)});
     if (i->parked) p.parkedBytes += i->parked->bytes();
   }
   std::vector<SessionPages> pages;

@@ -77,7 +77,7 @@ class ModelWorker final {
   std::optional<PublishedState> stateIfDue(bool unitsMove);
   PublishedState buildState() const;
   // The sessions' states, in one cheap pass: what changes them makes a publish due.
-  std::vector<std::pair<uint64_t, int>> stateSignature() const;
+  std::vector<std::pair<uint64_t, SessionState>> stateSignature() const;
 
   const std::string& name_;
   runtime::Model& model_;
@@ -95,7 +95,7 @@ class ModelWorker final {
   std::vector<Device*> usedDevices_;
   const DeviceLocks* locks_ = nullptr;
   bool scheduleByTier_ = true;  // the tiers' `scheduling` as last taken
-  std::vector<std::pair<uint64_t, int>> publishedSignature_;
+  std::vector<std::pair<uint64_t, SessionState>> publishedSignature_;
   std::chrono::steady_clock::time_point publishedAt_{};
 };
 

@@ -112,7 +112,7 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
     l.setUnit(uint32_t(i));
     l.setName(text(u.name));
     l.setDevice(text(u.device));
-    l.setResidency(text(u.residency));
+    l.setResidency(text(std::string(residencyName(u.residency))));
     l.setStagedOn(text(u.stagedOn));
     l.setWeightBytes(u.weightBytes);
     l.setKernelsReady(u.kernelsReady);
@@ -142,14 +142,14 @@ void fillModelInfo(const ModelHost& host, rpc::ModelInfo::Builder b, const PeerC
       sessions[uint32_t(i)].setOwnerUid(s.ownerUid);
       sessions[uint32_t(i)].setTokens(uint32_t(s.tokens));
       sessions[uint32_t(i)].setContextLimit(uint32_t(s.contextLimit));
-      sessions[uint32_t(i)].setState(text(s.state));
+      sessions[uint32_t(i)].setState(text(std::string(sessionStateName(s.state))));
       sessions[uint32_t(i)].setTier(text(std::string(tierName(s.tier))));
     }
   };
   fill(snap.sessions, [&](uint32_t n) { return b.initSessions(n); });
   fill(snap.idle, [&](uint32_t n) { return b.initIdleSessions(n); });
   b.setParkedKvBytes(snap.parkedKvBytes);
-  b.setState(text(snap.state));
+  b.setState(text(std::string(modelStateName(snap.state))));
   auto goodput = b.initGoodput(uint32_t(snap.goodput.size()));
   for (size_t i = 0; i < snap.goodput.size(); i++) {
     const TierGoodput& g = snap.goodput[i];

@@ -238,7 +238,7 @@ TEST(LargerThanMemory, BlocksThatDoNotFitStreamThroughTheDeviceAndTheTokensStayT
   int streamed = 0;
   for (const auto& u : model->snapshot().units) {
     EXPECT_EQ(u.device, "vulkan:0") << u.name;
-    streamed += u.residency == "streamed";
+    streamed += u.residency == server::Residency::kStreamed;
   }
   EXPECT_GE(streamed, 2);
   EXPECT_LE(streamed, 4);

@@ -46,7 +46,7 @@ TEST(IdleSessions, AFollowUpComputesOnlyItsNewTokensAndAnswersExactlyAsAFreshRun
   const Outcome one = finish(*start(*host, 24, first, 1000));
   ASSERT_FALSE(one.error);
   ASSERT_EQ(idleSessions(*host, 1).size(), 1u);
-  EXPECT_EQ(host->snapshot().idle[0].state, "idle");
+  EXPECT_EQ(host->snapshot().idle[0].state, server::SessionState::kIdle);
   EXPECT_EQ(host->snapshot().idle[0].tokens, int64_t(first.size() + one.ids.size() - 1));
   EXPECT_TRUE(host->snapshot().sessions.empty());
 
@@ -126,11 +126,11 @@ TEST(IdleSessions, UnderMemoryPressureTheirKvIsParkedInHostRamAndComesBackBitwis
   const auto acted = s.tick(0);
   ASSERT_EQ(acted.size(), 1u);
   EXPECT_EQ(acted[0].kind, policies::ActionKind::kParkKv);
-  for (int i = 0; i < 500 && host->snapshot().idle.at(0).state != "parked"; i++) {
+  for (int i = 0; i < 500 && host->snapshot().idle.at(0).state != server::SessionState::kParked; i++) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   snap = host->snapshot();
-  EXPECT_EQ(snap.idle.at(0).state, "parked");
+  EXPECT_EQ(snap.idle.at(0).state, server::SessionState::kParked);
   EXPECT_TRUE(snap.idleKvBytesByDevice.empty());
   EXPECT_GT(snap.parkedKvBytes, 0u);
   EXPECT_LT(core->device("vulkan:0").memoryUsed(), before);
