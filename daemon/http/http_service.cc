@@ -240,6 +240,8 @@ kj::Promise<void> HttpService::completion(bool chat, const Client& client, std::
             return httpErrorsAsKj([&]() -> kj::Promise<void> {
               auto released = kj::defer([this, name = host->name()] { shared_.catalog.released(name); });
               // Completions' echo: the prompt's text, as given or made of the token ids given.
+              // TODO(cleanup): the ids' text is made here, on the event loop - linear and cheap
+              // beside a render, but it could join the prompt's preparation on a request worker.
               const GenerationRequest& r = params->request;
               std::string echo = !params->echo ? std::string()
                                  : r.text      ? *r.text
